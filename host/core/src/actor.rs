@@ -1,0 +1,174 @@
+//! Who is calling, and through which door.
+//!
+//! The adapter (stage 1) builds the [`Actor`] from authenticated credentials and fixes the
+//! [`Surface`]; neither ever comes from model output (SI-3).
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// The kind of principal an [`Actor`] is. Anonymous access is explicit, never an absent actor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ActorKind {
+    /// A human user of the application.
+    User,
+    /// A service or workload identity.
+    Service,
+    /// An autonomous agent acting under its own identity (not the model).
+    Agent,
+    /// An explicitly anonymous caller.
+    Anonymous,
+}
+
+impl ActorKind {
+    /// The wire spelling (`user`, `service`, `agent`, `anonymous`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActorKind::User => "user",
+            ActorKind::Service => "service",
+            ActorKind::Agent => "agent",
+            ActorKind::Anonymous => "anonymous",
+        }
+    }
+}
+
+impl FromStr for ActorKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "user" => Ok(ActorKind::User),
+            "service" => Ok(ActorKind::Service),
+            "agent" => Ok(ActorKind::Agent),
+            "anonymous" => Ok(ActorKind::Anonymous),
+            other => Err(format!(
+                "unknown actor kind `{other}` (expected user, service, agent or anonymous)"
+            )),
+        }
+    }
+}
+
+/// The authenticated principal on whose behalf a capability runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Actor {
+    /// Stable identifier of the principal (e.g. `u_dana`).
+    pub id: String,
+    /// What kind of principal this is.
+    pub kind: ActorKind,
+    /// Application attributes (org, permissions, ...) that policies may read. Never audited.
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub attributes: serde_json::Value,
+}
+
+impl Actor {
+    /// An actor with no attributes.
+    pub fn new(id: impl Into<String>, kind: ActorKind) -> Self {
+        Actor {
+            id: id.into(),
+            kind,
+            attributes: serde_json::Value::Null,
+        }
+    }
+
+    /// A user actor with the given attributes.
+    pub fn user(id: impl Into<String>, attributes: serde_json::Value) -> Self {
+        Actor {
+            id: id.into(),
+            kind: ActorKind::User,
+            attributes,
+        }
+    }
+
+    /// The `{id, kind}` projection that audit events and approvals record.
+    pub fn reference(&self) -> ActorRef {
+        ActorRef {
+            id: self.id.clone(),
+            kind: self.kind,
+        }
+    }
+
+    /// Stage-6 well-formedness: a non-empty id without control characters, at most 256 bytes.
+    pub fn is_well_formed(&self) -> bool {
+        !self.id.is_empty() && self.id.len() <= 256 && !self.id.chars().any(char::is_control)
+    }
+}
+
+/// An actor stripped of attributes: what evidence (audit, approvals) keeps.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ActorRef {
+    /// The actor's id.
+    pub id: String,
+    /// The actor's kind.
+    pub kind: ActorKind,
+}
+
+impl From<&Actor> for ActorRef {
+    fn from(a: &Actor) -> Self {
+        a.reference()
+    }
+}
+
+/// The door a call came through. Each adapter hard-codes its own, so callers cannot spoof it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Surface {
+    /// Server code calling the runtime directly.
+    #[serde(rename = "direct")]
+    Direct,
+    /// Tools handed to an agent framework (the AI SDK adapter).
+    #[serde(rename = "aiSdk")]
+    AiSdk,
+    /// The MCP server.
+    #[serde(rename = "mcp")]
+    Mcp,
+    /// A workflow step.
+    #[serde(rename = "workflow")]
+    Workflow,
+    /// Tests.
+    #[serde(rename = "test")]
+    Test,
+}
+
+impl Surface {
+    /// Every surface, in the spec's order.
+    pub const ALL: [Surface; 5] = [
+        Surface::Direct,
+        Surface::AiSdk,
+        Surface::Mcp,
+        Surface::Workflow,
+        Surface::Test,
+    ];
+
+    /// The wire spelling (`direct`, `aiSdk`, `mcp`, `workflow`, `test`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Surface::Direct => "direct",
+            Surface::AiSdk => "aiSdk",
+            Surface::Mcp => "mcp",
+            Surface::Workflow => "workflow",
+            Surface::Test => "test",
+        }
+    }
+
+    /// Whether a model talks through this surface (tool lists, MCP).
+    pub fn is_model_facing(self) -> bool {
+        matches!(self, Surface::AiSdk | Surface::Mcp)
+    }
+}
+
+impl fmt::Display for Surface {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Surface {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Surface::ALL
+            .into_iter()
+            .find(|x| x.as_str() == s)
+            .ok_or_else(|| {
+                format!("unknown surface `{s}` (expected direct, aiSdk, mcp, workflow or test)")
+            })
+    }
+}

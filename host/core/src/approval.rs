@@ -1,0 +1,466 @@
+//! Human approval bound to the exact operation (SI-4, SI-5): the request/record types,
+//! the [`ApprovalCoordinator`] seam that durable stores implement, an in-memory
+//! coordinator for tests and development, and the optional inline handler.
+
+use crate::actor::{Actor, ActorRef, Surface};
+use crate::meta::{Risk, SideEffect};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// Lifecycle of an approval record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApprovalStatus {
+    /// Waiting for a human.
+    Pending,
+    /// Approved, not yet executed.
+    Approved,
+    /// Rejected.
+    Rejected,
+    /// Past its expiry (also computed lazily from `expires_at`).
+    Expired,
+    /// Withdrawn.
+    Cancelled,
+    /// Executed once; can never execute again.
+    Consumed,
+}
+
+impl ApprovalStatus {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalStatus::Pending => "pending",
+            ApprovalStatus::Approved => "approved",
+            ApprovalStatus::Rejected => "rejected",
+            ApprovalStatus::Expired => "expired",
+            ApprovalStatus::Cancelled => "cancelled",
+            ApprovalStatus::Consumed => "consumed",
+        }
+    }
+
+    /// Parse the wire spelling (for rows read back from a store).
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "pending" => ApprovalStatus::Pending,
+            "approved" => ApprovalStatus::Approved,
+            "rejected" => ApprovalStatus::Rejected,
+            "expired" => ApprovalStatus::Expired,
+            "cancelled" => ApprovalStatus::Cancelled,
+            "consumed" => ApprovalStatus::Consumed,
+            _ => return None,
+        })
+    }
+}
+
+/// What stage 8 asks a coordinator to store.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalRequest {
+    /// `apr_…`
+    pub id: String,
+    /// The capability the approval binds.
+    pub capability_id: String,
+    /// The surface of the original call.
+    pub surface: Surface,
+    /// The requester (with attributes: resume runs as this actor).
+    pub actor: Actor,
+    /// The validated input (SI-6).
+    pub input: serde_json::Value,
+    /// SHA-256 hex of the canonical input (SI-5).
+    pub input_hash: String,
+    /// Every reason (merged from policies and static config).
+    pub reasons: Vec<String>,
+    /// Every distinct approval type.
+    pub types: Vec<String>,
+    /// The capability's risk.
+    pub risk: Risk,
+    /// The capability's side effect.
+    pub side_effect: SideEffect,
+    /// When it was requested.
+    pub requested_at: DateTime<Utc>,
+    /// When it stops being decidable or resumable.
+    pub expires_at: DateTime<Utc>,
+    /// The execution that requested it.
+    pub execution_id: String,
+    /// The correlation id of the original call, kept for the resumed execution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<String>,
+}
+
+/// A human decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decision {
+    /// `approved` or `rejected`.
+    pub status: DecisionStatus,
+    /// Who decided.
+    pub approver: ActorRef,
+    /// Optional comment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+    /// When.
+    pub decided_at: DateTime<Utc>,
+}
+
+/// The two possible decisions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DecisionStatus {
+    /// Approved.
+    Approved,
+    /// Rejected.
+    Rejected,
+}
+
+/// A stored approval: the request plus its state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalRecord {
+    /// The request as stored.
+    #[serde(flatten)]
+    pub request: ApprovalRequest,
+    /// Current status (see [`ApprovalRecord::effective_status`] for lazy expiry).
+    pub status: ApprovalStatus,
+    /// The decision, once made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<Decision>,
+    /// The execution that consumed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumed_by_execution_id: Option<String>,
+}
+
+impl ApprovalRecord {
+    /// A fresh pending record.
+    pub fn pending(request: ApprovalRequest) -> Self {
+        ApprovalRecord {
+            request,
+            status: ApprovalStatus::Pending,
+            decision: None,
+            consumed_by_execution_id: None,
+        }
+    }
+
+    /// Status with lazy expiry applied: a pending or approved record past `expires_at` is
+    /// expired.
+    pub fn effective_status(&self, now: DateTime<Utc>) -> ApprovalStatus {
+        match self.status {
+            ApprovalStatus::Pending | ApprovalStatus::Approved if now >= self.request.expires_at => {
+                ApprovalStatus::Expired
+            }
+            s => s,
+        }
+    }
+
+    /// The model-safe summary.
+    pub fn summary(&self, now: DateTime<Utc>) -> ApprovalSummary {
+        ApprovalSummary {
+            id: self.request.id.clone(),
+            capability_id: self.request.capability_id.clone(),
+            status: self.effective_status(now),
+            reasons: self.request.reasons.clone(),
+            types: self.request.types.clone(),
+            requested_at: self.request.requested_at,
+            expires_at: self.request.expires_at,
+        }
+    }
+}
+
+/// What an `approval-required` envelope carries: enough to tell a human, no stored input
+/// and no actor record (the same fields as the gateway's `PortableApproval`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalSummary {
+    /// `apr_…`
+    pub id: String,
+    /// The capability.
+    pub capability_id: String,
+    /// Status at the time of the summary.
+    pub status: ApprovalStatus,
+    /// Why approval is needed.
+    pub reasons: Vec<String>,
+    /// Approval types.
+    pub types: Vec<String>,
+    /// When requested.
+    pub requested_at: DateTime<Utc>,
+    /// When it expires.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// Who approved a resumed execution; visible to the procedure in its agent info.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalRef {
+    /// `apr_…`
+    pub id: String,
+    /// The approver.
+    pub approver: ActorRef,
+}
+
+/// Filters for listing approvals.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalFilter {
+    /// Only this effective status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<ApprovalStatus>,
+    /// Only this capability.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capability_id: Option<String>,
+    /// Only this requester.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor_id: Option<String>,
+    /// Requested at or after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_after: Option<DateTime<Utc>>,
+    /// Requested before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_before: Option<DateTime<Utc>>,
+    /// Page size (default 100, at most 1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    /// Records to skip.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u32>,
+}
+
+impl ApprovalFilter {
+    /// The page size to use.
+    pub fn effective_limit(&self) -> usize {
+        self.limit.unwrap_or(100).clamp(1, 1000) as usize
+    }
+
+    /// Whether a record matches (for in-memory implementations).
+    pub fn matches(&self, r: &ApprovalRecord, now: DateTime<Utc>) -> bool {
+        self.status.is_none_or(|s| r.effective_status(now) == s)
+            && self
+                .capability_id
+                .as_ref()
+                .is_none_or(|c| &r.request.capability_id == c)
+            && self.actor_id.as_ref().is_none_or(|a| &r.request.actor.id == a)
+            && self
+                .requested_after
+                .is_none_or(|t| r.request.requested_at >= t)
+            && self
+                .requested_before
+                .is_none_or(|t| r.request.requested_at < t)
+    }
+}
+
+/// Why a coordinator refused an operation.
+#[derive(Debug, thiserror::Error)]
+pub enum ApprovalStoreError {
+    /// No record with that id.
+    #[error("approval `{0}` not found")]
+    NotFound(String),
+    /// The operation needs another status (e.g. decide on a non-pending record).
+    #[error("approval `{id}` is {status}, not {expected}")]
+    WrongStatus {
+        /// The record.
+        id: String,
+        /// Its effective status.
+        status: &'static str,
+        /// What the operation needed.
+        expected: &'static str,
+    },
+    /// The id exists already.
+    #[error("approval `{0}` already exists")]
+    Duplicate(String),
+    /// A row could not be read back (tampered or corrupt).
+    #[error("approval `{id}` is malformed: {reason}")]
+    Malformed {
+        /// The record.
+        id: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The backing store failed.
+    #[error("approval store unavailable: {0}")]
+    Backend(String),
+}
+
+/// The durable home of approvals. Every cross-process guarantee (one decision, one
+/// execution) must be a single compare-and-set in the implementation; callers pass the
+/// runtime's clock so that expiry is evaluated consistently and lazily.
+#[async_trait]
+pub trait ApprovalCoordinator: Send + Sync + 'static {
+    /// Store a new pending record.
+    async fn create(&self, request: ApprovalRequest) -> Result<ApprovalRecord, ApprovalStoreError>;
+    /// Load a record.
+    async fn get(&self, id: &str) -> Result<Option<ApprovalRecord>, ApprovalStoreError>;
+    /// Decide a record that is pending and unexpired at `now`; anything else is refused.
+    async fn decide(
+        &self,
+        id: &str,
+        decision: Decision,
+        now: DateTime<Utc>,
+    ) -> Result<ApprovalRecord, ApprovalStoreError>;
+    /// Atomically move approved + unexpired + unconsumed → consumed by `execution_id`.
+    async fn mark_consumed(
+        &self,
+        id: &str,
+        execution_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<ApprovalRecord, ApprovalStoreError>;
+    /// List records, newest first.
+    async fn list(
+        &self,
+        filter: &ApprovalFilter,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<ApprovalRecord>, ApprovalStoreError>;
+    /// Whether records survive a restart (the runtime warns about gated capabilities on a
+    /// non-durable coordinator).
+    fn is_durable(&self) -> bool {
+        true
+    }
+}
+
+/// Development-only coordinator: a mutex-protected map. Not durable, not shared across
+/// processes.
+#[derive(Default)]
+pub struct InMemoryApprovalCoordinator {
+    records: Mutex<HashMap<String, ApprovalRecord>>,
+}
+
+impl InMemoryApprovalCoordinator {
+    /// An empty coordinator.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Test hook: mutate a stored record in place (e.g. to simulate tampering).
+    pub fn tamper(&self, id: &str, f: impl FnOnce(&mut ApprovalRecord)) -> bool {
+        let mut map = self.lock();
+        match map.get_mut(id) {
+            Some(r) => {
+                f(r);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, ApprovalRecord>> {
+        // A poisoned lock only means another thread panicked mid-update of a plain map;
+        // every update below is a single assignment, so the data is still consistent.
+        self.records.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn wrong(id: &str, status: ApprovalStatus, expected: &'static str) -> ApprovalStoreError {
+    ApprovalStoreError::WrongStatus {
+        id: id.to_string(),
+        status: status.as_str(),
+        expected,
+    }
+}
+
+#[async_trait]
+impl ApprovalCoordinator for InMemoryApprovalCoordinator {
+    async fn create(&self, request: ApprovalRequest) -> Result<ApprovalRecord, ApprovalStoreError> {
+        let mut map = self.lock();
+        if map.contains_key(&request.id) {
+            return Err(ApprovalStoreError::Duplicate(request.id));
+        }
+        let record = ApprovalRecord::pending(request);
+        map.insert(record.request.id.clone(), record.clone());
+        Ok(record)
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<ApprovalRecord>, ApprovalStoreError> {
+        Ok(self.lock().get(id).cloned())
+    }
+
+    async fn decide(
+        &self,
+        id: &str,
+        decision: Decision,
+        now: DateTime<Utc>,
+    ) -> Result<ApprovalRecord, ApprovalStoreError> {
+        let mut map = self.lock();
+        let r = map
+            .get_mut(id)
+            .ok_or_else(|| ApprovalStoreError::NotFound(id.to_string()))?;
+        let status = r.effective_status(now);
+        if status != ApprovalStatus::Pending {
+            return Err(wrong(id, status, "pending"));
+        }
+        r.status = match decision.status {
+            DecisionStatus::Approved => ApprovalStatus::Approved,
+            DecisionStatus::Rejected => ApprovalStatus::Rejected,
+        };
+        r.decision = Some(decision);
+        Ok(r.clone())
+    }
+
+    async fn mark_consumed(
+        &self,
+        id: &str,
+        execution_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<ApprovalRecord, ApprovalStoreError> {
+        let mut map = self.lock();
+        let r = map
+            .get_mut(id)
+            .ok_or_else(|| ApprovalStoreError::NotFound(id.to_string()))?;
+        let status = r.effective_status(now);
+        if status != ApprovalStatus::Approved {
+            return Err(wrong(id, status, "approved"));
+        }
+        r.status = ApprovalStatus::Consumed;
+        r.consumed_by_execution_id = Some(execution_id.to_string());
+        Ok(r.clone())
+    }
+
+    async fn list(
+        &self,
+        filter: &ApprovalFilter,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<ApprovalRecord>, ApprovalStoreError> {
+        let map = self.lock();
+        let mut out: Vec<ApprovalRecord> = map
+            .values()
+            .filter(|r| filter.matches(r, now))
+            .cloned()
+            .collect();
+        out.sort_by(|a, b| {
+            b.request
+                .requested_at
+                .cmp(&a.request.requested_at)
+                .then_with(|| b.request.id.cmp(&a.request.id))
+        });
+        Ok(out
+            .into_iter()
+            .skip(filter.offset.unwrap_or(0) as usize)
+            .take(filter.effective_limit())
+            .collect())
+    }
+
+    fn is_durable(&self) -> bool {
+        false
+    }
+}
+
+/// An inline decision returned by an [`ApprovalHandler`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct InlineDecision {
+    /// Approved or rejected.
+    pub status: DecisionStatus,
+    /// Who decided (a human in the loop, a deterministic system).
+    pub approver: ActorRef,
+    /// Optional comment.
+    pub comment: Option<String>,
+}
+
+/// Decide approvals in the same call (a confirmation prompt the application shows). Returning
+/// `Ok(None)` defers the request to the coordinator.
+#[async_trait]
+pub trait ApprovalHandler: Send + Sync + 'static {
+    /// Decide, or defer with `None`. An error fails the call with INTERNAL_ERROR at stage
+    /// approval.
+    async fn decide(
+        &self,
+        request: &ApprovalRequest,
+    ) -> Result<Option<InlineDecision>, Box<dyn std::error::Error + Send + Sync>>;
+}

@@ -1,0 +1,406 @@
+//! Evidence: the eleven audit event types with exactly the payloads of digest §2.7 (ids,
+//! hashes, classifications and durations, never inputs or outputs: SI-10), the
+//! [`AuditSink`] seam, and the sinks that need no database (tracing, JSON lines, memory).
+
+use crate::actor::{ActorRef, Surface};
+use crate::error::{ErrorCode, Stage};
+use crate::meta::{Risk, SideEffect};
+use crate::policy::PolicyStance;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Why a call was denied, as audit records it (the public code hides it: SI-8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DenyReason {
+    /// No such capability.
+    Unknown,
+    /// Not exposed on this surface.
+    NotExposed,
+    /// A policy hid it.
+    Hidden,
+    /// A policy denied it.
+    PolicyDenied,
+    /// A policy failed (fail closed).
+    PolicyFailed,
+}
+
+/// The event-specific part of an audit event; serialized as `{"type": …, "data": {…}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "data")]
+pub enum EventPayload {
+    /// `describe` ran.
+    #[serde(rename = "capabilities.discovered", rename_all = "camelCase")]
+    CapabilitiesDiscovered {
+        /// How many descriptors were returned.
+        count: usize,
+        /// The surface.
+        surface: Surface,
+        /// SHA-256 of the canonical list of returned ids.
+        digest: String,
+        /// The ids, only when `audit.verbose` is set.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        capability_ids: Option<Vec<String>>,
+    },
+    /// Stage 2.
+    #[serde(rename = "capability.requested", rename_all = "camelCase")]
+    Requested {
+        /// The capability's side effect, once resolved.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        side_effect: Option<SideEffect>,
+        /// The capability's risk, once resolved.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        risk: Option<Risk>,
+    },
+    /// Stages 3, 4, 7.
+    #[serde(rename = "capability.denied", rename_all = "camelCase")]
+    Denied {
+        /// The true reason.
+        reason: DenyReason,
+        /// What the caller was told.
+        public_code: ErrorCode,
+        /// Every policy's stance, when policies ran.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        policy_decisions: Option<Vec<PolicyStance>>,
+    },
+    /// Stage 8 suspended the call.
+    #[serde(rename = "capability.approval_requested", rename_all = "camelCase")]
+    ApprovalRequested {
+        /// The approval.
+        approval_id: String,
+        /// Why.
+        reasons: Vec<String>,
+        /// Approval types.
+        types: Vec<String>,
+        /// Expiry.
+        expires_at: DateTime<Utc>,
+    },
+    /// A human approved.
+    #[serde(rename = "capability.approved", rename_all = "camelCase")]
+    Approved {
+        /// The approval.
+        approval_id: String,
+        /// Who.
+        approver: ActorRef,
+        /// Comment.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        comment: Option<String>,
+    },
+    /// A human rejected.
+    #[serde(rename = "capability.rejected", rename_all = "camelCase")]
+    Rejected {
+        /// The approval.
+        approval_id: String,
+        /// Who.
+        approver: ActorRef,
+        /// Comment.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        comment: Option<String>,
+    },
+    /// Stage 10.
+    #[serde(rename = "capability.started", rename_all = "camelCase")]
+    Started {
+        /// Attempt number (1-based).
+        attempt: u32,
+        /// The approval this execution consumed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        approval_id: Option<String>,
+    },
+    /// Stage 11 re-attempt.
+    #[serde(rename = "capability.retried", rename_all = "camelCase")]
+    Retried {
+        /// The attempt about to run.
+        attempt: u32,
+        /// Why the previous one failed.
+        previous_error_code: ErrorCode,
+    },
+    /// Stage 14.
+    #[serde(rename = "capability.completed", rename_all = "camelCase")]
+    Completed {
+        /// Wall time of the execution.
+        duration_ms: u64,
+        /// Attempts made.
+        attempts: u32,
+    },
+    /// A terminal failure.
+    #[serde(rename = "capability.failed", rename_all = "camelCase")]
+    Failed {
+        /// The code.
+        code: ErrorCode,
+        /// The stage.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stage: Option<Stage>,
+        /// Whether retrying may help.
+        retryable: bool,
+        /// Attempts made.
+        attempts: u32,
+        /// The procedure ran before the failure (stages 12/13).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        executed_before_failure: Option<bool>,
+        /// Policy stances, when a policy batch led to it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        policy_decisions: Option<Vec<PolicyStance>>,
+    },
+    /// Timeout or cancellation.
+    #[serde(rename = "capability.cancelled", rename_all = "camelCase")]
+    Cancelled {
+        /// TIMEOUT or CANCELLED.
+        code: ErrorCode,
+        /// Wall time of the execution.
+        duration_ms: u64,
+        /// Allow-listed adapter metadata (e.g. a provider's stall terminal).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        metadata: Option<serde_json::Value>,
+    },
+}
+
+impl EventPayload {
+    /// The event type string (`capability.requested`, ...).
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            EventPayload::CapabilitiesDiscovered { .. } => "capabilities.discovered",
+            EventPayload::Requested { .. } => "capability.requested",
+            EventPayload::Denied { .. } => "capability.denied",
+            EventPayload::ApprovalRequested { .. } => "capability.approval_requested",
+            EventPayload::Approved { .. } => "capability.approved",
+            EventPayload::Rejected { .. } => "capability.rejected",
+            EventPayload::Started { .. } => "capability.started",
+            EventPayload::Retried { .. } => "capability.retried",
+            EventPayload::Completed { .. } => "capability.completed",
+            EventPayload::Failed { .. } => "capability.failed",
+            EventPayload::Cancelled { .. } => "capability.cancelled",
+        }
+    }
+}
+
+/// One audit event: the envelope plus the typed payload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditEvent {
+    /// When.
+    pub timestamp: DateTime<Utc>,
+    /// Through which door.
+    pub surface: Surface,
+    /// Who (attributes stripped).
+    pub actor: ActorRef,
+    /// The execution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution_id: Option<String>,
+    /// The capability.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capability_id: Option<String>,
+    /// Caller correlation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<String>,
+    /// SHA-256 of the canonical validated input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_hash: Option<String>,
+    /// Type and data.
+    #[serde(flatten)]
+    pub payload: EventPayload,
+}
+
+impl AuditEvent {
+    /// The event type string.
+    pub fn type_name(&self) -> &'static str {
+        self.payload.type_name()
+    }
+}
+
+/// A sink could not record an event.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("audit sink `{sink}` failed: {message}")]
+pub struct AuditSinkError {
+    /// Which sink.
+    pub sink: String,
+    /// Why.
+    pub message: String,
+}
+
+/// Where audit events go. `emit` of `capability.started` must not return before the event is
+/// durable when the sink is durable: strict mode relies on it.
+#[async_trait]
+pub trait AuditSink: Send + Sync + 'static {
+    /// A stable name for errors.
+    fn name(&self) -> &str;
+    /// Record one event.
+    async fn emit(&self, event: &AuditEvent) -> Result<(), AuditSinkError>;
+    /// Write out anything buffered (the gateway drains before answering).
+    async fn flush(&self) -> Result<(), AuditSinkError> {
+        Ok(())
+    }
+}
+
+/// Called when a sink fails in best-effort mode.
+pub type SinkErrorHook = Arc<dyn Fn(&AuditSinkError, &AuditEvent) + Send + Sync>;
+
+/// The runtime's view of its sinks: ordered, best effort by default, strict on request.
+#[derive(Clone, Default)]
+pub struct AuditConfig {
+    /// The sinks, each receiving every event in pipeline order.
+    pub sinks: Vec<Arc<dyn AuditSink>>,
+    /// Strict: a failure to record `capability.started` aborts with AUDIT_UNAVAILABLE.
+    pub strict: bool,
+    /// Include capability ids in `capabilities.discovered`.
+    pub verbose: bool,
+    /// Best-effort failure hook.
+    pub on_sink_error: Option<SinkErrorHook>,
+}
+
+pub(crate) struct Auditor {
+    pub(crate) config: AuditConfig,
+    lost: AtomicU64,
+}
+
+impl Auditor {
+    pub(crate) fn new(config: AuditConfig) -> Self {
+        Auditor {
+            config,
+            lost: AtomicU64::new(0),
+        }
+    }
+
+    /// Deliver to every sink in order. Returns the first failure (the caller decides whether
+    /// it matters); failures are also reported to the hook and counted.
+    pub(crate) async fn emit(&self, event: AuditEvent) -> Result<(), AuditSinkError> {
+        let mut first_err = None;
+        for sink in &self.config.sinks {
+            if let Err(e) = sink.emit(&event).await {
+                self.lost.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(target: "capgate::audit", sink = %e.sink, error = %e.message, event = event.type_name(), "audit sink failed");
+                if let Some(hook) = &self.config.on_sink_error {
+                    hook(&e, &event);
+                }
+                first_err.get_or_insert(e);
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn lost(&self) -> u64 {
+        self.lost.load(Ordering::Relaxed)
+    }
+
+    pub(crate) async fn flush(&self) -> Result<(), AuditSinkError> {
+        for s in &self.config.sinks {
+            s.flush().await?;
+        }
+        Ok(())
+    }
+}
+
+/// Keeps events in memory: for tests and the in-process demo.
+#[derive(Default)]
+pub struct MemorySink {
+    events: Mutex<Vec<AuditEvent>>,
+}
+
+impl MemorySink {
+    /// An empty sink.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// A copy of every event so far.
+    pub fn events(&self) -> Vec<AuditEvent> {
+        self.events.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+    /// The type names, in order.
+    pub fn types(&self) -> Vec<&'static str> {
+        self.events().iter().map(AuditEvent::type_name).collect()
+    }
+    /// Events of one execution, in order.
+    pub fn for_execution(&self, execution_id: &str) -> Vec<AuditEvent> {
+        self.events()
+            .into_iter()
+            .filter(|e| e.execution_id.as_deref() == Some(execution_id))
+            .collect()
+    }
+    /// Forget everything.
+    pub fn clear(&self) {
+        self.events.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+}
+
+#[async_trait]
+impl AuditSink for MemorySink {
+    fn name(&self) -> &str {
+        "memory"
+    }
+    async fn emit(&self, event: &AuditEvent) -> Result<(), AuditSinkError> {
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(event.clone());
+        Ok(())
+    }
+}
+
+/// Emits each event as a structured `tracing` record (target `capgate::audit`).
+#[derive(Default, Debug, Clone, Copy)]
+pub struct TracingSink;
+
+#[async_trait]
+impl AuditSink for TracingSink {
+    fn name(&self) -> &str {
+        "tracing"
+    }
+    async fn emit(&self, event: &AuditEvent) -> Result<(), AuditSinkError> {
+        let json = serde_json::to_string(event).map_err(|e| AuditSinkError {
+            sink: "tracing".into(),
+            message: e.to_string(),
+        })?;
+        tracing::info!(target: "capgate::audit", event = event.type_name(), json = %json);
+        Ok(())
+    }
+}
+
+/// Appends one JSON object per line to a writer (a file, stdout).
+pub struct JsonLinesSink {
+    out: Mutex<Box<dyn Write + Send>>,
+}
+
+impl JsonLinesSink {
+    /// Write to any writer.
+    pub fn new(out: impl Write + Send + 'static) -> Self {
+        JsonLinesSink {
+            out: Mutex::new(Box::new(out)),
+        }
+    }
+    /// Append to a file, creating it.
+    pub fn append_to(path: impl AsRef<std::path::Path>) -> std::io::Result<Self> {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        Ok(JsonLinesSink::new(f))
+    }
+    /// Write to standard output.
+    pub fn stdout() -> Self {
+        JsonLinesSink::new(std::io::stdout())
+    }
+}
+
+#[async_trait]
+impl AuditSink for JsonLinesSink {
+    fn name(&self) -> &str {
+        "jsonl"
+    }
+    async fn emit(&self, event: &AuditEvent) -> Result<(), AuditSinkError> {
+        let err = |e: &dyn std::fmt::Display| AuditSinkError {
+            sink: "jsonl".into(),
+            message: e.to_string(),
+        };
+        let mut line = serde_json::to_vec(event).map_err(|e| err(&e))?;
+        line.push(b'\n');
+        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        out.write_all(&line).map_err(|e| err(&e))?;
+        out.flush().map_err(|e| err(&e))
+    }
+}

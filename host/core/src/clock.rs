@@ -1,0 +1,42 @@
+//! Time as the runtime sees it: injectable so that expiry and durations are testable.
+
+use chrono::{DateTime, Utc};
+use std::sync::Mutex;
+
+/// A source of wall-clock time.
+pub trait Clock: Send + Sync + 'static {
+    /// Now.
+    fn now(&self) -> DateTime<Utc>;
+}
+
+/// The system clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now()
+    }
+}
+
+/// A clock tests move by hand.
+#[derive(Debug)]
+pub struct ManualClock(Mutex<DateTime<Utc>>);
+
+impl ManualClock {
+    /// Starting at `start`.
+    pub fn new(start: DateTime<Utc>) -> Self {
+        ManualClock(Mutex::new(start))
+    }
+    /// Move forward.
+    pub fn advance(&self, by: chrono::Duration) {
+        let mut t = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        *t += by;
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> DateTime<Utc> {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}

@@ -1,0 +1,464 @@
+//! The closed error vocabulary of the pipeline (digest §2.5) and the only two shapes of
+//! it a model may ever see (SI-9).
+
+use serde::{Deserialize, Serialize, Serializer};
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+
+/// Every code the runtime can produce. The list is closed: adapters add none of their own
+/// to core envelopes (the gateway's own codes live in the gateway).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ErrorCode {
+    /// Unknown, unexposed or hidden capability (concealed alike, SI-8).
+    CapabilityNotFound,
+    /// The input failed its schema.
+    InputInvalid,
+    /// No well-formed actor, or the procedure reported an unauthenticated caller.
+    Unauthenticated,
+    /// The procedure's middleware refused the operation.
+    Forbidden,
+    /// A policy denied the call.
+    PolicyDenied,
+    /// A policy failed (error, timeout, invalid decision): fail closed (SI-7).
+    PolicyFailed,
+    /// Only produced by `ExecutionResult::unwrap`-style helpers.
+    ApprovalRequired,
+    /// Resume before a decision.
+    ApprovalPending,
+    /// Resume of a rejected approval.
+    ApprovalRejected,
+    /// Resume after expiry.
+    ApprovalExpired,
+    /// Resume of an approval that already executed.
+    ApprovalConsumed,
+    /// The stored input no longer matches its bound hash (SI-5).
+    ApprovalInputMismatch,
+    /// The approver is the requester (SI-4).
+    ApprovalSelfApproval,
+    /// The input cannot be canonically serialized.
+    ApprovalUnserializableInput,
+    /// Resume guards (expected actor/surface) did not match.
+    ApprovalResumeMismatch,
+    /// The procedure failed.
+    ExecutionFailed,
+    /// The procedure's output violated its schema; output withheld.
+    OutputInvalid,
+    /// The attempt ran past its deadline.
+    Timeout,
+    /// The caller cancelled.
+    Cancelled,
+    /// Strict audit could not record `capability.started`.
+    AuditUnavailable,
+    /// An adapter failed.
+    AdapterError,
+    /// Anything else; also the public face of every non-exposed error.
+    InternalError,
+}
+
+impl ErrorCode {
+    /// Every code, in the table's order.
+    pub const ALL: [ErrorCode; 22] = [
+        ErrorCode::CapabilityNotFound,
+        ErrorCode::InputInvalid,
+        ErrorCode::Unauthenticated,
+        ErrorCode::Forbidden,
+        ErrorCode::PolicyDenied,
+        ErrorCode::PolicyFailed,
+        ErrorCode::ApprovalRequired,
+        ErrorCode::ApprovalPending,
+        ErrorCode::ApprovalRejected,
+        ErrorCode::ApprovalExpired,
+        ErrorCode::ApprovalConsumed,
+        ErrorCode::ApprovalInputMismatch,
+        ErrorCode::ApprovalSelfApproval,
+        ErrorCode::ApprovalUnserializableInput,
+        ErrorCode::ApprovalResumeMismatch,
+        ErrorCode::ExecutionFailed,
+        ErrorCode::OutputInvalid,
+        ErrorCode::Timeout,
+        ErrorCode::Cancelled,
+        ErrorCode::AuditUnavailable,
+        ErrorCode::AdapterError,
+        ErrorCode::InternalError,
+    ];
+
+    /// The wire spelling, e.g. `CAPABILITY_NOT_FOUND`.
+    pub fn as_str(self) -> &'static str {
+        use ErrorCode::*;
+        match self {
+            CapabilityNotFound => "CAPABILITY_NOT_FOUND",
+            InputInvalid => "INPUT_INVALID",
+            Unauthenticated => "UNAUTHENTICATED",
+            Forbidden => "FORBIDDEN",
+            PolicyDenied => "POLICY_DENIED",
+            PolicyFailed => "POLICY_FAILED",
+            ApprovalRequired => "APPROVAL_REQUIRED",
+            ApprovalPending => "APPROVAL_PENDING",
+            ApprovalRejected => "APPROVAL_REJECTED",
+            ApprovalExpired => "APPROVAL_EXPIRED",
+            ApprovalConsumed => "APPROVAL_CONSUMED",
+            ApprovalInputMismatch => "APPROVAL_INPUT_MISMATCH",
+            ApprovalSelfApproval => "APPROVAL_SELF_APPROVAL",
+            ApprovalUnserializableInput => "APPROVAL_UNSERIALIZABLE_INPUT",
+            ApprovalResumeMismatch => "APPROVAL_RESUME_MISMATCH",
+            ExecutionFailed => "EXECUTION_FAILED",
+            OutputInvalid => "OUTPUT_INVALID",
+            Timeout => "TIMEOUT",
+            Cancelled => "CANCELLED",
+            AuditUnavailable => "AUDIT_UNAVAILABLE",
+            AdapterError => "ADAPTER_ERROR",
+            InternalError => "INTERNAL_ERROR",
+        }
+    }
+
+    /// The per-code defaults of the table: (stage, retryable, exposeToModel, public message).
+    pub fn defaults(self) -> (Option<Stage>, bool, bool, &'static str) {
+        use ErrorCode::*;
+        use Stage as S;
+        match self {
+            CapabilityNotFound => (Some(S::Discovery), false, true, NOT_FOUND_MESSAGE),
+            InputInvalid => (Some(S::InputValidation), false, true, "The input is invalid."),
+            Unauthenticated => (
+                Some(S::Authentication),
+                false,
+                true,
+                "Authentication is required.",
+            ),
+            Forbidden => (
+                Some(S::Authorization),
+                false,
+                true,
+                "The operation is forbidden.",
+            ),
+            PolicyDenied => (Some(S::Policy), false, true, "The request was denied by policy."),
+            PolicyFailed => (Some(S::Policy), false, false, "Policy evaluation failed."),
+            ApprovalRequired => (Some(S::Approval), false, true, "Approval is required."),
+            ApprovalPending => (Some(S::Approval), true, true, "The approval is still pending."),
+            ApprovalRejected => (Some(S::Approval), false, true, "The approval was rejected."),
+            ApprovalExpired => (Some(S::Approval), false, true, "The approval has expired."),
+            ApprovalConsumed => (
+                Some(S::Approval),
+                false,
+                true,
+                "The approval has already been used.",
+            ),
+            ApprovalInputMismatch => (
+                Some(S::Approval),
+                false,
+                false,
+                "The approved input does not match its hash.",
+            ),
+            ApprovalSelfApproval => (
+                Some(S::Approval),
+                false,
+                true,
+                "The requester cannot approve their own request.",
+            ),
+            ApprovalUnserializableInput => (
+                Some(S::Approval),
+                false,
+                false,
+                "The input cannot be serialized for approval.",
+            ),
+            ApprovalResumeMismatch => (
+                Some(S::Approval),
+                false,
+                false,
+                "The approval does not belong to this caller.",
+            ),
+            ExecutionFailed => (Some(S::Execution), false, false, OPERATION_FAILED),
+            OutputInvalid => (
+                Some(S::OutputValidation),
+                false,
+                false,
+                "The output violated its contract.",
+            ),
+            Timeout => (Some(S::Timeout), true, true, "The operation timed out."),
+            Cancelled => (Some(S::Cancellation), false, true, "The operation was cancelled."),
+            AuditUnavailable => (
+                Some(S::Execution),
+                true,
+                false,
+                "The audit trail is unavailable.",
+            ),
+            AdapterError => (Some(S::Adapter), false, false, "The adapter failed."),
+            InternalError => (None, false, false, OPERATION_FAILED),
+        }
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The constant public message of every concealed denial (SI-8).
+pub const NOT_FOUND_MESSAGE: &str = "Capability not found.";
+/// The public message of every error a model may not see in detail (SI-9).
+pub const OPERATION_FAILED: &str = "The operation failed.";
+
+/// The pipeline stage an error belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Stage {
+    /// Resolution, exposure, hiding, discovery budget.
+    Discovery,
+    /// Stage 5.
+    InputValidation,
+    /// Stage 6 and unauthenticated procedures.
+    Authentication,
+    /// Forbidden procedures.
+    Authorization,
+    /// Stages 7 and 9.
+    Policy,
+    /// Stage 8 and resume.
+    Approval,
+    /// Stage 11 and audit.
+    Execution,
+    /// Stage 12.
+    OutputValidation,
+    /// Deadline.
+    Timeout,
+    /// Caller cancellation.
+    Cancellation,
+    /// An adapter.
+    Adapter,
+}
+
+impl Stage {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Discovery => "discovery",
+            Stage::InputValidation => "input-validation",
+            Stage::Authentication => "authentication",
+            Stage::Authorization => "authorization",
+            Stage::Policy => "policy",
+            Stage::Approval => "approval",
+            Stage::Execution => "execution",
+            Stage::OutputValidation => "output-validation",
+            Stage::Timeout => "timeout",
+            Stage::Cancellation => "cancellation",
+            Stage::Adapter => "adapter",
+        }
+    }
+}
+
+/// One schema issue, safe for a model: where and what, never the offending value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Issue {
+    /// JSON pointer of the offending location (`/amount`); empty for the root.
+    pub path: String,
+    /// What is wrong, with instance values masked.
+    pub message: String,
+}
+
+/// A private cause: kept for logs and operators, never serialized.
+pub type Cause = Arc<dyn std::error::Error + Send + Sync + 'static>;
+
+/// A governed failure. Serializing it yields only the model-safe wire shape (see
+/// [`CapabilityError::to_public`]); the stage, the private cause and private details stay
+/// in memory for audit and logs.
+#[derive(Clone)]
+pub struct CapabilityError {
+    code: ErrorCode,
+    stage: Option<Stage>,
+    public_message: Cow<'static, str>,
+    retryable: bool,
+    expose_to_model: bool,
+    issues: Option<Vec<Issue>>,
+    private_details: Option<serde_json::Value>,
+    cause: Option<Cause>,
+}
+
+impl fmt::Debug for CapabilityError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CapabilityError")
+            .field("code", &self.code)
+            .field("stage", &self.stage)
+            .field("public_message", &self.public_message)
+            .field("retryable", &self.retryable)
+            .field("expose_to_model", &self.expose_to_model)
+            .field("issues", &self.issues)
+            .field("private_details", &self.private_details)
+            .field("cause", &self.cause.as_ref().map(|c| c.to_string()))
+            .finish()
+    }
+}
+
+impl fmt::Display for CapabilityError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code, self.public_message)
+    }
+}
+
+impl std::error::Error for CapabilityError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause
+            .as_deref()
+            .map(|c| c as &(dyn std::error::Error + 'static))
+    }
+}
+
+impl CapabilityError {
+    /// An error with the code's defaults.
+    pub fn new(code: ErrorCode) -> Self {
+        let (stage, retryable, expose, message) = code.defaults();
+        CapabilityError {
+            code,
+            stage,
+            public_message: Cow::Borrowed(message),
+            retryable,
+            expose_to_model: expose,
+            issues: None,
+            private_details: None,
+            cause: None,
+        }
+    }
+
+    /// The concealed not-found error (SI-8): identical whatever the true reason.
+    pub fn not_found() -> Self {
+        CapabilityError::new(ErrorCode::CapabilityNotFound)
+    }
+
+    /// INPUT_INVALID with model-safe issues.
+    pub fn input_invalid(issues: Vec<Issue>) -> Self {
+        let mut e = CapabilityError::new(ErrorCode::InputInvalid);
+        e.issues = Some(issues);
+        e
+    }
+
+    /// Replace the public message.
+    pub fn with_message(mut self, message: impl Into<Cow<'static, str>>) -> Self {
+        self.public_message = message.into();
+        self
+    }
+
+    /// Override retryability.
+    pub fn with_retryable(mut self, retryable: bool) -> Self {
+        self.retryable = retryable;
+        self
+    }
+
+    /// Override whether a model may see the code and message.
+    pub fn with_exposed(mut self, expose: bool) -> Self {
+        self.expose_to_model = expose;
+        self
+    }
+
+    /// Override the stage.
+    pub fn with_stage(mut self, stage: Stage) -> Self {
+        self.stage = Some(stage);
+        self
+    }
+
+    /// Attach a private cause (never serialized).
+    pub fn with_cause(mut self, cause: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        let boxed: Box<dyn std::error::Error + Send + Sync> = cause.into();
+        self.cause = Some(Arc::from(boxed));
+        self
+    }
+
+    /// Attach private details (audit/logs only, never serialized).
+    pub fn with_private_details(mut self, details: serde_json::Value) -> Self {
+        self.private_details = Some(details);
+        self
+    }
+
+    /// The code.
+    pub fn code(&self) -> ErrorCode {
+        self.code
+    }
+    /// The stage (none for INTERNAL_ERROR).
+    pub fn stage(&self) -> Option<Stage> {
+        self.stage
+    }
+    /// The public message.
+    pub fn public_message(&self) -> &str {
+        &self.public_message
+    }
+    /// Whether retrying may succeed.
+    pub fn retryable(&self) -> bool {
+        self.retryable
+    }
+    /// Whether a model may see the code and message.
+    pub fn expose_to_model(&self) -> bool {
+        self.expose_to_model
+    }
+    /// The INPUT_INVALID issues.
+    pub fn issues(&self) -> Option<&[Issue]> {
+        self.issues.as_deref()
+    }
+    /// Private details (policy name, reason...).
+    pub fn private_details(&self) -> Option<&serde_json::Value> {
+        self.private_details.as_ref()
+    }
+    /// The private cause.
+    pub fn cause(&self) -> Option<&Cause> {
+        self.cause.as_ref()
+    }
+
+    /// The only two wire shapes a model may receive (SI-9): the exposed
+    /// `{code, message, retryable[, details]}` or the constant internal error.
+    pub fn to_public(&self) -> PublicError {
+        if self.expose_to_model {
+            PublicError {
+                code: self.code,
+                message: self.public_message.to_string(),
+                retryable: self.retryable,
+                details: match (&self.code, &self.issues) {
+                    (ErrorCode::InputInvalid, Some(issues)) => Some(PublicDetails {
+                        issues: issues.clone(),
+                    }),
+                    _ => None,
+                },
+            }
+        } else {
+            PublicError::internal()
+        }
+    }
+}
+
+impl Serialize for CapabilityError {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.to_public().serialize(s)
+    }
+}
+
+/// What crosses a trust boundary of an error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublicError {
+    /// The code (INTERNAL_ERROR for everything not exposed).
+    pub code: ErrorCode,
+    /// The public message.
+    pub message: String,
+    /// Whether retrying may succeed.
+    pub retryable: bool,
+    /// INPUT_INVALID issue paths and messages, never values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<PublicDetails>,
+}
+
+impl PublicError {
+    /// `{code: INTERNAL_ERROR, message: "The operation failed.", retryable: false}`.
+    pub fn internal() -> Self {
+        PublicError {
+            code: ErrorCode::InternalError,
+            message: OPERATION_FAILED.to_string(),
+            retryable: false,
+            details: None,
+        }
+    }
+}
+
+/// INPUT_INVALID details.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublicDetails {
+    /// The schema issues.
+    pub issues: Vec<Issue>,
+}

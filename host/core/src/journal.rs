@@ -1,0 +1,1 @@
+//! The invocation journal seam (filled by the capgate-store issue).

@@ -1,0 +1,232 @@
+//! Stages 9–15: execution-phase policies, controls, the procedure under its retry loop,
+//! output validation, redaction, completion. Shared by invoke and resume.
+
+use super::policies::{any_applicable, evaluate_batch};
+use super::{Exec, new_id, panic_message};
+use crate::actor::Actor;
+use crate::approval::ApprovalRef;
+use crate::audit::{DenyReason, EventPayload};
+use crate::error::{CapabilityError, ErrorCode};
+use crate::policy::{Phase, PolicyRequest, Verdict, combine, stances};
+use crate::procedure::{AgentInvocationInfo, Next, ProcedureCall, ProcedureError, ProgressFn};
+use crate::registry::Capability;
+use crate::result::ExecutionResult;
+use futures::FutureExt;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+/// A call that passed stages 3–8.
+pub(crate) struct Admitted {
+    pub(crate) cap: Arc<Capability>,
+    pub(crate) input: serde_json::Value,
+    pub(crate) actor: Actor,
+    pub(crate) context: serde_json::Value,
+    pub(crate) approval: Option<ApprovalRef>,
+    pub(crate) cancel: Option<CancellationToken>,
+    pub(crate) idempotency_key: Option<String>,
+    pub(crate) progress: Option<ProgressFn>,
+}
+
+pub(crate) async fn execute(exec: Exec<'_>, a: Admitted) -> ExecutionResult {
+    let rt = exec.rt;
+    let cap = &a.cap;
+
+    // ── Stage 9: execution-phase policies (freshness after approval latency) ──
+    if any_applicable(rt, cap, Phase::Execution) {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(rt.defaults.policy_timeout_ms);
+        let request = PolicyRequest {
+            phase: Phase::Execution,
+            capability: &cap.info,
+            surface: exec.surface,
+            actor: &a.actor,
+            context: &a.context,
+            input: Some(&a.input),
+            execution_id: &exec.execution_id,
+            approval: a.approval.as_ref(),
+        };
+        let evaluated = evaluate_batch(rt, cap, &request, deadline).await;
+        let decisions = Some(stances(&evaluated));
+        match combine(&evaluated) {
+            Verdict::Allowed => {}
+            Verdict::Failed { policy, reason } => {
+                let err = CapabilityError::new(ErrorCode::PolicyFailed)
+                    .with_private_details(serde_json::json!({ "policy": policy, "reason": reason }));
+                return exec.denied(DenyReason::PolicyFailed, err, decisions).await;
+            }
+            Verdict::Hidden { policy } => {
+                let err = CapabilityError::not_found()
+                    .with_private_details(serde_json::json!({ "policy": policy }));
+                return exec.denied(DenyReason::Hidden, err, decisions).await;
+            }
+            // Approval cannot be asked for twice: at stage 9 anything but allow denies.
+            Verdict::Denied { policy, code, message } => {
+                let mut err = CapabilityError::new(ErrorCode::PolicyDenied)
+                    .with_private_details(serde_json::json!({ "policy": policy, "code": code }));
+                if let Some(m) = message {
+                    err = err.with_message(m);
+                }
+                return exec.denied(DenyReason::PolicyDenied, err, decisions).await;
+            }
+            Verdict::ApprovalRequired(_) => {
+                let err = CapabilityError::new(ErrorCode::PolicyDenied).with_private_details(
+                    serde_json::json!({ "reason": "require-approval at the execution phase" }),
+                );
+                return exec.denied(DenyReason::PolicyDenied, err, decisions).await;
+            }
+        }
+    }
+
+    // ── Stage 10: controls (timeout + caller cancellation), capability.started ──
+    let timeout = Duration::from_millis(cap.meta.timeout_ms.unwrap_or(rt.defaults.timeout_ms));
+    let caller = a.cancel.unwrap_or_default();
+    let started = exec.event(EventPayload::Started {
+        attempt: 1,
+        approval_id: a.approval.as_ref().map(|x| x.id.clone()),
+    });
+    if let Err(e) = rt.audit.emit(started).await
+        && rt.audit.config.strict
+    {
+        let err = CapabilityError::new(ErrorCode::AuditUnavailable).with_cause(e.to_string());
+        return exec.failed(err, 0, false, false, None).await;
+    }
+
+    // ── Stage 11: the procedure through its middleware chain; retries wrap this stage ──
+    let agent = Arc::new(AgentInvocationInfo {
+        execution_id: exec.execution_id.clone(),
+        capability_id: cap.id.clone(),
+        surface: exec.surface,
+        actor: a.actor,
+        approval: a.approval,
+        correlation_id: exec.correlation_id.clone(),
+        idempotency_key: a.idempotency_key.unwrap_or_else(|| new_id("idk")),
+    });
+    let retry = cap.meta.retry.as_ref().filter(|_| cap.meta.retry_eligible());
+    let max_attempts = 1 + retry.map_or(0, |r| r.max_attempts);
+    let mut attempt = 1u32;
+    let mut input = Some(a.input);
+    let output = loop {
+        let this_input = if attempt < max_attempts {
+            input.clone().unwrap_or_default()
+        } else {
+            input.take().unwrap_or_default()
+        };
+        let call = ProcedureCall {
+            input: this_input,
+            context: a.context.clone(),
+            agent: agent.clone(),
+            cancel: caller.child_token(),
+            progress: a.progress.clone(),
+            attempt,
+        };
+        match run_attempt(cap, call, &caller, timeout, attempt).await {
+            Ok(v) => break v,
+            Err(err) => {
+                let retry_allowed = retry.is_some_and(|r| {
+                    r.retry_on.as_ref().is_none_or(|codes| codes.contains(&err.code()))
+                });
+                let terminal = err.code() == ErrorCode::Cancelled
+                    || !err.retryable()
+                    || !retry_allowed
+                    || attempt >= max_attempts;
+                if terminal {
+                    return exec.failed(err, attempt, true, false, None).await;
+                }
+                let base = retry
+                    .and_then(|r| r.backoff_ms)
+                    .unwrap_or(rt.defaults.retry_backoff_ms);
+                let backoff = base.saturating_mul(1u64 << (attempt - 1).min(20));
+                tokio::select! {
+                    biased;
+                    _ = caller.cancelled() => {
+                        let err = CapabilityError::new(ErrorCode::Cancelled);
+                        return exec.failed(err, attempt, true, false, None).await;
+                    }
+                    _ = tokio::time::sleep(Duration::from_millis(backoff)) => {}
+                }
+                attempt += 1;
+                exec.emit(EventPayload::Retried {
+                    attempt,
+                    previous_error_code: err.code(),
+                })
+                .await;
+            }
+        }
+    };
+
+    // ── Stage 12: output validation (the contract is checked on the true output) ──
+    if let Some(schema) = &cap.output
+        && let Err(issues) = schema.check(&output)
+    {
+        let err = CapabilityError::new(ErrorCode::OutputInvalid)
+            .with_private_details(serde_json::json!({ "issues": issues }));
+        return exec.failed(err, attempt, true, true, None).await;
+    }
+
+    // ── Stage 13: redaction, before any envelope, event or span attribute (SI-10) ──
+    let mut output = output;
+    for r in &cap.redactors {
+        match AssertUnwindSafe(r.redact_output(&cap.info, output)).catch_unwind().await {
+            Ok(Ok(v)) => output = v,
+            Ok(Err(e)) => {
+                let err = CapabilityError::new(ErrorCode::ExecutionFailed)
+                    .with_cause(format!("redactor `{}`: {e}", r.name()));
+                return exec.failed(err, attempt, true, true, None).await;
+            }
+            Err(p) => {
+                let err = CapabilityError::new(ErrorCode::ExecutionFailed)
+                    .with_cause(format!("redactor `{}` panicked: {}", r.name(), panic_message(&*p)));
+                return exec.failed(err, attempt, true, true, None).await;
+            }
+        }
+    }
+
+    // ── Stage 14: capability.completed, span ok ──
+    exec.emit(EventPayload::Completed {
+        duration_ms: exec.elapsed_ms(),
+        attempts: attempt,
+    })
+    .await;
+    exec.span.record("capgate.outcome", "completed");
+    exec.span.record("otel.status_code", "OK");
+
+    // ── Stage 15: the completed envelope ──
+    ExecutionResult::Completed {
+        execution_id: exec.execution_id,
+        output,
+    }
+}
+
+/// One attempt of stage 11 under the composite signal: the caller's cancellation and a
+/// timer re-armed for this attempt. The procedure's own token fires on either.
+async fn run_attempt(
+    cap: &Capability,
+    call: ProcedureCall,
+    caller: &CancellationToken,
+    timeout: Duration,
+    attempt: u32,
+) -> Result<serde_json::Value, CapabilityError> {
+    let child = call.cancel.clone();
+    let span = tracing::info_span!("agent.procedure_execution", capgate.attempt = attempt);
+    let chain = Next::new(&cap.middleware, cap.procedure.as_ref()).run(call);
+    let guarded = AssertUnwindSafe(chain).catch_unwind().instrument(span);
+    tokio::select! {
+        biased;
+        _ = caller.cancelled() => {
+            child.cancel();
+            Err(CapabilityError::new(ErrorCode::Cancelled))
+        }
+        // Polled before the timer so a procedure that is ready at once never arms it.
+        r = guarded => match r {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(e.into_capability_error()),
+            Err(p) => Err(ProcedureError::Internal(format!("procedure panicked: {}", panic_message(&*p))).into_capability_error()),
+        },
+        _ = tokio::time::sleep(timeout) => {
+            child.cancel();
+            Err(CapabilityError::new(ErrorCode::Timeout))
+        }
+    }
+}

@@ -1,0 +1,313 @@
+//! Invocation, stages 2–8. Stages 9–15 live in `execute.rs` because resume shares them.
+
+use super::execute::{Admitted, execute};
+use super::policies::evaluate_batch;
+use super::{Exec, missing_actor, new_id, panic_message};
+use crate::approval::{ApprovalRef, ApprovalRequest, DecisionStatus};
+use crate::audit::{DenyReason, EventPayload};
+use crate::canonical::input_hash;
+use crate::error::{CapabilityError, ErrorCode};
+use crate::policy::{ApprovalRequirement, Phase, PolicyRequest, Verdict, stances};
+use crate::registry::Capability;
+use crate::result::ExecutionResult;
+use crate::runtime::{Inner, InvokeRequest};
+use futures::FutureExt;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tracing::Instrument;
+
+/// Stages 2–15 of one governed call.
+pub(crate) async fn invoke(rt: &Inner, req: InvokeRequest) -> ExecutionResult {
+    // ── Stage 2: execution identity, root span, capability.requested ──
+    let execution_id = new_id("exe");
+    let span = tracing::info_span!(
+        "agent.capability_call",
+        capgate.execution_id = %execution_id,
+        capgate.capability_id = %req.capability_id,
+        capgate.surface = req.surface.as_str(),
+        capgate.outcome = tracing::field::Empty,
+        capgate.error_code = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    let exec = Exec {
+        rt,
+        execution_id,
+        surface: req.surface,
+        actor: req.actor.as_ref().map_or_else(missing_actor, |a| a.reference()),
+        capability_id: req.capability_id.clone(),
+        correlation_id: req.correlation_id.clone(),
+        input_hash: None,
+        started: Instant::now(),
+        span: span.clone(),
+    };
+    stages(exec, req).instrument(span).await
+}
+
+async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
+    let rt = exec.rt;
+    let resolved = rt.registry.get(&req.capability_id).cloned();
+    exec.emit(EventPayload::Requested {
+        side_effect: resolved.as_ref().map(|c| c.meta.side_effect),
+        risk: resolved.as_ref().map(|c| c.meta.risk),
+    })
+    .await;
+
+    // ── Stage 3: resolve the capability id ──
+    let Some(cap) = resolved else {
+        return exec
+            .denied(DenyReason::Unknown, CapabilityError::not_found(), None)
+            .await;
+    };
+
+    // ── Stage 4: exposure on this surface (concealed as not found, SI-1/SI-8) ──
+    if !cap.meta.expose.allows(req.surface) {
+        return exec
+            .denied(DenyReason::NotExposed, CapabilityError::not_found(), None)
+            .await;
+    }
+
+    // ── Stage 5: input validation; from here on only the validated value exists (SI-6) ──
+    let input = match cap.input.validate(req.input) {
+        Ok(v) => v,
+        Err(issues) => {
+            return exec
+                .failed(CapabilityError::input_invalid(issues), 0, false, false, None)
+                .await;
+        }
+    };
+    let hash = input_hash(&input);
+    exec.input_hash = hash.as_ref().ok().cloned();
+
+    // ── Stage 6: actor check ──
+    let actor = match req.actor {
+        Some(a) if a.is_well_formed() => a,
+        _ => {
+            return exec
+                .failed(
+                    CapabilityError::new(ErrorCode::Unauthenticated),
+                    0,
+                    false,
+                    false,
+                    None,
+                )
+                .await;
+        }
+    };
+
+    // ── Stage 7: invocation-phase policies (all evaluated, then combined) ──
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(rt.defaults.policy_timeout_ms);
+    let request = PolicyRequest {
+        phase: Phase::Invocation,
+        capability: &cap.info,
+        surface: req.surface,
+        actor: &actor,
+        context: &req.context,
+        input: Some(&input),
+        execution_id: &exec.execution_id,
+        approval: None,
+    };
+    let evaluated = evaluate_batch(rt, &cap, &request, deadline).await;
+    let verdict = crate::policy::combine(&evaluated);
+    let decisions = (!evaluated.is_empty()).then(|| stances(&evaluated));
+    let mut requirement = match verdict {
+        Verdict::Failed { policy, reason } => {
+            let err = CapabilityError::new(ErrorCode::PolicyFailed)
+                .with_private_details(serde_json::json!({ "policy": policy, "reason": reason }));
+            return exec.denied(DenyReason::PolicyFailed, err, decisions).await;
+        }
+        Verdict::Denied {
+            policy,
+            code,
+            message,
+        } => {
+            let mut err = CapabilityError::new(ErrorCode::PolicyDenied)
+                .with_private_details(serde_json::json!({ "policy": policy, "code": code }));
+            if let Some(m) = message {
+                err = err.with_message(m);
+            }
+            return exec.denied(DenyReason::PolicyDenied, err, decisions).await;
+        }
+        Verdict::Hidden { policy } => {
+            let err = CapabilityError::not_found()
+                .with_private_details(serde_json::json!({ "policy": policy }));
+            return exec.denied(DenyReason::Hidden, err, decisions).await;
+        }
+        Verdict::ApprovalRequired(r) => Some(r),
+        Verdict::Allowed => None,
+    };
+
+    // ── Stage 8: approval gate ──
+    if let Some(static_approval) = cap.meta.approval.as_ref().filter(|a| a.required) {
+        let r = requirement.get_or_insert_with(ApprovalRequirement::default);
+        r.merge(
+            &format!("Approval is required for {}.", cap.id),
+            static_approval.approval_type.as_deref(),
+            static_approval.expires_in_ms,
+        );
+    }
+    let mut approval = None;
+    if let Some(requirement) = requirement {
+        let hash = match hash {
+            Ok(h) => h,
+            Err(e) => {
+                let err = CapabilityError::new(ErrorCode::ApprovalUnserializableInput).with_cause(e);
+                return exec.failed(err, 0, false, false, None).await;
+            }
+        };
+        match approval_gate(&exec, &cap, &actor, &input, hash, requirement).await {
+            Gate::Suspended(result) => return result,
+            Gate::Approved(a) => approval = Some(a),
+        }
+    }
+
+    // ── Stages 9–15 ──
+    execute(
+        exec,
+        Admitted {
+            cap,
+            input,
+            actor,
+            context: req.context,
+            approval,
+            cancel: req.cancel,
+            idempotency_key: req.idempotency_key,
+            progress: req.progress,
+        },
+    )
+    .await
+}
+
+enum Gate {
+    Suspended(ExecutionResult),
+    Approved(ApprovalRef),
+}
+
+/// Stage 8: store the request (or ask the inline handler), then suspend.
+async fn approval_gate(
+    exec: &Exec<'_>,
+    cap: &Arc<Capability>,
+    actor: &crate::actor::Actor,
+    input: &serde_json::Value,
+    hash: String,
+    requirement: ApprovalRequirement,
+) -> Gate {
+    let rt = exec.rt;
+    let span = tracing::info_span!("agent.approval_request", capgate.approval_id = tracing::field::Empty);
+    let now = rt.clock.now();
+    let expires_in = requirement
+        .expires_in_ms
+        .unwrap_or(rt.defaults.approval_expires_in_ms);
+    let expires_at = now
+        + chrono::Duration::milliseconds(i64::try_from(expires_in).unwrap_or(i64::MAX / 4).min(i64::MAX / 4));
+    let request = ApprovalRequest {
+        id: new_id("apr"),
+        capability_id: cap.id.clone(),
+        surface: exec.surface,
+        actor: actor.clone(),
+        input: input.clone(),
+        input_hash: hash,
+        reasons: requirement.reasons,
+        types: requirement.types,
+        risk: cap.meta.risk,
+        side_effect: cap.meta.side_effect,
+        requested_at: now,
+        expires_at,
+        execution_id: exec.execution_id.clone(),
+        correlation_id: exec.correlation_id.clone(),
+    };
+    span.record("capgate.approval_id", request.id.as_str());
+    let requested = EventPayload::ApprovalRequested {
+        approval_id: request.id.clone(),
+        reasons: request.reasons.clone(),
+        types: request.types.clone(),
+        expires_at,
+    };
+    async {
+        let mut announced = false;
+        if let Some(handler) = &rt.handler {
+            // Inline handler: the request is announced, then decided in this call.
+            exec.emit(requested.clone()).await;
+            announced = true;
+            let decided = AssertUnwindSafe(handler.decide(&request)).catch_unwind().await;
+            match decided {
+                Ok(Ok(None)) => {} // deferred to the coordinator
+                Ok(Ok(Some(d))) => {
+                    let payload_common = (request.id.clone(), d.approver.clone(), d.comment.clone());
+                    match d.status {
+                        DecisionStatus::Rejected => {
+                            exec.emit(EventPayload::Rejected {
+                                approval_id: payload_common.0,
+                                approver: payload_common.1,
+                                comment: payload_common.2,
+                            })
+                            .await;
+                            return Gate::Suspended(
+                                exec.failed(CapabilityError::new(ErrorCode::ApprovalRejected), 0, false, false, None)
+                                    .await,
+                            );
+                        }
+                        DecisionStatus::Approved => {
+                            if rt.reject_self_approval && d.approver.id == actor.id {
+                                return Gate::Suspended(
+                                    exec.failed(
+                                        CapabilityError::new(ErrorCode::ApprovalSelfApproval),
+                                        0,
+                                        false,
+                                        false,
+                                        None,
+                                    )
+                                    .await,
+                                );
+                            }
+                            exec.emit(EventPayload::Approved {
+                                approval_id: payload_common.0.clone(),
+                                approver: payload_common.1.clone(),
+                                comment: payload_common.2,
+                            })
+                            .await;
+                            return Gate::Approved(ApprovalRef {
+                                id: payload_common.0,
+                                approver: payload_common.1,
+                            });
+                        }
+                    }
+                }
+                Ok(Err(e)) => {
+                    let err = CapabilityError::new(ErrorCode::InternalError)
+                        .with_stage(crate::error::Stage::Approval)
+                        .with_cause(e.to_string());
+                    return Gate::Suspended(exec.failed(err, 0, false, false, None).await);
+                }
+                Err(p) => {
+                    let err = CapabilityError::new(ErrorCode::InternalError)
+                        .with_stage(crate::error::Stage::Approval)
+                        .with_cause(format!("approval handler panicked: {}", panic_message(&*p)));
+                    return Gate::Suspended(exec.failed(err, 0, false, false, None).await);
+                }
+            }
+        }
+
+        match rt.coordinator.create(request).await {
+            Ok(record) => {
+                if !announced {
+                    exec.emit(requested).await;
+                }
+                exec.span.record("capgate.outcome", "approval-required");
+                exec.span.record("otel.status_code", "OK");
+                Gate::Suspended(ExecutionResult::ApprovalRequired {
+                    execution_id: exec.execution_id.clone(),
+                    approval: record.summary(now),
+                })
+            }
+            Err(e) => {
+                let err = CapabilityError::new(ErrorCode::InternalError)
+                    .with_stage(crate::error::Stage::Approval)
+                    .with_cause(e.to_string());
+                Gate::Suspended(exec.failed(err, 0, false, false, None).await)
+            }
+        }
+    }
+    .instrument(span.clone())
+    .await
+}

@@ -1,0 +1,161 @@
+//! The pipeline, laid out like `spec/execution-pipeline.txt` so the two can be read side by
+//! side: [`invoke`] holds stages 2–8, [`execute`] stages 9–15 (shared with resume),
+//! [`resume`] the stage-8 re-entry, and [`discovery`] the discovery pipeline.
+
+mod discovery;
+mod execute;
+mod invoke;
+mod policies;
+mod resume;
+
+pub(crate) use discovery::describe;
+pub(crate) use invoke::invoke;
+pub(crate) use resume::resume;
+
+use crate::actor::{ActorKind, ActorRef, Surface};
+use crate::audit::{AuditEvent, EventPayload};
+use crate::error::{CapabilityError, ErrorCode};
+use crate::result::{EffectStatus, ExecutionResult};
+use crate::runtime::Inner;
+use std::time::Instant;
+
+/// A new `prefix_<uuid v7>` id (time-ordered, so ids sort by creation in stores).
+pub(crate) fn new_id(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::now_v7())
+}
+
+/// The facts every event of one execution shares.
+pub(crate) struct Exec<'a> {
+    pub(crate) rt: &'a Inner,
+    pub(crate) execution_id: String,
+    pub(crate) surface: Surface,
+    pub(crate) actor: ActorRef,
+    pub(crate) capability_id: String,
+    pub(crate) correlation_id: Option<String>,
+    pub(crate) input_hash: Option<String>,
+    pub(crate) started: Instant,
+    pub(crate) span: tracing::Span,
+}
+
+impl Exec<'_> {
+    pub(crate) fn event(&self, payload: EventPayload) -> AuditEvent {
+        AuditEvent {
+            timestamp: self.rt.clock.now(),
+            surface: self.surface,
+            actor: self.actor.clone(),
+            execution_id: Some(self.execution_id.clone()),
+            capability_id: Some(self.capability_id.clone()),
+            correlation_id: self.correlation_id.clone(),
+            input_hash: self.input_hash.clone(),
+            payload,
+        }
+    }
+
+    /// Best-effort emission: a sink failure is reported by the auditor, never fatal.
+    pub(crate) async fn emit(&self, payload: EventPayload) {
+        let _ = self.rt.audit.emit(self.event(payload)).await;
+    }
+
+    pub(crate) fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn close_span(&self, outcome: &'static str, error: Option<&CapabilityError>) {
+        self.span.record("capgate.outcome", outcome);
+        match error {
+            Some(e) => {
+                self.span.record("otel.status_code", "ERROR");
+                self.span.record("capgate.error_code", e.code().as_str());
+            }
+            None => {
+                self.span.record("otel.status_code", "OK");
+            }
+        }
+    }
+
+    /// Terminal: a failure that is a denial (stages 3, 4, 7): `capability.denied`.
+    pub(crate) async fn denied(
+        &self,
+        reason: crate::audit::DenyReason,
+        error: CapabilityError,
+        policy_decisions: Option<Vec<crate::policy::PolicyStance>>,
+    ) -> ExecutionResult {
+        self.emit(EventPayload::Denied {
+            reason,
+            public_code: error.to_public().code,
+            policy_decisions,
+        })
+        .await;
+        self.close_span("denied", Some(&error));
+        ExecutionResult::Failed {
+            execution_id: self.execution_id.clone(),
+            error,
+            effect_status: None,
+        }
+    }
+
+    /// Terminal: any other failure: `capability.failed` (or `.cancelled` for TIMEOUT and
+    /// CANCELLED).
+    pub(crate) async fn failed(
+        &self,
+        error: CapabilityError,
+        attempts: u32,
+        entered_procedure: bool,
+        executed_before_failure: bool,
+        policy_decisions: Option<Vec<crate::policy::PolicyStance>>,
+    ) -> ExecutionResult {
+        let effect_status = entered_procedure.then_some(EffectStatus::Unknown);
+        if matches!(error.code(), ErrorCode::Timeout | ErrorCode::Cancelled) {
+            let metadata = error
+                .private_details()
+                .and_then(|d| d.get("adapterMetadata"))
+                .cloned();
+            self.emit(EventPayload::Cancelled {
+                code: error.code(),
+                duration_ms: self.elapsed_ms(),
+                metadata,
+            })
+            .await;
+            self.close_span("cancelled", Some(&error));
+            return ExecutionResult::Cancelled {
+                execution_id: self.execution_id.clone(),
+                error,
+                effect_status,
+            };
+        }
+        self.emit(EventPayload::Failed {
+            code: error.code(),
+            stage: error.stage(),
+            retryable: error.retryable(),
+            attempts,
+            executed_before_failure: executed_before_failure.then_some(true),
+            policy_decisions,
+        })
+        .await;
+        self.close_span("failed", Some(&error));
+        ExecutionResult::Failed {
+            execution_id: self.execution_id.clone(),
+            error,
+            effect_status,
+        }
+    }
+}
+
+/// The actor recorded when a request carries none (stage 6 will refuse it).
+pub(crate) fn missing_actor() -> ActorRef {
+    ActorRef {
+        id: String::new(),
+        kind: ActorKind::Anonymous,
+    }
+}
+
+/// Turn a panic payload into a message for private causes.
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic".to_string()
+    }
+}

@@ -1,0 +1,75 @@
+//! Policy batches (stages 7 and 9, discovery): every applicable policy evaluated, runtime
+//! policies first, under one shared deadline; panics, errors, invalid decisions and missed
+//! deadlines are recorded as failures (SI-7).
+
+use crate::policy::{Evaluated, Phase, Policy, PolicyError, PolicyRequest};
+use crate::registry::Capability;
+use crate::runtime::Inner;
+use futures::FutureExt;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+/// Policies of `cap` that run in `phase`, in evaluation order.
+fn applicable<'a>(
+    rt: &'a Inner,
+    cap: &'a Capability,
+    phase: Phase,
+) -> impl Iterator<Item = &'a Arc<dyn Policy>> {
+    rt.policies
+        .iter()
+        .chain(cap.policies.iter())
+        .filter(move |p| p.phases().contains(&phase))
+}
+
+/// Evaluate the batch. `deadline` is shared by every policy in it.
+pub(crate) async fn evaluate_batch(
+    rt: &Inner,
+    cap: &Capability,
+    request: &PolicyRequest<'_>,
+    deadline: Instant,
+) -> Vec<Evaluated> {
+    let policies: Vec<&Arc<dyn Policy>> = applicable(rt, cap, request.phase).collect();
+    if policies.is_empty() {
+        return Vec::new();
+    }
+    let budget_ms = rt.defaults.policy_timeout_ms;
+    let futures = policies.into_iter().map(|p| {
+        let name = p.name().to_string();
+        let span = tracing::info_span!(
+            "agent.policy_evaluation",
+            capgate.policy = %name,
+            capgate.phase = request.phase.as_str(),
+            capgate.decision = tracing::field::Empty,
+        );
+        async move {
+            let guarded = AssertUnwindSafe(p.evaluate(request, deadline)).catch_unwind();
+            let outcome = match tokio::time::timeout_at(deadline, guarded).await {
+                Err(_) => Err(PolicyError::Timeout(budget_ms)),
+                Ok(Err(_panic)) => Err(PolicyError::Panicked),
+                Ok(Ok(Err(e))) => Err(e),
+                Ok(Ok(Ok(d))) => d.validate().map(|()| d).map_err(PolicyError::InvalidDecision),
+            };
+            let span = tracing::Span::current();
+            span.record(
+                "capgate.decision",
+                match &outcome {
+                    Ok(d) => d.kind(),
+                    Err(_) => "error",
+                },
+            );
+            Evaluated {
+                policy: name,
+                outcome,
+            }
+        }
+        .instrument(span)
+    });
+    futures::future::join_all(futures).await
+}
+
+/// Whether any policy of `cap` runs in `phase` (lets callers skip work).
+pub(crate) fn any_applicable(rt: &Inner, cap: &Capability, phase: Phase) -> bool {
+    applicable(rt, cap, phase).next().is_some()
+}

@@ -1,0 +1,192 @@
+//! Resume: re-entry at stage 8 with the check order of digest §2.3, then stages 9–15 under
+//! a new execution id, as the original actor, with the approver visible to the procedure.
+
+use super::execute::{Admitted, execute};
+use super::{Exec, missing_actor, new_id};
+use crate::approval::{ApprovalRef, ApprovalStatus, ApprovalStoreError};
+use crate::audit::DenyReason;
+use crate::canonical::input_hash;
+use crate::error::{CapabilityError, ErrorCode, Stage};
+use crate::result::ExecutionResult;
+use crate::runtime::{Inner, ResumeOptions};
+use std::time::Instant;
+use tracing::Instrument;
+
+pub(crate) async fn resume(rt: &Inner, approval_id: &str, opts: ResumeOptions) -> ExecutionResult {
+    let execution_id = new_id("exe");
+    let span = tracing::info_span!(
+        "agent.capability_call",
+        capgate.execution_id = %execution_id,
+        capgate.approval_id = %approval_id,
+        capgate.capability_id = tracing::field::Empty,
+        capgate.outcome = tracing::field::Empty,
+        capgate.error_code = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    let exec = Exec {
+        rt,
+        execution_id,
+        surface: opts.expected_surface.unwrap_or(crate::actor::Surface::Direct),
+        actor: opts.expected_actor.clone().unwrap_or_else(missing_actor),
+        capability_id: String::new(),
+        correlation_id: None,
+        input_hash: None,
+        started: Instant::now(),
+        span: span.clone(),
+    };
+    checks(exec, approval_id, opts).instrument(span).await
+}
+
+fn approval_error(code: ErrorCode) -> CapabilityError {
+    CapabilityError::new(code)
+}
+
+fn internal(cause: String) -> CapabilityError {
+    CapabilityError::new(ErrorCode::InternalError)
+        .with_stage(Stage::Approval)
+        .with_cause(cause)
+}
+
+async fn checks(mut exec: Exec<'_>, approval_id: &str, opts: ResumeOptions) -> ExecutionResult {
+    let rt = exec.rt;
+    let now = rt.clock.now();
+
+    // Load the record. An unknown id is INTERNAL_ERROR (ADR-012 §6).
+    let record = match rt.coordinator.get(approval_id).await {
+        Ok(Some(r)) => r,
+        Ok(None) => {
+            return exec
+                .failed(internal(format!("unknown approval `{approval_id}`")), 0, false, false, None)
+                .await;
+        }
+        Err(e) => return exec.failed(internal(e.to_string()), 0, false, false, None).await,
+    };
+    exec.capability_id = record.request.capability_id.clone();
+    exec.span.record("capgate.capability_id", exec.capability_id.as_str());
+    exec.correlation_id = record.request.correlation_id.clone();
+
+    // 1. Binding guards: not exposed, serialized exactly like an unknown id.
+    let actor_ok = opts
+        .expected_actor
+        .as_ref()
+        .is_none_or(|a| a.id == record.request.actor.id && a.kind == record.request.actor.kind);
+    let surface_ok = opts
+        .expected_surface
+        .is_none_or(|s| s == record.request.surface);
+    if !actor_ok || !surface_ok {
+        return exec
+            .failed(approval_error(ErrorCode::ApprovalResumeMismatch), 0, false, false, None)
+            .await;
+    }
+    // From here the execution runs as the original requester, on the original surface.
+    exec.actor = record.request.actor.reference();
+    exec.surface = record.request.surface;
+    exec.input_hash = Some(record.request.input_hash.clone());
+
+    // 2. Status.
+    let code = match record.effective_status(now) {
+        ApprovalStatus::Approved => None,
+        ApprovalStatus::Pending => Some(ErrorCode::ApprovalPending),
+        ApprovalStatus::Rejected => Some(ErrorCode::ApprovalRejected),
+        ApprovalStatus::Consumed => Some(ErrorCode::ApprovalConsumed),
+        ApprovalStatus::Expired => Some(ErrorCode::ApprovalExpired),
+        ApprovalStatus::Cancelled => {
+            return exec
+                .failed(internal("approval was cancelled".into()), 0, false, false, None)
+                .await;
+        }
+    };
+    if let Some(code) = code {
+        return exec.failed(approval_error(code), 0, false, false, None).await;
+    }
+    let Some(decision) = record.decision.clone() else {
+        return exec
+            .failed(internal("approved record carries no decision".into()), 0, false, false, None)
+            .await;
+    };
+
+    // 3. Self-approval (SI-4): ids compared.
+    if rt.reject_self_approval && decision.approver.id == record.request.actor.id {
+        return exec
+            .failed(approval_error(ErrorCode::ApprovalSelfApproval), 0, false, false, None)
+            .await;
+    }
+
+    // 4. Integrity (SI-5): the stored input must still hash to the bound hash.
+    match input_hash(&record.request.input) {
+        Ok(h) if h == record.request.input_hash => {}
+        _ => {
+            return exec
+                .failed(approval_error(ErrorCode::ApprovalInputMismatch), 0, false, false, None)
+                .await;
+        }
+    }
+
+    // 5. Resolve against the current deployment: exposure and the current schema.
+    let Some(cap) = rt.registry.get(&record.request.capability_id).cloned() else {
+        return exec
+            .denied(DenyReason::Unknown, CapabilityError::not_found(), None)
+            .await;
+    };
+    if !cap.meta.expose.allows(record.request.surface) {
+        return exec
+            .denied(DenyReason::NotExposed, CapabilityError::not_found(), None)
+            .await;
+    }
+    let input = match cap.input.validate(record.request.input.clone()) {
+        Ok(v) => v,
+        Err(issues) => {
+            return exec
+                .failed(CapabilityError::input_invalid(issues), 0, false, false, None)
+                .await;
+        }
+    };
+    // A schema change that rewrote the value (new defaults) would execute something other
+    // than what was approved.
+    if input_hash(&input).ok().as_deref() != Some(record.request.input_hash.as_str()) {
+        return exec
+            .failed(approval_error(ErrorCode::ApprovalInputMismatch), 0, false, false, None)
+            .await;
+    }
+    if !record.request.actor.is_well_formed() {
+        return exec
+            .failed(CapabilityError::new(ErrorCode::Unauthenticated), 0, false, false, None)
+            .await;
+    }
+
+    // 6. Consume atomically: at most one execution per approval.
+    match rt
+        .coordinator
+        .mark_consumed(approval_id, &exec.execution_id, now)
+        .await
+    {
+        Ok(_) => {}
+        Err(ApprovalStoreError::WrongStatus { status, .. }) => {
+            let code = match status {
+                "expired" => ErrorCode::ApprovalExpired,
+                _ => ErrorCode::ApprovalConsumed,
+            };
+            return exec.failed(approval_error(code), 0, false, false, None).await;
+        }
+        Err(e) => return exec.failed(internal(e.to_string()), 0, false, false, None).await,
+    }
+
+    // 7. Continue at stage 9 as the original actor, approver in the agent info.
+    execute(
+        exec,
+        Admitted {
+            cap,
+            input,
+            actor: record.request.actor,
+            context: opts.context,
+            approval: Some(ApprovalRef {
+                id: approval_id.to_string(),
+                approver: decision.approver,
+            }),
+            cancel: opts.cancel,
+            idempotency_key: opts.idempotency_key,
+            progress: opts.progress,
+        },
+    )
+    .await
+}

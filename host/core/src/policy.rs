@@ -1,0 +1,426 @@
+//! Policies decide whether the agent may ask at all (stages 7 and 9, discovery). They see the
+//! validated input (SI-6), can never rewrite it, and fail closed (SI-7).
+
+use crate::actor::{Actor, Surface};
+use crate::approval::ApprovalRef;
+use crate::meta::{Risk, SideEffect};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+/// When a policy runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Building tool lists; no input.
+    Discovery,
+    /// Stage 7.
+    Invocation,
+    /// Stage 9: after approval, for freshness.
+    Execution,
+}
+
+impl Phase {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Discovery => "discovery",
+            Phase::Invocation => "invocation",
+            Phase::Execution => "execution",
+        }
+    }
+}
+
+/// The default phases of a policy: invocation only, so nothing runs twice unless it opts in.
+pub const DEFAULT_PHASES: &[Phase] = &[Phase::Invocation];
+
+/// A policy's stance (digest §2.2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum PolicyDecision {
+    /// Go ahead.
+    Allow,
+    /// Refuse with POLICY_DENIED; `message` becomes the public message.
+    Deny {
+        /// Private code for audit/logs.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        code: Option<String>,
+        /// Public message shown to the model.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
+    /// Conceal: CAPABILITY_NOT_FOUND externally, `hidden` in audit.
+    Hide,
+    /// Hold for a human.
+    #[serde(rename_all = "camelCase")]
+    RequireApproval {
+        /// Why (required, non-empty).
+        reason: String,
+        /// Approval type (e.g. `manager`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        approval_type: Option<String>,
+        /// Expiry; the minimum over all policies wins.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expires_in_ms: Option<u64>,
+    },
+}
+
+impl PolicyDecision {
+    /// `allow()`.
+    pub fn allow() -> Self {
+        PolicyDecision::Allow
+    }
+    /// `deny(message)`.
+    pub fn deny(message: impl Into<String>) -> Self {
+        PolicyDecision::Deny {
+            code: None,
+            message: Some(message.into()),
+        }
+    }
+    /// `hide()`.
+    pub fn hide() -> Self {
+        PolicyDecision::Hide
+    }
+    /// `requireApproval({reason})`.
+    pub fn require_approval(reason: impl Into<String>) -> Self {
+        PolicyDecision::RequireApproval {
+            reason: reason.into(),
+            approval_type: None,
+            expires_in_ms: None,
+        }
+    }
+
+    /// The audit spelling of the stance.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PolicyDecision::Allow => "allow",
+            PolicyDecision::Deny { .. } => "deny",
+            PolicyDecision::Hide => "hide",
+            PolicyDecision::RequireApproval { .. } => "require-approval",
+        }
+    }
+
+    /// A decision the runtime can act on; anything else is a policy failure.
+    pub fn validate(&self) -> Result<(), String> {
+        match self {
+            PolicyDecision::RequireApproval {
+                reason,
+                expires_in_ms,
+                ..
+            } => {
+                if reason.trim().is_empty() {
+                    return Err("require-approval needs a non-empty reason".into());
+                }
+                if *expires_in_ms == Some(0) {
+                    return Err("require-approval expiresInMs must be positive".into());
+                }
+                Ok(())
+            }
+            PolicyDecision::Deny {
+                message: Some(m), ..
+            } if m.len() > 4096 => Err("deny message longer than 4096 bytes".into()),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// What a policy may know about the capability.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapabilityInfo {
+    /// The id.
+    pub id: String,
+    /// Side effect.
+    pub side_effect: SideEffect,
+    /// Risk.
+    pub risk: Risk,
+    /// Tags.
+    pub tags: Vec<String>,
+}
+
+/// The question put to a policy.
+#[derive(Debug, Clone, Copy)]
+pub struct PolicyRequest<'a> {
+    /// Which phase.
+    pub phase: Phase,
+    /// The capability.
+    pub capability: &'a CapabilityInfo,
+    /// The surface of the call.
+    pub surface: Surface,
+    /// The actor (from authenticated credentials).
+    pub actor: &'a Actor,
+    /// The application context projection.
+    pub context: &'a serde_json::Value,
+    /// The validated input; `None` in discovery.
+    pub input: Option<&'a serde_json::Value>,
+    /// The execution id (empty in discovery).
+    pub execution_id: &'a str,
+    /// The approval, in the execution phase after a resume.
+    pub approval: Option<&'a ApprovalRef>,
+}
+
+/// Why a policy could not decide. Every variant fails the batch closed (POLICY_FAILED).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PolicyError {
+    /// The policy reported an error.
+    #[error("policy error: {0}")]
+    Failed(String),
+    /// The policy's sandbox stopped it (fuel, memory, trap...).
+    #[error("policy aborted: {0}")]
+    Aborted(String),
+    /// The decision was malformed.
+    #[error("invalid decision: {0}")]
+    InvalidDecision(String),
+    /// The batch deadline passed.
+    #[error("policy timed out after {0} ms")]
+    Timeout(u64),
+    /// The policy panicked.
+    #[error("policy panicked")]
+    Panicked,
+}
+
+/// A governance rule. Implemented natively (closures via [`policy_fn`]) and by Wasm plugins.
+#[async_trait]
+pub trait Policy: Send + Sync + 'static {
+    /// A stable name for audit and the governance manifest.
+    fn name(&self) -> &str;
+    /// Phases in which it runs (default: invocation).
+    fn phases(&self) -> &[Phase] {
+        DEFAULT_PHASES
+    }
+    /// Decide. `deadline` is what is left of the batch's shared deadline; sandboxed
+    /// implementations should bound themselves by it (the runtime also enforces it).
+    async fn evaluate(
+        &self,
+        request: &PolicyRequest<'_>,
+        deadline: tokio::time::Instant,
+    ) -> Result<PolicyDecision, PolicyError>;
+}
+
+type PolicyFnBox = dyn for<'a> Fn(
+        &'a PolicyRequest<'a>,
+    ) -> Pin<Box<dyn Future<Output = Result<PolicyDecision, PolicyError>> + Send + 'a>>
+    + Send
+    + Sync;
+
+/// A policy made from an async closure. Build with [`policy_fn`] or [`policy_sync`].
+pub struct FnPolicy {
+    name: String,
+    phases: Vec<Phase>,
+    f: Box<PolicyFnBox>,
+}
+
+impl FnPolicy {
+    /// Set the phases (default: invocation).
+    pub fn with_phases(mut self, phases: impl IntoIterator<Item = Phase>) -> Self {
+        self.phases = phases.into_iter().collect();
+        self
+    }
+}
+
+#[async_trait]
+impl Policy for FnPolicy {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn phases(&self) -> &[Phase] {
+        &self.phases
+    }
+    async fn evaluate(
+        &self,
+        request: &PolicyRequest<'_>,
+        _deadline: tokio::time::Instant,
+    ) -> Result<PolicyDecision, PolicyError> {
+        (self.f)(request).await
+    }
+}
+
+/// A policy from an async closure returning a boxed future.
+///
+/// ```
+/// use capgate_core::policy::{policy_fn, PolicyDecision};
+/// let p = policy_fn("always-allow", |_req| Box::pin(async { Ok(PolicyDecision::allow()) }));
+/// # let _ = p;
+/// ```
+pub fn policy_fn<F>(name: impl Into<String>, f: F) -> FnPolicy
+where
+    F: for<'a> Fn(
+            &'a PolicyRequest<'a>,
+        )
+            -> Pin<Box<dyn Future<Output = Result<PolicyDecision, PolicyError>> + Send + 'a>>
+        + Send
+        + Sync
+        + 'static,
+{
+    FnPolicy {
+        name: name.into(),
+        phases: DEFAULT_PHASES.to_vec(),
+        f: Box::new(f),
+    }
+}
+
+/// A policy from a synchronous closure: the common case for native rules.
+///
+/// ```
+/// use capgate_core::policy::{policy_sync, PolicyDecision};
+/// let refund_limit = policy_sync("refund-limit", |req| {
+///     let amount = req.input.and_then(|i| i["amount"].as_f64()).unwrap_or(0.0);
+///     Ok(if amount > 500.0 {
+///         PolicyDecision::require_approval(format!("Refund of ${amount} exceeds $500"))
+///     } else {
+///         PolicyDecision::allow()
+///     })
+/// });
+/// # let _ = refund_limit;
+/// ```
+pub fn policy_sync<F>(name: impl Into<String>, f: F) -> FnPolicy
+where
+    F: Fn(&PolicyRequest<'_>) -> Result<PolicyDecision, PolicyError> + Send + Sync + 'static,
+{
+    let f = Arc::new(f);
+    policy_fn(name, move |req| {
+        let r = f(req);
+        Box::pin(std::future::ready(r))
+    })
+}
+
+/// One policy's recorded stance, as audit lists it (`{policy, type}`; `type` may be `error`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyStance {
+    /// The policy's name.
+    pub policy: String,
+    /// `allow | deny | hide | require-approval | error`.
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+/// Outcome of one policy in a batch.
+#[derive(Debug, Clone)]
+pub struct Evaluated {
+    /// The policy's name.
+    pub policy: String,
+    /// Its decision or failure.
+    pub outcome: Result<PolicyDecision, PolicyError>,
+}
+
+/// The merged approval requirement of a batch.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ApprovalRequirement {
+    /// Every reason, in policy order.
+    pub reasons: Vec<String>,
+    /// Every distinct type, in first-seen order.
+    pub types: Vec<String>,
+    /// The minimum expiry requested, if any.
+    pub expires_in_ms: Option<u64>,
+}
+
+impl ApprovalRequirement {
+    /// Merge one more requirement in (reasons appended, types deduplicated, minimum expiry).
+    pub fn merge(&mut self, reason: &str, approval_type: Option<&str>, expires_in_ms: Option<u64>) {
+        self.reasons.push(reason.to_string());
+        if let Some(t) = approval_type
+            && !self.types.iter().any(|x| x == t)
+        {
+            self.types.push(t.to_string());
+        }
+        if let Some(e) = expires_in_ms {
+            self.expires_in_ms = Some(self.expires_in_ms.map_or(e, |cur| cur.min(e)));
+        }
+    }
+}
+
+/// The combined verdict of a batch: failure > deny > hide > require-approval > allow.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// At least one policy failed (SI-7): the name and reason of the first.
+    Failed {
+        /// The failing policy.
+        policy: String,
+        /// Why.
+        reason: String,
+    },
+    /// At least one deny: the first deny's policy, code and message.
+    Denied {
+        /// The denying policy.
+        policy: String,
+        /// Private code.
+        code: Option<String>,
+        /// Public message.
+        message: Option<String>,
+    },
+    /// At least one hide.
+    Hidden {
+        /// The hiding policy.
+        policy: String,
+    },
+    /// Approval needed, merged.
+    ApprovalRequired(ApprovalRequirement),
+    /// Everyone allowed (or there were no policies).
+    Allowed,
+}
+
+/// Combine a batch's outcomes with the spec's precedence.
+pub fn combine(results: &[Evaluated]) -> Verdict {
+    let mut deny = None;
+    let mut hide = None;
+    let mut approval: Option<ApprovalRequirement> = None;
+    for e in results {
+        match &e.outcome {
+            Err(err) => {
+                return Verdict::Failed {
+                    policy: e.policy.clone(),
+                    reason: err.to_string(),
+                };
+            }
+            Ok(PolicyDecision::Deny { code, message }) => {
+                if deny.is_none() {
+                    deny = Some((e.policy.clone(), code.clone(), message.clone()));
+                }
+            }
+            Ok(PolicyDecision::Hide) => {
+                if hide.is_none() {
+                    hide = Some(e.policy.clone());
+                }
+            }
+            Ok(PolicyDecision::RequireApproval {
+                reason,
+                approval_type,
+                expires_in_ms,
+            }) => approval.get_or_insert_with(Default::default).merge(
+                reason,
+                approval_type.as_deref(),
+                *expires_in_ms,
+            ),
+            Ok(PolicyDecision::Allow) => {}
+        }
+    }
+    if let Some((policy, code, message)) = deny {
+        Verdict::Denied {
+            policy,
+            code,
+            message,
+        }
+    } else if let Some(policy) = hide {
+        Verdict::Hidden { policy }
+    } else if let Some(req) = approval {
+        Verdict::ApprovalRequired(req)
+    } else {
+        Verdict::Allowed
+    }
+}
+
+/// The audit list of every policy's stance.
+pub fn stances(results: &[Evaluated]) -> Vec<PolicyStance> {
+    results
+        .iter()
+        .map(|e| PolicyStance {
+            policy: e.policy.clone(),
+            kind: match &e.outcome {
+                Ok(d) => d.kind().to_string(),
+                Err(_) => "error".to_string(),
+            },
+        })
+        .collect()
+}

@@ -1,0 +1,542 @@
+//! The [`Runtime`]: one immutable governance setup (registry, runtime-level policies,
+//! approvals, audit, defaults, clock) shared by every request, and the options of its three
+//! entry points: [`Runtime::invoke`], [`Runtime::describe`], [`Runtime::resume`].
+
+use crate::actor::{Actor, ActorRef, Surface};
+use crate::approval::{
+    ApprovalCoordinator, ApprovalFilter, ApprovalHandler, ApprovalRecord, ApprovalStoreError,
+    Decision, DecisionStatus, InMemoryApprovalCoordinator,
+};
+use crate::audit::{AuditConfig, AuditEvent, AuditSink, Auditor, EventPayload};
+use crate::clock::{Clock, SystemClock};
+use crate::error::CapabilityError;
+use crate::meta::{Risk, SideEffect};
+use crate::policy::Policy;
+use crate::procedure::ProgressFn;
+use crate::registry::Registry;
+use crate::result::ExecutionResult;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// Runtime defaults (digest §2.8 values).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct Defaults {
+    /// Per-attempt timeout when the capability sets none. 30 000.
+    pub timeout_ms: u64,
+    /// One shared deadline for a batch of policies. 5 000.
+    pub policy_timeout_ms: u64,
+    /// Approval expiry when neither meta nor policy sets one. 900 000.
+    pub approval_expires_in_ms: u64,
+    /// Capabilities evaluated concurrently during discovery. 16.
+    pub policy_concurrency: usize,
+    /// Total discovery budget. 30 000.
+    pub discovery_budget_ms: u64,
+    /// Retry base backoff. 250.
+    pub retry_backoff_ms: u64,
+}
+
+impl Default for Defaults {
+    fn default() -> Self {
+        Defaults {
+            timeout_ms: 30_000,
+            policy_timeout_ms: 5_000,
+            approval_expires_in_ms: 900_000,
+            policy_concurrency: 16,
+            discovery_budget_ms: 30_000,
+            retry_backoff_ms: 250,
+        }
+    }
+}
+
+/// One governed call, as an adapter builds it at stage 1.
+pub struct InvokeRequest {
+    /// The fixed surface of the adapter.
+    pub surface: Surface,
+    /// The capability id.
+    pub capability_id: String,
+    /// The raw input (validated at stage 5).
+    pub input: serde_json::Value,
+    /// The authenticated actor; `None` fails stage 6.
+    pub actor: Option<Actor>,
+    /// The application context.
+    pub context: serde_json::Value,
+    /// Correlation id to carry through events.
+    pub correlation_id: Option<String>,
+    /// An adapter-supplied idempotency key (the gateway's journal key); else `idk_…`.
+    pub idempotency_key: Option<String>,
+    /// The caller's cancellation.
+    pub cancel: Option<CancellationToken>,
+    /// Where procedure progress goes.
+    pub progress: Option<ProgressFn>,
+}
+
+impl InvokeRequest {
+    /// A request with an empty context.
+    pub fn new(
+        surface: Surface,
+        capability_id: impl Into<String>,
+        input: serde_json::Value,
+        actor: Actor,
+    ) -> Self {
+        InvokeRequest {
+            surface,
+            capability_id: capability_id.into(),
+            input,
+            actor: Some(actor),
+            context: serde_json::Value::Null,
+            correlation_id: None,
+            idempotency_key: None,
+            cancel: None,
+            progress: None,
+        }
+    }
+    /// Set the context.
+    pub fn context(mut self, context: serde_json::Value) -> Self {
+        self.context = context;
+        self
+    }
+    /// Set the cancellation token.
+    pub fn cancel(mut self, token: CancellationToken) -> Self {
+        self.cancel = Some(token);
+        self
+    }
+    /// Set the correlation id.
+    pub fn correlation_id(mut self, id: impl Into<String>) -> Self {
+        self.correlation_id = Some(id.into());
+        self
+    }
+    /// Set the idempotency key.
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = Some(key.into());
+        self
+    }
+    /// Set the progress callback.
+    pub fn progress(mut self, f: ProgressFn) -> Self {
+        self.progress = Some(f);
+        self
+    }
+}
+
+/// Narrows discovery to a subset (ADR-017: a convenience, never an authorization check).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scope {
+    /// Match capabilities carrying any of these tags.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// Match these exact ids.
+    #[serde(default)]
+    pub ids: Vec<String>,
+}
+
+impl Scope {
+    /// Union of tag and id matches; an empty scope matches everything.
+    pub fn matches(&self, id: &str, tags: &[String]) -> bool {
+        if self.tags.is_empty() && self.ids.is_empty() {
+            return true;
+        }
+        self.ids.iter().any(|i| i == id) || self.tags.iter().any(|t| tags.contains(t))
+    }
+}
+
+/// Options of [`Runtime::describe`].
+pub struct DescribeOptions {
+    /// Who asks.
+    pub actor: Actor,
+    /// Application context.
+    pub context: serde_json::Value,
+    /// Optional narrowing.
+    pub scope: Option<Scope>,
+}
+
+/// What a model learns about a capability: enough to call it, nothing else.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapabilityDescriptor {
+    /// Canonical id.
+    pub id: String,
+    /// Description.
+    pub description: String,
+    /// JSON Schema of the input.
+    pub input_schema: serde_json::Value,
+    /// Side effect.
+    pub side_effect: SideEffect,
+    /// Risk.
+    pub risk: Risk,
+    /// Tags.
+    pub tags: Vec<String>,
+    /// Set when a call will need approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requires_approval: Option<bool>,
+}
+
+/// Options of [`Runtime::resume`].
+#[derive(Default)]
+pub struct ResumeOptions {
+    /// Fresh application context.
+    pub context: serde_json::Value,
+    /// Caller cancellation.
+    pub cancel: Option<CancellationToken>,
+    /// Guard: the approval must have been requested by this actor id.
+    pub expected_actor: Option<ActorRef>,
+    /// Guard: the approval must have been requested on this surface.
+    pub expected_surface: Option<Surface>,
+    /// Adapter-supplied idempotency key.
+    pub idempotency_key: Option<String>,
+    /// Progress callback.
+    pub progress: Option<ProgressFn>,
+}
+
+/// Why an approvals operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ApprovalsError {
+    /// The request was malformed.
+    #[error("invalid decision: {0}")]
+    Invalid(String),
+    /// The coordinator refused or failed.
+    #[error(transparent)]
+    Store(#[from] ApprovalStoreError),
+}
+
+pub(crate) struct Inner {
+    pub(crate) registry: Registry,
+    pub(crate) policies: Vec<Arc<dyn Policy>>,
+    pub(crate) coordinator: Arc<dyn ApprovalCoordinator>,
+    pub(crate) handler: Option<Arc<dyn ApprovalHandler>>,
+    pub(crate) reject_self_approval: bool,
+    pub(crate) audit: Auditor,
+    pub(crate) defaults: Defaults,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) warnings: Vec<String>,
+}
+
+/// The governed capability runtime. Cheap to clone; share one per process.
+///
+/// See the crate docs for a runnable example.
+#[derive(Clone)]
+pub struct Runtime {
+    pub(crate) inner: Arc<Inner>,
+}
+
+/// Builds a [`Runtime`].
+pub struct RuntimeBuilder {
+    registry: Registry,
+    policies: Vec<Arc<dyn Policy>>,
+    coordinator: Option<Arc<dyn ApprovalCoordinator>>,
+    handler: Option<Arc<dyn ApprovalHandler>>,
+    reject_self_approval: bool,
+    audit: AuditConfig,
+    defaults: Defaults,
+    clock: Arc<dyn Clock>,
+}
+
+impl RuntimeBuilder {
+    /// Add a runtime-level policy (runs before every capability's own, in order).
+    pub fn policy(mut self, p: impl Policy) -> Self {
+        self.policies.push(Arc::new(p));
+        self
+    }
+    /// Add a shared runtime-level policy.
+    pub fn policy_arc(mut self, p: Arc<dyn Policy>) -> Self {
+        self.policies.push(p);
+        self
+    }
+    /// Where approvals live (default: in-memory, with a warning).
+    pub fn approvals(mut self, c: Arc<dyn ApprovalCoordinator>) -> Self {
+        self.coordinator = Some(c);
+        self
+    }
+    /// Decide approvals inline (ADR-006).
+    pub fn approval_handler(mut self, h: Arc<dyn ApprovalHandler>) -> Self {
+        self.handler = Some(h);
+        self
+    }
+    /// SI-4 switch (default true).
+    pub fn reject_self_approval(mut self, yes: bool) -> Self {
+        self.reject_self_approval = yes;
+        self
+    }
+    /// Add an audit sink.
+    pub fn audit_sink(mut self, s: Arc<dyn AuditSink>) -> Self {
+        self.audit.sinks.push(s);
+        self
+    }
+    /// Replace the audit configuration.
+    pub fn audit(mut self, config: AuditConfig) -> Self {
+        self.audit = config;
+        self
+    }
+    /// Strict audit: no `capability.started` record, no execution.
+    pub fn strict_audit(mut self, yes: bool) -> Self {
+        self.audit.strict = yes;
+        self
+    }
+    /// Replace the defaults.
+    pub fn defaults(mut self, d: Defaults) -> Self {
+        self.defaults = d;
+        self
+    }
+    /// Replace the clock.
+    pub fn clock(mut self, c: Arc<dyn Clock>) -> Self {
+        self.clock = c;
+        self
+    }
+
+    /// Finish. Emits startup warnings through `tracing` (and keeps them for
+    /// [`Runtime::warnings`]).
+    pub fn build(self) -> Runtime {
+        let coordinator = self
+            .coordinator
+            .unwrap_or_else(|| Arc::new(InMemoryApprovalCoordinator::new()));
+        let mut warnings = Vec::new();
+        if !coordinator.is_durable() {
+            let gated: Vec<&str> = self
+                .registry
+                .iter()
+                .filter(|c| c.meta.approval.as_ref().is_some_and(|a| a.required))
+                .map(|c| c.id.as_str())
+                .collect();
+            if !gated.is_empty() {
+                warnings.push(format!(
+                    "approval-gated capabilities ({}) use the in-memory approval coordinator: approvals vanish on restart; configure a durable store",
+                    gated.join(", ")
+                ));
+            }
+        }
+        if self.audit.sinks.is_empty() {
+            let writes: Vec<&str> = self
+                .registry
+                .iter()
+                .filter(|c| {
+                    !c.meta.side_effect.is_read_only()
+                        && Surface::ALL
+                            .iter()
+                            .any(|s| s.is_model_facing() && c.meta.expose.allows(*s))
+                })
+                .map(|c| c.id.as_str())
+                .collect();
+            if !writes.is_empty() {
+                warnings.push(format!(
+                    "write-capable capabilities ({}) are exposed to models with no audit sink configured",
+                    writes.join(", ")
+                ));
+            }
+        }
+        for w in &warnings {
+            tracing::warn!(target: "capgate::runtime", "{w}");
+        }
+        Runtime {
+            inner: Arc::new(Inner {
+                registry: self.registry,
+                policies: self.policies,
+                coordinator,
+                handler: self.handler,
+                reject_self_approval: self.reject_self_approval,
+                audit: Auditor::new(self.audit),
+                defaults: self.defaults,
+                clock: self.clock,
+                warnings,
+            }),
+        }
+    }
+}
+
+impl Runtime {
+    /// Start building a runtime around a registry.
+    pub fn builder(registry: Registry) -> RuntimeBuilder {
+        RuntimeBuilder {
+            registry,
+            policies: Vec::new(),
+            coordinator: None,
+            handler: None,
+            reject_self_approval: true,
+            audit: AuditConfig::default(),
+            defaults: Defaults::default(),
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// Run one governed call through stages 2–15. Never panics, never returns `Err`.
+    pub async fn invoke(&self, request: InvokeRequest) -> ExecutionResult {
+        crate::pipeline::invoke(&self.inner, request).await
+    }
+
+    /// The discovery pipeline: what this actor may see on this surface.
+    pub async fn describe(
+        &self,
+        surface: Surface,
+        options: DescribeOptions,
+    ) -> Result<Vec<CapabilityDescriptor>, CapabilityError> {
+        crate::pipeline::describe(&self.inner, surface, options).await
+    }
+
+    /// Continue an approved call at stage 8 (check order of digest §2.3).
+    pub async fn resume(&self, approval_id: &str, options: ResumeOptions) -> ExecutionResult {
+        crate::pipeline::resume(&self.inner, approval_id, options).await
+    }
+
+    /// The human side of approvals: read and decide. Deciding executes nothing.
+    pub fn approvals(&self) -> Approvals<'_> {
+        Approvals { rt: &self.inner }
+    }
+
+    /// The registry.
+    pub fn registry(&self) -> &Registry {
+        &self.inner.registry
+    }
+
+    /// Names and phases of the runtime-level policies (the governance manifest; ADR-016).
+    pub fn manifest(&self) -> Vec<(String, Vec<crate::policy::Phase>)> {
+        self.inner
+            .policies
+            .iter()
+            .map(|p| (p.name().to_string(), p.phases().to_vec()))
+            .collect()
+    }
+
+    /// The defaults in force.
+    pub fn defaults(&self) -> &Defaults {
+        &self.inner.defaults
+    }
+
+    /// Startup warnings (in-memory approvals for gated capabilities, no audit sink...).
+    pub fn warnings(&self) -> &[String] {
+        &self.inner.warnings
+    }
+
+    /// Audit events that at least one sink failed to record.
+    pub fn lost_audit_events(&self) -> u64 {
+        self.inner.audit.lost()
+    }
+
+    /// Flush every audit sink (the gateway drains before it answers).
+    pub async fn drain_audit(&self) -> Result<(), crate::audit::AuditSinkError> {
+        self.inner.audit.flush().await
+    }
+
+    /// The clock in force.
+    pub fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        self.inner.clock.now()
+    }
+}
+
+/// A human's decision on an approval.
+#[derive(Debug, Clone)]
+pub struct DecideRequest {
+    /// Approve or reject.
+    pub status: DecisionStatus,
+    /// The approver (authenticated by the approvals UI, never by a model surface).
+    pub approver: ActorRef,
+    /// Optional comment.
+    pub comment: Option<String>,
+}
+
+/// The approvals API of a runtime (reading redacts the stored input for reviewers).
+pub struct Approvals<'a> {
+    rt: &'a Inner,
+}
+
+impl Approvals<'_> {
+    /// One record, with lazy expiry applied and the input redacted for review.
+    pub async fn get(&self, id: &str) -> Result<Option<ApprovalRecord>, ApprovalsError> {
+        let now = self.rt.clock.now();
+        match self.rt.coordinator.get(id).await? {
+            Some(r) => Ok(Some(self.for_review(r, now).await)),
+            None => Ok(None),
+        }
+    }
+
+    /// Records matching a filter, newest first, inputs redacted for review.
+    pub async fn list(&self, filter: &ApprovalFilter) -> Result<Vec<ApprovalRecord>, ApprovalsError> {
+        let now = self.rt.clock.now();
+        let records = self.rt.coordinator.list(filter, now).await?;
+        let mut out = Vec::with_capacity(records.len());
+        for r in records {
+            out.push(self.for_review(r, now).await);
+        }
+        Ok(out)
+    }
+
+    /// Approve or reject a pending, unexpired request. Emits `capability.approved` or
+    /// `capability.rejected` with the approver as the envelope actor. Executes nothing.
+    pub async fn decide(
+        &self,
+        id: &str,
+        request: DecideRequest,
+    ) -> Result<ApprovalRecord, ApprovalsError> {
+        if request.approver.id.trim().is_empty() || request.approver.id.len() > 256 {
+            return Err(ApprovalsError::Invalid(
+                "the approver needs a non-empty id of at most 256 characters".into(),
+            ));
+        }
+        if request.comment.as_ref().is_some_and(|c| c.len() > 4096) {
+            return Err(ApprovalsError::Invalid(
+                "the comment is longer than 4096 bytes".into(),
+            ));
+        }
+        let now = self.rt.clock.now();
+        let decision = Decision {
+            status: request.status,
+            approver: request.approver.clone(),
+            comment: request.comment.clone(),
+            decided_at: now,
+        };
+        let record = self.rt.coordinator.decide(id, decision, now).await?;
+        let payload = match request.status {
+            DecisionStatus::Approved => EventPayload::Approved {
+                approval_id: id.to_string(),
+                approver: request.approver.clone(),
+                comment: request.comment,
+            },
+            DecisionStatus::Rejected => EventPayload::Rejected {
+                approval_id: id.to_string(),
+                approver: request.approver.clone(),
+                comment: request.comment,
+            },
+        };
+        let _ = self
+            .rt
+            .audit
+            .emit(AuditEvent {
+                timestamp: now,
+                surface: record.request.surface,
+                actor: request.approver,
+                execution_id: None,
+                capability_id: Some(record.request.capability_id.clone()),
+                correlation_id: record.request.correlation_id.clone(),
+                input_hash: Some(record.request.input_hash.clone()),
+                payload,
+            })
+            .await;
+        Ok(self.for_review(record, now).await)
+    }
+
+    async fn for_review(
+        &self,
+        mut r: ApprovalRecord,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> ApprovalRecord {
+        r.status = r.effective_status(now);
+        if let Some(cap) = self.rt.registry.get(&r.request.capability_id) {
+            let mut input = std::mem::take(&mut r.request.input);
+            for red in &cap.redactors {
+                match red.redact_approval_input(&cap.info, input).await {
+                    Ok(v) => input = v,
+                    Err(e) => {
+                        tracing::warn!(target: "capgate::approvals", approval = %r.request.id, error = %e, "approval input redaction failed; input withheld");
+                        input = serde_json::Value::Null;
+                        break;
+                    }
+                }
+            }
+            r.request.input = input;
+        } else {
+            // The capability is gone from this deployment: no redactor can vouch for the
+            // stored input, so it is withheld.
+            r.request.input = serde_json::Value::Null;
+        }
+        r
+    }
+}

@@ -1,0 +1,131 @@
+//! Shared fixtures for the pipeline tests.
+#![allow(dead_code)]
+
+use capgate_core::prelude::*;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+pub fn dana() -> Actor {
+    Actor::user(
+        "u_dana",
+        json!({ "orgId": "org_1", "permissions": ["orders:refund"] }),
+    )
+}
+
+pub fn priya() -> ActorRef {
+    ActorRef {
+        id: "u_priya".into(),
+        kind: ActorKind::User,
+    }
+}
+
+pub fn refund_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "orderId": {"type": "string", "minLength": 1},
+            "amount": {"type": "number", "exclusiveMinimum": 0},
+            "reason": {"type": "string"},
+            "currency": {"type": "string", "default": "USD"}
+        },
+        "required": ["orderId", "amount"],
+        "additionalProperties": false
+    })
+}
+
+/// Counts calls and echoes what it saw.
+#[derive(Clone, Default)]
+pub struct Counter(pub Arc<AtomicUsize>);
+
+impl Counter {
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+    pub fn procedure(&self) -> impl Procedure {
+        let c = self.0.clone();
+        handler(move |call| {
+            let c = c.clone();
+            async move {
+                c.fetch_add(1, Ordering::SeqCst);
+                Ok(json!({
+                    "refundId": "ref_77",
+                    "amount": call.input["amount"],
+                    "status": "issued",
+                    "gatewayRef": "gw_secret_123",
+                    "approver": call.agent.approval.as_ref().map(|a| a.approver.id.clone()),
+                    "actor": call.agent.actor.id,
+                }))
+            }
+        })
+    }
+}
+
+pub fn refund_meta() -> CapabilityMeta {
+    CapabilityMeta::new("Refund an order", SideEffect::Write, Risk::High)
+        .exposed_on([Surface::AiSdk, Surface::Mcp, Surface::Direct])
+}
+
+pub fn refund_limit() -> impl Policy {
+    policy_sync("refundLimit", |req| {
+        let amount = req.input.and_then(|i| i["amount"].as_f64()).unwrap_or(0.0);
+        Ok(if amount > 500.0 {
+            PolicyDecision::RequireApproval {
+                reason: format!("Refund of ${amount} exceeds $500"),
+                approval_type: Some("manager".into()),
+                expires_in_ms: None,
+            }
+        } else {
+            PolicyDecision::allow()
+        })
+    })
+}
+
+pub fn refund_def(counter: &Counter) -> CapabilityDef {
+    CapabilityDef::new("orders.refund", refund_meta())
+        .input_schema(refund_schema())
+        .policy(refund_limit())
+        .procedure(counter.procedure())
+}
+
+pub fn runtime_with(defs: Vec<CapabilityDef>, sink: Arc<MemorySink>) -> Runtime {
+    let mut b = Registry::builder();
+    for d in defs {
+        b.push(d);
+    }
+    Runtime::builder(b.build().expect("registry"))
+        .audit_sink(sink)
+        .build()
+}
+
+pub fn call(id: &str, input: Value) -> InvokeRequest {
+    InvokeRequest::new(Surface::AiSdk, id, input, dana())
+}
+
+pub fn code(r: &ExecutionResult) -> Option<ErrorCode> {
+    r.error().map(|e| e.code())
+}
+
+pub async fn approve(rt: &Runtime, id: &str) {
+    rt.approvals()
+        .decide(
+            id,
+            DecideRequest {
+                status: DecisionStatus::Approved,
+                approver: priya(),
+                comment: Some("ok".into()),
+            },
+        )
+        .await
+        .expect("decide");
+}
+
+/// The `data` object of the first event of a type.
+pub fn data_of(sink: &MemorySink, ty: &str) -> Value {
+    let ev = sink
+        .events()
+        .into_iter()
+        .find(|e| e.type_name() == ty)
+        .unwrap_or_else(|| panic!("no {ty} event in {:?}", sink.types()));
+    serde_json::to_value(&ev).unwrap()["data"].clone()
+}

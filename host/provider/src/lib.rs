@@ -1,0 +1,1 @@
+//! placeholder: procedure adapters as providers (issue 8).
