@@ -1,5 +1,63 @@
-//! Builds the guest plugins (filled by the capgate-wasm issue).
+//! `cargo xtask build-plugins`: build the guest plugins (plugins/, its own cargo workspace)
+//! for `wasm32-wasip2`, so host tests and benches load real components, never checked-in
+//! binaries.
 
-pub fn build_plugins(_root: &std::path::Path) -> anyhow::Result<()> {
-    anyhow::bail!("not built yet")
+use anyhow::{Context, bail};
+use std::path::Path;
+use std::process::Command;
+
+const TARGET: &str = "wasm32-wasip2";
+
+/// Install the target if missing, build every plugin in release mode, list the outputs.
+pub fn build_plugins(root: &Path) -> anyhow::Result<()> {
+    ensure_target()?;
+    let plugins = root.join("plugins");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let status = Command::new(&cargo)
+        .current_dir(&plugins)
+        .args(["build", "--release", "--target", TARGET])
+        // The host build's flags (e.g. RUSTFLAGS for x86_64) must not leak into guests.
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("CARGO_TARGET_DIR")
+        .status()
+        .with_context(|| format!("running `{cargo} build` in {}", plugins.display()))?;
+    if !status.success() {
+        bail!("building the plugins failed ({status})");
+    }
+    let out = plugins.join("target").join(TARGET).join("release");
+    let mut built: Vec<String> = std::fs::read_dir(&out)
+        .with_context(|| format!("reading {}", out.display()))?
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".wasm"))
+        .collect();
+    built.sort();
+    println!("plugins built into {}:", out.display());
+    for name in built {
+        println!("  {name}");
+    }
+    Ok(())
+}
+
+fn ensure_target() -> anyhow::Result<()> {
+    let installed = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .context("running `rustup target list --installed` (is rustup installed?)")?;
+    if String::from_utf8_lossy(&installed.stdout)
+        .lines()
+        .any(|l| l.trim() == TARGET)
+    {
+        return Ok(());
+    }
+    println!("installing the {TARGET} target with rustup");
+    let status = Command::new("rustup")
+        .args(["target", "add", TARGET])
+        .status()
+        .context("running `rustup target add`")?;
+    if !status.success() {
+        bail!("`rustup target add {TARGET}` failed ({status})");
+    }
+    Ok(())
 }

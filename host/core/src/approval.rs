@@ -147,7 +147,9 @@ impl ApprovalRecord {
     /// expired.
     pub fn effective_status(&self, now: DateTime<Utc>) -> ApprovalStatus {
         match self.status {
-            ApprovalStatus::Pending | ApprovalStatus::Approved if now >= self.request.expires_at => {
+            ApprovalStatus::Pending | ApprovalStatus::Approved
+                if now >= self.request.expires_at =>
+            {
                 ApprovalStatus::Expired
             }
             s => s,
@@ -238,7 +240,10 @@ impl ApprovalFilter {
                 .capability_id
                 .as_ref()
                 .is_none_or(|c| &r.request.capability_id == c)
-            && self.actor_id.as_ref().is_none_or(|a| &r.request.actor.id == a)
+            && self
+                .actor_id
+                .as_ref()
+                .is_none_or(|a| &r.request.actor.id == a)
             && self
                 .requested_after
                 .is_none_or(|t| r.request.requested_at >= t)

@@ -309,7 +309,10 @@ impl MemorySink {
     }
     /// A copy of every event so far.
     pub fn events(&self) -> Vec<AuditEvent> {
-        self.events.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
     /// The type names, in order.
     pub fn types(&self) -> Vec<&'static str> {
@@ -324,7 +327,10 @@ impl MemorySink {
     }
     /// Forget everything.
     pub fn clear(&self) {
-        self.events.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
     }
 }
 

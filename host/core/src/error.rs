@@ -119,7 +119,12 @@ impl ErrorCode {
         use Stage as S;
         match self {
             CapabilityNotFound => (Some(S::Discovery), false, true, NOT_FOUND_MESSAGE),
-            InputInvalid => (Some(S::InputValidation), false, true, "The input is invalid."),
+            InputInvalid => (
+                Some(S::InputValidation),
+                false,
+                true,
+                "The input is invalid.",
+            ),
             Unauthenticated => (
                 Some(S::Authentication),
                 false,
@@ -132,10 +137,20 @@ impl ErrorCode {
                 true,
                 "The operation is forbidden.",
             ),
-            PolicyDenied => (Some(S::Policy), false, true, "The request was denied by policy."),
+            PolicyDenied => (
+                Some(S::Policy),
+                false,
+                true,
+                "The request was denied by policy.",
+            ),
             PolicyFailed => (Some(S::Policy), false, false, "Policy evaluation failed."),
             ApprovalRequired => (Some(S::Approval), false, true, "Approval is required."),
-            ApprovalPending => (Some(S::Approval), true, true, "The approval is still pending."),
+            ApprovalPending => (
+                Some(S::Approval),
+                true,
+                true,
+                "The approval is still pending.",
+            ),
             ApprovalRejected => (Some(S::Approval), false, true, "The approval was rejected."),
             ApprovalExpired => (Some(S::Approval), false, true, "The approval has expired."),
             ApprovalConsumed => (
@@ -176,7 +191,12 @@ impl ErrorCode {
                 "The output violated its contract.",
             ),
             Timeout => (Some(S::Timeout), true, true, "The operation timed out."),
-            Cancelled => (Some(S::Cancellation), false, true, "The operation was cancelled."),
+            Cancelled => (
+                Some(S::Cancellation),
+                false,
+                true,
+                "The operation was cancelled.",
+            ),
             AuditUnavailable => (
                 Some(S::Execution),
                 true,
@@ -356,7 +376,10 @@ impl CapabilityError {
     }
 
     /// Attach a private cause (never serialized).
-    pub fn with_cause(mut self, cause: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+    pub fn with_cause(
+        mut self,
+        cause: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
         let boxed: Box<dyn std::error::Error + Send + Sync> = cause.into();
         self.cause = Some(Arc::from(boxed));
         self

@@ -114,10 +114,14 @@ pub mod prelude {
         ApprovalCoordinator, ApprovalFilter, ApprovalRecord, ApprovalStatus, DecisionStatus,
         InMemoryApprovalCoordinator,
     };
-    pub use crate::audit::{AuditEvent, AuditSink, EventPayload, JsonLinesSink, MemorySink, TracingSink};
+    pub use crate::audit::{
+        AuditEvent, AuditSink, EventPayload, JsonLinesSink, MemorySink, TracingSink,
+    };
     pub use crate::error::{CapabilityError, ErrorCode, PublicError, Stage};
     pub use crate::meta::{ApprovalConfig, CapabilityMeta, Expose, RetryConfig, Risk, SideEffect};
-    pub use crate::policy::{Phase, Policy, PolicyDecision, PolicyError, PolicyRequest, policy_fn, policy_sync};
+    pub use crate::policy::{
+        Phase, Policy, PolicyDecision, PolicyError, PolicyRequest, policy_fn, policy_sync,
+    };
     pub use crate::procedure::{
         Middleware, Next, Procedure, ProcedureCall, ProcedureError, handler, middleware,
     };

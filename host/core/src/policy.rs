@@ -201,7 +201,8 @@ pub trait Policy: Send + Sync + 'static {
 
 type PolicyFnBox = dyn for<'a> Fn(
         &'a PolicyRequest<'a>,
-    ) -> Pin<Box<dyn Future<Output = Result<PolicyDecision, PolicyError>> + Send + 'a>>
+    )
+        -> Pin<Box<dyn Future<Output = Result<PolicyDecision, PolicyError>> + Send + 'a>>
     + Send
     + Sync;
 

@@ -127,7 +127,9 @@ impl ProcedureError {
             ProcedureError::Unauthorized(m) => {
                 CapabilityError::new(ErrorCode::Unauthenticated).with_cause(m)
             }
-            ProcedureError::Forbidden(m) => CapabilityError::new(ErrorCode::Forbidden).with_cause(m),
+            ProcedureError::Forbidden(m) => {
+                CapabilityError::new(ErrorCode::Forbidden).with_cause(m)
+            }
             ProcedureError::Internal(m) => CapabilityError::new(ErrorCode::ExecutionFailed)
                 .with_stage(Stage::Execution)
                 .with_cause(m),

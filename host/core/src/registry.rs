@@ -212,6 +212,7 @@ impl RegistryBuilder {
         let mut problems = Vec::new();
         let mut reg = Registry::default();
         let mut seen_tools: HashMap<(Surface, String), String> = HashMap::new();
+        let mut seen_ids: std::collections::HashSet<String> = std::collections::HashSet::new();
         for def in self.defs {
             let before = problems.len();
             let mut problem = |field: &str, message: String| {
@@ -224,15 +225,21 @@ impl RegistryBuilder {
             if let Err(m) = check_id(&def.id) {
                 problem("id", m);
             }
-            if reg.by_id.contains_key(&def.id) {
+            if !seen_ids.insert(def.id.clone()) {
                 problem("id", "declared twice; capability ids must be unique".into());
             }
             let meta = &def.meta;
             if meta.description.trim().is_empty() {
-                problem("meta.description", "is required and must not be empty".into());
+                problem(
+                    "meta.description",
+                    "is required and must not be empty".into(),
+                );
             }
             if meta.timeout_ms == Some(0) {
-                problem("meta.timeoutMs", "must be a positive number of milliseconds".into());
+                problem(
+                    "meta.timeoutMs",
+                    "must be a positive number of milliseconds".into(),
+                );
             }
             if let Some(a) = &meta.approval
                 && a.expires_in_ms == Some(0)
@@ -267,13 +274,20 @@ impl RegistryBuilder {
             for surface in [Surface::AiSdk, Surface::Mcp] {
                 let name = meta.tool_name(&def.id, surface);
                 if let Err(m) = check_tool_name(&name) {
-                    problem("meta.adapters", format!("{} tool name `{name}` {m}", surface));
-                }
-                if let Some(other) = seen_tools.get(&(surface, name.clone())) {
                     problem(
                         "meta.adapters",
-                        format!("{surface} tool name `{name}` collides with capability `{other}`"),
+                        format!("{} tool name `{name}` {m}", surface),
                     );
+                }
+                match seen_tools.get(&(surface, name.clone())) {
+                    Some(other) if other != &def.id => problem(
+                        "meta.adapters",
+                        format!("{surface} tool name `{name}` collides with capability `{other}`"),
+                    ),
+                    Some(_) => {}
+                    None => {
+                        seen_tools.insert((surface, name.clone()), def.id.clone());
+                    }
                 }
             }
             let input = match Schema::compile(def.input_schema) {
@@ -291,7 +305,10 @@ impl RegistryBuilder {
                 }
             };
             if def.procedure.is_none() {
-                problem("procedure", "no procedure is bound; every capability needs one".into());
+                problem(
+                    "procedure",
+                    "no procedure is bound; every capability needs one".into(),
+                );
             }
             if problems.len() > before {
                 continue;
@@ -302,9 +319,8 @@ impl RegistryBuilder {
             let ai_sdk_tool = meta.tool_name(&def.id, Surface::AiSdk);
             let mcp_tool = meta.tool_name(&def.id, Surface::Mcp);
             let idx = reg.caps.len();
-            seen_tools.insert((Surface::AiSdk, ai_sdk_tool.clone()), def.id.clone());
-            seen_tools.insert((Surface::Mcp, mcp_tool.clone()), def.id.clone());
-            reg.by_tool.insert((Surface::AiSdk, ai_sdk_tool.clone()), idx);
+            reg.by_tool
+                .insert((Surface::AiSdk, ai_sdk_tool.clone()), idx);
             reg.by_tool.insert((Surface::Mcp, mcp_tool.clone()), idx);
             reg.by_id.insert(def.id.clone(), idx);
             let info = CapabilityInfo {

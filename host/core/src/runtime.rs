@@ -200,12 +200,30 @@ pub enum ApprovalsError {
     Store(#[from] ApprovalStoreError),
 }
 
+impl Inner {
+    /// SI-4: is `approver` deciding their own request of these types, and is that refused?
+    pub(crate) fn is_forbidden_self_approval(
+        &self,
+        approver_id: &str,
+        requester_id: &str,
+        types: &[String],
+    ) -> bool {
+        if !self.reject_self_approval || approver_id != requester_id {
+            return false;
+        }
+        let confirmable =
+            !types.is_empty() && types.iter().all(|t| self.self_confirmable.contains(t));
+        !confirmable
+    }
+}
+
 pub(crate) struct Inner {
     pub(crate) registry: Registry,
     pub(crate) policies: Vec<Arc<dyn Policy>>,
     pub(crate) coordinator: Arc<dyn ApprovalCoordinator>,
     pub(crate) handler: Option<Arc<dyn ApprovalHandler>>,
     pub(crate) reject_self_approval: bool,
+    pub(crate) self_confirmable: Vec<String>,
     pub(crate) audit: Auditor,
     pub(crate) defaults: Defaults,
     pub(crate) clock: Arc<dyn Clock>,
@@ -227,6 +245,7 @@ pub struct RuntimeBuilder {
     coordinator: Option<Arc<dyn ApprovalCoordinator>>,
     handler: Option<Arc<dyn ApprovalHandler>>,
     reject_self_approval: bool,
+    self_confirmable: Vec<String>,
     audit: AuditConfig,
     defaults: Defaults,
     clock: Arc<dyn Clock>,
@@ -256,6 +275,16 @@ impl RuntimeBuilder {
     /// SI-4 switch (default true).
     pub fn reject_self_approval(mut self, yes: bool) -> Self {
         self.reject_self_approval = yes;
+        self
+    }
+    /// Approval types the requester may decide themselves (e.g. `human-confirmation`, where
+    /// confirming one's own action is the point). An approval is self-decidable only when
+    /// every one of its types is listed; SI-4 holds for everything else. Default: none.
+    pub fn self_confirmable_types(
+        mut self,
+        types: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
+        self.self_confirmable = types.into_iter().map(Into::into).collect();
         self
     }
     /// Add an audit sink.
@@ -334,6 +363,7 @@ impl RuntimeBuilder {
                 coordinator,
                 handler: self.handler,
                 reject_self_approval: self.reject_self_approval,
+                self_confirmable: self.self_confirmable,
                 audit: Auditor::new(self.audit),
                 defaults: self.defaults,
                 clock: self.clock,
@@ -352,6 +382,7 @@ impl Runtime {
             coordinator: None,
             handler: None,
             reject_self_approval: true,
+            self_confirmable: Vec::new(),
             audit: AuditConfig::default(),
             defaults: Defaults::default(),
             clock: Arc::new(SystemClock),
@@ -449,7 +480,10 @@ impl Approvals<'_> {
     }
 
     /// Records matching a filter, newest first, inputs redacted for review.
-    pub async fn list(&self, filter: &ApprovalFilter) -> Result<Vec<ApprovalRecord>, ApprovalsError> {
+    pub async fn list(
+        &self,
+        filter: &ApprovalFilter,
+    ) -> Result<Vec<ApprovalRecord>, ApprovalsError> {
         let now = self.rt.clock.now();
         let records = self.rt.coordinator.list(filter, now).await?;
         let mut out = Vec::with_capacity(records.len());

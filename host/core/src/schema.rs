@@ -16,7 +16,9 @@ pub struct Schema {
 
 impl std::fmt::Debug for Schema {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Schema").field("source", &self.source).finish()
+        f.debug_struct("Schema")
+            .field("source", &self.source)
+            .finish()
     }
 }
 
@@ -185,7 +187,10 @@ mod tests {
         }))
         .unwrap();
         let v = s.validate(json!({"amount": 5})).unwrap();
-        assert_eq!(v, json!({"amount": 5, "currency": "USD", "meta": {"channel": "chat"}}));
+        assert_eq!(
+            v,
+            json!({"amount": 5, "currency": "USD", "meta": {"channel": "chat"}})
+        );
     }
 
     #[test]
@@ -196,9 +201,14 @@ mod tests {
             "required": ["amount"]
         }))
         .unwrap();
-        let issues = s.validate(json!({"amount": "secret-value-123"})).unwrap_err();
+        let issues = s
+            .validate(json!({"amount": "secret-value-123"}))
+            .unwrap_err();
         assert_eq!(issues[0].path, "/amount");
-        assert!(!issues[0].message.contains("secret-value-123"), "{issues:?}");
+        assert!(
+            !issues[0].message.contains("secret-value-123"),
+            "{issues:?}"
+        );
     }
 
     #[test]

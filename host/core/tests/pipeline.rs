@@ -15,7 +15,8 @@ async fn si8_unexposed_is_indistinguishable_from_unknown() {
     let c = Counter::default();
     let internal = CapabilityDef::new(
         "orders.internalAdjust",
-        CapabilityMeta::new("Internal", SideEffect::Write, Risk::High).exposed_on([Surface::Direct]),
+        CapabilityMeta::new("Internal", SideEffect::Write, Risk::High)
+            .exposed_on([Surface::Direct]),
     )
     .input_schema(refund_schema())
     .procedure(c.procedure());
@@ -23,14 +24,20 @@ async fn si8_unexposed_is_indistinguishable_from_unknown() {
 
     // Invalid input on an unexposed capability: concealment beats validation (stage 4 < 5).
     let unexposed = rt
-        .invoke(call("orders.internalAdjust", json!({"amount": "not a number"})))
+        .invoke(call(
+            "orders.internalAdjust",
+            json!({"amount": "not a number"}),
+        ))
         .await;
     let unknown = rt.invoke(call("orders.nope", json!({}))).await;
 
     let a = serde_json::to_value(unexposed.error().unwrap()).unwrap();
     let b = serde_json::to_value(unknown.error().unwrap()).unwrap();
     assert_eq!(a, b, "unexposed and unknown must serialize identically");
-    assert_eq!(a, json!({"code": "CAPABILITY_NOT_FOUND", "message": "Capability not found.", "retryable": false}));
+    assert_eq!(
+        a,
+        json!({"code": "CAPABILITY_NOT_FOUND", "message": "Capability not found.", "retryable": false})
+    );
 
     let denied: Vec<_> = sink
         .events()
@@ -48,7 +55,9 @@ async fn si8_hidden_is_indistinguishable_from_unknown() {
     let c = Counter::default();
     let def = CapabilityDef::new("orders.refund", refund_meta())
         .input_schema(refund_schema())
-        .policy(policy_sync("hideFromContractors", |_| Ok(PolicyDecision::hide())))
+        .policy(policy_sync("hideFromContractors", |_| {
+            Ok(PolicyDecision::hide())
+        }))
         .procedure(c.procedure());
     let rt = runtime_with(vec![def], sink.clone());
     let hidden = rt
@@ -87,7 +96,10 @@ async fn input_invalid_details_never_echo_values() {
     let c = Counter::default();
     let rt = runtime_with(vec![refund_def(&c)], Arc::new(MemorySink::new()));
     let r = rt
-        .invoke(call("orders.refund", json!({"orderId": "o", "amount": "4111111111111111"})))
+        .invoke(call(
+            "orders.refund",
+            json!({"orderId": "o", "amount": "4111111111111111"}),
+        ))
         .await;
     let wire = serde_json::to_string(r.error().unwrap()).unwrap();
     assert!(!wire.contains("4111111111111111"), "{wire}");
@@ -130,7 +142,11 @@ async fn every_policy_is_evaluated_after_a_deny() {
     let c = Counter::default();
     let def = CapabilityDef::new("orders.refund", refund_meta())
         .input_schema(refund_schema())
-        .policy(counting("first", PolicyDecision::deny("Refunds are frozen."), n.clone()))
+        .policy(counting(
+            "first",
+            PolicyDecision::deny("Refunds are frozen."),
+            n.clone(),
+        ))
         .policy(counting("second", PolicyDecision::allow(), n.clone()))
         .policy(counting("third", PolicyDecision::hide(), n.clone()))
         .procedure(c.procedure());
@@ -233,7 +249,10 @@ fn assert_failed_closed(r: &ExecutionResult, sink: &MemorySink, c: &Counter) {
     );
     let data = data_of(sink, "capability.denied");
     assert_eq!(data["reason"], "policy-failed");
-    assert_eq!(data["policyDecisions"][0], json!({"policy": "fine", "type": "allow"}));
+    assert_eq!(
+        data["policyDecisions"][0],
+        json!({"policy": "fine", "type": "allow"})
+    );
     assert_eq!(data["policyDecisions"][1]["type"], "error");
     assert_eq!(c.get(), 0);
 }
@@ -313,7 +332,9 @@ async fn caller_cancellation_returns_cancelled() {
         tokio::time::sleep(Duration::from_millis(20)).await;
         t2.cancel();
     });
-    let r = rt.invoke(call("orders.slow", json!({})).cancel(token)).await;
+    let r = rt
+        .invoke(call("orders.slow", json!({})).cancel(token))
+        .await;
     assert_eq!(r.status(), "cancelled");
     assert_eq!(code(&r), Some(ErrorCode::Cancelled));
     assert_eq!(data_of(&sink, "capability.cancelled")["code"], "CANCELLED");
@@ -358,7 +379,11 @@ async fn si11_a_read_is_retried_with_capability_retried() {
     assert_eq!(r.status(), "completed");
     assert_eq!(n.load(Ordering::SeqCst), 3);
     let exe = r.execution_id().to_string();
-    let types: Vec<_> = sink.for_execution(&exe).iter().map(|e| e.type_name()).collect();
+    let types: Vec<_> = sink
+        .for_execution(&exe)
+        .iter()
+        .map(|e| e.type_name())
+        .collect();
     assert_eq!(
         types,
         [
@@ -369,7 +394,10 @@ async fn si11_a_read_is_retried_with_capability_retried() {
             "capability.completed"
         ]
     );
-    assert_eq!(data_of(&sink, "capability.retried"), json!({"attempt": 2, "previousErrorCode": "EXECUTION_FAILED"}));
+    assert_eq!(
+        data_of(&sink, "capability.retried"),
+        json!({"attempt": 2, "previousErrorCode": "EXECUTION_FAILED"})
+    );
     assert_eq!(data_of(&sink, "capability.completed")["attempts"], 3);
 }
 
@@ -410,13 +438,18 @@ async fn output_invalid_withholds_the_output() {
         CapabilityMeta::new("get", SideEffect::Read, Risk::Low).exposed_on([Surface::AiSdk]),
     )
     .output_schema(json!({"type": "object", "required": ["status"]}))
-    .procedure(handler(|_| async { Ok(json!({"secret": "internal-row-42"})) }));
+    .procedure(handler(|_| async {
+        Ok(json!({"secret": "internal-row-42"}))
+    }));
     let rt = runtime_with(vec![def], sink.clone());
     let r = rt.invoke(call("orders.get", json!({}))).await;
     assert_eq!(code(&r), Some(ErrorCode::OutputInvalid));
     let wire = serde_json::to_string(&r).unwrap();
     assert!(!wire.contains("internal-row-42"));
-    assert_eq!(data_of(&sink, "capability.failed")["executedBeforeFailure"], true);
+    assert_eq!(
+        data_of(&sink, "capability.failed")["executedBeforeFailure"],
+        true
+    );
 }
 
 #[tokio::test]
@@ -434,7 +467,10 @@ async fn si10_redaction_applies_before_the_envelope_and_payloads_never_reach_eve
         .procedure(c.procedure());
     let rt = runtime_with(vec![def], sink.clone());
     let r = rt
-        .invoke(call("orders.refund", json!({"orderId": "ord_secret_input", "amount": 5})))
+        .invoke(call(
+            "orders.refund",
+            json!({"orderId": "ord_secret_input", "amount": 5}),
+        ))
         .await;
     let out = r.output().expect("completed");
     assert!(out.get("gatewayRef").is_none());
@@ -449,7 +485,9 @@ async fn a_failing_redactor_withholds_the_output() {
     let sink = Arc::new(MemorySink::new());
     let c = Counter::default();
     let def = CapabilityDef::new("orders.refund", refund_meta())
-        .redactor(redactor_fn("broken", |_| Err(RedactError("bad path".into()))))
+        .redactor(redactor_fn("broken", |_| {
+            Err(RedactError("bad path".into()))
+        }))
         .procedure(c.procedure());
     let rt = runtime_with(vec![def], sink.clone());
     let r = rt
@@ -457,7 +495,10 @@ async fn a_failing_redactor_withholds_the_output() {
         .await;
     assert_eq!(r.status(), "failed");
     assert!(!serde_json::to_string(&r).unwrap().contains("gw_secret_123"));
-    assert_eq!(data_of(&sink, "capability.failed")["executedBeforeFailure"], true);
+    assert_eq!(
+        data_of(&sink, "capability.failed")["executedBeforeFailure"],
+        true
+    );
 }
 
 struct FailingSink;
@@ -536,13 +577,18 @@ async fn procedure_error_mapping_keeps_internals_from_models() {
     ];
     for (err, wire) in cases {
         let e2 = err.clone();
-        let def = CapabilityDef::new("orders.refund", refund_meta()).procedure(handler(move |_| {
-            let e = e2.clone();
-            async move { Err(e) }
-        }));
+        let def =
+            CapabilityDef::new("orders.refund", refund_meta()).procedure(handler(move |_| {
+                let e = e2.clone();
+                async move { Err(e) }
+            }));
         let rt = runtime_with(vec![def], Arc::new(MemorySink::new()));
         let r = rt.invoke(call("orders.refund", json!({}))).await;
-        assert_eq!(serde_json::to_value(r.error().unwrap()).unwrap(), wire, "{err:?}");
+        assert_eq!(
+            serde_json::to_value(r.error().unwrap()).unwrap(),
+            wire,
+            "{err:?}"
+        );
     }
 }
 
@@ -574,13 +620,18 @@ async fn middleware_runs_in_order_extends_context_and_can_reject() {
             Box::pin(async move {
                 o2.lock().unwrap().push("permission");
                 let perms = &call.agent.actor.attributes["permissions"];
-                if !perms.as_array().is_some_and(|p| p.iter().any(|x| x == "orders:refund")) {
+                if !perms
+                    .as_array()
+                    .is_some_and(|p| p.iter().any(|x| x == "orders:refund"))
+                {
                     return Err(ProcedureError::Forbidden("missing orders:refund".into()));
                 }
                 next.run(call).await
             })
         }))
-        .procedure(handler(|call| async move { Ok(json!({"org": call.context["orgId"]})) }));
+        .procedure(handler(|call| async move {
+            Ok(json!({"org": call.context["orgId"]}))
+        }));
     let rt = runtime_with(vec![def], Arc::new(MemorySink::new()));
     let r = rt
         .invoke(call("orders.refund", json!({})).context(json!({})))

@@ -16,7 +16,8 @@ pub(crate) async fn describe(
     surface: Surface,
     opts: DescribeOptions,
 ) -> Result<Vec<CapabilityDescriptor>, CapabilityError> {
-    let budget = tokio::time::Instant::now() + Duration::from_millis(rt.defaults.discovery_budget_ms);
+    let budget =
+        tokio::time::Instant::now() + Duration::from_millis(rt.defaults.discovery_budget_ms);
 
     // 2. Exposure filter, then the scope (a convenience, never authorization).
     let candidates = rt.registry.iter().filter(|c| {
@@ -43,9 +44,10 @@ pub(crate) async fn describe(
                 execution_id: "",
                 approval: None,
             };
-            let deadline = (tokio::time::Instant::now()
-                + Duration::from_millis(rt.defaults.policy_timeout_ms))
-            .min(budget);
+            // Not clamped to the budget: running out of budget is a TIMEOUT of the whole
+            // describe, never a silently shorter list.
+            let deadline =
+                tokio::time::Instant::now() + Duration::from_millis(rt.defaults.policy_timeout_ms);
             let evaluated = evaluate_batch(rt, &cap, &request, deadline).await;
             let needs_approval = cap.meta.approval.as_ref().is_some_and(|a| a.required);
             match combine(&evaluated) {

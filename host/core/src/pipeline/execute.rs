@@ -36,7 +36,8 @@ pub(crate) async fn execute(exec: Exec<'_>, a: Admitted) -> ExecutionResult {
 
     // ── Stage 9: execution-phase policies (freshness after approval latency) ──
     if any_applicable(rt, cap, Phase::Execution) {
-        let deadline = tokio::time::Instant::now() + Duration::from_millis(rt.defaults.policy_timeout_ms);
+        let deadline =
+            tokio::time::Instant::now() + Duration::from_millis(rt.defaults.policy_timeout_ms);
         let request = PolicyRequest {
             phase: Phase::Execution,
             capability: &cap.info,
@@ -52,8 +53,9 @@ pub(crate) async fn execute(exec: Exec<'_>, a: Admitted) -> ExecutionResult {
         match combine(&evaluated) {
             Verdict::Allowed => {}
             Verdict::Failed { policy, reason } => {
-                let err = CapabilityError::new(ErrorCode::PolicyFailed)
-                    .with_private_details(serde_json::json!({ "policy": policy, "reason": reason }));
+                let err = CapabilityError::new(ErrorCode::PolicyFailed).with_private_details(
+                    serde_json::json!({ "policy": policy, "reason": reason }),
+                );
                 return exec.denied(DenyReason::PolicyFailed, err, decisions).await;
             }
             Verdict::Hidden { policy } => {
@@ -62,7 +64,11 @@ pub(crate) async fn execute(exec: Exec<'_>, a: Admitted) -> ExecutionResult {
                 return exec.denied(DenyReason::Hidden, err, decisions).await;
             }
             // Approval cannot be asked for twice: at stage 9 anything but allow denies.
-            Verdict::Denied { policy, code, message } => {
+            Verdict::Denied {
+                policy,
+                code,
+                message,
+            } => {
                 let mut err = CapabilityError::new(ErrorCode::PolicyDenied)
                     .with_private_details(serde_json::json!({ "policy": policy, "code": code }));
                 if let Some(m) = message {
@@ -103,7 +109,11 @@ pub(crate) async fn execute(exec: Exec<'_>, a: Admitted) -> ExecutionResult {
         correlation_id: exec.correlation_id.clone(),
         idempotency_key: a.idempotency_key.unwrap_or_else(|| new_id("idk")),
     });
-    let retry = cap.meta.retry.as_ref().filter(|_| cap.meta.retry_eligible());
+    let retry = cap
+        .meta
+        .retry
+        .as_ref()
+        .filter(|_| cap.meta.retry_eligible());
     let max_attempts = 1 + retry.map_or(0, |r| r.max_attempts);
     let mut attempt = 1u32;
     let mut input = Some(a.input);
@@ -125,7 +135,9 @@ pub(crate) async fn execute(exec: Exec<'_>, a: Admitted) -> ExecutionResult {
             Ok(v) => break v,
             Err(err) => {
                 let retry_allowed = retry.is_some_and(|r| {
-                    r.retry_on.as_ref().is_none_or(|codes| codes.contains(&err.code()))
+                    r.retry_on
+                        .as_ref()
+                        .is_none_or(|codes| codes.contains(&err.code()))
                 });
                 let terminal = err.code() == ErrorCode::Cancelled
                     || !err.retryable()
@@ -168,7 +180,10 @@ pub(crate) async fn execute(exec: Exec<'_>, a: Admitted) -> ExecutionResult {
     // ── Stage 13: redaction, before any envelope, event or span attribute (SI-10) ──
     let mut output = output;
     for r in &cap.redactors {
-        match AssertUnwindSafe(r.redact_output(&cap.info, output)).catch_unwind().await {
+        match AssertUnwindSafe(r.redact_output(&cap.info, output))
+            .catch_unwind()
+            .await
+        {
             Ok(Ok(v)) => output = v,
             Ok(Err(e)) => {
                 let err = CapabilityError::new(ErrorCode::ExecutionFailed)
@@ -176,8 +191,11 @@ pub(crate) async fn execute(exec: Exec<'_>, a: Admitted) -> ExecutionResult {
                 return exec.failed(err, attempt, true, true, None).await;
             }
             Err(p) => {
-                let err = CapabilityError::new(ErrorCode::ExecutionFailed)
-                    .with_cause(format!("redactor `{}` panicked: {}", r.name(), panic_message(&*p)));
+                let err = CapabilityError::new(ErrorCode::ExecutionFailed).with_cause(format!(
+                    "redactor `{}` panicked: {}",
+                    r.name(),
+                    panic_message(&*p)
+                ));
                 return exec.failed(err, attempt, true, true, None).await;
             }
         }

@@ -34,7 +34,10 @@ pub(crate) async fn invoke(rt: &Inner, req: InvokeRequest) -> ExecutionResult {
         rt,
         execution_id,
         surface: req.surface,
-        actor: req.actor.as_ref().map_or_else(missing_actor, |a| a.reference()),
+        actor: req
+            .actor
+            .as_ref()
+            .map_or_else(missing_actor, |a| a.reference()),
         capability_id: req.capability_id.clone(),
         correlation_id: req.correlation_id.clone(),
         input_hash: None,
@@ -72,7 +75,13 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
         Ok(v) => v,
         Err(issues) => {
             return exec
-                .failed(CapabilityError::input_invalid(issues), 0, false, false, None)
+                .failed(
+                    CapabilityError::input_invalid(issues),
+                    0,
+                    false,
+                    false,
+                    None,
+                )
                 .await;
         }
     };
@@ -96,7 +105,8 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
     };
 
     // ── Stage 7: invocation-phase policies (all evaluated, then combined) ──
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(rt.defaults.policy_timeout_ms);
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_millis(rt.defaults.policy_timeout_ms);
     let request = PolicyRequest {
         phase: Phase::Invocation,
         capability: &cap.info,
@@ -151,7 +161,8 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
         let hash = match hash {
             Ok(h) => h,
             Err(e) => {
-                let err = CapabilityError::new(ErrorCode::ApprovalUnserializableInput).with_cause(e);
+                let err =
+                    CapabilityError::new(ErrorCode::ApprovalUnserializableInput).with_cause(e);
                 return exec.failed(err, 0, false, false, None).await;
             }
         };
@@ -193,13 +204,20 @@ async fn approval_gate(
     requirement: ApprovalRequirement,
 ) -> Gate {
     let rt = exec.rt;
-    let span = tracing::info_span!("agent.approval_request", capgate.approval_id = tracing::field::Empty);
+    let span = tracing::info_span!(
+        "agent.approval_request",
+        capgate.approval_id = tracing::field::Empty
+    );
     let now = rt.clock.now();
     let expires_in = requirement
         .expires_in_ms
         .unwrap_or(rt.defaults.approval_expires_in_ms);
     let expires_at = now
-        + chrono::Duration::milliseconds(i64::try_from(expires_in).unwrap_or(i64::MAX / 4).min(i64::MAX / 4));
+        + chrono::Duration::milliseconds(
+            i64::try_from(expires_in)
+                .unwrap_or(i64::MAX / 4)
+                .min(i64::MAX / 4),
+        );
     let request = ApprovalRequest {
         id: new_id("apr"),
         capability_id: cap.id.clone(),
@@ -229,11 +247,14 @@ async fn approval_gate(
             // Inline handler: the request is announced, then decided in this call.
             exec.emit(requested.clone()).await;
             announced = true;
-            let decided = AssertUnwindSafe(handler.decide(&request)).catch_unwind().await;
+            let decided = AssertUnwindSafe(handler.decide(&request))
+                .catch_unwind()
+                .await;
             match decided {
                 Ok(Ok(None)) => {} // deferred to the coordinator
                 Ok(Ok(Some(d))) => {
-                    let payload_common = (request.id.clone(), d.approver.clone(), d.comment.clone());
+                    let payload_common =
+                        (request.id.clone(), d.approver.clone(), d.comment.clone());
                     match d.status {
                         DecisionStatus::Rejected => {
                             exec.emit(EventPayload::Rejected {
@@ -243,12 +264,22 @@ async fn approval_gate(
                             })
                             .await;
                             return Gate::Suspended(
-                                exec.failed(CapabilityError::new(ErrorCode::ApprovalRejected), 0, false, false, None)
-                                    .await,
+                                exec.failed(
+                                    CapabilityError::new(ErrorCode::ApprovalRejected),
+                                    0,
+                                    false,
+                                    false,
+                                    None,
+                                )
+                                .await,
                             );
                         }
                         DecisionStatus::Approved => {
-                            if rt.reject_self_approval && d.approver.id == actor.id {
+                            if rt.is_forbidden_self_approval(
+                                &d.approver.id,
+                                &actor.id,
+                                &request.types,
+                            ) {
                                 return Gate::Suspended(
                                     exec.failed(
                                         CapabilityError::new(ErrorCode::ApprovalSelfApproval),

@@ -49,7 +49,10 @@ pub(crate) async fn evaluate_batch(
                 Err(_) => Err(PolicyError::Timeout(budget_ms)),
                 Ok(Err(_panic)) => Err(PolicyError::Panicked),
                 Ok(Ok(Err(e))) => Err(e),
-                Ok(Ok(Ok(d))) => d.validate().map(|()| d).map_err(PolicyError::InvalidDecision),
+                Ok(Ok(Ok(d))) => d
+                    .validate()
+                    .map(|()| d)
+                    .map_err(PolicyError::InvalidDecision),
             };
             let span = tracing::Span::current();
             span.record(

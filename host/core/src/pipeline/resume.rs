@@ -26,7 +26,9 @@ pub(crate) async fn resume(rt: &Inner, approval_id: &str, opts: ResumeOptions) -
     let exec = Exec {
         rt,
         execution_id,
-        surface: opts.expected_surface.unwrap_or(crate::actor::Surface::Direct),
+        surface: opts
+            .expected_surface
+            .unwrap_or(crate::actor::Surface::Direct),
         actor: opts.expected_actor.clone().unwrap_or_else(missing_actor),
         capability_id: String::new(),
         correlation_id: None,
@@ -56,13 +58,24 @@ async fn checks(mut exec: Exec<'_>, approval_id: &str, opts: ResumeOptions) -> E
         Ok(Some(r)) => r,
         Ok(None) => {
             return exec
-                .failed(internal(format!("unknown approval `{approval_id}`")), 0, false, false, None)
+                .failed(
+                    internal(format!("unknown approval `{approval_id}`")),
+                    0,
+                    false,
+                    false,
+                    None,
+                )
                 .await;
         }
-        Err(e) => return exec.failed(internal(e.to_string()), 0, false, false, None).await,
+        Err(e) => {
+            return exec
+                .failed(internal(e.to_string()), 0, false, false, None)
+                .await;
+        }
     };
     exec.capability_id = record.request.capability_id.clone();
-    exec.span.record("capgate.capability_id", exec.capability_id.as_str());
+    exec.span
+        .record("capgate.capability_id", exec.capability_id.as_str());
     exec.correlation_id = record.request.correlation_id.clone();
 
     // 1. Binding guards: not exposed, serialized exactly like an unknown id.
@@ -75,7 +88,13 @@ async fn checks(mut exec: Exec<'_>, approval_id: &str, opts: ResumeOptions) -> E
         .is_none_or(|s| s == record.request.surface);
     if !actor_ok || !surface_ok {
         return exec
-            .failed(approval_error(ErrorCode::ApprovalResumeMismatch), 0, false, false, None)
+            .failed(
+                approval_error(ErrorCode::ApprovalResumeMismatch),
+                0,
+                false,
+                false,
+                None,
+            )
             .await;
     }
     // From here the execution runs as the original requester, on the original surface.
@@ -92,23 +111,47 @@ async fn checks(mut exec: Exec<'_>, approval_id: &str, opts: ResumeOptions) -> E
         ApprovalStatus::Expired => Some(ErrorCode::ApprovalExpired),
         ApprovalStatus::Cancelled => {
             return exec
-                .failed(internal("approval was cancelled".into()), 0, false, false, None)
+                .failed(
+                    internal("approval was cancelled".into()),
+                    0,
+                    false,
+                    false,
+                    None,
+                )
                 .await;
         }
     };
     if let Some(code) = code {
-        return exec.failed(approval_error(code), 0, false, false, None).await;
+        return exec
+            .failed(approval_error(code), 0, false, false, None)
+            .await;
     }
     let Some(decision) = record.decision.clone() else {
         return exec
-            .failed(internal("approved record carries no decision".into()), 0, false, false, None)
+            .failed(
+                internal("approved record carries no decision".into()),
+                0,
+                false,
+                false,
+                None,
+            )
             .await;
     };
 
     // 3. Self-approval (SI-4): ids compared.
-    if rt.reject_self_approval && decision.approver.id == record.request.actor.id {
+    if rt.is_forbidden_self_approval(
+        &decision.approver.id,
+        &record.request.actor.id,
+        &record.request.types,
+    ) {
         return exec
-            .failed(approval_error(ErrorCode::ApprovalSelfApproval), 0, false, false, None)
+            .failed(
+                approval_error(ErrorCode::ApprovalSelfApproval),
+                0,
+                false,
+                false,
+                None,
+            )
             .await;
     }
 
@@ -117,7 +160,13 @@ async fn checks(mut exec: Exec<'_>, approval_id: &str, opts: ResumeOptions) -> E
         Ok(h) if h == record.request.input_hash => {}
         _ => {
             return exec
-                .failed(approval_error(ErrorCode::ApprovalInputMismatch), 0, false, false, None)
+                .failed(
+                    approval_error(ErrorCode::ApprovalInputMismatch),
+                    0,
+                    false,
+                    false,
+                    None,
+                )
                 .await;
         }
     }
@@ -137,7 +186,13 @@ async fn checks(mut exec: Exec<'_>, approval_id: &str, opts: ResumeOptions) -> E
         Ok(v) => v,
         Err(issues) => {
             return exec
-                .failed(CapabilityError::input_invalid(issues), 0, false, false, None)
+                .failed(
+                    CapabilityError::input_invalid(issues),
+                    0,
+                    false,
+                    false,
+                    None,
+                )
                 .await;
         }
     };
@@ -145,12 +200,24 @@ async fn checks(mut exec: Exec<'_>, approval_id: &str, opts: ResumeOptions) -> E
     // than what was approved.
     if input_hash(&input).ok().as_deref() != Some(record.request.input_hash.as_str()) {
         return exec
-            .failed(approval_error(ErrorCode::ApprovalInputMismatch), 0, false, false, None)
+            .failed(
+                approval_error(ErrorCode::ApprovalInputMismatch),
+                0,
+                false,
+                false,
+                None,
+            )
             .await;
     }
     if !record.request.actor.is_well_formed() {
         return exec
-            .failed(CapabilityError::new(ErrorCode::Unauthenticated), 0, false, false, None)
+            .failed(
+                CapabilityError::new(ErrorCode::Unauthenticated),
+                0,
+                false,
+                false,
+                None,
+            )
             .await;
     }
 
@@ -166,9 +233,15 @@ async fn checks(mut exec: Exec<'_>, approval_id: &str, opts: ResumeOptions) -> E
                 "expired" => ErrorCode::ApprovalExpired,
                 _ => ErrorCode::ApprovalConsumed,
             };
-            return exec.failed(approval_error(code), 0, false, false, None).await;
+            return exec
+                .failed(approval_error(code), 0, false, false, None)
+                .await;
         }
-        Err(e) => return exec.failed(internal(e.to_string()), 0, false, false, None).await,
+        Err(e) => {
+            return exec
+                .failed(internal(e.to_string()), 0, false, false, None)
+                .await;
+        }
     }
 
     // 7. Continue at stage 9 as the original actor, approver in the agent info.

@@ -1,6 +1,8 @@
 //! Shared fixtures for the pipeline tests.
 #![allow(dead_code)]
 
+pub mod walkthrough;
+
 use capgate_core::prelude::*;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -62,8 +64,11 @@ impl Counter {
 }
 
 pub fn refund_meta() -> CapabilityMeta {
-    CapabilityMeta::new("Refund an order", SideEffect::Write, Risk::High)
-        .exposed_on([Surface::AiSdk, Surface::Mcp, Surface::Direct])
+    CapabilityMeta::new("Refund an order", SideEffect::Write, Risk::High).exposed_on([
+        Surface::AiSdk,
+        Surface::Mcp,
+        Surface::Direct,
+    ])
 }
 
 pub fn refund_limit() -> impl Policy {
