@@ -1,0 +1,467 @@
+//! The HTTP upstream adapter: a capability's procedure is the application's existing
+//! backend, reached over HTTP as a [`Provider`] (so it runs under the stall watchdog and
+//! the health probe), with an exact-target health endpoint.
+//!
+//! # Wire format (version 1)
+//!
+//! **Request.** `POST <url>` with `Content-Type: application/json`,
+//! `Accept: application/x-ndjson, application/json`, `Idempotency-Key: <idempotencyKey>`,
+//! any configured static headers, and the body
+//!
+//! ```json
+//! { "runId": "exe_…", "attempt": 1,
+//!   "input": { … validated input … },
+//!   "context": { … application context … },
+//!   "agent": { "executionId": "exe_…", "capabilityId": "orders.refund", "surface": "aiSdk",
+//!              "actor": { "id": "u_dana", "kind": "user", "attributes": { … } },
+//!              "approval": { "id": "apr_…", "approver": { "id": "u_priya", "kind": "user" } },
+//!              "correlationId": "…", "idempotencyKey": "idk_…" } }
+//! ```
+//!
+//! (`approval` and `correlationId` only when present.)
+//!
+//! **Plain response.** A 2xx with any content type but NDJSON: the body is the procedure's
+//! JSON output.
+//!
+//! **Streamed response.** A 2xx with `Content-Type: application/x-ndjson`: one JSON object per
+//! line, each with exactly one key:
+//!
+//! - `{"progress": <any>}` — progress: resets the stall watchdog and reaches the caller as a
+//!   progress notification (`null` / `""` count as empty and reset nothing);
+//! - `{"usage": {"inputTokens": n, "outputTokens": n, "totalTokens": n}}` — token usage
+//!   (observation data; it also counts as progress);
+//! - `{"result": <any>}` — the output; ends the call;
+//! - `{"error": {"code": "…", "message": "…", "data": <any>?, "retryable": bool?}}` — a
+//!   defined error; ends the call.
+//!
+//! Blank lines are ignored (they are not progress). A stream that ends, breaks, or sends an
+//! undecodable line before `result`/`error` is an internal failure.
+//!
+//! **Errors.** 401 → `Unauthorized` (UNAUTHENTICATED); 403 → `Forbidden` (FORBIDDEN); any
+//! other 4xx whose body is `{"error": {"code", "message", …}}` → `Defined`
+//! (EXECUTION_FAILED shown to the model with that message); every other status, an
+//! undecodable body, a refused or lost connection → `Internal` (hidden, "The operation
+//! failed."). Cancellation (the stage-10 deadline or the caller) drops the request at once.
+//!
+//! **Health.** `GET <healthUrl>` answering 2xx with
+//! `{"status": "available" | "unavailable", "target": "…"?, "instanceKey": "…"?}`. A non-2xx,
+//! a network failure or an undecodable body is a probe *error* (→ `health_unknown`), never
+//! "unavailable"; a `target` other than the configured one, or an instance other than the
+//! pinned one, is an identity mismatch.
+//!
+//! Plain `http://` works out of the box; `https://` needs the crate's `tls` feature.
+
+use crate::events::RuntimeEvent;
+use crate::health::{ProbeError, ProbeOutcome, ProbeStatus, ProbeTarget, ProviderProber};
+use crate::provider::{ExecutionOutcome, Provider, ProviderIdentity, ProviderRun, TokenUsage};
+use crate::runtime::Sink;
+use async_trait::async_trait;
+use capgate_core::procedure::{AgentInvocationInfo, ProcedureError};
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use reqwest::{Client, StatusCode, Url};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// The adapter name of HTTP upstreams.
+pub const HTTP_ADAPTER: &str = "http";
+/// The streamed-response content type.
+pub const NDJSON_CONTENT_TYPE: &str = "application/x-ndjson";
+/// The largest response body (or single NDJSON line) accepted.
+pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+/// The default connect timeout.
+pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
+
+/// How to reach one application backend.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HttpUpstreamConfig {
+    /// The exact target name (the provider identity is `http:<target>`).
+    pub target: String,
+    /// Where calls are POSTed.
+    pub url: String,
+    /// The health endpoint; without one, probes fail closed to `health_unknown`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_url: Option<String>,
+    /// Static headers sent with every call (e.g. a service credential).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// Connect timeout (default [`DEFAULT_CONNECT_TIMEOUT_MS`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_timeout_ms: Option<u64>,
+}
+
+/// Why an upstream configuration was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HttpUpstreamError {
+    /// The target name is empty.
+    #[error("target: must not be empty")]
+    EmptyTarget,
+    /// A URL does not parse.
+    #[error("{field}: invalid URL `{url}`: {reason}")]
+    InvalidUrl {
+        /// `url` or `healthUrl`.
+        field: &'static str,
+        /// The URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// A URL's scheme is not supported by this build.
+    #[error("{field}: scheme `{scheme}` is not supported (https needs the `tls` feature)")]
+    UnsupportedScheme {
+        /// `url` or `healthUrl`.
+        field: &'static str,
+        /// The scheme.
+        scheme: String,
+    },
+    /// A header name or value is invalid (the value is not echoed).
+    #[error("headers: `{0}` is not a valid header")]
+    InvalidHeader(String),
+    /// The HTTP client could not be built.
+    #[error("HTTP client: {0}")]
+    Client(String),
+}
+
+fn parse_url(field: &'static str, url: &str) -> Result<Url, HttpUpstreamError> {
+    let parsed = Url::parse(url).map_err(|e| HttpUpstreamError::InvalidUrl {
+        field,
+        url: url.to_string(),
+        reason: e.to_string(),
+    })?;
+    match parsed.scheme() {
+        "http" => Ok(parsed),
+        "https" if cfg!(feature = "tls") => Ok(parsed),
+        other => Err(HttpUpstreamError::UnsupportedScheme {
+            field,
+            scheme: other.to_string(),
+        }),
+    }
+}
+
+/// An application backend as a provider.
+pub struct HttpUpstream {
+    identity: ProviderIdentity,
+    url: Url,
+    client: Client,
+    headers: HeaderMap,
+    prober: Option<Arc<HttpHealthProber>>,
+}
+
+impl HttpUpstream {
+    /// Validate a configuration and build the client.
+    pub fn new(config: HttpUpstreamConfig) -> Result<Self, HttpUpstreamError> {
+        if config.target.is_empty() {
+            return Err(HttpUpstreamError::EmptyTarget);
+        }
+        let url = parse_url("url", &config.url)?;
+        let health_url = config
+            .health_url
+            .as_deref()
+            .map(|u| parse_url("healthUrl", u))
+            .transpose()?;
+        let mut headers = HeaderMap::new();
+        for (name, value) in &config.headers {
+            let n = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| HttpUpstreamError::InvalidHeader(name.clone()))?;
+            let mut v = HeaderValue::from_str(value)
+                .map_err(|_| HttpUpstreamError::InvalidHeader(name.clone()))?;
+            v.set_sensitive(true);
+            headers.insert(n, v);
+        }
+        let client = Client::builder()
+            .connect_timeout(Duration::from_millis(
+                config
+                    .connect_timeout_ms
+                    .unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS),
+            ))
+            .build()
+            .map_err(|e| HttpUpstreamError::Client(e.to_string()))?;
+        let identity = ProviderIdentity::new(HTTP_ADAPTER, config.target);
+        let prober = health_url.map(|url| {
+            Arc::new(HttpHealthProber {
+                client: client.clone(),
+                url,
+                identity: identity.clone(),
+            })
+        });
+        Ok(HttpUpstream {
+            identity,
+            url,
+            client,
+            headers,
+            prober,
+        })
+    }
+
+    async fn exchange(&self, run: &ProviderRun) -> Result<ExecutionOutcome, ProcedureError> {
+        let req = &run.request;
+        let body = UpstreamRequest {
+            run_id: &req.run_id,
+            attempt: req.attempt,
+            input: &req.input,
+            context: &req.context,
+            agent: req.agent.as_deref(),
+        };
+        let mut builder = self
+            .client
+            .post(self.url.clone())
+            .headers(self.headers.clone())
+            .header(ACCEPT, "application/x-ndjson, application/json")
+            .json(&body);
+        if let Some(agent) = &req.agent
+            && let Ok(v) = HeaderValue::from_str(&agent.idempotency_key)
+        {
+            builder = builder.header("idempotency-key", v);
+        }
+        let _ = run.events.emit(RuntimeEvent::start());
+        let mut resp = builder
+            .send()
+            .await
+            .map_err(|e| ProcedureError::internal(format!("upstream request failed: {e}")))?;
+        let status = resp.status();
+        if !status.is_success() {
+            let bytes = read_body(&mut resp).await.unwrap_or_default();
+            let defined = serde_json::from_slice::<ErrorEnvelope>(&bytes).ok();
+            return Err(match status {
+                StatusCode::UNAUTHORIZED => ProcedureError::Unauthorized(
+                    defined.map_or_else(|| status.to_string(), |d| d.error.message),
+                ),
+                StatusCode::FORBIDDEN => ProcedureError::Forbidden(
+                    defined.map_or_else(|| status.to_string(), |d| d.error.message),
+                ),
+                s if s.is_client_error() => match defined {
+                    Some(d) => d.error.into_procedure_error(),
+                    None => ProcedureError::internal(format!("upstream answered HTTP {s}")),
+                },
+                s => ProcedureError::internal(format!("upstream answered HTTP {s}")),
+            });
+        }
+        let streamed = resp
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.trim_start().starts_with(NDJSON_CONTENT_TYPE));
+        if !streamed {
+            let bytes = read_body(&mut resp).await?;
+            let output = serde_json::from_slice(&bytes).map_err(|e| {
+                ProcedureError::internal(format!("upstream answer is not JSON: {e}"))
+            })?;
+            return Ok(ExecutionOutcome::new(output));
+        }
+        read_stream(&mut resp, &run.events).await
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct UpstreamRequest<'a> {
+    run_id: &'a str,
+    attempt: u32,
+    input: &'a serde_json::Value,
+    context: &'a serde_json::Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    agent: Option<&'a AgentInvocationInfo>,
+}
+
+#[derive(Deserialize)]
+struct ErrorEnvelope {
+    error: UpstreamError,
+}
+
+#[derive(Deserialize)]
+struct UpstreamError {
+    code: String,
+    message: String,
+    #[serde(default)]
+    data: Option<serde_json::Value>,
+    #[serde(default)]
+    retryable: bool,
+}
+
+impl UpstreamError {
+    fn into_procedure_error(self) -> ProcedureError {
+        ProcedureError::Defined {
+            code: self.code,
+            message: self.message,
+            data: self.data,
+            retryable: self.retryable,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum UpstreamLine {
+    Progress(serde_json::Value),
+    Usage(TokenUsage),
+    Result(serde_json::Value),
+    Error(UpstreamError),
+}
+
+async fn read_body(resp: &mut reqwest::Response) -> Result<Vec<u8>, ProcedureError> {
+    let mut body = Vec::new();
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| ProcedureError::internal(format!("upstream body broke: {e}")))?
+    {
+        if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
+            return Err(ProcedureError::internal("upstream body too large"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// Handle one NDJSON line; `Some` ends the call.
+fn handle_line(
+    line: &[u8],
+    events: &Sink<RuntimeEvent>,
+    usage: &mut Option<TokenUsage>,
+) -> Result<Option<ExecutionOutcome>, ProcedureError> {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    let parsed: UpstreamLine = serde_json::from_slice(line)
+        .map_err(|e| ProcedureError::internal(format!("upstream sent an undecodable line: {e}")))?;
+    match parsed {
+        UpstreamLine::Progress(v) => {
+            let _ = events.emit(RuntimeEvent::progress(v));
+            Ok(None)
+        }
+        UpstreamLine::Usage(u) => {
+            usage.get_or_insert_with(TokenUsage::default).accumulate(&u);
+            let _ = events.emit(RuntimeEvent::usage(u));
+            Ok(None)
+        }
+        UpstreamLine::Result(output) => Ok(Some(ExecutionOutcome {
+            output,
+            usage: *usage,
+        })),
+        UpstreamLine::Error(e) => Err(e.into_procedure_error()),
+    }
+}
+
+async fn read_stream(
+    resp: &mut reqwest::Response,
+    events: &Sink<RuntimeEvent>,
+) -> Result<ExecutionOutcome, ProcedureError> {
+    let mut buf: Vec<u8> = Vec::new();
+    let mut usage = None;
+    loop {
+        let chunk = resp
+            .chunk()
+            .await
+            .map_err(|e| ProcedureError::internal(format!("upstream stream broke: {e}")))?;
+        let Some(chunk) = chunk else { break };
+        buf.extend_from_slice(&chunk);
+        while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=pos).collect();
+            if let Some(done) = handle_line(&line, events, &mut usage)? {
+                return Ok(done);
+            }
+        }
+        if buf.len() > MAX_RESPONSE_BYTES {
+            return Err(ProcedureError::internal("upstream line too long"));
+        }
+    }
+    if let Some(done) = handle_line(&buf, events, &mut usage)? {
+        return Ok(done);
+    }
+    Err(ProcedureError::internal(
+        "upstream stream ended without a result",
+    ))
+}
+
+#[async_trait]
+impl Provider for HttpUpstream {
+    fn identity(&self) -> &ProviderIdentity {
+        &self.identity
+    }
+
+    async fn execute(&self, run: ProviderRun) -> Result<ExecutionOutcome, ProcedureError> {
+        let cancel = run.cancel.clone();
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => Err(ProcedureError::internal("upstream call cancelled")),
+            r = self.exchange(&run) => r,
+        }
+    }
+
+    fn prober(&self) -> Option<Arc<dyn ProviderProber>> {
+        self.prober.clone().map(|p| p as Arc<dyn ProviderProber>)
+    }
+}
+
+/// The exact-target prober of an HTTP upstream's health endpoint.
+pub struct HttpHealthProber {
+    client: Client,
+    url: Url,
+    identity: ProviderIdentity,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct HealthBody {
+    status: String,
+    #[serde(default)]
+    target: Option<String>,
+    #[serde(default)]
+    instance_key: Option<String>,
+}
+
+impl HttpHealthProber {
+    async fn ask(&self) -> Result<HealthBody, ProbeError> {
+        let mut resp = self
+            .client
+            .get(self.url.clone())
+            .header(ACCEPT, "application/json")
+            .send()
+            .await
+            .map_err(|e| ProbeError::Network(e.to_string()))?;
+        if !resp.status().is_success() {
+            return Err(ProbeError::HttpStatus(resp.status().as_u16()));
+        }
+        let bytes = read_body(&mut resp)
+            .await
+            .map_err(|e| ProbeError::Network(e.to_string()))?;
+        serde_json::from_slice(&bytes).map_err(|e| ProbeError::Decode(e.to_string()))
+    }
+}
+
+#[async_trait]
+impl ProviderProber for HttpHealthProber {
+    async fn probe(&self, target: &ProbeTarget, cancel: CancellationToken) -> ProbeOutcome {
+        // This prober can only speak for its own target.
+        let own = ProbeTarget {
+            adapter: self.identity.adapter.clone(),
+            target: self.identity.target.clone(),
+            instance_key: None,
+        };
+        if target.adapter != own.adapter || target.target != own.target {
+            return ProbeOutcome::status(&own, ProbeStatus::Unknown);
+        }
+        let answer = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => Err(ProbeError::Timeout),
+            a = self.ask() => a,
+        };
+        match answer {
+            Err(e) => ProbeOutcome::error(&own, e),
+            Ok(body) => ProbeOutcome {
+                adapter: own.adapter,
+                target: body.target.unwrap_or(own.target),
+                instance_key: body.instance_key,
+                status: match body.status.as_str() {
+                    "available" => ProbeStatus::Available,
+                    "unavailable" => ProbeStatus::Unavailable,
+                    _ => ProbeStatus::Unknown,
+                },
+                error: None,
+            },
+        }
+    }
+}

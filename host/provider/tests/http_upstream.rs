@@ -1,0 +1,825 @@
+//! The HTTP upstream adapter end to end: a capability driven through
+//! `capgate_core::runtime::Runtime` against a small real axum backend on 127.0.0.1:0.
+//! Real sockets and real time; assertions are about outcomes, never durations.
+
+use axum::Json;
+use axum::Router;
+use axum::body::Body;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use capgate_core::prelude::*;
+use capgate_provider::health::{LivenessClassification, ProbeTarget, ProviderHealth, probe_health};
+use capgate_provider::http::{HttpUpstreamError, NDJSON_CONTENT_TYPE};
+use capgate_provider::prelude::*;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// A backend running on its own runtime and thread, so that killing it (dropping that
+/// runtime) closes every socket it holds, mid-response included.
+struct Backend {
+    addr: SocketAddr,
+    kill: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Backend {
+    fn start(router: Router) -> Backend {
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        let (kill_tx, kill_rx) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .expect("backend runtime");
+            rt.spawn(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .expect("bind");
+                addr_tx
+                    .send(listener.local_addr().expect("addr"))
+                    .expect("send addr");
+                axum::serve(listener, router).await.expect("serve");
+            });
+            let _ = kill_rx.recv();
+            rt.shutdown_background();
+        });
+        let addr = addr_rx.recv().expect("backend address");
+        Backend {
+            addr,
+            kill: Some(kill_tx),
+            thread: Some(thread),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Kill the backend: every task and socket of it goes away at once.
+    fn kill(&mut self) {
+        if let Some(k) = self.kill.take() {
+            let _ = k.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+#[derive(Clone, Default)]
+struct Seen {
+    bodies: Arc<Mutex<Vec<Value>>>,
+    idempotency: Arc<Mutex<Vec<String>>>,
+}
+
+fn ndjson<S>(stream: S) -> Response
+where
+    S: futures::Stream<Item = Result<String, Infallible>> + Send + 'static,
+{
+    (
+        [(header::CONTENT_TYPE, NDJSON_CONTENT_TYPE)],
+        Body::from_stream(stream),
+    )
+        .into_response()
+}
+
+fn line(v: Value) -> Result<String, Infallible> {
+    Ok(format!("{v}\n"))
+}
+
+fn backend_router(seen: Seen, mid_call: Arc<Notify>) -> Router {
+    let refund = {
+        let seen = seen.clone();
+        move |headers: HeaderMap, Json(body): Json<Value>| {
+            let seen = seen.clone();
+            async move {
+                seen.idempotency.lock().unwrap().push(
+                    headers
+                        .get("idempotency-key")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default()
+                        .to_string(),
+                );
+                let amount = body["input"]["amount"].clone();
+                seen.bodies.lock().unwrap().push(body);
+                Json(json!({ "refundId": "ref_77", "amount": amount, "status": "issued" }))
+            }
+        }
+    };
+    let stream = |_: Json<Value>| async {
+        let lines = (0..3)
+            .map(|i| line(json!({ "progress": { "step": i } })))
+            .chain([
+                line(json!({ "usage": { "inputTokens": 5, "outputTokens": 2, "totalTokens": 7 } })),
+                line(json!({ "result": { "refundId": "ref_streamed", "amount": 20 } })),
+            ]);
+        ndjson(futures::stream::iter(lines.collect::<Vec<_>>()))
+    };
+    let long_stream = |_: Json<Value>| async {
+        let s = futures::stream::unfold(0u32, |i| async move {
+            if i > 15 {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let v = if i == 15 {
+                json!({ "result": { "refundId": "ref_long", "amount": 20 } })
+            } else {
+                json!({ "progress": { "step": i } })
+            };
+            Some((line(v), i + 1))
+        });
+        ndjson(s)
+    };
+    let stall = |_: Json<Value>| async {
+        ndjson(
+            futures::stream::iter([line(json!({ "progress": { "step": "validating" } }))])
+                .chain(futures::stream::pending()),
+        )
+    };
+    let dies = {
+        let mid_call = mid_call.clone();
+        move |_: Json<Value>| {
+            let mid_call = mid_call.clone();
+            async move {
+                let tell = futures::stream::once(async move {
+                    mid_call.notify_one();
+                    std::future::pending::<Result<String, Infallible>>().await
+                });
+                ndjson(futures::stream::iter([line(json!({ "progress": "charging" }))]).chain(tell))
+            }
+        }
+    };
+    let hangs = {
+        let mid_call = mid_call.clone();
+        move |_: Json<Value>| {
+            let mid_call = mid_call.clone();
+            async move {
+                mid_call.notify_one();
+                std::future::pending::<()>().await;
+                StatusCode::OK
+            }
+        }
+    };
+    let defined = |_: Json<Value>| async {
+        (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Json(
+                json!({ "error": { "code": "ORDER_NOT_REFUNDABLE", "message": "Order ord_1 was already refunded.", "data": { "orderId": "ord_1" } } }),
+            ),
+        )
+    };
+    let stream_error = |_: Json<Value>| async {
+        ndjson(futures::stream::iter([
+            line(json!({ "progress": 1 })),
+            line(
+                json!({ "error": { "code": "LIMIT", "message": "Refund limit reached.", "retryable": false } }),
+            ),
+        ]))
+    };
+    let unauth = |_: Json<Value>| async {
+        (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({ "error": { "code": "AUTH", "message": "token expired" } })),
+        )
+    };
+    let forbidden = |_: Json<Value>| async { (StatusCode::FORBIDDEN, "nope") };
+    let boom = |_: Json<Value>| async {
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "stack trace with secrets",
+        )
+    };
+    let plain_404 = |_: Json<Value>| async { (StatusCode::NOT_FOUND, "no such route") };
+    let garbage =
+        |_: Json<Value>| async { ([(header::CONTENT_TYPE, "application/json")], "not json {") };
+    let no_result =
+        |_: Json<Value>| async { ndjson(futures::stream::iter([line(json!({ "progress": 1 }))])) };
+    let bad_line = |_: Json<Value>| async {
+        ndjson(futures::stream::iter([Ok(
+            "{\"surprise\": 1}\n".to_string()
+        )]))
+    };
+
+    Router::new()
+        .route("/refund", post(refund))
+        .route("/stream", post(stream))
+        .route("/long-stream", post(long_stream))
+        .route("/stall", post(stall))
+        .route("/dies", post(dies))
+        .route("/hangs", post(hangs))
+        .route("/defined", post(defined))
+        .route("/stream-error", post(stream_error))
+        .route("/unauth", post(unauth))
+        .route("/forbidden", post(forbidden))
+        .route("/boom", post(boom))
+        .route("/plain-404", post(plain_404))
+        .route("/garbage", post(garbage))
+        .route("/no-result", post(no_result))
+        .route("/bad-line", post(bad_line))
+        .route(
+            "/health",
+            get(|| async { Json(json!({ "status": "available", "target": "orders-backend" })) }),
+        )
+        .route(
+            "/health-unhealthy",
+            get(|| async { Json(json!({ "status": "unavailable" })) }),
+        )
+        .route(
+            "/health-503",
+            get(|| async {
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    Json(json!({ "status": "unavailable" })),
+                )
+            }),
+        )
+        .route(
+            "/health-other",
+            get(|| async { Json(json!({ "status": "unavailable", "target": "billing" })) }),
+        )
+        .route("/health-garbage", get(|| async { "<html>" }))
+        .route(
+            "/health-weird",
+            get(|| async { Json(json!({ "status": "degraded" })) }),
+        )
+}
+
+struct Fixture {
+    backend: Backend,
+    seen: Seen,
+    mid_call: Arc<Notify>,
+}
+
+fn fixture() -> Fixture {
+    let seen = Seen::default();
+    let mid_call = Arc::new(Notify::new());
+    let backend = Backend::start(backend_router(seen.clone(), mid_call.clone()));
+    Fixture {
+        backend,
+        seen,
+        mid_call,
+    }
+}
+
+fn upstream(url: String, health: Option<String>) -> HttpUpstream {
+    HttpUpstream::new(HttpUpstreamConfig {
+        target: "orders-backend".into(),
+        url,
+        health_url: health,
+        ..Default::default()
+    })
+    .expect("valid upstream")
+}
+
+fn refund_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": { "orderId": {"type": "string"}, "amount": {"type": "number"} },
+        "required": ["orderId", "amount"],
+        "additionalProperties": false
+    })
+}
+
+/// The customer-support refund capability, its procedure an HTTP upstream.
+fn refund_runtime(up: HttpUpstream, stall_ms: i64, sink: Arc<MemorySink>) -> Runtime {
+    let id = up.identity().clone();
+    let mut providers = ProviderRegistry::new();
+    providers
+        .register(Arc::new(up), conf(stall_ms))
+        .expect("register");
+    let providers = ProviderRuntime::new(providers);
+    let registry = Registry::builder()
+        .capability(
+            CapabilityDef::new(
+                "orders.refund",
+                CapabilityMeta::new("Refund an order", SideEffect::Write, Risk::High)
+                    .exposed_on([Surface::AiSdk, Surface::Mcp, Surface::Direct])
+                    .with_timeout_ms(20_000),
+            )
+            .input_schema(refund_schema())
+            .policy(policy_sync("refundLimit", |req| {
+                let amount = req.input.and_then(|i| i["amount"].as_f64()).unwrap_or(0.0);
+                Ok(if amount > 500.0 {
+                    PolicyDecision::require_approval(format!("Refund of ${amount} exceeds $500"))
+                } else {
+                    PolicyDecision::allow()
+                })
+            }))
+            .procedure(ProviderProcedure::new(providers, id)),
+        )
+        .build()
+        .expect("registry");
+    Runtime::builder(registry).audit_sink(sink).build()
+}
+
+fn conf(ms: i64) -> ProviderConf {
+    ProviderConf {
+        response_stall_timeout_ms: ms,
+        ..Default::default()
+    }
+}
+
+fn dana() -> Actor {
+    Actor::user("u_dana", json!({ "orgId": "org_1" }))
+}
+
+fn refund(amount: i64) -> InvokeRequest {
+    InvokeRequest::new(
+        Surface::AiSdk,
+        "orders.refund",
+        json!({ "orderId": "ord_1", "amount": amount }),
+        dana(),
+    )
+}
+
+fn data_of(sink: &MemorySink, ty: &str) -> Value {
+    let ev = sink
+        .events()
+        .into_iter()
+        .find(|e| e.type_name() == ty)
+        .unwrap_or_else(|| panic!("no {ty} event in {:?}", sink.types()));
+    serde_json::to_value(&ev).unwrap()["data"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_upstream_capability_works_end_to_end_and_receives_the_agent_info() {
+    let fx = fixture();
+    let sink = Arc::new(MemorySink::new());
+    let rt = refund_runtime(upstream(fx.backend.url("/refund"), None), 0, sink.clone());
+
+    let r = rt.invoke(refund(20).idempotency_key("idk_client_1")).await;
+    assert_eq!(r.status(), "completed", "{r:?}");
+    let ExecutionResult::Completed {
+        output,
+        execution_id,
+    } = &r
+    else {
+        unreachable!()
+    };
+    assert_eq!(
+        output,
+        &json!({ "refundId": "ref_77", "amount": 20, "status": "issued" })
+    );
+
+    let body = fx.seen.bodies.lock().unwrap()[0].clone();
+    assert_eq!(
+        body["input"],
+        json!({ "orderId": "ord_1", "amount": 20 }),
+        "the validated input"
+    );
+    assert_eq!(body["agent"]["executionId"], json!(execution_id));
+    assert_eq!(body["runId"], json!(execution_id));
+    assert_eq!(body["agent"]["idempotencyKey"], json!("idk_client_1"));
+    assert_eq!(body["agent"]["actor"]["id"], json!("u_dana"));
+    assert_eq!(body["agent"]["capabilityId"], json!("orders.refund"));
+    assert_eq!(body["attempt"], json!(1));
+    assert!(body["agent"].get("approval").is_none());
+    assert_eq!(fx.seen.idempotency.lock().unwrap()[0], "idk_client_1");
+    assert_eq!(sink.types().last().copied(), Some("capability.completed"));
+
+    // After approval, the approval and its approver reach the backend too.
+    let pending = rt.invoke(refund(649)).await;
+    assert_eq!(pending.status(), "approval-required");
+    let approval_id = pending.approval().expect("approval").id.clone();
+    rt.approvals()
+        .decide(
+            &approval_id,
+            DecideRequest {
+                status: DecisionStatus::Approved,
+                approver: ActorRef {
+                    id: "u_priya".into(),
+                    kind: ActorKind::User,
+                },
+                comment: None,
+            },
+        )
+        .await
+        .expect("decide");
+    let resumed = rt.resume(&approval_id, ResumeOptions::default()).await;
+    assert_eq!(resumed.status(), "completed", "{resumed:?}");
+    let body = fx.seen.bodies.lock().unwrap()[1].clone();
+    assert_eq!(body["agent"]["approval"]["id"], json!(approval_id));
+    assert_eq!(
+        body["agent"]["approval"]["approver"]["id"],
+        json!("u_priya")
+    );
+    assert_eq!(
+        body["agent"]["actor"]["id"],
+        json!("u_dana"),
+        "runs as the original actor"
+    );
+    assert!(
+        body["agent"]["idempotencyKey"]
+            .as_str()
+            .unwrap()
+            .starts_with("idk_")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamed_progress_reaches_the_callers_progress_fn_and_the_result_completes() {
+    let fx = fixture();
+    let sink = Arc::new(MemorySink::new());
+    let rt = refund_runtime(upstream(fx.backend.url("/stream"), None), 0, sink);
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let g = got.clone();
+    let r = rt
+        .invoke(refund(20).progress(Arc::new(move |v| g.lock().unwrap().push(v))))
+        .await;
+    assert_eq!(r.status(), "completed", "{r:?}");
+    let ExecutionResult::Completed { output, .. } = &r else {
+        unreachable!()
+    };
+    assert_eq!(output, &json!({ "refundId": "ref_streamed", "amount": 20 }));
+    assert_eq!(
+        *got.lock().unwrap(),
+        vec![json!({"step": 0}), json!({"step": 1}), json!({"step": 2})],
+        "progress forwarded in order; usage is observation data, not progress output"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_that_keeps_progressing_runs_past_the_stall_timeout() {
+    let fx = fixture();
+    let sink = Arc::new(MemorySink::new());
+    // 16 lines 100 ms apart (≈1.6 s in all) against a 1 s stall timeout.
+    let rt = refund_runtime(upstream(fx.backend.url("/long-stream"), None), 1_000, sink);
+    let r = rt.invoke(refund(20)).await;
+    assert_eq!(r.status(), "completed", "{r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_that_stops_sending_progress_is_cut_by_the_stall_watchdog() {
+    let fx = fixture();
+    let sink = Arc::new(MemorySink::new());
+    let up = upstream(fx.backend.url("/stall"), Some(fx.backend.url("/health")));
+    let rt = refund_runtime(up, 300, sink.clone());
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let g = got.clone();
+    let r = rt
+        .invoke(refund(20).progress(Arc::new(move |v| g.lock().unwrap().push(v))))
+        .await;
+
+    // A TIMEOUT cancelled envelope...
+    assert_eq!(r.status(), "cancelled", "{r:?}");
+    let err = r.error().expect("error");
+    assert_eq!(err.code(), ErrorCode::Timeout);
+    assert!(
+        err.retryable(),
+        "the dropped request confirmed the close fence"
+    );
+    // ...whose public face carries no stall metadata...
+    let public = serde_json::to_value(&r).unwrap();
+    assert_eq!(
+        public["error"],
+        json!({ "code": "TIMEOUT", "message": "The operation timed out.", "retryable": true })
+    );
+    let text = public.to_string();
+    for secret in [
+        "response_stalled",
+        "adapterMetadata",
+        "provider_health",
+        "orders-backend",
+        "idle_ms",
+    ] {
+        assert!(!text.contains(secret), "{secret} leaked into the envelope");
+    }
+    // ...while the audit event carries exactly the allowlisted metadata.
+    let data = data_of(&sink, "capability.cancelled");
+    assert_eq!(data["code"], json!("TIMEOUT"));
+    let meta = &data["metadata"];
+    assert_eq!(meta["code"], json!("response_stalled"));
+    assert_eq!(meta["provider_health"], json!("request_stalled"));
+    assert_eq!(meta["liveness_classification"], json!("available"));
+    assert_eq!(meta["adapter"], json!("http"));
+    assert_eq!(meta["target"], json!("orders-backend"));
+    assert_eq!(meta["close_fence"], json!("confirmed"));
+    assert_eq!(meta["run_id"], json!(r.execution_id()));
+    assert_eq!(
+        meta["attempt_id"],
+        json!(format!("{}/attempt-1", r.execution_id()))
+    );
+    assert!(meta["idle_ms"].as_u64().unwrap() >= 300);
+    assert!(
+        meta.get("health_observation_seq").is_none(),
+        "no connection bound here"
+    );
+    let keys: Vec<&String> = meta.as_object().unwrap().keys().collect();
+    assert!(
+        keys.iter()
+            .all(|k| capgate_provider::stall::STALL_METADATA_KEYS.contains(&k.as_str()))
+    );
+    // The one progress line before the stall was forwarded.
+    assert_eq!(*got.lock().unwrap(), vec![json!({ "step": "validating" })]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_backend_mid_call_yields_a_governed_failure_not_a_hang() {
+    let mut fx = fixture();
+    let sink = Arc::new(MemorySink::new());
+    let rt = refund_runtime(upstream(fx.backend.url("/dies"), None), 0, sink.clone());
+    let call = tokio::spawn(async move { rt.invoke(refund(20)).await });
+    fx.mid_call.notified().await;
+    fx.backend.kill();
+    let r = call.await.expect("invoke returns");
+    assert_eq!(r.status(), "failed", "{r:?}");
+    assert_eq!(r.error().unwrap().code(), ErrorCode::ExecutionFailed);
+    let public = serde_json::to_value(&r).unwrap();
+    assert_eq!(
+        public["error"],
+        json!({ "code": "INTERNAL_ERROR", "message": "The operation failed.", "retryable": false })
+    );
+    assert_eq!(
+        data_of(&sink, "capability.failed")["code"],
+        json!("EXECUTION_FAILED")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_connection_is_a_governed_hidden_failure() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let sink = Arc::new(MemorySink::new());
+    let rt = refund_runtime(
+        upstream(format!("http://127.0.0.1:{port}/refund"), None),
+        0,
+        sink,
+    );
+    let r = rt.invoke(refund(20)).await;
+    assert_eq!(r.status(), "failed");
+    assert_eq!(r.error().unwrap().code(), ErrorCode::ExecutionFailed);
+    assert!(!r.error().unwrap().expose_to_model());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn caller_cancellation_reaches_the_upstream_call() {
+    let fx = fixture();
+    let sink = Arc::new(MemorySink::new());
+    let rt = refund_runtime(upstream(fx.backend.url("/hangs"), None), 0, sink);
+    let token = CancellationToken::new();
+    let t = token.clone();
+    let call = tokio::spawn(async move { rt.invoke(refund(20).cancel(t)).await });
+    fx.mid_call.notified().await;
+    token.cancel();
+    let r = call.await.unwrap();
+    assert_eq!(r.status(), "cancelled");
+    assert_eq!(r.error().unwrap().code(), ErrorCode::Cancelled);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_and_json_errors_map_to_the_cores_procedure_errors() {
+    let fx = fixture();
+    // (path, status, core code, exposed, public message)
+    let table = [
+        (
+            "/defined",
+            "failed",
+            ErrorCode::ExecutionFailed,
+            true,
+            "Order ord_1 was already refunded.",
+        ),
+        (
+            "/stream-error",
+            "failed",
+            ErrorCode::ExecutionFailed,
+            true,
+            "Refund limit reached.",
+        ),
+        (
+            "/unauth",
+            "failed",
+            ErrorCode::Unauthenticated,
+            true,
+            "Authentication is required.",
+        ),
+        (
+            "/forbidden",
+            "failed",
+            ErrorCode::Forbidden,
+            true,
+            "The operation is forbidden.",
+        ),
+        (
+            "/boom",
+            "failed",
+            ErrorCode::ExecutionFailed,
+            false,
+            "The operation failed.",
+        ),
+        (
+            "/plain-404",
+            "failed",
+            ErrorCode::ExecutionFailed,
+            false,
+            "The operation failed.",
+        ),
+        (
+            "/garbage",
+            "failed",
+            ErrorCode::ExecutionFailed,
+            false,
+            "The operation failed.",
+        ),
+        (
+            "/no-result",
+            "failed",
+            ErrorCode::ExecutionFailed,
+            false,
+            "The operation failed.",
+        ),
+        (
+            "/bad-line",
+            "failed",
+            ErrorCode::ExecutionFailed,
+            false,
+            "The operation failed.",
+        ),
+    ];
+    for (path, status, code, exposed, message) in table {
+        let sink = Arc::new(MemorySink::new());
+        let rt = refund_runtime(upstream(fx.backend.url(path), None), 0, sink);
+        let r = rt.invoke(refund(20)).await;
+        assert_eq!(r.status(), status, "{path}: {r:?}");
+        let err = r.error().unwrap();
+        assert_eq!(err.code(), code, "{path}");
+        assert_eq!(err.expose_to_model(), exposed, "{path}");
+        assert_eq!(err.to_public().message, message, "{path}");
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(
+            !text.contains("secrets") && !text.contains("token expired"),
+            "{path}: {text}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_health_endpoint_is_probed_for_the_exact_target_and_fails_closed() {
+    let fx = fixture();
+    let exact = ProbeTarget {
+        adapter: "http".into(),
+        target: "orders-backend".into(),
+        instance_key: None,
+    };
+    let table = [
+        (
+            "/health",
+            LivenessClassification::Available,
+            ProviderHealth::RequestStalled,
+        ),
+        (
+            "/health-unhealthy",
+            LivenessClassification::Unavailable,
+            ProviderHealth::ProviderUnhealthy,
+        ),
+        (
+            "/health-503",
+            LivenessClassification::Error,
+            ProviderHealth::HealthUnknown,
+        ),
+        (
+            "/health-other",
+            LivenessClassification::IdentityMismatch,
+            ProviderHealth::HealthUnknown,
+        ),
+        (
+            "/health-garbage",
+            LivenessClassification::Error,
+            ProviderHealth::HealthUnknown,
+        ),
+        (
+            "/health-weird",
+            LivenessClassification::Unknown,
+            ProviderHealth::HealthUnknown,
+        ),
+        (
+            "/no-such-route",
+            LivenessClassification::Error,
+            ProviderHealth::HealthUnknown,
+        ),
+    ];
+    for (path, class, health) in table {
+        let up = upstream(fx.backend.url("/refund"), Some(fx.backend.url(path)));
+        let report = probe_health(up.prober(), &exact).await;
+        assert_eq!(
+            (report.classification, report.health),
+            (class, health),
+            "{path}"
+        );
+    }
+    // A prober asked about another target cannot vouch for it.
+    let up = upstream(fx.backend.url("/refund"), Some(fx.backend.url("/health")));
+    let other = ProbeTarget {
+        target: "billing".into(),
+        ..exact.clone()
+    };
+    assert_eq!(
+        probe_health(up.prober(), &other).await.health,
+        ProviderHealth::HealthUnknown
+    );
+    // No health endpoint: no prober, fail closed.
+    let up = upstream(fx.backend.url("/refund"), None);
+    assert!(up.prober().is_none());
+    assert_eq!(
+        probe_health(up.prober(), &exact).await.classification,
+        LivenessClassification::Unsupported
+    );
+}
+
+#[test]
+fn upstream_configuration_is_validated_up_front() {
+    let base = HttpUpstreamConfig {
+        target: "orders-backend".into(),
+        url: "http://127.0.0.1:1/refund".into(),
+        ..Default::default()
+    };
+    assert!(HttpUpstream::new(base.clone()).is_ok());
+    type Check = fn(&HttpUpstreamError) -> bool;
+    let cases: Vec<(HttpUpstreamConfig, Check)> = vec![
+        (
+            HttpUpstreamConfig {
+                target: String::new(),
+                ..base.clone()
+            },
+            |e| matches!(e, HttpUpstreamError::EmptyTarget),
+        ),
+        (
+            HttpUpstreamConfig {
+                url: "not a url".into(),
+                ..base.clone()
+            },
+            |e| matches!(e, HttpUpstreamError::InvalidUrl { field: "url", .. }),
+        ),
+        (
+            HttpUpstreamConfig {
+                url: "ftp://host/x".into(),
+                ..base.clone()
+            },
+            |e| matches!(e, HttpUpstreamError::UnsupportedScheme { .. }),
+        ),
+        (
+            HttpUpstreamConfig {
+                health_url: Some("::".into()),
+                ..base.clone()
+            },
+            |e| {
+                matches!(
+                    e,
+                    HttpUpstreamError::InvalidUrl {
+                        field: "healthUrl",
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            HttpUpstreamConfig {
+                headers: [("bad header".to_string(), "v".to_string())].into(),
+                ..base.clone()
+            },
+            |e| matches!(e, HttpUpstreamError::InvalidHeader(_)),
+        ),
+        (
+            HttpUpstreamConfig {
+                headers: [("x-key".to_string(), "line\nbreak".to_string())].into(),
+                ..base.clone()
+            },
+            |e| matches!(e, HttpUpstreamError::InvalidHeader(_)),
+        ),
+    ];
+    for (cfg, want) in cases {
+        match HttpUpstream::new(cfg.clone()) {
+            Err(e) => assert!(want(&e), "{cfg:?}: {e}"),
+            Ok(_) => panic!("{cfg:?} accepted"),
+        }
+    }
+    #[cfg(not(feature = "tls"))]
+    assert!(matches!(
+        HttpUpstream::new(HttpUpstreamConfig {
+            url: "https://example.invalid/".into(),
+            ..base
+        }),
+        Err(HttpUpstreamError::UnsupportedScheme { .. })
+    ));
+    // The configuration is plain serde for the CLI's TOML/JSON.
+    let cfg: HttpUpstreamConfig = serde_json::from_value(json!({
+        "target": "orders-backend", "url": "http://127.0.0.1:8080/refund",
+        "healthUrl": "http://127.0.0.1:8080/health", "headers": { "x-api-key": "k" }, "connectTimeoutMs": 500
+    }))
+    .unwrap();
+    assert_eq!(cfg.connect_timeout_ms, Some(500));
+}
