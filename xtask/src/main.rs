@@ -49,10 +49,17 @@ pub(crate) fn run(cmd: &mut Command) -> anyhow::Result<()> {
 
 fn test(root: &Path, extra: &[String]) -> anyhow::Result<()> {
     plugins::build_plugins(root)?;
-    let polyglot = root.join("sdk/build-polyglot.sh");
-    if polyglot.exists() {
-        run(Command::new("bash").arg(&polyglot).current_dir(root))?;
-    }
+    // The JS and Python SDKs: toolchains from npm/PyPI, the plugins built into components,
+    // then the SDKs' own unit tests.
+    run(Command::new("bash")
+        .arg(root.join("sdk/build-polyglot.sh"))
+        .current_dir(root))?;
+    run(Command::new("node")
+        .args(["--test", "test/"])
+        .current_dir(root.join("sdk/js")))?;
+    run(Command::new("python3")
+        .args(["-m", "unittest", "discover", "-s", "sdk/python/tests"])
+        .current_dir(root))?;
     if std::env::var_os("CAPGATE_TEST_POSTGRES_URL").is_none() {
         eprintln!(
             "xtask: CAPGATE_TEST_POSTGRES_URL is not set; Postgres tests will {}",

@@ -1,0 +1,7 @@
+"""Hostile: a policy that never returns. The host must stop it by its deadline (or fuel) and
+fail closed (POLICY_FAILED), and stay healthy."""
+
+
+def evaluate(request):
+    while True:
+        pass

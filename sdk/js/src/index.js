@@ -1,0 +1,153 @@
+// @capgate/plugin-sdk: helpers for capgate plugins written in JavaScript or TypeScript.
+//
+// This module is plain JavaScript with no WIT imports, so plugin logic can be unit-tested
+// in node. Host functions live in `@capgate/plugin-sdk/host` (log) and
+// `@capgate/plugin-sdk/progress` (report), which only resolve inside a component.
+
+export { parseJson, getPointer, rawJsonAt, pointerTokens, formatJsonNumber, formatDouble } from './json.js';
+
+// ---- policy decisions -------------------------------------------------------------------
+
+/** Go ahead. */
+export function allow() {
+  return { tag: 'allow' };
+}
+
+/**
+ * Refuse (POLICY_DENIED). `deny("Not your order")` or
+ * `deny({ message: "Not your order", code: "ORG_MISMATCH" })`: the message is public (the model
+ * may see it), the code is private (audit and logs).
+ */
+export function deny(messageOrDenial) {
+  const d = typeof messageOrDenial === 'object' && messageOrDenial !== null ? messageOrDenial : { message: messageOrDenial };
+  const val = {};
+  if (d.message !== undefined && d.message !== null) val.message = String(d.message);
+  if (d.code !== undefined && d.code !== null) val.code = String(d.code);
+  return { tag: 'deny', val };
+}
+
+/** Conceal: the model is told the capability does not exist. */
+export function hide() {
+  return { tag: 'hide' };
+}
+
+/**
+ * Hold the call for a human.
+ * `requireApproval({ reason: "Refund of $649 exceeds $500", type: "manager", expiresInMs: 900000 })`;
+ * `reason` is required and non-empty; `expiresInMs` is a non-negative integer (number or bigint).
+ */
+export function requireApproval({ reason, type, approvalType, expiresInMs } = {}) {
+  if (typeof reason !== 'string' || reason.length === 0) {
+    throw new TypeError('requireApproval: reason must be a non-empty string');
+  }
+  const val = { reason };
+  const t = type ?? approvalType;
+  if (t !== undefined && t !== null) val.approvalType = String(t);
+  if (expiresInMs !== undefined && expiresInMs !== null) val.expiresInMs = toU64(expiresInMs, 'expiresInMs');
+  return { tag: 'require-approval', val };
+}
+
+function toU64(v, what) {
+  if (typeof v === 'bigint') {
+    if (v >= 0n && v < 1n << 64n) return v;
+  } else if (typeof v === 'number' && Number.isSafeInteger(v) && v >= 0) {
+    return BigInt(v);
+  }
+  throw new TypeError(`${what} must be a non-negative integer`);
+}
+
+// ---- procedure errors -------------------------------------------------------------------
+
+/** Thrown by a procedure: carries one case of the WIT `procedure-error` variant. */
+export class ProcedureError extends Error {
+  constructor(tag, val, message) {
+    super(message);
+    this.name = 'ProcedureError';
+    this.tag = tag;
+    this.val = val;
+  }
+}
+
+/** An intentional, contract-level failure the model may act on: `throw definedError({...})`. */
+export function definedError({ code, message, data, retryable = false }) {
+  const val = { code: String(code), message: String(message), retryable: Boolean(retryable) };
+  if (data !== undefined) val.data = JSON.stringify(data);
+  return new ProcedureError('defined', val, message);
+}
+
+/** UNAUTHENTICATED. */
+export function unauthorized(message) {
+  return new ProcedureError('unauthorized', String(message), message);
+}
+
+/** FORBIDDEN. */
+export function forbidden(message) {
+  return new ProcedureError('forbidden', String(message), message);
+}
+
+/** EXECUTION_FAILED, hidden from the model. */
+export function internal(message) {
+  return new ProcedureError('internal', String(message), message);
+}
+
+// ---- WIT values <-> friendly values -----------------------------------------------------
+
+const SURFACES = { direct: 'direct', 'ai-sdk': 'aiSdk', mcp: 'mcp', workflow: 'workflow', test: 'test' };
+
+/** WIT surface (`ai-sdk`) -> the spec's spelling (`aiSdk`). */
+export function surfaceName(witSurface) {
+  return SURFACES[witSurface] ?? witSurface;
+}
+
+/** The WIT capability-info record, as is (`{ id, sideEffect, risk, tags }`). */
+export function capabilityInfo(c) {
+  return { id: c.id, sideEffect: c.sideEffect, risk: c.risk, tags: [...(c.tags ?? [])] };
+}
+
+/**
+ * Turn the WIT `policy-request` into the object a policy's `evaluate` receives: JSON fields
+ * parsed (`input` is `undefined` in discovery or when unparsable, `context` and
+ * `actor.attributes` are `null` when absent or unparsable), the surface in the spec's spelling,
+ * and the original JSON texts under `raw`. An unparsable `config` throws.
+ */
+export function policyRequest(req) {
+  let config;
+  try {
+    config = JSON.parse(req.config);
+  } catch (e) {
+    throw `invalid plugin config: ${e && e.message ? e.message : e}`;
+  }
+  return {
+    phase: req.phase,
+    surface: surfaceName(req.surface),
+    capability: capabilityInfo(req.capability),
+    actor: {
+      id: req.actor.id,
+      kind: req.actor.kind,
+      attributes: parseJsonOrNull(req.actor.attributes),
+    },
+    input: req.input === undefined || req.input === null ? undefined : parseJsonOr(req.input, undefined),
+    context: parseJsonOrNull(req.context),
+    executionId: req.executionId,
+    approval: req.approval ? { ...req.approval } : undefined,
+    config,
+    raw: {
+      input: req.input ?? undefined,
+      context: req.context,
+      config: req.config,
+      attributes: req.actor.attributes,
+    },
+  };
+}
+
+function parseJsonOr(text, fallback) {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return fallback;
+  }
+}
+
+function parseJsonOrNull(text) {
+  return parseJsonOr(text, null);
+}

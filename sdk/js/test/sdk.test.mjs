@@ -1,0 +1,56 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { allow, deny, hide, requireApproval, formatJsonNumber, rawJsonAt, getPointer } from '../src/index.js';
+import { wrapPolicy, wrapRedactor } from '../src/glue.js';
+
+test('decision helpers', () => {
+  assert.deepEqual(allow(), { tag: 'allow' });
+  assert.deepEqual(hide(), { tag: 'hide' });
+  assert.deepEqual(deny('no'), { tag: 'deny', val: { message: 'no' } });
+  assert.deepEqual(requireApproval({ reason: 'r', type: 'manager', expiresInMs: 5 }), {
+    tag: 'require-approval',
+    val: { reason: 'r', approvalType: 'manager', expiresInMs: 5n },
+  });
+  assert.throws(() => requireApproval({ reason: '' }));
+  assert.throws(() => requireApproval({ reason: 'r', expiresInMs: -1 }));
+});
+
+test('numbers print as serde_json prints them', () => {
+  const cases = { '649': '649', '649.0': '649.0', '1e300': '1e+300', '1e-7': '1e-7', '1e-5': '0.00001', '1e15': '1000000000000000.0',
+    '1e16': '1e+16', '18446744073709551615': '18446744073709551615', '18446744073709551616': '1.8446744073709552e+19', '-0': '-0.0' };
+  for (const [lit, want] of Object.entries(cases)) assert.equal(formatJsonNumber(lit), want, lit);
+});
+
+test('raw literals and pointers', () => {
+  const t = '{"a": [1, {"b": 649.0}], "a/b": "x", "c": 1, "c": 2.50}';
+  assert.equal(rawJsonAt(t, '/a/1/b'), '649.0');
+  assert.equal(rawJsonAt(t, '/a~1b'), '"x"');
+  assert.equal(rawJsonAt(t, '/c'), '2.50');
+  assert.equal(rawJsonAt(t, '/nope'), undefined);
+  assert.equal(rawJsonAt('{bad', ''), undefined);
+  assert.equal(getPointer({ a: [1, 2] }, '/a/01'), undefined);
+  assert.equal(getPointer({ a: [1, 2] }, '/a/1'), 2);
+  assert.equal(getPointer({ a: 1 }, 'a'), undefined);
+});
+
+const request = (input) => ({
+  phase: 'invocation', surface: 'ai-sdk', capability: { id: 'x', sideEffect: 'write', risk: 'high', tags: [] },
+  actor: { id: 'u', kind: 'user', attributes: 'null' }, input, context: 'null', executionId: 'e', config: '{"max": 1}',
+});
+
+test('policy glue: parsed request, errors become strings', () => {
+  const p = wrapPolicy({ evaluate: (r) => (r.input.n > r.config.max ? requireApproval({ reason: `n=${r.input.n} ${r.surface}` }) : allow()) });
+  assert.deepEqual(p.evaluate(request('{"n": 2}')), { tag: 'require-approval', val: { reason: 'n=2 aiSdk' } });
+  assert.deepEqual(p.evaluate(request('{"n": 0}')), { tag: 'allow' });
+  assert.throws(() => p.evaluate(request(undefined)), (e) => typeof e === 'string' && e.startsWith('policy failed'));
+  const bad = wrapPolicy({ evaluate: () => 'allow' });
+  assert.throws(() => bad.evaluate(request('{}')), (e) => typeof e === 'string');
+});
+
+test('redactor glue', () => {
+  const r = wrapRedactor({ redactOutput: (_c, v, cfg) => ({ ...v, secret: cfg.mask }) });
+  const cap = { id: 'x', sideEffect: 'read', risk: 'low', tags: [] };
+  assert.equal(r.redactOutput(cap, '{"a":1,"secret":"s"}', '{"mask":"*"}'), '{"a":1,"secret":"*"}');
+  assert.equal(r.redactApprovalInput(cap, '{"secret":"s"}', '{"mask":"#"}'), '{"secret":"#"}');
+  assert.throws(() => r.redactOutput(cap, 'not json', '{}'), (e) => typeof e === 'string');
+});
