@@ -64,6 +64,14 @@ fn bench(c: &mut Criterion) {
     let input = json!({"orderId": "ord_42", "amount": 120, "reason": "damaged item"});
     let actor = Actor::user("u_dana", json!({"orgId": "org_1"}));
 
+    c.bench_function("canonical input hash (RFC 8785 + SHA-256)", |b| {
+        b.iter(|| capgate_core::canonical::input_hash(std::hint::black_box(&input)))
+    });
+    let validator = capgate_core::schema::Schema::compile(schema()).expect("schema");
+    c.bench_function("input schema validation", |b| {
+        b.iter(|| validator.validate(std::hint::black_box(input.clone())))
+    });
+
     let direct = refund();
     let agent = Arc::new(AgentInvocationInfo {
         execution_id: "exe_bench".into(),

@@ -284,6 +284,11 @@ impl Auditor {
         }
     }
 
+    /// Whether any sink listens (events are not even built otherwise).
+    pub(crate) fn is_active(&self) -> bool {
+        !self.config.sinks.is_empty()
+    }
+
     pub(crate) fn lost(&self) -> u64 {
         self.lost.load(Ordering::Relaxed)
     }

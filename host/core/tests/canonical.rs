@@ -117,3 +117,39 @@ fn the_input_hash_is_sha256_of_the_canonical_form_and_ignores_key_order_and_whit
         input_hash(&json!({"orderId": "ord_42", "amount": 650, "reason": "damaged item"})).unwrap()
     );
 }
+
+#[test]
+fn our_streaming_writer_agrees_with_an_independent_jcs_implementation() {
+    let samples = [
+        json!({"b": 1, "a": [true, false, null, "x\u{1}\u{1f}\"\\/\u{7f}é€😀"], "c": {"z": -0.5, "y": 1e-7}}),
+        json!({"\u{e000}": 1, "\u{1f600}": 2, "a": 3, "ä": {"nested": [1.5, -2, 3e21, 123456789012u64]}}),
+        json!([
+            [],
+            {},
+            "",
+            0,
+            -1,
+            1.0,
+            0.1,
+            100,
+            -9007199254740992i64,
+            9007199254740992u64
+        ]),
+        json!({"orderId": "ord_42", "amount": 649, "reason": "damaged item", "tags": ["a", "b"]}),
+    ];
+    for v in samples {
+        assert_eq!(
+            canonical_json(&v).unwrap(),
+            serde_json_canonicalizer::to_string(&v).unwrap(),
+            "{v}"
+        );
+    }
+}
+
+#[test]
+fn integers_beyond_2_pow_53_hash_as_the_double_a_javascript_peer_parses() {
+    let big: Value = serde_json::from_str("9007199254740993").unwrap();
+    assert_eq!(canonical_json(&big).unwrap(), "9007199254740992");
+    let too_deep = (0..200).fold(json!(1), |acc, _| json!([acc]));
+    assert!(input_hash(&too_deep).is_err());
+}

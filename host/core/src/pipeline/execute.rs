@@ -88,11 +88,14 @@ pub(crate) async fn execute(exec: Exec<'_>, a: Admitted) -> ExecutionResult {
     // ── Stage 10: controls (timeout + caller cancellation), capability.started ──
     let timeout = Duration::from_millis(cap.meta.timeout_ms.unwrap_or(rt.defaults.timeout_ms));
     let caller = a.cancel.unwrap_or_default();
-    let started = exec.event(EventPayload::Started {
-        attempt: 1,
-        approval_id: a.approval.as_ref().map(|x| x.id.clone()),
-    });
-    if let Err(e) = rt.audit.emit(started).await
+    let started = || {
+        exec.event(EventPayload::Started {
+            attempt: 1,
+            approval_id: a.approval.as_ref().map(|x| x.id.clone()),
+        })
+    };
+    if rt.audit.is_active()
+        && let Err(e) = rt.audit.emit(started()).await
         && rt.audit.config.strict
     {
         let err = CapabilityError::new(ErrorCode::AuditUnavailable).with_cause(e.to_string());

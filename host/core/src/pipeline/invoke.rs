@@ -85,8 +85,14 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
                 .await;
         }
     };
-    let hash = input_hash(&input);
-    exec.input_hash = hash.as_ref().ok().cloned();
+    // The canonical hash labels every later event; without sinks it is computed only if
+    // stage 8 needs it.
+    let mut hash = None;
+    if rt.audit.is_active() {
+        let h = input_hash(&input);
+        exec.input_hash = h.as_ref().ok().cloned();
+        hash = Some(h);
+    }
 
     // ── Stage 6: actor check ──
     let actor = match req.actor {
@@ -119,12 +125,14 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
     };
     let evaluated = evaluate_batch(rt, &cap, &request, deadline).await;
     let verdict = crate::policy::combine(&evaluated);
-    let decisions = (!evaluated.is_empty()).then(|| stances(&evaluated));
+    let decisions = || (!evaluated.is_empty()).then(|| stances(&evaluated));
     let mut requirement = match verdict {
         Verdict::Failed { policy, reason } => {
             let err = CapabilityError::new(ErrorCode::PolicyFailed)
                 .with_private_details(serde_json::json!({ "policy": policy, "reason": reason }));
-            return exec.denied(DenyReason::PolicyFailed, err, decisions).await;
+            return exec
+                .denied(DenyReason::PolicyFailed, err, decisions())
+                .await;
         }
         Verdict::Denied {
             policy,
@@ -136,12 +144,14 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
             if let Some(m) = message {
                 err = err.with_message(m);
             }
-            return exec.denied(DenyReason::PolicyDenied, err, decisions).await;
+            return exec
+                .denied(DenyReason::PolicyDenied, err, decisions())
+                .await;
         }
         Verdict::Hidden { policy } => {
             let err = CapabilityError::not_found()
                 .with_private_details(serde_json::json!({ "policy": policy }));
-            return exec.denied(DenyReason::Hidden, err, decisions).await;
+            return exec.denied(DenyReason::Hidden, err, decisions()).await;
         }
         Verdict::ApprovalRequired(r) => Some(r),
         Verdict::Allowed => None,
@@ -158,7 +168,7 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
     }
     let mut approval = None;
     if let Some(requirement) = requirement {
-        let hash = match hash {
+        let hash = match hash.unwrap_or_else(|| input_hash(&input)) {
             Ok(h) => h,
             Err(e) => {
                 let err =

@@ -53,7 +53,9 @@ impl Exec<'_> {
 
     /// Best-effort emission: a sink failure is reported by the auditor, never fatal.
     pub(crate) async fn emit(&self, payload: EventPayload) {
-        let _ = self.rt.audit.emit(self.event(payload)).await;
+        if self.rt.audit.is_active() {
+            let _ = self.rt.audit.emit(self.event(payload)).await;
+        }
     }
 
     pub(crate) fn elapsed_ms(&self) -> u64 {
