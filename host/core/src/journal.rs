@@ -1,1 +1,787 @@
-//! The invocation journal seam (filled by the capgate-store issue).
+//! The invocation journal (digest §2.11): how a stateless gateway replica admits each
+//! invocation id at most once, replays a settled result, and continues an approval under
+//! the original invocation id.
+//!
+//! The journal binds a caller-chosen invocation id, inside a *scope* (a hash of namespace,
+//! actor kind, actor id and surface), to the capability and the canonical input hash. A
+//! claim is insert-if-absent: the first caller is admitted with a private claim token;
+//! every later caller with the same id and the same fingerprint sees the existing record,
+//! and one with a different fingerprint gets a conflict. Only the holder of the claim
+//! token may settle; a pending record is never taken over after a timeout, only settled by
+//! an explicit, server-side [`InvocationJournal::reconcile`] once an operator has verified
+//! the original execution stopped.
+//!
+//! This module holds the trait, its record types, the hashing rules and a development-only
+//! in-memory implementation; durable implementations live in `capgate-store`.
+
+use crate::actor::{ActorKind, ActorRef, Surface};
+use crate::canonical::{canonical_json, input_hash, sha256_hex};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// Longest invocation, capability or approval id the journal accepts (digest §2.11).
+pub const MAX_ID_CHARS: usize = 256;
+
+/// Check an id against the journal's bounds: non-empty, at most [`MAX_ID_CHARS`]
+/// characters, no control characters. `what` names the field in the error.
+pub fn validate_id(what: &str, id: &str) -> Result<(), JournalError> {
+    if id.is_empty() {
+        return Err(JournalError::Invalid(format!("{what} is empty")));
+    }
+    if id.chars().count() > MAX_ID_CHARS {
+        return Err(JournalError::Invalid(format!(
+            "{what} is longer than {MAX_ID_CHARS} characters"
+        )));
+    }
+    if id.chars().any(char::is_control) {
+        return Err(JournalError::Invalid(format!(
+            "{what} contains control characters"
+        )));
+    }
+    Ok(())
+}
+
+fn hash_parts(parts: &[&str]) -> Result<String, JournalError> {
+    // A canonical JSON array of strings is an unambiguous encoding of the tuple (every part
+    // is quoted and escaped), so no two distinct tuples hash the same bytes.
+    let value = serde_json::Value::from(parts.iter().map(|p| (*p).to_string()).collect::<Vec<_>>());
+    let bytes = canonical_json(&value).map_err(|e| JournalError::Invalid(e.to_string()))?;
+    Ok(sha256_hex(bytes))
+}
+
+/// The journal scope: lower-case hex SHA-256 over namespace, actor kind, actor id and
+/// surface. Records in one scope are invisible from every other, so one tenant's or
+/// actor's invocation ids can never collide with (or reveal) another's. An empty namespace
+/// or an anonymous actor is refused: neither identifies anyone.
+pub fn scope_hash(
+    namespace: &str,
+    actor: &ActorRef,
+    surface: Surface,
+) -> Result<String, JournalError> {
+    if namespace.trim().is_empty() {
+        return Err(JournalError::Invalid(
+            "the journal namespace is empty".into(),
+        ));
+    }
+    if actor.kind == ActorKind::Anonymous {
+        return Err(JournalError::Invalid(
+            "anonymous actors cannot use the invocation journal".into(),
+        ));
+    }
+    validate_id("actor id", &actor.id)?;
+    hash_parts(&[
+        "capgate.journal.scope.v1",
+        namespace,
+        actor.kind.as_str(),
+        &actor.id,
+        surface.as_str(),
+    ])
+}
+
+/// The stable idempotency key the procedure sees (`idk_` + SHA-256 over scope, invocation
+/// id, capability and input hash): the same logical call always gets the same key, so a
+/// downstream system can deduplicate the effect.
+pub fn idempotency_key(
+    scope: &str,
+    invocation_id: &str,
+    capability_id: &str,
+    input_hash: &str,
+) -> Result<String, JournalError> {
+    Ok(format!(
+        "idk_{}",
+        hash_parts(&[
+            "capgate.journal.idempotency-key.v1",
+            scope,
+            invocation_id,
+            capability_id,
+            input_hash,
+        ])?
+    ))
+}
+
+/// A fresh, unguessable claim token (`clm_` + random UUID). Journal implementations call
+/// this when they admit a claim; only the admitted caller ever learns it.
+pub fn new_claim_token() -> String {
+    format!("clm_{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Whether a receipt has an authoritative result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InvocationState {
+    /// Admitted, no authoritative result yet: the effect may or may not have happened.
+    Pending,
+    /// A result is recorded.
+    Settled,
+}
+
+impl InvocationState {
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InvocationState::Pending => "pending",
+            InvocationState::Settled => "settled",
+        }
+    }
+
+    /// Parse the stored spelling (rows read back from a store are untrusted).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "pending" => Some(InvocationState::Pending),
+            "settled" => Some(InvocationState::Settled),
+            _ => None,
+        }
+    }
+}
+
+/// A journal entry: the public receipt plus the private fields (scope, input, hashes,
+/// claim token) that must never reach a model or a client.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InvocationRecord {
+    /// The scope hash ([`scope_hash`]).
+    pub scope: String,
+    /// The caller-chosen invocation id.
+    pub invocation_id: String,
+    /// The capability the id is bound to.
+    pub capability_id: String,
+    /// The original input (authorization of receipt reads sees it; never a model).
+    pub input: serde_json::Value,
+    /// SHA-256 of the canonical input: with the capability, the binding fingerprint.
+    pub input_hash: String,
+    /// The stable key handed to the procedure ([`idempotency_key`]).
+    pub idempotency_key: String,
+    /// The token of the current (or last) claim; settling requires it.
+    pub claim_token: String,
+    /// Pending or settled.
+    pub state: InvocationState,
+    /// The approval this invocation asked for, kept after it is resumed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
+    /// Settled as approval-required and not yet resumed: [`InvocationJournal::claim_resume`]
+    /// may reopen it.
+    pub awaiting_approval: bool,
+    /// Caller correlation id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<String>,
+    /// The contract digest the caller invoked against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contract_digest: Option<String>,
+    /// The settled outcome (the gateway's `CapabilityOutcome` JSON); `None` while pending.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<serde_json::Value>,
+    /// Settled by an operator through [`InvocationJournal::reconcile`], not by the call.
+    pub reconciled: bool,
+    /// When first claimed.
+    pub created_at: DateTime<Utc>,
+    /// When last claimed or settled.
+    pub updated_at: DateTime<Utc>,
+}
+
+impl InvocationRecord {
+    /// Whether this record is bound to the same capability and input.
+    pub fn binds(&self, capability_id: &str, input_hash: &str) -> bool {
+        self.capability_id == capability_id && self.input_hash == input_hash
+    }
+
+    /// The public receipt (no scope, input, hashes or claim token).
+    pub fn receipt(&self) -> InvocationReceipt {
+        InvocationReceipt {
+            invocation_id: self.invocation_id.clone(),
+            capability_id: self.capability_id.clone(),
+            contract_digest: self.contract_digest.clone(),
+            correlation_id: self.correlation_id.clone(),
+            approval_id: self.approval_id.clone(),
+            state: self.state,
+            outcome: self.outcome.clone(),
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        }
+    }
+}
+
+/// What a client may learn about an invocation (`InvocationReceipt` of the spec).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InvocationReceipt {
+    /// The invocation id.
+    pub invocation_id: String,
+    /// The capability.
+    pub capability_id: String,
+    /// The contract digest the call was made against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contract_digest: Option<String>,
+    /// Caller correlation id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<String>,
+    /// The approval, if one was asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
+    /// Pending or settled.
+    pub state: InvocationState,
+    /// The settled outcome.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<serde_json::Value>,
+    /// When first claimed.
+    pub created_at: DateTime<Utc>,
+    /// When last changed.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A request to admit one invocation. Built with [`ClaimRequest::new`], which validates
+/// the ids and computes the input hash and idempotency key, so every implementation binds
+/// the same fingerprint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimRequest {
+    /// The scope hash.
+    pub scope: String,
+    /// The invocation id.
+    pub invocation_id: String,
+    /// The capability.
+    pub capability_id: String,
+    /// The input as received.
+    pub input: serde_json::Value,
+    /// SHA-256 of its canonical form.
+    pub input_hash: String,
+    /// The derived idempotency key.
+    pub idempotency_key: String,
+    /// Caller correlation id.
+    pub correlation_id: Option<String>,
+    /// Contract digest.
+    pub contract_digest: Option<String>,
+}
+
+impl ClaimRequest {
+    /// Validate the ids (≤ 256 characters) and derive the input hash and idempotency key.
+    pub fn new(
+        scope: impl Into<String>,
+        invocation_id: impl Into<String>,
+        capability_id: impl Into<String>,
+        input: serde_json::Value,
+    ) -> Result<Self, JournalError> {
+        let scope = scope.into();
+        let invocation_id = invocation_id.into();
+        let capability_id = capability_id.into();
+        validate_id("scope", &scope)?;
+        validate_id("invocation id", &invocation_id)?;
+        validate_id("capability id", &capability_id)?;
+        let input_hash = input_hash(&input).map_err(|e| JournalError::Invalid(e.to_string()))?;
+        let idempotency_key = idempotency_key(&scope, &invocation_id, &capability_id, &input_hash)?;
+        Ok(ClaimRequest {
+            scope,
+            invocation_id,
+            capability_id,
+            input,
+            input_hash,
+            idempotency_key,
+            correlation_id: None,
+            contract_digest: None,
+        })
+    }
+
+    /// Record the caller's correlation id.
+    pub fn correlation_id(mut self, id: impl Into<String>) -> Result<Self, JournalError> {
+        let id = id.into();
+        validate_id("correlation id", &id)?;
+        self.correlation_id = Some(id);
+        Ok(self)
+    }
+
+    /// Record the contract digest the caller invoked against.
+    pub fn contract_digest(mut self, digest: impl Into<String>) -> Result<Self, JournalError> {
+        let digest = digest.into();
+        validate_id("contract digest", &digest)?;
+        self.contract_digest = Some(digest);
+        Ok(self)
+    }
+
+    /// The pending record a successful claim stores.
+    pub fn into_record(self, claim_token: String, now: DateTime<Utc>) -> InvocationRecord {
+        InvocationRecord {
+            scope: self.scope,
+            invocation_id: self.invocation_id,
+            capability_id: self.capability_id,
+            input: self.input,
+            input_hash: self.input_hash,
+            idempotency_key: self.idempotency_key,
+            claim_token,
+            state: InvocationState::Pending,
+            approval_id: None,
+            awaiting_approval: false,
+            correlation_id: self.correlation_id,
+            contract_digest: self.contract_digest,
+            outcome: None,
+            reconciled: false,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+}
+
+/// The answer to a claim.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClaimOutcome {
+    /// This caller owns the invocation: run it, then settle with the token.
+    Admitted {
+        /// Proof of ownership for [`InvocationJournal::settle`].
+        claim_token: String,
+        /// The stored pending record.
+        record: InvocationRecord,
+    },
+    /// The same id with the same capability and input exists: replay it if settled,
+    /// report an unknown outcome if pending. Never run it again.
+    Existing(InvocationRecord),
+    /// The same id is bound to a different capability or input (`INVOCATION_CONFLICT`).
+    Conflict,
+}
+
+/// The answer to [`InvocationJournal::claim_resume`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum ResumeClaim {
+    /// Reopened (settled approval-required → pending): continue, then settle with the token.
+    Admitted {
+        /// Proof of ownership of the resumed run.
+        claim_token: String,
+        /// The pending record.
+        record: InvocationRecord,
+    },
+    /// The record exists but is not awaiting this approval (already resumed, pending,
+    /// or settled otherwise).
+    NotResumable(InvocationRecord),
+    /// No record for this approval in this scope.
+    NotFound,
+}
+
+/// How a pending invocation ends.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settlement {
+    /// The outcome to record (the gateway's `CapabilityOutcome` JSON).
+    pub outcome: serde_json::Value,
+    /// Set when the outcome is approval-required: the record then awaits that approval.
+    pub awaiting_approval: Option<String>,
+}
+
+impl Settlement {
+    /// A final outcome (completed, failed, cancelled before the procedure ran).
+    pub fn final_outcome(outcome: serde_json::Value) -> Self {
+        Settlement {
+            outcome,
+            awaiting_approval: None,
+        }
+    }
+
+    /// An approval-required outcome, resumable through `claim_resume`.
+    pub fn approval_required(approval_id: impl Into<String>, outcome: serde_json::Value) -> Self {
+        Settlement {
+            outcome,
+            awaiting_approval: Some(approval_id.into()),
+        }
+    }
+
+    /// Check the approval id bound.
+    pub fn validate(&self) -> Result<(), JournalError> {
+        match &self.awaiting_approval {
+            Some(a) => validate_id("approval id", a),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Why the journal refused or failed an operation.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    /// A request field is out of bounds.
+    #[error("invalid journal request: {0}")]
+    Invalid(String),
+    /// No record with that id in that scope.
+    #[error("invocation `{0}` not found")]
+    NotFound(String),
+    /// The claim token is not the current one: another claim owns the record now.
+    #[error("invocation `{0}`: stale claim token")]
+    StaleClaim(String),
+    /// The record is not pending (already settled).
+    #[error("invocation `{0}` is not pending")]
+    NotPending(String),
+    /// A stored record could not be read back (tampered or corrupt).
+    #[error("invocation `{invocation_id}` is malformed: {reason}")]
+    Malformed {
+        /// The record.
+        invocation_id: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The backing store failed.
+    #[error("invocation journal unavailable: {0}")]
+    Backend(String),
+}
+
+/// The durable record of invocations a gateway admitted. Every operation that changes a
+/// record is one compare-and-set in the implementation, so any number of replicas can
+/// share one journal. Callers pass the clock. Never expose these methods to a model.
+#[async_trait]
+pub trait InvocationJournal: Send + Sync + 'static {
+    /// Insert-if-absent: admit the first claim of `(scope, invocation_id)`, return an
+    /// identical existing one, or report a conflict when the fingerprint differs.
+    async fn claim(
+        &self,
+        request: ClaimRequest,
+        now: DateTime<Utc>,
+    ) -> Result<ClaimOutcome, JournalError>;
+
+    /// Reopen a record settled as approval-required for `approval_id` (→ pending, with a
+    /// new claim token). At most one caller wins.
+    async fn claim_resume(
+        &self,
+        scope: &str,
+        invocation_id: &str,
+        approval_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<ResumeClaim, JournalError>;
+
+    /// Settle a pending record, only with its current claim token.
+    async fn settle(
+        &self,
+        scope: &str,
+        invocation_id: &str,
+        claim_token: &str,
+        settlement: Settlement,
+        now: DateTime<Utc>,
+    ) -> Result<InvocationRecord, JournalError>;
+
+    /// Operator path for an orphaned pending record: after verifying that the original
+    /// execution stopped and reconciling the domain effect, settle the claim observed in
+    /// `observed_claim_token` (read through [`InvocationJournal::get`]). Marks the record
+    /// reconciled. Never invent success; never call this from a model-facing path.
+    async fn reconcile(
+        &self,
+        scope: &str,
+        invocation_id: &str,
+        observed_claim_token: &str,
+        settlement: Settlement,
+        now: DateTime<Utc>,
+    ) -> Result<InvocationRecord, JournalError>;
+
+    /// Load a record.
+    async fn get(
+        &self,
+        scope: &str,
+        invocation_id: &str,
+    ) -> Result<Option<InvocationRecord>, JournalError>;
+
+    /// The record that asked for an approval, within a scope.
+    async fn find_approval(
+        &self,
+        scope: &str,
+        approval_id: &str,
+    ) -> Result<Option<InvocationRecord>, JournalError>;
+
+    /// Delete settled records last changed before `cutoff` (the end of the replay
+    /// horizon). Pending records are kept: they need reconciling, not forgetting.
+    async fn purge_settled_before(&self, cutoff: DateTime<Utc>) -> Result<u64, JournalError>;
+
+    /// Whether records survive a restart.
+    fn is_durable(&self) -> bool {
+        true
+    }
+}
+
+/// Development-only journal: a mutex-protected map. Not durable, not shared between
+/// processes; use a `capgate-store` journal anywhere replicas or restarts matter.
+#[derive(Default)]
+pub struct InMemoryInvocationJournal {
+    records: Mutex<HashMap<(String, String), InvocationRecord>>,
+}
+
+impl InMemoryInvocationJournal {
+    /// An empty journal.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), InvocationRecord>> {
+        // Every update below is a single assignment to a plain map: a poisoned lock still
+        // guards consistent data.
+        self.records.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn finish(
+        &self,
+        scope: &str,
+        invocation_id: &str,
+        claim_token: &str,
+        settlement: Settlement,
+        reconciled: bool,
+        now: DateTime<Utc>,
+    ) -> Result<InvocationRecord, JournalError> {
+        settlement.validate()?;
+        let mut map = self.lock();
+        let r = map
+            .get_mut(&(scope.to_string(), invocation_id.to_string()))
+            .ok_or_else(|| JournalError::NotFound(invocation_id.to_string()))?;
+        if r.claim_token != claim_token {
+            return Err(JournalError::StaleClaim(invocation_id.to_string()));
+        }
+        if r.state != InvocationState::Pending {
+            return Err(JournalError::NotPending(invocation_id.to_string()));
+        }
+        r.state = InvocationState::Settled;
+        r.outcome = Some(settlement.outcome);
+        r.awaiting_approval = settlement.awaiting_approval.is_some();
+        if let Some(a) = settlement.awaiting_approval {
+            r.approval_id = Some(a);
+        }
+        r.reconciled = reconciled;
+        r.updated_at = now;
+        Ok(r.clone())
+    }
+}
+
+#[async_trait]
+impl InvocationJournal for InMemoryInvocationJournal {
+    async fn claim(
+        &self,
+        request: ClaimRequest,
+        now: DateTime<Utc>,
+    ) -> Result<ClaimOutcome, JournalError> {
+        let mut map = self.lock();
+        let key = (request.scope.clone(), request.invocation_id.clone());
+        if let Some(existing) = map.get(&key) {
+            return Ok(
+                if existing.binds(&request.capability_id, &request.input_hash) {
+                    ClaimOutcome::Existing(existing.clone())
+                } else {
+                    ClaimOutcome::Conflict
+                },
+            );
+        }
+        let claim_token = new_claim_token();
+        let record = request.into_record(claim_token.clone(), now);
+        map.insert(key, record.clone());
+        Ok(ClaimOutcome::Admitted {
+            claim_token,
+            record,
+        })
+    }
+
+    async fn claim_resume(
+        &self,
+        scope: &str,
+        invocation_id: &str,
+        approval_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<ResumeClaim, JournalError> {
+        let mut map = self.lock();
+        let Some(r) = map.get_mut(&(scope.to_string(), invocation_id.to_string())) else {
+            return Ok(ResumeClaim::NotFound);
+        };
+        if r.state != InvocationState::Settled
+            || !r.awaiting_approval
+            || r.approval_id.as_deref() != Some(approval_id)
+        {
+            return Ok(ResumeClaim::NotResumable(r.clone()));
+        }
+        let claim_token = new_claim_token();
+        r.state = InvocationState::Pending;
+        r.awaiting_approval = false;
+        r.outcome = None;
+        r.claim_token = claim_token.clone();
+        r.updated_at = now;
+        Ok(ResumeClaim::Admitted {
+            claim_token,
+            record: r.clone(),
+        })
+    }
+
+    async fn settle(
+        &self,
+        scope: &str,
+        invocation_id: &str,
+        claim_token: &str,
+        settlement: Settlement,
+        now: DateTime<Utc>,
+    ) -> Result<InvocationRecord, JournalError> {
+        self.finish(scope, invocation_id, claim_token, settlement, false, now)
+    }
+
+    async fn reconcile(
+        &self,
+        scope: &str,
+        invocation_id: &str,
+        observed_claim_token: &str,
+        settlement: Settlement,
+        now: DateTime<Utc>,
+    ) -> Result<InvocationRecord, JournalError> {
+        self.finish(
+            scope,
+            invocation_id,
+            observed_claim_token,
+            settlement,
+            true,
+            now,
+        )
+    }
+
+    async fn get(
+        &self,
+        scope: &str,
+        invocation_id: &str,
+    ) -> Result<Option<InvocationRecord>, JournalError> {
+        Ok(self
+            .lock()
+            .get(&(scope.to_string(), invocation_id.to_string()))
+            .cloned())
+    }
+
+    async fn find_approval(
+        &self,
+        scope: &str,
+        approval_id: &str,
+    ) -> Result<Option<InvocationRecord>, JournalError> {
+        Ok(self
+            .lock()
+            .values()
+            .filter(|r| r.scope == scope && r.approval_id.as_deref() == Some(approval_id))
+            .min_by_key(|r| r.created_at)
+            .cloned())
+    }
+
+    async fn purge_settled_before(&self, cutoff: DateTime<Utc>) -> Result<u64, JournalError> {
+        let mut map = self.lock();
+        let before = map.len();
+        map.retain(|_, r| r.state == InvocationState::Pending || r.updated_at >= cutoff);
+        Ok((before - map.len()) as u64)
+    }
+
+    fn is_durable(&self) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn dana() -> ActorRef {
+        ActorRef {
+            id: "u_dana".into(),
+            kind: ActorKind::User,
+        }
+    }
+
+    fn scope() -> String {
+        scope_hash("org_1", &dana(), Surface::AiSdk).unwrap_or_default()
+    }
+
+    #[test]
+    fn scope_differs_by_each_part_and_refuses_anonymous_or_empty_namespace() {
+        let base = scope();
+        assert_eq!(base.len(), 64);
+        let other_kind = ActorRef {
+            id: "u_dana".into(),
+            kind: ActorKind::Service,
+        };
+        for other in [
+            scope_hash("org_2", &dana(), Surface::AiSdk),
+            scope_hash("org_1", &other_kind, Surface::AiSdk),
+            scope_hash("org_1", &dana(), Surface::Mcp),
+        ] {
+            assert_ne!(other.ok(), Some(base.clone()));
+        }
+        assert!(scope_hash("", &dana(), Surface::AiSdk).is_err());
+        let anon = ActorRef {
+            id: "anon".into(),
+            kind: ActorKind::Anonymous,
+        };
+        assert!(scope_hash("org_1", &anon, Surface::AiSdk).is_err());
+    }
+
+    #[test]
+    fn ids_longer_than_256_characters_are_refused() {
+        let long = "x".repeat(257);
+        assert!(ClaimRequest::new(scope(), long, "orders.refund", json!({})).is_err());
+        assert!(ClaimRequest::new(scope(), "x".repeat(256), "orders.refund", json!({})).is_ok());
+    }
+
+    #[test]
+    fn idempotency_key_is_stable_and_bound_to_the_input() {
+        let a = ClaimRequest::new(scope(), "inv_1", "orders.refund", json!({"a": 1, "b": 2}));
+        let b = ClaimRequest::new(scope(), "inv_1", "orders.refund", json!({"b": 2, "a": 1}));
+        let c = ClaimRequest::new(scope(), "inv_1", "orders.refund", json!({"a": 2}));
+        let (Ok(a), Ok(b), Ok(c)) = (a, b, c) else {
+            panic!("valid requests");
+        };
+        assert_eq!(a.idempotency_key, b.idempotency_key);
+        assert_ne!(a.idempotency_key, c.idempotency_key);
+        assert!(a.idempotency_key.starts_with("idk_"));
+    }
+
+    #[tokio::test]
+    async fn in_memory_journal_admits_once_conflicts_on_other_input_and_refuses_stale_tokens() {
+        let j = InMemoryInvocationJournal::new();
+        let now = Utc::now();
+        let req = |input| ClaimRequest::new(scope(), "inv_1", "orders.refund", input);
+        let Ok(ClaimOutcome::Admitted { claim_token, .. }) =
+            j.claim(req(json!({"a": 1})).unwrap(), now).await
+        else {
+            panic!("first claim is admitted");
+        };
+        assert!(matches!(
+            j.claim(req(json!({"a": 1})).unwrap(), now).await,
+            Ok(ClaimOutcome::Existing(_))
+        ));
+        assert!(matches!(
+            j.claim(req(json!({"a": 2})).unwrap(), now).await,
+            Ok(ClaimOutcome::Conflict)
+        ));
+        let s = Settlement::approval_required("apr_1", json!({"status": "approval-required"}));
+        assert!(matches!(
+            j.settle(&scope(), "inv_1", "clm_wrong", s.clone(), now)
+                .await,
+            Err(JournalError::StaleClaim(_))
+        ));
+        let settled = j
+            .settle(&scope(), "inv_1", &claim_token, s, now)
+            .await
+            .unwrap();
+        assert!(settled.awaiting_approval);
+        let found = j.find_approval(&scope(), "apr_1").await.unwrap();
+        assert_eq!(found.map(|r| r.invocation_id), Some("inv_1".to_string()));
+        let Ok(ResumeClaim::Admitted {
+            claim_token: t2, ..
+        }) = j.claim_resume(&scope(), "inv_1", "apr_1", now).await
+        else {
+            panic!("resume reopens");
+        };
+        assert!(matches!(
+            j.claim_resume(&scope(), "inv_1", "apr_1", now).await,
+            Ok(ResumeClaim::NotResumable(_))
+        ));
+        assert!(matches!(
+            j.settle(
+                &scope(),
+                "inv_1",
+                &claim_token,
+                Settlement::final_outcome(json!({})),
+                now
+            )
+            .await,
+            Err(JournalError::StaleClaim(_))
+        ));
+        let done = j
+            .settle(
+                &scope(),
+                "inv_1",
+                &t2,
+                Settlement::final_outcome(json!({"status": "completed"})),
+                now,
+            )
+            .await
+            .unwrap();
+        assert_eq!(done.approval_id.as_deref(), Some("apr_1"));
+        assert!(!done.awaiting_approval);
+    }
+}

@@ -280,3 +280,21 @@ fn the_error_table_has_the_spec_defaults() {
         assert_eq!(serde_json::to_value(c).unwrap(), json!(c.as_str()));
     }
 }
+
+#[test]
+fn describe_and_invoke_futures_are_send() {
+    // Adapters (axum, rmcp) need `Send` futures; this fails to compile otherwise.
+    fn assert_send<T: Send>(_: &T) {}
+    let (rt, _) = discovery_runtime(5000, 30_000);
+    let d = rt.describe(Surface::Mcp, opts(None));
+    assert_send(&d);
+    let i = rt.invoke(InvokeRequest::new(
+        Surface::Mcp,
+        "a.visible",
+        json!({}),
+        dana(),
+    ));
+    assert_send(&i);
+    let r = rt.resume("apr_x", ResumeOptions::default());
+    assert_send(&r);
+}

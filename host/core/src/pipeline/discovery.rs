@@ -20,19 +20,24 @@ pub(crate) async fn describe(
         tokio::time::Instant::now() + Duration::from_millis(rt.defaults.discovery_budget_ms);
 
     // 2. Exposure filter, then the scope (a convenience, never authorization).
-    let candidates = rt.registry.iter().filter(|c| {
-        c.meta.expose.allows(surface)
-            && opts
-                .scope
-                .as_ref()
-                .is_none_or(|s| s.matches(&c.id, &c.meta.tags))
-    });
+    // Collected up front so the stream below owns plain `Arc`s (keeps the future `Send`).
+    let candidates: Vec<std::sync::Arc<crate::registry::Capability>> = rt
+        .registry
+        .iter()
+        .filter(|c| {
+            c.meta.expose.allows(surface)
+                && opts
+                    .scope
+                    .as_ref()
+                    .is_none_or(|s| s.matches(&c.id, &c.meta.tags))
+        })
+        .cloned()
+        .collect();
 
     // 3. Discovery-phase policies per candidate, bounded concurrency, order preserved.
     let actor = &opts.actor;
     let context = &opts.context;
-    let evaluate = |cap: &std::sync::Arc<crate::registry::Capability>| {
-        let cap = cap.clone();
+    let evaluate = |cap: std::sync::Arc<crate::registry::Capability>| {
         async move {
             let request = PolicyRequest {
                 phase: Phase::Discovery,
