@@ -1,0 +1,809 @@
+//! capgate-plugin: write capgate policies, redactors, procedure adapters and gateway
+//! authorizers in Rust, compiled to WebAssembly components for `wasm32-wasip2`.
+//!
+//! The capgate host loads a plugin by the WIT interface it exports
+//! (`capgate:plugin@0.1.0`, see `wit/capgate.wit`), runs each call in a fresh sandbox bounded
+//! by fuel, a deadline and a memory cap, and treats every failure — a panic, an `Err`, a
+//! value that does not parse — as a refusal. This crate hides the generated bindings behind
+//! one small trait per plugin kind and an export macro, so a policy is about fifteen lines:
+//!
+//! ```
+//! use capgate_plugin::{Decision, Policy, PolicyRequest, export_policy};
+//!
+//! struct RefundLimit;
+//!
+//! impl Policy for RefundLimit {
+//!     fn evaluate(request: PolicyRequest) -> Result<Decision, String> {
+//!         let max = request.config_value("/maxAmount").and_then(|v| v.as_f64()).unwrap_or(500.0);
+//!         let amount = request.input_value("/amount").and_then(|v| v.as_f64()).unwrap_or(0.0);
+//!         Ok(if amount > max {
+//!             Decision::require_approval(format!("Refund of ${amount} exceeds ${max}"))
+//!         } else {
+//!             Decision::Allow
+//!         })
+//!     }
+//! }
+//!
+//! export_policy!(RefundLimit);
+//! ```
+//!
+//! Build with `cargo build --release --target wasm32-wasip2`; the `.wasm` file in
+//! `target/wasm32-wasip2/release/` is the component the host pins by SHA-256.
+//!
+//! # Core concepts
+//!
+//! - [`Policy`] + [`export_policy!`]: allow, deny, hide or require approval.
+//! - [`Redactor`] + [`export_redactor!`]: what of an output (or approval input) leaves the boundary.
+//! - [`Procedure`] + [`export_procedure!`]: the operation itself, with [`ProcedureError`]'s mapping.
+//! - [`Authorizer`] + [`export_authorizer!`]: may this gateway principal do this operation.
+//! - [`log`]: a line into the host's tracing (capped in size and rate by the host).
+//! - Structured values arrive as JSON text and are parsed on demand
+//!   ([`PolicyRequest::input`], [`PolicyRequest::config`], ...), so a plugin only pays for what it reads.
+//!
+//! A panic inside a plugin is reported to the host log (at `error`) and then traps: the host
+//! fails the call closed.
+
+#![warn(missing_docs)]
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+pub use serde_json::{self, Value, json};
+use std::sync::Once;
+
+/// Generated bindings, one module per world. Public only for the export macros.
+#[doc(hidden)]
+pub mod bindings {
+    /// The `policy-plugin` world.
+    pub mod policy {
+        wit_bindgen::generate!({
+            world: "policy-plugin",
+            path: "../../wit",
+            default_bindings_module: "capgate_plugin::bindings::policy",
+            pub_export_macro: true,
+            export_macro_name: "__export_policy_plugin",
+        });
+    }
+    /// The `redactor-plugin` world.
+    pub mod redactor {
+        wit_bindgen::generate!({
+            world: "redactor-plugin",
+            path: "../../wit",
+            default_bindings_module: "capgate_plugin::bindings::redactor",
+            pub_export_macro: true,
+            export_macro_name: "__export_redactor_plugin",
+        });
+    }
+    /// The `procedure-plugin` world.
+    pub mod procedure {
+        wit_bindgen::generate!({
+            world: "procedure-plugin",
+            path: "../../wit",
+            default_bindings_module: "capgate_plugin::bindings::procedure",
+            pub_export_macro: true,
+            export_macro_name: "__export_procedure_plugin",
+        });
+    }
+    /// The `authorizer-plugin` world.
+    pub mod authorizer {
+        wit_bindgen::generate!({
+            world: "authorizer-plugin",
+            path: "../../wit",
+            default_bindings_module: "capgate_plugin::bindings::authorizer",
+            pub_export_macro: true,
+            export_macro_name: "__export_authorizer_plugin",
+        });
+    }
+}
+
+use bindings::policy::capgate::plugin::host as host_imports;
+
+/// Severity of a [`log`] line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogLevel {
+    /// Very detailed.
+    Trace,
+    /// Debugging.
+    Debug,
+    /// Normal operation.
+    Info,
+    /// Something looks wrong.
+    Warn,
+    /// Something failed.
+    Error,
+}
+
+/// Write a line into the host's tracing. The host truncates long lines and drops lines past
+/// its rate cap, so logging can never become a way to exhaust the host.
+pub fn log(level: LogLevel, message: &str) {
+    use host_imports::LogLevel as L;
+    let level = match level {
+        LogLevel::Trace => L::Trace,
+        LogLevel::Debug => L::Debug,
+        LogLevel::Info => L::Info,
+        LogLevel::Warn => L::Warn,
+        LogLevel::Error => L::Error,
+    };
+    host_imports::log(level, message);
+}
+
+/// Report progress from a running procedure (resets the host's stall watchdog). Only
+/// meaningful inside [`Procedure::invoke`].
+pub fn report_progress(value: &Value) {
+    bindings::procedure::capgate::plugin::progress::report(&value.to_string());
+}
+
+/// The door a call came through (wire spelling as in the capgate spec).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Surface {
+    /// Server code.
+    #[serde(rename = "direct")]
+    Direct,
+    /// AI SDK tools (model-facing).
+    #[serde(rename = "aiSdk")]
+    AiSdk,
+    /// MCP (model-facing).
+    #[serde(rename = "mcp")]
+    Mcp,
+    /// A workflow step.
+    #[serde(rename = "workflow")]
+    Workflow,
+    /// Tests.
+    #[serde(rename = "test")]
+    Test,
+}
+
+impl Surface {
+    /// Whether a model talks through this surface.
+    pub fn is_model_facing(self) -> bool {
+        matches!(self, Surface::AiSdk | Surface::Mcp)
+    }
+}
+
+/// The kind of principal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ActorKind {
+    /// A human.
+    User,
+    /// A workload.
+    Service,
+    /// An autonomous agent identity.
+    Agent,
+    /// Explicitly anonymous.
+    Anonymous,
+}
+
+/// What a capability does to the world.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SideEffect {
+    /// Pure computation.
+    None,
+    /// Reads state.
+    Read,
+    /// Changes state.
+    Write,
+    /// Changes state irreversibly.
+    Destructive,
+    /// Acts outside the application.
+    External,
+}
+
+/// How much harm a wrong call could do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Risk {
+    /// Low.
+    Low,
+    /// Medium.
+    Medium,
+    /// High.
+    High,
+    /// Critical.
+    Critical,
+}
+
+/// When a policy runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Building tool lists (no input).
+    Discovery,
+    /// Before approval.
+    Invocation,
+    /// Right before execution.
+    Execution,
+}
+
+/// The authenticated principal, with its attributes still as JSON text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Actor {
+    /// Stable id.
+    pub id: String,
+    /// Kind.
+    pub kind: ActorKind,
+    /// Attributes as JSON text (`null` when none); see [`Actor::attributes`].
+    pub attributes_json: String,
+}
+
+impl Actor {
+    /// The attributes, parsed (`Null` when absent or malformed).
+    pub fn attributes(&self) -> Value {
+        parse_or_null(&self.attributes_json)
+    }
+    /// One attribute by JSON pointer (e.g. `/orgId`).
+    pub fn attribute(&self, pointer: &str) -> Option<Value> {
+        self.attributes().pointer(pointer).cloned()
+    }
+}
+
+/// What a plugin may know about the capability.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CapabilityInfo {
+    /// Canonical id, e.g. `orders.refund`.
+    pub id: String,
+    /// Side effect.
+    pub side_effect: SideEffect,
+    /// Risk.
+    pub risk: Risk,
+    /// Tags.
+    pub tags: Vec<String>,
+}
+
+/// The approval an execution runs under.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApprovalRef {
+    /// `apr_…`
+    pub id: String,
+    /// Who approved.
+    pub approver_id: String,
+    /// Their kind.
+    pub approver_kind: ActorKind,
+}
+
+/// The question put to a policy. JSON fields stay text until read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyRequest {
+    /// Which phase.
+    pub phase: Phase,
+    /// The surface of the call.
+    pub surface: Surface,
+    /// The capability.
+    pub capability: CapabilityInfo,
+    /// The actor.
+    pub actor: Actor,
+    /// The validated input as JSON text; `None` during discovery.
+    pub input_json: Option<String>,
+    /// The context projection as JSON text.
+    pub context_json: String,
+    /// The execution id (empty in discovery).
+    pub execution_id: String,
+    /// The approval, in the execution phase after a resume.
+    pub approval: Option<ApprovalRef>,
+    /// The binding's `config` as JSON text.
+    pub config_json: String,
+}
+
+impl PolicyRequest {
+    /// The validated input (`None` in discovery or if it does not parse).
+    pub fn input(&self) -> Option<Value> {
+        self.input_json
+            .as_deref()
+            .and_then(|s| serde_json::from_str(s).ok())
+    }
+    /// One input value by JSON pointer (e.g. `/amount`).
+    pub fn input_value(&self, pointer: &str) -> Option<Value> {
+        self.input().and_then(|v| v.pointer(pointer).cloned())
+    }
+    /// The context projection (`Null` when none).
+    pub fn context(&self) -> Value {
+        parse_or_null(&self.context_json)
+    }
+    /// The binding's config, deserialized into the plugin's own type.
+    pub fn config<T: DeserializeOwned>(&self) -> Result<T, String> {
+        parse_config(&self.config_json)
+    }
+    /// One config value by JSON pointer.
+    pub fn config_value(&self, pointer: &str) -> Option<Value> {
+        parse_or_null(&self.config_json).pointer(pointer).cloned()
+    }
+}
+
+/// A policy's stance. The host combines a batch as deny > hide > require-approval > allow.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// Go ahead.
+    Allow,
+    /// Refuse (POLICY_DENIED); `message` is public, `code` private.
+    Deny {
+        /// Private code.
+        code: Option<String>,
+        /// Public message.
+        message: Option<String>,
+    },
+    /// Conceal the capability.
+    Hide,
+    /// Hold for a human.
+    RequireApproval {
+        /// Why (non-empty).
+        reason: String,
+        /// Approval type, e.g. `manager`.
+        approval_type: Option<String>,
+        /// Expiry in milliseconds.
+        expires_in_ms: Option<u64>,
+    },
+}
+
+impl Decision {
+    /// Deny with a public message.
+    pub fn deny(message: impl Into<String>) -> Self {
+        Decision::Deny {
+            code: None,
+            message: Some(message.into()),
+        }
+    }
+    /// Require approval with a reason.
+    pub fn require_approval(reason: impl Into<String>) -> Self {
+        Decision::RequireApproval {
+            reason: reason.into(),
+            approval_type: None,
+            expires_in_ms: None,
+        }
+    }
+}
+
+/// A governance rule. `Err` fails the batch closed (POLICY_FAILED).
+pub trait Policy {
+    /// Decide.
+    fn evaluate(request: PolicyRequest) -> Result<Decision, String>;
+}
+
+/// Shapes what leaves the trust boundary. `Err` withholds the value.
+pub trait Redactor {
+    /// The validated output → what the model may see.
+    fn redact_output(
+        capability: CapabilityInfo,
+        output: Value,
+        config: Value,
+    ) -> Result<Value, String>;
+    /// A stored approval input → what a reviewer sees. Default: unchanged.
+    fn redact_approval_input(
+        _capability: CapabilityInfo,
+        input: Value,
+        _config: Value,
+    ) -> Result<Value, String> {
+        Ok(input)
+    }
+}
+
+/// One attempt of a governed call, as a procedure plugin sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcedureCall {
+    /// The capability.
+    pub capability: CapabilityInfo,
+    /// The validated input.
+    pub input: Value,
+    /// The application context.
+    pub context: Value,
+    /// The surface.
+    pub surface: Surface,
+    /// The actor the call runs as.
+    pub actor: Actor,
+    /// This execution.
+    pub execution_id: String,
+    /// Stable across retries: pass it downstream.
+    pub idempotency_key: String,
+    /// 1-based attempt number.
+    pub attempt: u32,
+    /// The approval, after a resume.
+    pub approval: Option<ApprovalRef>,
+    /// The binding's config.
+    pub config: Value,
+}
+
+/// How a procedure fails; the host keeps the spec's mapping apart.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProcedureError {
+    /// EXECUTION_FAILED shown to the model with `message`.
+    Defined {
+        /// Private application code.
+        code: String,
+        /// Public message.
+        message: String,
+        /// Private extra data.
+        data: Option<Value>,
+        /// Whether retrying may help.
+        retryable: bool,
+    },
+    /// UNAUTHENTICATED.
+    Unauthorized(String),
+    /// FORBIDDEN.
+    Forbidden(String),
+    /// EXECUTION_FAILED hidden from the model.
+    Internal(String),
+}
+
+/// The application's operation. `health` is the optional provider probe.
+pub trait Procedure {
+    /// Run one attempt.
+    fn invoke(call: ProcedureCall) -> Result<Value, ProcedureError>;
+    /// `Ok` when the provider can serve. Default: always healthy.
+    fn health(_config: Value) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// The five gateway operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// Tool listing.
+    Describe,
+    /// A governed call.
+    Invoke,
+    /// A receipt lookup.
+    GetInvocation,
+    /// An approval lookup.
+    GetApproval,
+    /// Continuing after approval.
+    ResumeApproval,
+}
+
+/// An authenticated gateway caller.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Principal {
+    /// The actor.
+    pub actor: Actor,
+    /// Its tenant partition.
+    pub namespace: String,
+}
+
+/// Gateway authorization: `Ok` allows, `Err` denies (the reason is only logged).
+pub trait Authorizer {
+    /// Decide.
+    fn authorize(
+        principal: Principal,
+        operation: Operation,
+        capability_id: Option<String>,
+        input: Option<Value>,
+        config: Value,
+    ) -> Result<(), String>;
+}
+
+fn parse_or_null(s: &str) -> Value {
+    serde_json::from_str(s).unwrap_or(Value::Null)
+}
+
+fn parse_config<T: DeserializeOwned>(s: &str) -> Result<T, String> {
+    serde_json::from_str(s).map_err(|e| format!("invalid plugin config: {e}"))
+}
+
+fn parse_json(what: &str, s: &str) -> Result<Value, String> {
+    serde_json::from_str(s).map_err(|e| format!("host sent invalid JSON {what}: {e}"))
+}
+
+fn to_json(v: &Value) -> String {
+    v.to_string()
+}
+
+/// Export a [`Policy`] as the component's `capgate:plugin/policy` interface.
+#[macro_export]
+macro_rules! export_policy {
+    ($t:ty) => {
+        #[doc(hidden)]
+        pub struct __CapgatePolicyExport;
+        impl $crate::bindings::policy::exports::capgate::plugin::policy::Guest for __CapgatePolicyExport {
+            fn evaluate(
+                request: $crate::bindings::policy::exports::capgate::plugin::policy::PolicyRequest,
+            ) -> ::core::result::Result<
+                $crate::bindings::policy::exports::capgate::plugin::policy::Decision,
+                ::std::string::String,
+            > {
+                $crate::__glue::policy_evaluate::<$t>(request)
+            }
+        }
+        $crate::bindings::policy::__export_policy_plugin!(__CapgatePolicyExport with_types_in $crate::bindings::policy);
+    };
+}
+
+/// Export a [`Redactor`] as the component's `capgate:plugin/redactor` interface.
+#[macro_export]
+macro_rules! export_redactor {
+    ($t:ty) => {
+        #[doc(hidden)]
+        pub struct __CapgateRedactorExport;
+        impl $crate::bindings::redactor::exports::capgate::plugin::redactor::Guest for __CapgateRedactorExport {
+            fn redact_output(
+                capability: $crate::bindings::redactor::capgate::plugin::types::CapabilityInfo,
+                output: ::std::string::String,
+                config: ::std::string::String,
+            ) -> ::core::result::Result<::std::string::String, ::std::string::String> {
+                $crate::__glue::redact_output::<$t>(capability, output, config)
+            }
+            fn redact_approval_input(
+                capability: $crate::bindings::redactor::capgate::plugin::types::CapabilityInfo,
+                input: ::std::string::String,
+                config: ::std::string::String,
+            ) -> ::core::result::Result<::std::string::String, ::std::string::String> {
+                $crate::__glue::redact_approval_input::<$t>(capability, input, config)
+            }
+        }
+        $crate::bindings::redactor::__export_redactor_plugin!(__CapgateRedactorExport with_types_in $crate::bindings::redactor);
+    };
+}
+
+/// Export a [`Procedure`] as the component's `capgate:plugin/procedure` and `health`
+/// interfaces.
+#[macro_export]
+macro_rules! export_procedure {
+    ($t:ty) => {
+        #[doc(hidden)]
+        pub struct __CapgateProcedureExport;
+        impl $crate::bindings::procedure::exports::capgate::plugin::procedure::Guest for __CapgateProcedureExport {
+            fn invoke(
+                call: $crate::bindings::procedure::exports::capgate::plugin::procedure::Call,
+            ) -> ::core::result::Result<
+                ::std::string::String,
+                $crate::bindings::procedure::exports::capgate::plugin::procedure::ProcedureError,
+            > {
+                $crate::__glue::procedure_invoke::<$t>(call)
+            }
+        }
+        impl $crate::bindings::procedure::exports::capgate::plugin::health::Guest for __CapgateProcedureExport {
+            fn check(config: ::std::string::String) -> ::core::result::Result<(), ::std::string::String> {
+                $crate::__glue::procedure_health::<$t>(config)
+            }
+        }
+        $crate::bindings::procedure::__export_procedure_plugin!(__CapgateProcedureExport with_types_in $crate::bindings::procedure);
+    };
+}
+
+/// Export an [`Authorizer`] as the component's `capgate:plugin/authorizer` interface.
+#[macro_export]
+macro_rules! export_authorizer {
+    ($t:ty) => {
+        #[doc(hidden)]
+        pub struct __CapgateAuthorizerExport;
+        impl $crate::bindings::authorizer::exports::capgate::plugin::authorizer::Guest for __CapgateAuthorizerExport {
+            fn authorize(
+                principal: $crate::bindings::authorizer::exports::capgate::plugin::authorizer::Principal,
+                operation: $crate::bindings::authorizer::exports::capgate::plugin::authorizer::Operation,
+                capability_id: ::core::option::Option<::std::string::String>,
+                input: ::core::option::Option<::std::string::String>,
+                config: ::std::string::String,
+            ) -> ::core::result::Result<(), ::std::string::String> {
+                $crate::__glue::authorize::<$t>(principal, operation, capability_id, input, config)
+            }
+        }
+        $crate::bindings::authorizer::__export_authorizer_plugin!(__CapgateAuthorizerExport with_types_in $crate::bindings::authorizer);
+    };
+}
+
+/// Conversions between the generated bindings and this crate's types. Used by the export
+/// macros only.
+#[doc(hidden)]
+pub mod __glue {
+    use super::*;
+
+    /// Route panic messages to the host log before the trap, once per instance.
+    pub fn init() {
+        static ONCE: Once = Once::new();
+        ONCE.call_once(|| {
+            std::panic::set_hook(Box::new(|info| {
+                let msg = format!("plugin panicked: {info}");
+                log(LogLevel::Error, &msg);
+            }));
+        });
+    }
+
+    macro_rules! convert_types {
+        ($m:ident) => {
+            #[allow(dead_code)]
+            pub(crate) mod $m {
+                use super::super::*;
+                use crate::bindings::$m::capgate::plugin::types as t;
+
+                pub fn surface(s: t::Surface) -> Surface {
+                    match s {
+                        t::Surface::Direct => Surface::Direct,
+                        t::Surface::AiSdk => Surface::AiSdk,
+                        t::Surface::Mcp => Surface::Mcp,
+                        t::Surface::Workflow => Surface::Workflow,
+                        t::Surface::Test => Surface::Test,
+                    }
+                }
+                pub fn actor_kind(k: t::ActorKind) -> ActorKind {
+                    match k {
+                        t::ActorKind::User => ActorKind::User,
+                        t::ActorKind::Service => ActorKind::Service,
+                        t::ActorKind::Agent => ActorKind::Agent,
+                        t::ActorKind::Anonymous => ActorKind::Anonymous,
+                    }
+                }
+                pub fn actor(a: t::Actor) -> Actor {
+                    Actor {
+                        id: a.id,
+                        kind: actor_kind(a.kind),
+                        attributes_json: a.attributes,
+                    }
+                }
+                pub fn capability(c: t::CapabilityInfo) -> CapabilityInfo {
+                    CapabilityInfo {
+                        id: c.id,
+                        side_effect: match c.side_effect {
+                            t::SideEffect::None => SideEffect::None,
+                            t::SideEffect::Read => SideEffect::Read,
+                            t::SideEffect::Write => SideEffect::Write,
+                            t::SideEffect::Destructive => SideEffect::Destructive,
+                            t::SideEffect::External => SideEffect::External,
+                        },
+                        risk: match c.risk {
+                            t::Risk::Low => Risk::Low,
+                            t::Risk::Medium => Risk::Medium,
+                            t::Risk::High => Risk::High,
+                            t::Risk::Critical => Risk::Critical,
+                        },
+                        tags: c.tags,
+                    }
+                }
+                #[allow(dead_code)]
+                pub fn approval(a: t::ApprovalRef) -> ApprovalRef {
+                    ApprovalRef {
+                        id: a.id,
+                        approver_id: a.approver_id,
+                        approver_kind: actor_kind(a.approver_kind),
+                    }
+                }
+            }
+        };
+    }
+    convert_types!(policy);
+    convert_types!(redactor);
+    convert_types!(procedure);
+    convert_types!(authorizer);
+
+    use crate::bindings::policy::capgate::plugin::types::Phase as WitPhase;
+    use crate::bindings::policy::exports::capgate::plugin::policy as wp;
+
+    /// `policy.evaluate` → [`Policy::evaluate`].
+    pub fn policy_evaluate<P: Policy>(r: wp::PolicyRequest) -> Result<wp::Decision, String> {
+        init();
+        let request = PolicyRequest {
+            phase: match r.phase {
+                WitPhase::Discovery => Phase::Discovery,
+                WitPhase::Invocation => Phase::Invocation,
+                WitPhase::Execution => Phase::Execution,
+            },
+            surface: policy::surface(r.surface),
+            capability: policy::capability(r.capability),
+            actor: policy::actor(r.actor),
+            input_json: r.input,
+            context_json: r.context,
+            execution_id: r.execution_id,
+            approval: r.approval.map(policy::approval),
+            config_json: r.config,
+        };
+        Ok(match P::evaluate(request)? {
+            Decision::Allow => wp::Decision::Allow,
+            Decision::Deny { code, message } => wp::Decision::Deny(wp::Denial { code, message }),
+            Decision::Hide => wp::Decision::Hide,
+            Decision::RequireApproval {
+                reason,
+                approval_type,
+                expires_in_ms,
+            } => wp::Decision::RequireApproval(wp::ApprovalRequirement {
+                reason,
+                approval_type,
+                expires_in_ms,
+            }),
+        })
+    }
+
+    type RedactorCap = crate::bindings::redactor::capgate::plugin::types::CapabilityInfo;
+
+    /// `redactor.redact-output` → [`Redactor::redact_output`].
+    pub fn redact_output<R: Redactor>(
+        c: RedactorCap,
+        output: String,
+        config: String,
+    ) -> Result<String, String> {
+        init();
+        let out = R::redact_output(
+            redactor::capability(c),
+            parse_json("output", &output)?,
+            parse_json("config", &config)?,
+        )?;
+        Ok(to_json(&out))
+    }
+
+    /// `redactor.redact-approval-input` → [`Redactor::redact_approval_input`].
+    pub fn redact_approval_input<R: Redactor>(
+        c: RedactorCap,
+        input: String,
+        config: String,
+    ) -> Result<String, String> {
+        init();
+        let out = R::redact_approval_input(
+            redactor::capability(c),
+            parse_json("input", &input)?,
+            parse_json("config", &config)?,
+        )?;
+        Ok(to_json(&out))
+    }
+
+    use crate::bindings::procedure::exports::capgate::plugin::procedure as wproc;
+
+    /// `procedure.invoke` → [`Procedure::invoke`].
+    pub fn procedure_invoke<P: Procedure>(c: wproc::Call) -> Result<String, wproc::ProcedureError> {
+        init();
+        let internal = |e: String| wproc::ProcedureError::Internal(e);
+        let call = ProcedureCall {
+            capability: procedure::capability(c.capability),
+            input: parse_json("input", &c.input).map_err(internal)?,
+            context: parse_json("context", &c.context).map_err(internal)?,
+            surface: procedure::surface(c.surface),
+            actor: procedure::actor(c.actor),
+            execution_id: c.execution_id,
+            idempotency_key: c.idempotency_key,
+            attempt: c.attempt,
+            approval: c.approval.map(procedure::approval),
+            config: parse_json("config", &c.config).map_err(internal)?,
+        };
+        match P::invoke(call) {
+            Ok(v) => Ok(to_json(&v)),
+            Err(ProcedureError::Defined {
+                code,
+                message,
+                data,
+                retryable,
+            }) => Err(wproc::ProcedureError::Defined(wproc::DefinedError {
+                code,
+                message,
+                data: data.as_ref().map(to_json),
+                retryable,
+            })),
+            Err(ProcedureError::Unauthorized(m)) => Err(wproc::ProcedureError::Unauthorized(m)),
+            Err(ProcedureError::Forbidden(m)) => Err(wproc::ProcedureError::Forbidden(m)),
+            Err(ProcedureError::Internal(m)) => Err(wproc::ProcedureError::Internal(m)),
+        }
+    }
+
+    /// `health.check` → [`Procedure::health`].
+    pub fn procedure_health<P: Procedure>(config: String) -> Result<(), String> {
+        init();
+        P::health(parse_json("config", &config)?)
+    }
+
+    use crate::bindings::authorizer::exports::capgate::plugin::authorizer as wa;
+
+    /// `authorizer.authorize` → [`Authorizer::authorize`].
+    pub fn authorize<A: Authorizer>(
+        p: wa::Principal,
+        op: wa::Operation,
+        capability_id: Option<String>,
+        input: Option<String>,
+        config: String,
+    ) -> Result<(), String> {
+        init();
+        let operation = match op {
+            wa::Operation::Describe => Operation::Describe,
+            wa::Operation::Invoke => Operation::Invoke,
+            wa::Operation::GetInvocation => Operation::GetInvocation,
+            wa::Operation::GetApproval => Operation::GetApproval,
+            wa::Operation::ResumeApproval => Operation::ResumeApproval,
+        };
+        let input = match input {
+            Some(s) => Some(parse_json("input", &s)?),
+            None => None,
+        };
+        A::authorize(
+            Principal {
+                actor: authorizer::actor(p.actor),
+                namespace: p.namespace,
+            },
+            operation,
+            capability_id,
+            input,
+            parse_json("config", &config)?,
+        )
+    }
+}
