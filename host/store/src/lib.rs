@@ -1,1 +1,56 @@
-//! placeholder
+//! capgate-store: the durable homes of approvals, audit events and the invocation journal,
+//! on an embedded SQLite file (the default, no setup) or a shared Postgres (any number of
+//! stateless replicas).
+//!
+//! Every cross-replica guarantee capgate makes (one decision per approval, one execution
+//! per approval, one admission per invocation id) is a single conditional statement in the
+//! database, never an in-process lock: two processes, or two pools in one process, sharing
+//! a database get the same guarantees as one.
+//!
+//! ```no_run
+//! use capgate_store::{AuditSinkOptions, Store};
+//! use std::sync::Arc;
+//!
+//! # async fn demo(registry: capgate_core::registry::Registry) -> Result<(), Box<dyn std::error::Error>> {
+//! // SQLite: created if missing, WAL, migrated at open. Postgres: `postgres://…`, then
+//! // `store.migrate()` (or `capgate migrate`).
+//! let store = Store::open("sqlite://capgate.db").await?;
+//! let runtime = capgate_core::runtime::Runtime::builder(registry)
+//!     .approvals(Arc::new(store.approvals()))
+//!     .audit_sink(Arc::new(store.audit_sink(AuditSinkOptions::default())?))
+//!     .strict_audit(true)
+//!     .build();
+//! let journal = store.journal(); // for the gateway
+//! let recent = store.audit_log().tail(20).await?; // for `capgate audit tail`
+//! # let _ = (runtime, journal, recent); Ok(()) }
+//! ```
+//!
+//! # Layout
+//!
+//! - [`Store`] opens a URL, owns the pools, runs the embedded migrations.
+//! - [`SqlApprovalCoordinator`] implements `capgate_core::approval::ApprovalCoordinator`.
+//! - [`SqlAuditSink`] implements `capgate_core::audit::AuditSink`, batched with write-through for
+//!   `capability.started`; [`AuditLog`] reads events back.
+//! - [`SqlInvocationJournal`] implements `capgate_core::journal::InvocationJournal`.
+//!
+//! Rows read back are treated as hostile: each is validated and a bad one becomes a typed
+//! `Malformed` error naming the record, never a panic.
+
+#![warn(missing_docs)]
+
+mod approvals;
+mod audit;
+mod db;
+mod journal;
+mod time;
+
+pub use approvals::SqlApprovalCoordinator;
+pub use audit::{
+    AuditLog, AuditOrder, AuditQuery, AuditQueryError, AuditSinkOptions, AuditSinkStats,
+    MalformedAuditRow, SqlAuditSink, StoredAuditEvent,
+};
+pub use db::{
+    Backend, MigrationReport, MigrationState, Store, StoreError, StoreOptions, migrate_url,
+    migration_status_url,
+};
+pub use journal::{DEFAULT_REPLAY_HORIZON, SqlInvocationJournal};

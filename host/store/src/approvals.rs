@@ -1,0 +1,550 @@
+//! The durable [`ApprovalCoordinator`]: one row per approval; `decide` and
+//! `mark_consumed` are single conditional UPDATEs (compare-and-set), expiry is compared
+//! against the caller's clock inside those statements and lazily on read.
+
+use crate::db::{Db, Store};
+use crate::time::{from_micros, micros, trunc};
+use async_trait::async_trait;
+use capgate_core::actor::{Actor, ActorRef, Surface};
+use capgate_core::approval::{
+    ApprovalCoordinator, ApprovalFilter, ApprovalRecord, ApprovalRequest, ApprovalStatus,
+    ApprovalStoreError, Decision, DecisionStatus,
+};
+use capgate_core::meta::{Risk, SideEffect};
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::Row;
+use sqlx::postgres::PgRow;
+use sqlx::sqlite::SqliteRow;
+use sqlx::types::Json;
+use std::fmt::Display;
+use std::str::FromStr;
+
+macro_rules! cols {
+    () => {
+        "id, capability_id, surface, actor, input, input_hash, reasons, types, risk, side_effect, \
+         status, requested_at, expires_at, execution_id, correlation_id, decision_status, \
+         decided_by, decided_at, decision_comment, consumed_by_execution_id"
+    };
+}
+
+const INSERT: &str = "INSERT INTO capgate_approvals (id, capability_id, surface, actor, input, input_hash, \
+     reasons, types, risk, side_effect, status, requested_at, expires_at, execution_id, correlation_id) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $13, $14)";
+
+const GET: &str = concat!("SELECT ", cols!(), " FROM capgate_approvals WHERE id = $1");
+
+const DECIDE: &str = concat!(
+    "UPDATE capgate_approvals SET status = $2, decision_status = $2, decided_by = $3, \
+     decided_at = $4, decision_comment = $5 \
+     WHERE id = $1 AND status = 'pending' AND expires_at > $6 RETURNING ",
+    cols!()
+);
+
+const CONSUME: &str = concat!(
+    "UPDATE capgate_approvals SET status = 'consumed', consumed_by_execution_id = $2 \
+     WHERE id = $1 AND status = 'approved' AND consumed_by_execution_id IS NULL \
+     AND expires_at > $3 RETURNING ",
+    cols!()
+);
+
+const LIST_SQLITE: &str = concat!(
+    "SELECT ",
+    cols!(),
+    " FROM capgate_approvals WHERE \
+     ($1 IS NULL OR (CASE WHEN status IN ('pending', 'approved') AND expires_at <= $2 \
+        THEN 'expired' ELSE status END) = $1) \
+     AND ($3 IS NULL OR capability_id = $3) \
+     AND ($4 IS NULL OR json_extract(actor, '$.id') = $4) \
+     AND ($5 IS NULL OR requested_at >= $5) \
+     AND ($6 IS NULL OR requested_at < $6) \
+     ORDER BY requested_at DESC, id DESC LIMIT $7 OFFSET $8"
+);
+
+const LIST_POSTGRES: &str = concat!(
+    "SELECT ",
+    cols!(),
+    " FROM capgate_approvals WHERE \
+     ($1::text IS NULL OR (CASE WHEN status IN ('pending', 'approved') AND expires_at <= $2 \
+        THEN 'expired' ELSE status END) = $1) \
+     AND ($3::text IS NULL OR capability_id = $3) \
+     AND ($4::text IS NULL OR actor->>'id' = $4) \
+     AND ($5::timestamptz IS NULL OR requested_at >= $5) \
+     AND ($6::timestamptz IS NULL OR requested_at < $6) \
+     ORDER BY requested_at DESC, id DESC LIMIT $7 OFFSET $8"
+);
+
+/// The [`ApprovalCoordinator`] on a [`Store`]: SQLite or Postgres, shared safely by any
+/// number of runtimes, pools and processes.
+#[derive(Clone)]
+pub struct SqlApprovalCoordinator {
+    store: Store,
+}
+
+impl SqlApprovalCoordinator {
+    /// A coordinator on `store` (also [`Store::approvals`]).
+    pub fn new(store: Store) -> Self {
+        SqlApprovalCoordinator { store }
+    }
+}
+
+fn backend(e: impl Display) -> ApprovalStoreError {
+    ApprovalStoreError::Backend(e.to_string())
+}
+
+fn malformed(id: &str, reason: impl Display) -> ApprovalStoreError {
+    ApprovalStoreError::Malformed {
+        id: id.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+fn encode(what: &str, v: &impl serde::Serialize) -> Result<String, ApprovalStoreError> {
+    serde_json::to_string(v).map_err(|e| backend(format!("cannot encode {what}: {e}")))
+}
+
+/// A row as read, before validation.
+struct RawApproval {
+    id: String,
+    capability_id: String,
+    surface: String,
+    actor: Value,
+    input: Value,
+    input_hash: String,
+    reasons: Value,
+    types: Value,
+    risk: String,
+    side_effect: String,
+    status: String,
+    requested_at: DateTime<Utc>,
+    expires_at: DateTime<Utc>,
+    execution_id: String,
+    correlation_id: Option<String>,
+    decision_status: Option<String>,
+    decided_by: Option<Value>,
+    decided_at: Option<DateTime<Utc>>,
+    decision_comment: Option<String>,
+    consumed_by: Option<String>,
+}
+
+fn sqlite_row(row: &SqliteRow) -> Result<RawApproval, ApprovalStoreError> {
+    let id: String = row
+        .try_get("id")
+        .map_err(|e| malformed("<unreadable id>", e))?;
+    let bad = |col: &str, e: &dyn Display| malformed(&id, format!("{col}: {e}"));
+    let text = |col: &str| row.try_get::<String, _>(col).map_err(|e| bad(col, &e));
+    let opt_text = |col: &str| {
+        row.try_get::<Option<String>, _>(col)
+            .map_err(|e| bad(col, &e))
+    };
+    let json = |col: &str| {
+        let s = text(col)?;
+        serde_json::from_str::<Value>(&s).map_err(|e| bad(col, &e))
+    };
+    let ts = |col: &str| {
+        let v = row.try_get::<i64, _>(col).map_err(|e| bad(col, &e))?;
+        from_micros(v).ok_or_else(|| bad(col, &"timestamp out of range"))
+    };
+    let decided_by = match opt_text("decided_by")? {
+        Some(s) => Some(serde_json::from_str(&s).map_err(|e| bad("decided_by", &e))?),
+        None => None,
+    };
+    let decided_at = match row
+        .try_get::<Option<i64>, _>("decided_at")
+        .map_err(|e| bad("decided_at", &e))?
+    {
+        Some(v) => {
+            Some(from_micros(v).ok_or_else(|| bad("decided_at", &"timestamp out of range"))?)
+        }
+        None => None,
+    };
+    Ok(RawApproval {
+        capability_id: text("capability_id")?,
+        surface: text("surface")?,
+        actor: json("actor")?,
+        input: json("input")?,
+        input_hash: text("input_hash")?,
+        reasons: json("reasons")?,
+        types: json("types")?,
+        risk: text("risk")?,
+        side_effect: text("side_effect")?,
+        status: text("status")?,
+        requested_at: ts("requested_at")?,
+        expires_at: ts("expires_at")?,
+        execution_id: text("execution_id")?,
+        correlation_id: opt_text("correlation_id")?,
+        decision_status: opt_text("decision_status")?,
+        decided_by,
+        decided_at,
+        decision_comment: opt_text("decision_comment")?,
+        consumed_by: opt_text("consumed_by_execution_id")?,
+        id,
+    })
+}
+
+fn pg_row(row: &PgRow) -> Result<RawApproval, ApprovalStoreError> {
+    let id: String = row
+        .try_get("id")
+        .map_err(|e| malformed("<unreadable id>", e))?;
+    let bad = |col: &str, e: &dyn Display| malformed(&id, format!("{col}: {e}"));
+    let text = |col: &str| row.try_get::<String, _>(col).map_err(|e| bad(col, &e));
+    let opt_text = |col: &str| {
+        row.try_get::<Option<String>, _>(col)
+            .map_err(|e| bad(col, &e))
+    };
+    let json = |col: &str| row.try_get::<Value, _>(col).map_err(|e| bad(col, &e));
+    let ts = |col: &str| {
+        row.try_get::<DateTime<Utc>, _>(col)
+            .map_err(|e| bad(col, &e))
+    };
+    Ok(RawApproval {
+        capability_id: text("capability_id")?,
+        surface: text("surface")?,
+        actor: json("actor")?,
+        input: json("input")?,
+        input_hash: text("input_hash")?,
+        reasons: json("reasons")?,
+        types: json("types")?,
+        risk: text("risk")?,
+        side_effect: text("side_effect")?,
+        status: text("status")?,
+        requested_at: ts("requested_at")?,
+        expires_at: ts("expires_at")?,
+        execution_id: text("execution_id")?,
+        correlation_id: opt_text("correlation_id")?,
+        decision_status: opt_text("decision_status")?,
+        decided_by: row
+            .try_get::<Option<Value>, _>("decided_by")
+            .map_err(|e| bad("decided_by", &e))?,
+        decided_at: row
+            .try_get::<Option<DateTime<Utc>>, _>("decided_at")
+            .map_err(|e| bad("decided_at", &e))?,
+        decision_comment: opt_text("decision_comment")?,
+        consumed_by: opt_text("consumed_by_execution_id")?,
+        id,
+    })
+}
+
+impl RawApproval {
+    /// Validate every field and the consistency of status, decision and consumption.
+    fn validate(self) -> Result<ApprovalRecord, ApprovalStoreError> {
+        let id = self.id;
+        let bad = |reason: String| malformed(&id, reason);
+        if id.is_empty() {
+            return Err(bad("empty id".into()));
+        }
+        let surface = Surface::from_str(&self.surface).map_err(&bad)?;
+        let actor: Actor =
+            serde_json::from_value(self.actor).map_err(|e| bad(format!("actor: {e}")))?;
+        let reasons: Vec<String> =
+            serde_json::from_value(self.reasons).map_err(|e| bad(format!("reasons: {e}")))?;
+        let types: Vec<String> =
+            serde_json::from_value(self.types).map_err(|e| bad(format!("types: {e}")))?;
+        let risk: Risk = serde_json::from_value(Value::String(self.risk))
+            .map_err(|e| bad(format!("risk: {e}")))?;
+        let side_effect: SideEffect = serde_json::from_value(Value::String(self.side_effect))
+            .map_err(|e| bad(format!("side_effect: {e}")))?;
+        let status = ApprovalStatus::parse(&self.status)
+            .ok_or_else(|| bad(format!("unknown status `{}`", self.status)))?;
+
+        let decision = match (self.decision_status, self.decided_by, self.decided_at) {
+            (None, None, None) => None,
+            (Some(s), Some(by), Some(at)) => {
+                let status = match s.as_str() {
+                    "approved" => DecisionStatus::Approved,
+                    "rejected" => DecisionStatus::Rejected,
+                    other => return Err(bad(format!("unknown decision `{other}`"))),
+                };
+                let approver: ActorRef =
+                    serde_json::from_value(by).map_err(|e| bad(format!("decided_by: {e}")))?;
+                Some(Decision {
+                    status,
+                    approver,
+                    comment: self.decision_comment,
+                    decided_at: at,
+                })
+            }
+            _ => return Err(bad("partial decision".into())),
+        };
+        let decided = decision.as_ref().map(|d| d.status);
+        let consistent = match status {
+            ApprovalStatus::Pending => decided.is_none() && self.consumed_by.is_none(),
+            ApprovalStatus::Approved => {
+                decided == Some(DecisionStatus::Approved) && self.consumed_by.is_none()
+            }
+            ApprovalStatus::Consumed => {
+                decided == Some(DecisionStatus::Approved) && self.consumed_by.is_some()
+            }
+            ApprovalStatus::Rejected => {
+                decided == Some(DecisionStatus::Rejected) && self.consumed_by.is_none()
+            }
+            ApprovalStatus::Expired | ApprovalStatus::Cancelled => self.consumed_by.is_none(),
+        };
+        if !consistent {
+            return Err(bad(format!(
+                "status `{}` contradicts its decision or consumption",
+                status.as_str()
+            )));
+        }
+        Ok(ApprovalRecord {
+            request: ApprovalRequest {
+                id,
+                capability_id: self.capability_id,
+                surface,
+                actor,
+                input: self.input,
+                input_hash: self.input_hash,
+                reasons,
+                types,
+                risk,
+                side_effect,
+                requested_at: self.requested_at,
+                expires_at: self.expires_at,
+                execution_id: self.execution_id,
+                correlation_id: self.correlation_id,
+            },
+            status,
+            decision,
+            consumed_by_execution_id: self.consumed_by,
+        })
+    }
+}
+
+fn validate_request(r: &ApprovalRequest) -> Result<(), ApprovalStoreError> {
+    for (what, v) in [
+        ("id", &r.id),
+        ("capability id", &r.capability_id),
+        ("execution id", &r.execution_id),
+    ] {
+        if v.is_empty() || v.chars().count() > 256 {
+            return Err(malformed(
+                &r.id,
+                format!("{what} must be 1 to 256 characters"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl SqlApprovalCoordinator {
+    async fn fetch(&self, id: &str) -> Result<Option<ApprovalRecord>, ApprovalStoreError> {
+        let raw = match &*self.store.db {
+            Db::Sqlite { readers, .. } => sqlx::query(GET)
+                .bind(id)
+                .fetch_optional(readers)
+                .await
+                .map_err(backend)?
+                .map(|r| sqlite_row(&r))
+                .transpose()?,
+            Db::Postgres(pool) => sqlx::query(GET)
+                .bind(id)
+                .fetch_optional(pool)
+                .await
+                .map_err(backend)?
+                .map(|r| pg_row(&r))
+                .transpose()?,
+        };
+        raw.map(RawApproval::validate).transpose()
+    }
+
+    /// After a conditional UPDATE matched nothing: say why, from the current row.
+    async fn refusal(
+        &self,
+        id: &str,
+        expected: &'static str,
+        now: DateTime<Utc>,
+    ) -> ApprovalStoreError {
+        match self.fetch(id).await {
+            Ok(None) => ApprovalStoreError::NotFound(id.to_string()),
+            Ok(Some(r)) => ApprovalStoreError::WrongStatus {
+                id: id.to_string(),
+                status: r.effective_status(now).as_str(),
+                expected,
+            },
+            Err(e) => e,
+        }
+    }
+}
+
+fn unique_violation(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d) if d.is_unique_violation())
+}
+
+#[async_trait]
+impl ApprovalCoordinator for SqlApprovalCoordinator {
+    async fn create(&self, request: ApprovalRequest) -> Result<ApprovalRecord, ApprovalStoreError> {
+        validate_request(&request)?;
+        let mut request = request;
+        request.requested_at = trunc(request.requested_at);
+        request.expires_at = trunc(request.expires_at);
+        let r = &request;
+        let result = match &*self.store.db {
+            Db::Sqlite { writer, .. } => sqlx::query(INSERT)
+                .bind(&r.id)
+                .bind(&r.capability_id)
+                .bind(r.surface.as_str())
+                .bind(encode("actor", &r.actor)?)
+                .bind(encode("input", &r.input)?)
+                .bind(&r.input_hash)
+                .bind(encode("reasons", &r.reasons)?)
+                .bind(encode("types", &r.types)?)
+                .bind(r.risk.as_str())
+                .bind(r.side_effect.as_str())
+                .bind(micros(r.requested_at))
+                .bind(micros(r.expires_at))
+                .bind(&r.execution_id)
+                .bind(&r.correlation_id)
+                .execute(writer)
+                .await
+                .map(|_| ()),
+            Db::Postgres(pool) => sqlx::query(INSERT)
+                .bind(&r.id)
+                .bind(&r.capability_id)
+                .bind(r.surface.as_str())
+                .bind(Json(&r.actor))
+                .bind(Json(&r.input))
+                .bind(&r.input_hash)
+                .bind(Json(&r.reasons))
+                .bind(Json(&r.types))
+                .bind(r.risk.as_str())
+                .bind(r.side_effect.as_str())
+                .bind(r.requested_at)
+                .bind(r.expires_at)
+                .bind(&r.execution_id)
+                .bind(&r.correlation_id)
+                .execute(pool)
+                .await
+                .map(|_| ()),
+        };
+        match result {
+            Ok(_) => Ok(ApprovalRecord::pending(request)),
+            Err(e) if unique_violation(&e) => Err(ApprovalStoreError::Duplicate(request.id)),
+            Err(e) => Err(backend(e)),
+        }
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<ApprovalRecord>, ApprovalStoreError> {
+        self.fetch(id).await
+    }
+
+    async fn decide(
+        &self,
+        id: &str,
+        decision: Decision,
+        now: DateTime<Utc>,
+    ) -> Result<ApprovalRecord, ApprovalStoreError> {
+        let status = match decision.status {
+            DecisionStatus::Approved => "approved",
+            DecisionStatus::Rejected => "rejected",
+        };
+        let now = trunc(now);
+        let decided_at = trunc(decision.decided_at);
+        let raw = match &*self.store.db {
+            Db::Sqlite { writer, .. } => sqlx::query(DECIDE)
+                .bind(id)
+                .bind(status)
+                .bind(encode("approver", &decision.approver)?)
+                .bind(micros(decided_at))
+                .bind(&decision.comment)
+                .bind(micros(now))
+                .fetch_optional(writer)
+                .await
+                .map_err(backend)?
+                .map(|r| sqlite_row(&r))
+                .transpose()?,
+            Db::Postgres(pool) => sqlx::query(DECIDE)
+                .bind(id)
+                .bind(status)
+                .bind(Json(&decision.approver))
+                .bind(decided_at)
+                .bind(&decision.comment)
+                .bind(now)
+                .fetch_optional(pool)
+                .await
+                .map_err(backend)?
+                .map(|r| pg_row(&r))
+                .transpose()?,
+        };
+        match raw {
+            Some(raw) => raw.validate(),
+            None => Err(self.refusal(id, "pending", now).await),
+        }
+    }
+
+    async fn mark_consumed(
+        &self,
+        id: &str,
+        execution_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<ApprovalRecord, ApprovalStoreError> {
+        let now = trunc(now);
+        let raw = match &*self.store.db {
+            Db::Sqlite { writer, .. } => sqlx::query(CONSUME)
+                .bind(id)
+                .bind(execution_id)
+                .bind(micros(now))
+                .fetch_optional(writer)
+                .await
+                .map_err(backend)?
+                .map(|r| sqlite_row(&r))
+                .transpose()?,
+            Db::Postgres(pool) => sqlx::query(CONSUME)
+                .bind(id)
+                .bind(execution_id)
+                .bind(now)
+                .fetch_optional(pool)
+                .await
+                .map_err(backend)?
+                .map(|r| pg_row(&r))
+                .transpose()?,
+        };
+        match raw {
+            Some(raw) => raw.validate(),
+            None => Err(self.refusal(id, "approved", now).await),
+        }
+    }
+
+    async fn list(
+        &self,
+        filter: &ApprovalFilter,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<ApprovalRecord>, ApprovalStoreError> {
+        let now = trunc(now);
+        let status = filter.status.map(ApprovalStatus::as_str);
+        let limit = filter.effective_limit() as i64;
+        let offset = i64::from(filter.offset.unwrap_or(0));
+        let raws = match &*self.store.db {
+            Db::Sqlite { readers, .. } => sqlx::query(LIST_SQLITE)
+                .bind(status)
+                .bind(micros(now))
+                .bind(&filter.capability_id)
+                .bind(&filter.actor_id)
+                .bind(filter.requested_after.map(micros))
+                .bind(filter.requested_before.map(micros))
+                .bind(limit)
+                .bind(offset)
+                .fetch_all(readers)
+                .await
+                .map_err(backend)?
+                .iter()
+                .map(sqlite_row)
+                .collect::<Result<Vec<_>, _>>()?,
+            Db::Postgres(pool) => sqlx::query(LIST_POSTGRES)
+                .bind(status)
+                .bind(now)
+                .bind(&filter.capability_id)
+                .bind(&filter.actor_id)
+                .bind(filter.requested_after)
+                .bind(filter.requested_before)
+                .bind(limit)
+                .bind(offset)
+                .fetch_all(pool)
+                .await
+                .map_err(backend)?
+                .iter()
+                .map(pg_row)
+                .collect::<Result<Vec<_>, _>>()?,
+        };
+        raws.into_iter().map(RawApproval::validate).collect()
+    }
+}

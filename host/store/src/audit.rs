@@ -1,0 +1,709 @@
+//! The durable [`AuditSink`] and the read side of the audit table.
+//!
+//! Events go through a bounded queue to one writer task that inserts them in batches
+//! (bounded size, bounded delay). `capability.started` is written through: `emit` returns
+//! only once that event (and everything queued before it, so table order is pipeline
+//! order) is committed, or with the error that kept it out; strict audit depends on it.
+//! A full queue drops the event, counts it and returns an error; a failed batch counts its
+//! events as lost and the next [`AuditSink::flush`] reports them. Nothing is lost silently.
+
+use crate::db::{Db, Store, StoreError};
+use crate::time::{from_micros, micros, trunc};
+use async_trait::async_trait;
+use capgate_core::audit::{AuditEvent, AuditSink, AuditSinkError};
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value};
+use sqlx::postgres::PgRow;
+use sqlx::sqlite::SqliteRow;
+use sqlx::types::Json;
+use sqlx::{Postgres, QueryBuilder, Row, Sqlite};
+use std::fmt::Display;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+const SINK_NAME: &str = "store";
+
+/// Batching and queue bounds of a [`SqlAuditSink`] (reference defaults: 50 events,
+/// 250 ms).
+#[derive(Debug, Clone)]
+pub struct AuditSinkOptions {
+    /// Most events in one INSERT. Default 50.
+    pub batch_size: usize,
+    /// Longest an event waits in a partial batch. Default 250 ms.
+    pub flush_interval: Duration,
+    /// Events that may wait for the writer; beyond this, events are dropped and counted.
+    /// Default 10 000.
+    pub queue_capacity: usize,
+    /// Bound on a write-through (`capability.started`) or a flush, queueing included.
+    /// Default 5 s.
+    pub write_timeout: Duration,
+}
+
+impl Default for AuditSinkOptions {
+    fn default() -> Self {
+        AuditSinkOptions {
+            batch_size: 50,
+            flush_interval: Duration::from_millis(250),
+            queue_capacity: 10_000,
+            write_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Counters of a [`SqlAuditSink`], for health endpoints and `capgate` status output.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AuditSinkStats {
+    /// Events committed.
+    pub written: u64,
+    /// Events refused because the queue was full.
+    pub dropped_queue_full: u64,
+    /// Queued events whose batch failed to commit.
+    pub lost_write_failed: u64,
+    /// Write-through events (`capability.started`) that failed; the emitter got the error.
+    pub write_through_failed: u64,
+}
+
+impl AuditSinkStats {
+    /// Events that never reached the table after `emit` accepted or refused them.
+    pub fn lost(&self) -> u64 {
+        self.dropped_queue_full + self.lost_write_failed + self.write_through_failed
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    written: AtomicU64,
+    dropped_queue_full: AtomicU64,
+    lost_write_failed: AtomicU64,
+    write_through_failed: AtomicU64,
+    /// Lost (queue full or failed batch) since the last flush reported them.
+    unreported: AtomicU64,
+}
+
+/// One row to insert.
+struct AuditRow {
+    ty: &'static str,
+    at: DateTime<Utc>,
+    surface: &'static str,
+    actor_id: String,
+    actor_kind: &'static str,
+    execution_id: Option<String>,
+    capability_id: Option<String>,
+    correlation_id: Option<String>,
+    input_hash: Option<String>,
+    data: Value,
+}
+
+impl AuditRow {
+    fn from_event(event: &AuditEvent) -> Result<AuditRow, String> {
+        // The payload serializes as {"type": …, "data": {…}}; the table keeps `data`.
+        let payload = serde_json::to_value(&event.payload).map_err(|e| e.to_string())?;
+        let data = match payload {
+            Value::Object(mut m) => m.remove("data").unwrap_or(Value::Object(Map::new())),
+            _ => return Err("audit payload is not an object".into()),
+        };
+        Ok(AuditRow {
+            ty: event.type_name(),
+            at: trunc(event.timestamp),
+            surface: event.surface.as_str(),
+            actor_id: event.actor.id.clone(),
+            actor_kind: event.actor.kind.as_str(),
+            execution_id: event.execution_id.clone(),
+            capability_id: event.capability_id.clone(),
+            correlation_id: event.correlation_id.clone(),
+            input_hash: event.input_hash.clone(),
+            data,
+        })
+    }
+}
+
+enum Msg {
+    Event(AuditRow),
+    WriteThrough(AuditRow, oneshot::Sender<Result<(), String>>),
+    Flush(oneshot::Sender<Result<(), String>>),
+}
+
+/// The [`AuditSink`] on a [`Store`]. Cheap to clone (clones share the queue and the
+/// writer); the writer task ends once every clone is dropped and the queue is drained.
+#[derive(Clone)]
+pub struct SqlAuditSink {
+    tx: mpsc::Sender<Msg>,
+    counters: Arc<Counters>,
+    write_timeout: Duration,
+}
+
+fn sink_err(message: impl Into<String>) -> AuditSinkError {
+    AuditSinkError {
+        sink: SINK_NAME.into(),
+        message: message.into(),
+    }
+}
+
+impl SqlAuditSink {
+    pub(crate) fn spawn(store: Store, options: AuditSinkOptions) -> Result<Self, StoreError> {
+        let handle = tokio::runtime::Handle::try_current().map_err(|_| StoreError::NoRuntime)?;
+        let (tx, rx) = mpsc::channel(options.queue_capacity.max(1));
+        let counters = Arc::new(Counters::default());
+        let writer = Writer {
+            store,
+            rx,
+            counters: counters.clone(),
+            batch_size: options.batch_size.max(1),
+            flush_interval: options.flush_interval,
+        };
+        handle.spawn(writer.run());
+        Ok(SqlAuditSink {
+            tx,
+            counters,
+            write_timeout: options.write_timeout,
+        })
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> AuditSinkStats {
+        let c = &self.counters;
+        AuditSinkStats {
+            written: c.written.load(Ordering::Relaxed),
+            dropped_queue_full: c.dropped_queue_full.load(Ordering::Relaxed),
+            lost_write_failed: c.lost_write_failed.load(Ordering::Relaxed),
+            write_through_failed: c.write_through_failed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Send a message that expects an answer, all within the write timeout.
+    async fn round_trip(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<(), String>>) -> Msg,
+    ) -> Result<(), String> {
+        let (ack, done) = oneshot::channel();
+        let work = async {
+            self.tx
+                .send(make(ack))
+                .await
+                .map_err(|_| "the audit writer has stopped".to_string())?;
+            done.await
+                .map_err(|_| "the audit writer has stopped".to_string())?
+        };
+        match tokio::time::timeout(self.write_timeout, work).await {
+            Ok(r) => r,
+            Err(_) => Err(format!(
+                "audit write not confirmed within {} ms",
+                self.write_timeout.as_millis()
+            )),
+        }
+    }
+}
+
+#[async_trait]
+impl AuditSink for SqlAuditSink {
+    fn name(&self) -> &str {
+        SINK_NAME
+    }
+
+    async fn emit(&self, event: &AuditEvent) -> Result<(), AuditSinkError> {
+        let row = AuditRow::from_event(event).map_err(sink_err)?;
+        if row.ty == "capability.started" {
+            return self
+                .round_trip(|ack| Msg::WriteThrough(row, ack))
+                .await
+                .map_err(|e| {
+                    self.counters
+                        .write_through_failed
+                        .fetch_add(1, Ordering::Relaxed);
+                    sink_err(e)
+                });
+        }
+        match self.tx.try_send(Msg::Event(row)) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                let n = self
+                    .counters
+                    .dropped_queue_full
+                    .fetch_add(1, Ordering::Relaxed)
+                    + 1;
+                self.counters.unreported.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(target: "capgate::audit", dropped_total = n, event = event.type_name(), "audit queue full: event dropped");
+                Err(sink_err(format!(
+                    "audit queue full: event dropped ({n} dropped so far)"
+                )))
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                self.counters.unreported.fetch_add(1, Ordering::Relaxed);
+                Err(sink_err("the audit writer has stopped"))
+            }
+        }
+    }
+
+    /// Write everything queued so far; fails if any event was lost since the last flush
+    /// (the count is in the message and in [`SqlAuditSink::stats`]).
+    async fn flush(&self) -> Result<(), AuditSinkError> {
+        let written = self.round_trip(Msg::Flush).await;
+        let lost = self.counters.unreported.swap(0, Ordering::Relaxed);
+        match (written, lost) {
+            (Ok(()), 0) => Ok(()),
+            (Ok(()), n) => Err(sink_err(format!(
+                "{n} audit events were lost since the last flush"
+            ))),
+            (Err(e), n) => Err(sink_err(format!(
+                "{n} audit events were lost since the last flush; the last write failed: {e}"
+            ))),
+        }
+    }
+}
+
+struct Writer {
+    store: Store,
+    rx: mpsc::Receiver<Msg>,
+    counters: Arc<Counters>,
+    batch_size: usize,
+    flush_interval: Duration,
+}
+
+/// What the writer holds between two writes.
+#[derive(Default)]
+struct Pending {
+    rows: Vec<AuditRow>,
+    /// How many of `rows` are write-through events (their emitters wait for the result).
+    write_through: u64,
+    acks: Vec<oneshot::Sender<Result<(), String>>>,
+}
+
+impl Writer {
+    async fn run(mut self) {
+        let mut pending = Pending::default();
+        let mut deadline = tokio::time::Instant::now();
+        loop {
+            let msg = if pending.rows.is_empty() {
+                self.rx.recv().await
+            } else {
+                match tokio::time::timeout_at(deadline, self.rx.recv()).await {
+                    Ok(m) => m,
+                    Err(_) => {
+                        self.write(&mut pending).await;
+                        continue;
+                    }
+                }
+            };
+            let Some(msg) = msg else {
+                // Every sender is gone: write what is left, then stop.
+                self.write(&mut pending).await;
+                return;
+            };
+            match msg {
+                Msg::Event(row) => {
+                    if pending.rows.is_empty() {
+                        deadline = tokio::time::Instant::now() + self.flush_interval;
+                    }
+                    pending.rows.push(row);
+                    if pending.rows.len() >= self.batch_size {
+                        self.write(&mut pending).await;
+                    }
+                }
+                Msg::WriteThrough(row, ack) => {
+                    pending.rows.push(row);
+                    pending.write_through += 1;
+                    pending.acks.push(ack);
+                    self.write(&mut pending).await;
+                }
+                Msg::Flush(ack) => {
+                    pending.acks.push(ack);
+                    self.write(&mut pending).await;
+                }
+            }
+        }
+    }
+
+    /// Insert the pending rows in one statement and answer every waiter with the result.
+    async fn write(&self, pending: &mut Pending) {
+        let result = if pending.rows.is_empty() {
+            Ok(())
+        } else {
+            insert(&self.store, &pending.rows).await
+        };
+        let n = pending.rows.len() as u64;
+        match &result {
+            Ok(()) => {
+                self.counters.written.fetch_add(n, Ordering::Relaxed);
+            }
+            Err(e) => {
+                // Write-through events are answered with the error and counted by their
+                // emitter; the others were already accepted, so they are lost: count them.
+                let accepted = n.saturating_sub(pending.write_through);
+                self.counters
+                    .lost_write_failed
+                    .fetch_add(accepted, Ordering::Relaxed);
+                self.counters
+                    .unreported
+                    .fetch_add(accepted, Ordering::Relaxed);
+                tracing::error!(target: "capgate::audit", error = %e, events = n, lost = accepted, "audit batch failed to commit");
+            }
+        }
+        pending.rows.clear();
+        pending.write_through = 0;
+        for ack in pending.acks.drain(..) {
+            let _ = ack.send(result.clone());
+        }
+    }
+}
+
+const INSERT_HEAD: &str = "INSERT INTO capgate_audit_events (type, at, surface, actor_id, actor_kind, \
+     execution_id, capability_id, correlation_id, input_hash, data) ";
+
+async fn insert(store: &Store, rows: &[AuditRow]) -> Result<(), String> {
+    match &*store.db {
+        Db::Sqlite { writer, .. } => {
+            let mut qb = QueryBuilder::<Sqlite>::new(INSERT_HEAD);
+            qb.push_values(rows, |mut b, r| {
+                b.push_bind(r.ty)
+                    .push_bind(micros(r.at))
+                    .push_bind(r.surface)
+                    .push_bind(r.actor_id.clone())
+                    .push_bind(r.actor_kind)
+                    .push_bind(r.execution_id.clone())
+                    .push_bind(r.capability_id.clone())
+                    .push_bind(r.correlation_id.clone())
+                    .push_bind(r.input_hash.clone())
+                    .push_bind(r.data.to_string());
+            });
+            qb.build()
+                .execute(writer)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        }
+        Db::Postgres(pool) => {
+            let mut qb = QueryBuilder::<Postgres>::new(INSERT_HEAD);
+            qb.push_values(rows, |mut b, r| {
+                b.push_bind(r.ty)
+                    .push_bind(r.at)
+                    .push_bind(r.surface)
+                    .push_bind(r.actor_id.clone())
+                    .push_bind(r.actor_kind)
+                    .push_bind(r.execution_id.clone())
+                    .push_bind(r.capability_id.clone())
+                    .push_bind(r.correlation_id.clone())
+                    .push_bind(r.input_hash.clone())
+                    .push_bind(Json(r.data.clone()));
+            });
+            qb.build()
+                .execute(pool)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        }
+    }
+}
+
+// ── The read side ──────────────────────────────────────────────────────────────────────
+
+/// Which end of the log a query starts from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AuditOrder {
+    /// Oldest first (by insertion id): replay, follow.
+    #[default]
+    OldestFirst,
+    /// Newest first: "what happened lately".
+    NewestFirst,
+}
+
+/// A filter over the audit table; every field narrows, `None` matches all.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AuditQuery {
+    /// Events of one execution.
+    pub execution_id: Option<String>,
+    /// Events of one capability.
+    pub capability_id: Option<String>,
+    /// Events of one actor (the envelope actor: the approver for decisions).
+    pub actor_id: Option<String>,
+    /// One event type (`capability.started`, …).
+    pub event_type: Option<String>,
+    /// At or after.
+    pub since: Option<DateTime<Utc>>,
+    /// Before.
+    pub until: Option<DateTime<Utc>>,
+    /// Only rows inserted after this id (for following a live log).
+    pub after_id: Option<i64>,
+    /// Page size: default 100, at most 10 000.
+    pub limit: Option<u32>,
+    /// Order.
+    pub order: AuditOrder,
+}
+
+impl AuditQuery {
+    fn effective_limit(&self) -> i64 {
+        i64::from(self.limit.unwrap_or(100).clamp(1, 10_000))
+    }
+}
+
+/// A stored row that does not read back as an [`AuditEvent`] (tampered or written by an
+/// incompatible version). Returned in place of the event so one bad row neither hides the
+/// others nor passes unnoticed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("audit row {id} is malformed: {reason}")]
+pub struct MalformedAuditRow {
+    /// The row id.
+    pub id: i64,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// One row of the audit table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredAuditEvent {
+    /// Insertion id: increasing, so `after_id` can follow the log.
+    pub id: i64,
+    /// The event, or why it could not be read.
+    pub event: Result<AuditEvent, MalformedAuditRow>,
+}
+
+/// Why an audit query failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditQueryError {
+    /// The store failed.
+    #[error("audit store unavailable: {0}")]
+    Backend(String),
+}
+
+macro_rules! audit_select {
+    ($null_text:literal, $null_ts:literal, $null_id:literal, $order:literal) => {
+        concat!(
+            "SELECT id, type, at, surface, actor_id, actor_kind, execution_id, capability_id, \
+             correlation_id, input_hash, data FROM capgate_audit_events WHERE \
+             ($1",
+            $null_text,
+            " IS NULL OR execution_id = $1) \
+             AND ($2",
+            $null_text,
+            " IS NULL OR capability_id = $2) \
+             AND ($3",
+            $null_text,
+            " IS NULL OR actor_id = $3) \
+             AND ($4",
+            $null_text,
+            " IS NULL OR type = $4) \
+             AND ($5",
+            $null_ts,
+            " IS NULL OR at >= $5) \
+             AND ($6",
+            $null_ts,
+            " IS NULL OR at < $6) \
+             AND ($7",
+            $null_id,
+            " IS NULL OR id > $7) \
+             ORDER BY id ",
+            $order,
+            " LIMIT $8"
+        )
+    };
+}
+
+const SELECT_SQLITE_ASC: &str = audit_select!("", "", "", "ASC");
+const SELECT_SQLITE_DESC: &str = audit_select!("", "", "", "DESC");
+const SELECT_PG_ASC: &str = audit_select!("::text", "::timestamptz", "::bigint", "ASC");
+const SELECT_PG_DESC: &str = audit_select!("::text", "::timestamptz", "::bigint", "DESC");
+
+/// The read side of the audit table: queries by execution, capability, actor, type and
+/// time, and the `tail` that `capgate audit tail` prints. Reads never go through the
+/// sink's queue, so they see committed events only.
+#[derive(Clone)]
+pub struct AuditLog {
+    store: Store,
+}
+
+/// The columns of a row before the event is rebuilt.
+struct RawAudit {
+    ty: String,
+    at: DateTime<Utc>,
+    surface: String,
+    actor_id: String,
+    actor_kind: String,
+    execution_id: Option<String>,
+    capability_id: Option<String>,
+    correlation_id: Option<String>,
+    input_hash: Option<String>,
+    data: Value,
+}
+
+impl RawAudit {
+    fn into_event(self) -> Result<AuditEvent, String> {
+        let mut m = Map::new();
+        m.insert(
+            "timestamp".into(),
+            serde_json::to_value(self.at).map_err(|e| e.to_string())?,
+        );
+        m.insert("surface".into(), Value::String(self.surface));
+        let mut actor = Map::new();
+        actor.insert("id".into(), Value::String(self.actor_id));
+        actor.insert("kind".into(), Value::String(self.actor_kind));
+        m.insert("actor".into(), Value::Object(actor));
+        for (k, v) in [
+            ("executionId", self.execution_id),
+            ("capabilityId", self.capability_id),
+            ("correlationId", self.correlation_id),
+            ("inputHash", self.input_hash),
+        ] {
+            if let Some(v) = v {
+                m.insert(k.into(), Value::String(v));
+            }
+        }
+        m.insert("type".into(), Value::String(self.ty));
+        m.insert("data".into(), self.data);
+        serde_json::from_value(Value::Object(m)).map_err(|e| e.to_string())
+    }
+}
+
+fn stored(id: i64, raw: Result<RawAudit, String>) -> StoredAuditEvent {
+    StoredAuditEvent {
+        id,
+        event: raw
+            .and_then(RawAudit::into_event)
+            .map_err(|reason| MalformedAuditRow { id, reason }),
+    }
+}
+
+fn sqlite_audit(row: &SqliteRow) -> Result<StoredAuditEvent, AuditQueryError> {
+    let id: i64 = row
+        .try_get("id")
+        .map_err(|e| AuditQueryError::Backend(format!("audit row without a readable id: {e}")))?;
+    let raw = (|| {
+        let e = |c: &str, e: &dyn Display| format!("{c}: {e}");
+        let text = |c: &str| row.try_get::<String, _>(c).map_err(|x| e(c, &x));
+        let opt = |c: &str| row.try_get::<Option<String>, _>(c).map_err(|x| e(c, &x));
+        let at: i64 = row.try_get("at").map_err(|x| e("at", &x))?;
+        Ok(RawAudit {
+            ty: text("type")?,
+            at: from_micros(at).ok_or_else(|| "at: timestamp out of range".to_string())?,
+            surface: text("surface")?,
+            actor_id: text("actor_id")?,
+            actor_kind: text("actor_kind")?,
+            execution_id: opt("execution_id")?,
+            capability_id: opt("capability_id")?,
+            correlation_id: opt("correlation_id")?,
+            input_hash: opt("input_hash")?,
+            data: serde_json::from_str(&text("data")?).map_err(|x| e("data", &x))?,
+        })
+    })();
+    Ok(stored(id, raw))
+}
+
+fn pg_audit(row: &PgRow) -> Result<StoredAuditEvent, AuditQueryError> {
+    let id: i64 = row
+        .try_get("id")
+        .map_err(|e| AuditQueryError::Backend(format!("audit row without a readable id: {e}")))?;
+    let raw = (|| {
+        let e = |c: &str, e: &dyn Display| format!("{c}: {e}");
+        let text = |c: &str| row.try_get::<String, _>(c).map_err(|x| e(c, &x));
+        let opt = |c: &str| row.try_get::<Option<String>, _>(c).map_err(|x| e(c, &x));
+        Ok(RawAudit {
+            ty: text("type")?,
+            at: row.try_get("at").map_err(|x| e("at", &x))?,
+            surface: text("surface")?,
+            actor_id: text("actor_id")?,
+            actor_kind: text("actor_kind")?,
+            execution_id: opt("execution_id")?,
+            capability_id: opt("capability_id")?,
+            correlation_id: opt("correlation_id")?,
+            input_hash: opt("input_hash")?,
+            data: row.try_get("data").map_err(|x| e("data", &x))?,
+        })
+    })();
+    Ok(stored(id, raw))
+}
+
+impl AuditLog {
+    pub(crate) fn new(store: Store) -> Self {
+        AuditLog { store }
+    }
+
+    /// Rows matching `q`, in `q.order`.
+    pub async fn query(&self, q: &AuditQuery) -> Result<Vec<StoredAuditEvent>, AuditQueryError> {
+        let backend = |e: sqlx::Error| AuditQueryError::Backend(e.to_string());
+        match &*self.store.db {
+            Db::Sqlite { readers, .. } => {
+                let sql = match q.order {
+                    AuditOrder::OldestFirst => SELECT_SQLITE_ASC,
+                    AuditOrder::NewestFirst => SELECT_SQLITE_DESC,
+                };
+                sqlx::query(sql)
+                    .bind(&q.execution_id)
+                    .bind(&q.capability_id)
+                    .bind(&q.actor_id)
+                    .bind(&q.event_type)
+                    .bind(q.since.map(micros))
+                    .bind(q.until.map(micros))
+                    .bind(q.after_id)
+                    .bind(q.effective_limit())
+                    .fetch_all(readers)
+                    .await
+                    .map_err(backend)?
+                    .iter()
+                    .map(sqlite_audit)
+                    .collect()
+            }
+            Db::Postgres(pool) => {
+                let sql = match q.order {
+                    AuditOrder::OldestFirst => SELECT_PG_ASC,
+                    AuditOrder::NewestFirst => SELECT_PG_DESC,
+                };
+                sqlx::query(sql)
+                    .bind(&q.execution_id)
+                    .bind(&q.capability_id)
+                    .bind(&q.actor_id)
+                    .bind(&q.event_type)
+                    .bind(q.since)
+                    .bind(q.until)
+                    .bind(q.after_id)
+                    .bind(q.effective_limit())
+                    .fetch_all(pool)
+                    .await
+                    .map_err(backend)?
+                    .iter()
+                    .map(pg_audit)
+                    .collect()
+            }
+        }
+    }
+
+    /// Every event of one execution, in order.
+    pub async fn for_execution(
+        &self,
+        execution_id: &str,
+    ) -> Result<Vec<StoredAuditEvent>, AuditQueryError> {
+        self.query(&AuditQuery {
+            execution_id: Some(execution_id.to_string()),
+            limit: Some(10_000),
+            ..AuditQuery::default()
+        })
+        .await
+    }
+
+    /// The last `n` events, oldest first (what `capgate audit tail` prints first).
+    pub async fn tail(&self, n: u32) -> Result<Vec<StoredAuditEvent>, AuditQueryError> {
+        let mut rows = self
+            .query(&AuditQuery {
+                limit: Some(n),
+                order: AuditOrder::NewestFirst,
+                ..AuditQuery::default()
+            })
+            .await?;
+        rows.reverse();
+        Ok(rows)
+    }
+
+    /// Events inserted after `after_id`, oldest first, at most `limit`: poll this with the
+    /// last id seen to follow the log (`capgate audit tail --follow`).
+    pub async fn follow(
+        &self,
+        after_id: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredAuditEvent>, AuditQueryError> {
+        self.query(&AuditQuery {
+            after_id: Some(after_id),
+            limit: Some(limit),
+            ..AuditQuery::default()
+        })
+        .await
+    }
+}

@@ -1,0 +1,371 @@
+//! Opening a store from a URL, its pools, and the embedded migrations.
+
+use crate::approvals::SqlApprovalCoordinator;
+use crate::audit::{AuditLog, AuditSinkOptions, SqlAuditSink};
+use crate::journal::SqlInvocationJournal;
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/sqlite");
+static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// Why a store could not be opened, migrated or used.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The URL is not `sqlite:…` or `postgres://…`, or does not parse.
+    #[error("invalid store URL: {0}")]
+    Url(String),
+    /// The database could not be reached or opened.
+    #[error("cannot open the store: {0}")]
+    Connect(String),
+    /// Applying or inspecting migrations failed.
+    #[error("store migration failed: {0}")]
+    Migrate(String),
+    /// A statement failed.
+    #[error("store unavailable: {0}")]
+    Backend(String),
+    /// A background task was requested outside a Tokio runtime.
+    #[error("the audit sink needs a Tokio runtime to run its writer task")]
+    NoRuntime,
+}
+
+/// Which database a [`Store`] talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// An embedded SQLite file (or in-memory database).
+    Sqlite,
+    /// A Postgres server, possibly shared by many replicas.
+    Postgres,
+}
+
+/// Knobs for [`Store::open_with`]; the defaults suit a single process on SQLite and a
+/// modest replica on Postgres.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Apply pending migrations at open. `None` (the default): yes for SQLite, no for
+    /// Postgres, where `capgate migrate` is an explicit deployment step.
+    pub auto_migrate: Option<bool>,
+    /// Open without write access (e.g. `capgate audit tail` on a live database). Every
+    /// write then fails, and nothing is migrated.
+    pub read_only: bool,
+    /// Postgres pool size; on SQLite, the number of reader connections (there is always
+    /// exactly one writer). Default 16 / 4.
+    pub max_connections: Option<u32>,
+    /// How long SQLite waits on a lock held by another process. Default 5 s.
+    pub busy_timeout: Duration,
+    /// How long a statement waits for a pooled connection. Default 10 s.
+    pub acquire_timeout: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            auto_migrate: None,
+            read_only: false,
+            max_connections: None,
+            busy_timeout: Duration::from_secs(5),
+            acquire_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The pools. SQLite has one writer connection (so this process never contends with
+/// itself for the write lock) and a pool of readers (WAL lets them run beside the writer).
+pub(crate) enum Db {
+    Sqlite {
+        writer: SqlitePool,
+        readers: SqlitePool,
+    },
+    Postgres(PgPool),
+}
+
+/// A migration and whether the database has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrationState {
+    /// The version (file name prefix).
+    pub version: i64,
+    /// The description (file name rest).
+    pub description: String,
+    /// Applied successfully.
+    pub applied: bool,
+}
+
+/// What [`Store::migrate`] did, for `capgate migrate` to print.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrationReport {
+    /// The backend migrated.
+    pub backend: Backend,
+    /// Migrations applied by this call, in order.
+    pub applied: Vec<MigrationState>,
+    /// Every embedded migration and its state after the call.
+    pub status: Vec<MigrationState>,
+}
+
+/// An open store: the pools behind the approval coordinator, the audit sink and log, and
+/// the invocation journal. Cheap to clone; share one per process (or per replica).
+#[derive(Clone)]
+pub struct Store {
+    pub(crate) db: Arc<Db>,
+}
+
+fn connect_err(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Connect(e.to_string())
+}
+
+fn is_sqlite_url(url: &str) -> bool {
+    url.starts_with("sqlite:")
+}
+
+fn is_postgres_url(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+fn is_sqlite_memory(url: &str) -> bool {
+    url.contains(":memory:") || url.contains("mode=memory")
+}
+
+impl Store {
+    /// Open `sqlite://path` (created if missing, WAL, migrated) or `postgres://…` (not
+    /// migrated: call [`Store::migrate`] or run `capgate migrate`).
+    pub async fn open(url: &str) -> Result<Store, StoreError> {
+        Store::open_with(url, StoreOptions::default()).await
+    }
+
+    /// [`Store::open`] with explicit options.
+    pub async fn open_with(url: &str, options: StoreOptions) -> Result<Store, StoreError> {
+        let store = if is_sqlite_url(url) {
+            open_sqlite(url, &options).await?
+        } else if is_postgres_url(url) {
+            open_postgres(url, &options).await?
+        } else {
+            return Err(StoreError::Url(
+                "expected sqlite://path, sqlite::memory: or postgres://…".into(),
+            ));
+        };
+        let migrate = options
+            .auto_migrate
+            .unwrap_or(store.backend() == Backend::Sqlite)
+            && !options.read_only;
+        if migrate {
+            store.migrate().await?;
+        }
+        Ok(store)
+    }
+
+    /// Which database this is.
+    pub fn backend(&self) -> Backend {
+        match &*self.db {
+            Db::Sqlite { .. } => Backend::Sqlite,
+            Db::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    /// Apply every pending embedded migration (idempotent; concurrent replicas are
+    /// serialized by the migrator's lock) and report what changed.
+    pub async fn migrate(&self) -> Result<MigrationReport, StoreError> {
+        let before = self.migration_status().await?;
+        let result = match &*self.db {
+            Db::Sqlite { writer, .. } => SQLITE_MIGRATIONS.run(writer).await,
+            Db::Postgres(pool) => POSTGRES_MIGRATIONS.run(pool).await,
+        };
+        result.map_err(|e| StoreError::Migrate(e.to_string()))?;
+        let status = self.migration_status().await?;
+        let applied = status
+            .iter()
+            .filter(|m| m.applied && !before.iter().any(|b| b.version == m.version && b.applied))
+            .cloned()
+            .collect();
+        Ok(MigrationReport {
+            backend: self.backend(),
+            applied,
+            status,
+        })
+    }
+
+    /// Every embedded migration and whether this database has applied it.
+    pub async fn migration_status(&self) -> Result<Vec<MigrationState>, StoreError> {
+        let mig_err = |e: sqlx::Error| StoreError::Migrate(e.to_string());
+        let (migrator, applied): (&Migrator, Vec<i64>) = match &*self.db {
+            Db::Sqlite { writer, .. } => {
+                let exists: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
+                )
+                .fetch_one(writer)
+                .await
+                .map_err(mig_err)?;
+                let applied = if exists > 0 {
+                    sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+                        .fetch_all(writer)
+                        .await
+                        .map_err(mig_err)?
+                } else {
+                    Vec::new()
+                };
+                (&SQLITE_MIGRATIONS, applied)
+            }
+            Db::Postgres(pool) => {
+                let exists: bool =
+                    sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+                        .fetch_one(pool)
+                        .await
+                        .map_err(mig_err)?;
+                let applied = if exists {
+                    sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+                        .fetch_all(pool)
+                        .await
+                        .map_err(mig_err)?
+                } else {
+                    Vec::new()
+                };
+                (&POSTGRES_MIGRATIONS, applied)
+            }
+        };
+        Ok(migrator
+            .iter()
+            .filter(|m| !m.migration_type.is_down_migration())
+            .map(|m| MigrationState {
+                version: m.version,
+                description: m.description.to_string(),
+                applied: applied.contains(&m.version),
+            })
+            .collect())
+    }
+
+    /// The approval coordinator on this store.
+    pub fn approvals(&self) -> SqlApprovalCoordinator {
+        SqlApprovalCoordinator::new(self.clone())
+    }
+
+    /// The invocation journal on this store, keeping receipts for the default replay
+    /// horizon (see [`SqlInvocationJournal::with_replay_horizon`]).
+    pub fn journal(&self) -> SqlInvocationJournal {
+        SqlInvocationJournal::new(self.clone())
+    }
+
+    /// A batching audit sink writing to this store. Spawns its writer task on the current
+    /// Tokio runtime.
+    pub fn audit_sink(&self, options: AuditSinkOptions) -> Result<SqlAuditSink, StoreError> {
+        SqlAuditSink::spawn(self.clone(), options)
+    }
+
+    /// Read access to the audit events (queries and `tail`).
+    pub fn audit_log(&self) -> AuditLog {
+        AuditLog::new(self.clone())
+    }
+
+    /// Close every pool, waiting for checked-out connections to return.
+    pub async fn close(&self) {
+        match &*self.db {
+            Db::Sqlite { writer, readers } => {
+                writer.close().await;
+                readers.close().await;
+            }
+            Db::Postgres(pool) => pool.close().await,
+        }
+    }
+}
+
+async fn open_sqlite(url: &str, options: &StoreOptions) -> Result<Store, StoreError> {
+    let base = SqliteConnectOptions::from_str(url)
+        .map_err(|e| StoreError::Url(e.to_string()))?
+        .busy_timeout(options.busy_timeout);
+    if is_sqlite_memory(url) {
+        // One connection that never closes: an in-memory database lives exactly as long
+        // as its connection, and a second pool would see a different database.
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .acquire_timeout(options.acquire_timeout)
+            .connect_with(base)
+            .await
+            .map_err(connect_err)?;
+        return Ok(Store {
+            db: Arc::new(Db::Sqlite {
+                writer: pool.clone(),
+                readers: pool,
+            }),
+        });
+    }
+    let writer_options = if options.read_only {
+        base.clone().read_only(true).create_if_missing(false)
+    } else {
+        base.clone()
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // In WAL mode NORMAL is durable across application crashes and only a power
+            // loss can roll back the last commits; it keeps a commit off the fsync path.
+            .synchronous(SqliteSynchronous::Normal)
+    };
+    let writer = SqlitePoolOptions::new()
+        .max_connections(1)
+        .min_connections(1)
+        .acquire_timeout(options.acquire_timeout)
+        .connect_with(writer_options)
+        .await
+        .map_err(connect_err)?;
+    let readers = SqlitePoolOptions::new()
+        .max_connections(options.max_connections.unwrap_or(4).max(1))
+        .acquire_timeout(options.acquire_timeout)
+        .connect_with(base.read_only(true).create_if_missing(false))
+        .await
+        .map_err(connect_err)?;
+    Ok(Store {
+        db: Arc::new(Db::Sqlite { writer, readers }),
+    })
+}
+
+async fn open_postgres(url: &str, options: &StoreOptions) -> Result<Store, StoreError> {
+    let mut connect =
+        PgConnectOptions::from_str(url).map_err(|e| StoreError::Url(e.to_string()))?;
+    if options.read_only {
+        connect = connect.options([("default_transaction_read_only", "on")]);
+    }
+    let pool = PgPoolOptions::new()
+        .max_connections(options.max_connections.unwrap_or(16).max(1))
+        .acquire_timeout(options.acquire_timeout)
+        .connect_with(connect)
+        .await
+        .map_err(connect_err)?;
+    Ok(Store {
+        db: Arc::new(Db::Postgres(pool)),
+    })
+}
+
+/// `capgate migrate`: open the store at `url` and apply every pending migration.
+pub async fn migrate_url(url: &str) -> Result<MigrationReport, StoreError> {
+    let store = Store::open_with(
+        url,
+        StoreOptions {
+            auto_migrate: Some(false),
+            ..StoreOptions::default()
+        },
+    )
+    .await?;
+    let report = store.migrate().await;
+    store.close().await;
+    report
+}
+
+/// `capgate migrate --status`: which embedded migrations the database at `url` has.
+pub async fn migration_status_url(url: &str) -> Result<Vec<MigrationState>, StoreError> {
+    let store = Store::open_with(
+        url,
+        StoreOptions {
+            auto_migrate: Some(false),
+            read_only: is_postgres_url(url),
+            ..StoreOptions::default()
+        },
+    )
+    .await?;
+    let status = store.migration_status().await;
+    store.close().await;
+    status
+}

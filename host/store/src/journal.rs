@@ -1,0 +1,541 @@
+//! The durable [`InvocationJournal`]: one row per `(scope, invocation_id)`. A claim is one
+//! `INSERT … ON CONFLICT DO NOTHING`; resume, settle and reconcile are single conditional
+//! UPDATEs, so the database (not a process) decides who owns an invocation.
+
+use crate::db::{Db, Store};
+use crate::time::{from_micros, micros, trunc};
+use async_trait::async_trait;
+use capgate_core::journal::{
+    ClaimOutcome, ClaimRequest, InvocationJournal, InvocationRecord, InvocationState, JournalError,
+    ResumeClaim, Settlement, new_claim_token, validate_id,
+};
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::Row;
+use sqlx::postgres::PgRow;
+use sqlx::sqlite::SqliteRow;
+use sqlx::types::Json;
+use std::fmt::Display;
+use std::time::Duration;
+
+macro_rules! cols {
+    () => {
+        "scope, invocation_id, state, claim_token, approval_id, awaiting_approval, capability_id, \
+         input, input_hash, idempotency_key, correlation_id, contract_digest, outcome, reconciled, \
+         created_at, updated_at"
+    };
+}
+
+const CLAIM: &str = "INSERT INTO capgate_invocations (scope, invocation_id, state, claim_token, capability_id, \
+     input, input_hash, idempotency_key, correlation_id, contract_digest, created_at, updated_at) \
+     VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, $10, $10) \
+     ON CONFLICT (scope, invocation_id) DO NOTHING RETURNING invocation_id";
+
+const GET: &str = concat!(
+    "SELECT ",
+    cols!(),
+    " FROM capgate_invocations WHERE scope = $1 AND invocation_id = $2"
+);
+
+const FIND_APPROVAL: &str = concat!(
+    "SELECT ",
+    cols!(),
+    " FROM capgate_invocations WHERE scope = $1 AND approval_id = $2 \
+     ORDER BY created_at ASC, invocation_id ASC LIMIT 1"
+);
+
+const CLAIM_RESUME: &str = concat!(
+    "UPDATE capgate_invocations SET state = 'pending', claim_token = $4, \
+     awaiting_approval = FALSE, outcome = NULL, updated_at = $5 \
+     WHERE scope = $1 AND invocation_id = $2 AND state = 'settled' \
+     AND awaiting_approval = TRUE AND approval_id = $3 RETURNING ",
+    cols!()
+);
+
+const SETTLE: &str = concat!(
+    "UPDATE capgate_invocations SET state = 'settled', outcome = $4, \
+     approval_id = COALESCE($5, approval_id), awaiting_approval = $6, reconciled = $7, \
+     updated_at = $8 \
+     WHERE scope = $1 AND invocation_id = $2 AND state = 'pending' AND claim_token = $3 RETURNING ",
+    cols!()
+);
+
+const PURGE: &str = "DELETE FROM capgate_invocations WHERE state = 'settled' AND updated_at < $1";
+
+/// Receipts are kept at least this long by [`SqlInvocationJournal::purge_expired`]
+/// unless configured otherwise: 30 days.
+pub const DEFAULT_REPLAY_HORIZON: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// The [`InvocationJournal`] on a [`Store`]: SQLite or Postgres, shared safely by any
+/// number of gateway replicas.
+#[derive(Clone)]
+pub struct SqlInvocationJournal {
+    store: Store,
+    replay_horizon: Duration,
+}
+
+fn backend(e: impl Display) -> JournalError {
+    JournalError::Backend(e.to_string())
+}
+
+fn malformed(id: &str, reason: impl Display) -> JournalError {
+    JournalError::Malformed {
+        invocation_id: id.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+/// A row as read, before validation.
+struct RawInvocation {
+    scope: String,
+    invocation_id: String,
+    state: String,
+    claim_token: String,
+    approval_id: Option<String>,
+    awaiting_approval: bool,
+    capability_id: String,
+    input: Value,
+    input_hash: String,
+    idempotency_key: String,
+    correlation_id: Option<String>,
+    contract_digest: Option<String>,
+    outcome: Option<Value>,
+    reconciled: bool,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+fn sqlite_flag(
+    v: i64,
+    col: &str,
+    bad: &dyn Fn(&str, &dyn Display) -> JournalError,
+) -> Result<bool, JournalError> {
+    match v {
+        0 => Ok(false),
+        1 => Ok(true),
+        other => Err(bad(col, &format!("not a boolean: {other}"))),
+    }
+}
+
+fn sqlite_row(row: &SqliteRow) -> Result<RawInvocation, JournalError> {
+    let id: String = row
+        .try_get("invocation_id")
+        .map_err(|e| malformed("<unreadable id>", e))?;
+    let bad = |col: &str, e: &dyn Display| malformed(&id, format!("{col}: {e}"));
+    let text = |col: &str| row.try_get::<String, _>(col).map_err(|e| bad(col, &e));
+    let opt_text = |col: &str| {
+        row.try_get::<Option<String>, _>(col)
+            .map_err(|e| bad(col, &e))
+    };
+    let int = |col: &str| row.try_get::<i64, _>(col).map_err(|e| bad(col, &e));
+    let ts = |col: &str| from_micros(int(col)?).ok_or_else(|| bad(col, &"timestamp out of range"));
+    let outcome = match opt_text("outcome")? {
+        Some(s) => Some(serde_json::from_str(&s).map_err(|e| bad("outcome", &e))?),
+        None => None,
+    };
+    Ok(RawInvocation {
+        scope: text("scope")?,
+        state: text("state")?,
+        claim_token: text("claim_token")?,
+        approval_id: opt_text("approval_id")?,
+        awaiting_approval: sqlite_flag(int("awaiting_approval")?, "awaiting_approval", &bad)?,
+        capability_id: text("capability_id")?,
+        input: serde_json::from_str(&text("input")?).map_err(|e| bad("input", &e))?,
+        input_hash: text("input_hash")?,
+        idempotency_key: text("idempotency_key")?,
+        correlation_id: opt_text("correlation_id")?,
+        contract_digest: opt_text("contract_digest")?,
+        outcome,
+        reconciled: sqlite_flag(int("reconciled")?, "reconciled", &bad)?,
+        created_at: ts("created_at")?,
+        updated_at: ts("updated_at")?,
+        invocation_id: id,
+    })
+}
+
+fn pg_row(row: &PgRow) -> Result<RawInvocation, JournalError> {
+    let id: String = row
+        .try_get("invocation_id")
+        .map_err(|e| malformed("<unreadable id>", e))?;
+    let bad = |col: &str, e: &dyn Display| malformed(&id, format!("{col}: {e}"));
+    let text = |col: &str| row.try_get::<String, _>(col).map_err(|e| bad(col, &e));
+    let opt_text = |col: &str| {
+        row.try_get::<Option<String>, _>(col)
+            .map_err(|e| bad(col, &e))
+    };
+    let flag = |col: &str| row.try_get::<bool, _>(col).map_err(|e| bad(col, &e));
+    let ts = |col: &str| {
+        row.try_get::<DateTime<Utc>, _>(col)
+            .map_err(|e| bad(col, &e))
+    };
+    Ok(RawInvocation {
+        scope: text("scope")?,
+        state: text("state")?,
+        claim_token: text("claim_token")?,
+        approval_id: opt_text("approval_id")?,
+        awaiting_approval: flag("awaiting_approval")?,
+        capability_id: text("capability_id")?,
+        input: row.try_get("input").map_err(|e| bad("input", &e))?,
+        input_hash: text("input_hash")?,
+        idempotency_key: text("idempotency_key")?,
+        correlation_id: opt_text("correlation_id")?,
+        contract_digest: opt_text("contract_digest")?,
+        outcome: row
+            .try_get::<Option<Value>, _>("outcome")
+            .map_err(|e| bad("outcome", &e))?,
+        reconciled: flag("reconciled")?,
+        created_at: ts("created_at")?,
+        updated_at: ts("updated_at")?,
+        invocation_id: id,
+    })
+}
+
+impl RawInvocation {
+    fn validate(self) -> Result<InvocationRecord, JournalError> {
+        let id = self.invocation_id;
+        let bad = |reason: String| malformed(&id, reason);
+        let state = InvocationState::parse(&self.state)
+            .ok_or_else(|| bad(format!("unknown state `{}`", self.state)))?;
+        for (what, v) in [
+            ("scope", &self.scope),
+            ("invocation id", &id),
+            ("capability id", &self.capability_id),
+            ("claim token", &self.claim_token),
+        ] {
+            validate_id(what, v).map_err(|e| bad(e.to_string()))?;
+        }
+        if let Some(a) = &self.approval_id {
+            validate_id("approval id", a).map_err(|e| bad(e.to_string()))?;
+        }
+        let consistent = match state {
+            InvocationState::Pending => !self.awaiting_approval && self.outcome.is_none(),
+            InvocationState::Settled => {
+                self.outcome.is_some() && (!self.awaiting_approval || self.approval_id.is_some())
+            }
+        };
+        if !consistent {
+            return Err(bad(format!(
+                "state `{}` contradicts its outcome or approval",
+                state.as_str()
+            )));
+        }
+        Ok(InvocationRecord {
+            scope: self.scope,
+            invocation_id: id,
+            capability_id: self.capability_id,
+            input: self.input,
+            input_hash: self.input_hash,
+            idempotency_key: self.idempotency_key,
+            claim_token: self.claim_token,
+            state,
+            approval_id: self.approval_id,
+            awaiting_approval: self.awaiting_approval,
+            correlation_id: self.correlation_id,
+            contract_digest: self.contract_digest,
+            outcome: self.outcome,
+            reconciled: self.reconciled,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        })
+    }
+}
+
+fn encode(what: &str, v: &Value) -> Result<String, JournalError> {
+    serde_json::to_string(v).map_err(|e| backend(format!("cannot encode {what}: {e}")))
+}
+
+impl SqlInvocationJournal {
+    /// A journal on `store` (also [`Store::journal`]).
+    pub fn new(store: Store) -> Self {
+        SqlInvocationJournal {
+            store,
+            replay_horizon: DEFAULT_REPLAY_HORIZON,
+        }
+    }
+
+    /// Keep settled receipts for `horizon` (at least as long as clients may retry or look
+    /// up an invocation).
+    pub fn with_replay_horizon(mut self, horizon: Duration) -> Self {
+        self.replay_horizon = horizon;
+        self
+    }
+
+    /// The replay horizon in force.
+    pub fn replay_horizon(&self) -> Duration {
+        self.replay_horizon
+    }
+
+    /// Delete settled receipts older than the replay horizon as of `now`; returns how many.
+    /// Run it periodically (or from an operator command); pending receipts are never purged.
+    pub async fn purge_expired(&self, now: DateTime<Utc>) -> Result<u64, JournalError> {
+        let horizon = chrono::Duration::from_std(self.replay_horizon)
+            .map_err(|e| JournalError::Invalid(format!("replay horizon: {e}")))?;
+        let cutoff = now
+            .checked_sub_signed(horizon)
+            .ok_or_else(|| JournalError::Invalid("replay horizon reaches before time".into()))?;
+        self.purge_settled_before(cutoff).await
+    }
+
+    async fn fetch(
+        &self,
+        sql: &'static str,
+        scope: &str,
+        key: &str,
+    ) -> Result<Option<InvocationRecord>, JournalError> {
+        let raw = match &*self.store.db {
+            Db::Sqlite { readers, .. } => sqlx::query(sql)
+                .bind(scope)
+                .bind(key)
+                .fetch_optional(readers)
+                .await
+                .map_err(backend)?
+                .map(|r| sqlite_row(&r))
+                .transpose()?,
+            Db::Postgres(pool) => sqlx::query(sql)
+                .bind(scope)
+                .bind(key)
+                .fetch_optional(pool)
+                .await
+                .map_err(backend)?
+                .map(|r| pg_row(&r))
+                .transpose()?,
+        };
+        raw.map(RawInvocation::validate).transpose()
+    }
+
+    async fn finish(
+        &self,
+        scope: &str,
+        invocation_id: &str,
+        claim_token: &str,
+        settlement: Settlement,
+        reconciled: bool,
+        now: DateTime<Utc>,
+    ) -> Result<InvocationRecord, JournalError> {
+        settlement.validate()?;
+        let now = trunc(now);
+        let awaiting = settlement.awaiting_approval.is_some();
+        let raw = match &*self.store.db {
+            Db::Sqlite { writer, .. } => sqlx::query(SETTLE)
+                .bind(scope)
+                .bind(invocation_id)
+                .bind(claim_token)
+                .bind(encode("outcome", &settlement.outcome)?)
+                .bind(&settlement.awaiting_approval)
+                .bind(awaiting)
+                .bind(reconciled)
+                .bind(micros(now))
+                .fetch_optional(writer)
+                .await
+                .map_err(backend)?
+                .map(|r| sqlite_row(&r))
+                .transpose()?,
+            Db::Postgres(pool) => sqlx::query(SETTLE)
+                .bind(scope)
+                .bind(invocation_id)
+                .bind(claim_token)
+                .bind(Json(&settlement.outcome))
+                .bind(&settlement.awaiting_approval)
+                .bind(awaiting)
+                .bind(reconciled)
+                .bind(now)
+                .fetch_optional(pool)
+                .await
+                .map_err(backend)?
+                .map(|r| pg_row(&r))
+                .transpose()?,
+        };
+        if let Some(raw) = raw {
+            return raw.validate();
+        }
+        // Nothing matched: say why.
+        match self.fetch(GET, scope, invocation_id).await? {
+            None => Err(JournalError::NotFound(invocation_id.to_string())),
+            Some(r) if r.claim_token != claim_token => {
+                Err(JournalError::StaleClaim(invocation_id.to_string()))
+            }
+            Some(_) => Err(JournalError::NotPending(invocation_id.to_string())),
+        }
+    }
+}
+
+#[async_trait]
+impl InvocationJournal for SqlInvocationJournal {
+    async fn claim(
+        &self,
+        request: ClaimRequest,
+        now: DateTime<Utc>,
+    ) -> Result<ClaimOutcome, JournalError> {
+        let now = trunc(now);
+        // An existing row is reported as it is; a row that vanishes between the insert
+        // and the read (a purge) is claimed again.
+        for _ in 0..3 {
+            let token = new_claim_token();
+            let r = &request;
+            let inserted = match &*self.store.db {
+                Db::Sqlite { writer, .. } => sqlx::query(CLAIM)
+                    .bind(&r.scope)
+                    .bind(&r.invocation_id)
+                    .bind(&token)
+                    .bind(&r.capability_id)
+                    .bind(encode("input", &r.input)?)
+                    .bind(&r.input_hash)
+                    .bind(&r.idempotency_key)
+                    .bind(&r.correlation_id)
+                    .bind(&r.contract_digest)
+                    .bind(micros(now))
+                    .fetch_optional(writer)
+                    .await
+                    .map_err(backend)?
+                    .is_some(),
+                Db::Postgres(pool) => sqlx::query(CLAIM)
+                    .bind(&r.scope)
+                    .bind(&r.invocation_id)
+                    .bind(&token)
+                    .bind(&r.capability_id)
+                    .bind(Json(&r.input))
+                    .bind(&r.input_hash)
+                    .bind(&r.idempotency_key)
+                    .bind(&r.correlation_id)
+                    .bind(&r.contract_digest)
+                    .bind(now)
+                    .fetch_optional(pool)
+                    .await
+                    .map_err(backend)?
+                    .is_some(),
+            };
+            if inserted {
+                // The row is exactly what was just inserted: no need to read it back.
+                return Ok(ClaimOutcome::Admitted {
+                    claim_token: token.clone(),
+                    record: request.into_record(token, now),
+                });
+            }
+            if let Some(existing) = self.fetch(GET, &r.scope, &r.invocation_id).await? {
+                return Ok(if existing.binds(&r.capability_id, &r.input_hash) {
+                    ClaimOutcome::Existing(existing)
+                } else {
+                    ClaimOutcome::Conflict
+                });
+            }
+        }
+        Err(JournalError::Backend(format!(
+            "invocation `{}` kept disappearing while being claimed",
+            request.invocation_id
+        )))
+    }
+
+    async fn claim_resume(
+        &self,
+        scope: &str,
+        invocation_id: &str,
+        approval_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<ResumeClaim, JournalError> {
+        let now = trunc(now);
+        let token = new_claim_token();
+        let raw = match &*self.store.db {
+            Db::Sqlite { writer, .. } => sqlx::query(CLAIM_RESUME)
+                .bind(scope)
+                .bind(invocation_id)
+                .bind(approval_id)
+                .bind(&token)
+                .bind(micros(now))
+                .fetch_optional(writer)
+                .await
+                .map_err(backend)?
+                .map(|r| sqlite_row(&r))
+                .transpose()?,
+            Db::Postgres(pool) => sqlx::query(CLAIM_RESUME)
+                .bind(scope)
+                .bind(invocation_id)
+                .bind(approval_id)
+                .bind(&token)
+                .bind(now)
+                .fetch_optional(pool)
+                .await
+                .map_err(backend)?
+                .map(|r| pg_row(&r))
+                .transpose()?,
+        };
+        if let Some(raw) = raw {
+            return Ok(ResumeClaim::Admitted {
+                claim_token: token,
+                record: raw.validate()?,
+            });
+        }
+        Ok(match self.fetch(GET, scope, invocation_id).await? {
+            Some(r) => ResumeClaim::NotResumable(r),
+            None => ResumeClaim::NotFound,
+        })
+    }
+
+    async fn settle(
+        &self,
+        scope: &str,
+        invocation_id: &str,
+        claim_token: &str,
+        settlement: Settlement,
+        now: DateTime<Utc>,
+    ) -> Result<InvocationRecord, JournalError> {
+        self.finish(scope, invocation_id, claim_token, settlement, false, now)
+            .await
+    }
+
+    async fn reconcile(
+        &self,
+        scope: &str,
+        invocation_id: &str,
+        observed_claim_token: &str,
+        settlement: Settlement,
+        now: DateTime<Utc>,
+    ) -> Result<InvocationRecord, JournalError> {
+        let record = self
+            .finish(
+                scope,
+                invocation_id,
+                observed_claim_token,
+                settlement,
+                true,
+                now,
+            )
+            .await?;
+        tracing::warn!(target: "capgate::journal", invocation_id, "pending invocation settled by reconcile");
+        Ok(record)
+    }
+
+    async fn get(
+        &self,
+        scope: &str,
+        invocation_id: &str,
+    ) -> Result<Option<InvocationRecord>, JournalError> {
+        self.fetch(GET, scope, invocation_id).await
+    }
+
+    async fn find_approval(
+        &self,
+        scope: &str,
+        approval_id: &str,
+    ) -> Result<Option<InvocationRecord>, JournalError> {
+        self.fetch(FIND_APPROVAL, scope, approval_id).await
+    }
+
+    async fn purge_settled_before(&self, cutoff: DateTime<Utc>) -> Result<u64, JournalError> {
+        let cutoff = trunc(cutoff);
+        let done = match &*self.store.db {
+            Db::Sqlite { writer, .. } => sqlx::query(PURGE)
+                .bind(micros(cutoff))
+                .execute(writer)
+                .await
+                .map_err(backend)?
+                .rows_affected(),
+            Db::Postgres(pool) => sqlx::query(PURGE)
+                .bind(cutoff)
+                .execute(pool)
+                .await
+                .map_err(backend)?
+                .rows_affected(),
+        };
+        Ok(done)
+    }
+}
