@@ -1,0 +1,201 @@
+//! What a plugin language costs, measured on this machine with the host's real settings:
+//! component size, compile time, load from the compiled cache, and the per-call latency of
+//! the refund-limit policy on a fresh and on a pooled (reused) instance, for the Rust,
+//! JavaScript and Python builds. Prints the table published in `sdk/README.md`.
+//!
+//! ```sh
+//! cargo xtask build-plugins && bash sdk/build-polyglot.sh
+//! cargo bench -p capgate-wasm --bench polyglot
+//! ```
+//!
+//! Per-call figures are percentiles over many calls on one thread (a load generator, not
+//! criterion: an interpreter's fresh instance costs ~1 ms and its compile ~10 s, which
+//! criterion's sampling would stretch into minutes).
+
+use capgate_core::policy::CapabilityInfo;
+use capgate_core::prelude::*;
+use capgate_wasm::{Binding, Isolation, LoadSource, PluginDir, WasmHost, sha256_hex};
+use serde_json::json;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+struct Lang {
+    name: &'static str,
+    dir: PathBuf,
+    file: &'static str,
+}
+
+fn langs() -> Vec<Lang> {
+    let plugins = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../plugins");
+    vec![
+        Lang {
+            name: "Rust",
+            dir: plugins.join("target/wasm32-wasip2/release"),
+            file: "refund_limit.wasm",
+        },
+        Lang {
+            name: "JavaScript",
+            dir: plugins.join("js/dist"),
+            file: "refund-limit.wasm",
+        },
+        Lang {
+            name: "Python",
+            dir: plugins.join("python/dist"),
+            file: "refund-limit.wasm",
+        },
+    ]
+}
+
+fn percentile(samples: &mut [Duration], p: f64) -> Duration {
+    samples.sort();
+    let i = ((samples.len() as f64 - 1.0) * p).round() as usize;
+    samples[i.min(samples.len() - 1)]
+}
+
+fn fmt(d: Duration) -> String {
+    let us = d.as_secs_f64() * 1e6;
+    if us >= 1000.0 {
+        format!("{:.1} ms", us / 1000.0)
+    } else {
+        format!("{us:.1} µs")
+    }
+}
+
+struct Row {
+    size: u64,
+    compile: Duration,
+    cache_load: Duration,
+    fresh: (Duration, Duration),
+    pooled: (Duration, Duration),
+}
+
+fn measure(host: &WasmHost, rt: &tokio::runtime::Runtime, lang: &Lang) -> Row {
+    let path = lang.dir.join(lang.file);
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}: run `cargo xtask build-plugins && bash sdk/build-polyglot.sh` first",
+            path.display()
+        )
+    });
+    let digest = sha256_hex(&bytes);
+    let cache = tempfile::tempdir().expect("tempdir");
+    let dir = PluginDir::open(&lang.dir)
+        .and_then(|d| d.with_cache(cache.path()))
+        .expect("plugin dir");
+
+    let compiled = host.load(&dir, lang.file, &digest).expect("compile");
+    assert_eq!(compiled.load_source(), LoadSource::Compiled);
+    let compile = compiled.load_time();
+    let mut loads: Vec<Duration> = (0..10)
+        .map(|_| {
+            let p = host.load(&dir, lang.file, &digest).expect("load");
+            assert_eq!(p.load_source(), LoadSource::Cache);
+            p.load_time()
+        })
+        .collect();
+    let cache_load = percentile(&mut loads, 0.5);
+
+    let info = CapabilityInfo {
+        id: "orders.refund".into(),
+        side_effect: SideEffect::Write,
+        risk: Risk::High,
+        tags: vec![],
+    };
+    let actor = Actor::user("u_dana", json!({"orgId": "org_1"}));
+    let input = json!({"orderId": "ord_42", "amount": 649});
+    let ctx = serde_json::Value::Null;
+    let req = PolicyRequest {
+        phase: Phase::Invocation,
+        capability: &info,
+        surface: Surface::AiSdk,
+        actor: &actor,
+        context: &ctx,
+        input: Some(&input),
+        execution_id: "exe_1",
+        approval: None,
+    };
+    let per_call = |isolation: Isolation, calls: usize| {
+        let policy = compiled
+            .policy(
+                Binding::new("refundLimit")
+                    .config(json!({"maxAmount": 500}))
+                    .isolation(isolation),
+            )
+            .expect("bind");
+        let mut samples = Vec::with_capacity(calls);
+        for i in 0..calls + calls / 10 {
+            let t = Instant::now();
+            let d = rt.block_on(
+                policy.evaluate(&req, tokio::time::Instant::now() + Duration::from_secs(5)),
+            );
+            let elapsed = t.elapsed();
+            assert!(
+                matches!(d, Ok(PolicyDecision::RequireApproval { .. })),
+                "{}: {d:?}",
+                lang.name
+            );
+            if i >= calls / 10 {
+                samples.push(elapsed);
+            }
+        }
+        (
+            percentile(&mut samples, 0.5),
+            percentile(&mut samples, 0.99),
+        )
+    };
+    let fresh = per_call(Isolation::Fresh, 500);
+    let pooled = per_call(Isolation::pooled(), 5000);
+    Row {
+        size: bytes.len() as u64,
+        compile,
+        cache_load,
+        fresh,
+        pooled,
+    }
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing to harness=false
+    // targets it only builds. Run the measurement only when benchmarking.
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    let host = WasmHost::shared().expect("the wasm host");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio");
+    let rows: Vec<(&str, Row)> = langs()
+        .iter()
+        .map(|l| {
+            eprintln!("measuring {} ({})", l.name, l.file);
+            (l.name, measure(&host, &rt, l))
+        })
+        .collect();
+    println!();
+    println!(
+        "| refund-limit policy | {} |",
+        rows.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(" | ")
+    );
+    println!("|---|{}", "---|".repeat(rows.len()));
+    let line = |label: &str, f: &dyn Fn(&Row) -> String| {
+        println!(
+            "| {label} | {} |",
+            rows.iter()
+                .map(|(_, r)| f(r))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
+    };
+    line("component size", &|r| {
+        format!("{:.1} KiB", r.size as f64 / 1024.0)
+    });
+    line("wasmtime compile (Cranelift)", &|r| fmt(r.compile));
+    line("load from the compiled cache (p50)", &|r| fmt(r.cache_load));
+    line("per call, fresh instance (p50 / p99)", &|r| {
+        format!("{} / {}", fmt(r.fresh.0), fmt(r.fresh.1))
+    });
+    line("per call, pooled instance (p50 / p99)", &|r| {
+        format!("{} / {}", fmt(r.pooled.0), fmt(r.pooled.1))
+    });
+}

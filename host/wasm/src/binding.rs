@@ -1,0 +1,57 @@
+//! How a plugin is bound: a name for audit, its `config`, limits, isolation and namespace.
+
+use crate::limits::{Isolation, Limits};
+use serde::{Deserialize, Serialize};
+
+/// One binding of a plugin to an interface, as the configuration file describes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Binding {
+    /// Stable name for audit and the governance manifest (e.g. `refundLimit`).
+    pub name: String,
+    /// Passed to every call as the WIT `config` field (JSON).
+    #[serde(default)]
+    pub config: serde_json::Value,
+    /// Per-call limits.
+    #[serde(default)]
+    pub limits: Limits,
+    /// Fresh (default) or pooled instances.
+    #[serde(default)]
+    pub isolation: Isolation,
+    /// The tenant partition this binding serves; pooled instances never cross it.
+    #[serde(default)]
+    pub namespace: String,
+}
+
+impl Binding {
+    /// A binding with default limits, fresh isolation, `null` config.
+    pub fn new(name: impl Into<String>) -> Self {
+        Binding {
+            name: name.into(),
+            config: serde_json::Value::Null,
+            limits: Limits::default(),
+            isolation: Isolation::Fresh,
+            namespace: String::new(),
+        }
+    }
+    /// Builder: the `config` JSON.
+    pub fn config(mut self, config: serde_json::Value) -> Self {
+        self.config = config;
+        self
+    }
+    /// Builder: limits.
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+    /// Builder: isolation.
+    pub fn isolation(mut self, isolation: Isolation) -> Self {
+        self.isolation = isolation;
+        self
+    }
+    /// Builder: namespace.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+}

@@ -1,0 +1,121 @@
+//! What one binding of a plugin may consume per call, and how its instances are isolated.
+
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// Per-binding resource limits. Every call starts with the full budget.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct Limits {
+    /// Fuel per call (≈ one unit per Wasm instruction); `None` for no fuel limit (the deadline
+    /// still applies). Deterministic, unlike the deadline.
+    pub fuel: Option<u64>,
+    /// Wall-clock budget of one call. For policies the effective deadline is the earlier of
+    /// this and what is left of core's shared batch deadline.
+    #[serde(with = "millis")]
+    pub timeout: Duration,
+    /// Cap on the linear memory of the instance, in bytes (enforced by a `ResourceLimiter`).
+    pub memory_bytes: usize,
+    /// Cap on the elements of any one table.
+    pub table_elements: usize,
+    /// Cap on core instances, tables and memories a component may create.
+    pub instances: usize,
+    /// Cap on any JSON document (or string) a plugin returns, in bytes.
+    pub max_output_bytes: usize,
+    /// Longest `log` line kept (longer ones are truncated).
+    pub log_line_bytes: usize,
+    /// `log` lines admitted per call (the binding also has a per-second rate).
+    pub log_lines_per_call: u32,
+    /// Sustained `log` lines per second across all calls of the binding.
+    pub log_lines_per_second: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            fuel: Some(50_000_000),
+            timeout: Duration::from_millis(1_000),
+            memory_bytes: 32 << 20,
+            table_elements: 20_000,
+            instances: 64,
+            max_output_bytes: 1 << 20,
+            log_line_bytes: 1_024,
+            log_lines_per_call: 32,
+            log_lines_per_second: 100,
+        }
+    }
+}
+
+impl Limits {
+    /// Defaults for procedure adapters: a longer deadline (core's own per-attempt timeout
+    /// stays the authority) and no fuel limit.
+    pub fn procedure() -> Self {
+        Limits {
+            fuel: None,
+            timeout: Duration::from_secs(30),
+            ..Limits::default()
+        }
+    }
+    /// Builder: fuel per call.
+    pub fn with_fuel(mut self, fuel: Option<u64>) -> Self {
+        self.fuel = fuel;
+        self
+    }
+    /// Builder: wall-clock budget per call.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+    /// Builder: memory cap in bytes.
+    pub fn with_memory_bytes(mut self, bytes: usize) -> Self {
+        self.memory_bytes = bytes;
+        self
+    }
+    /// Builder: output cap in bytes.
+    pub fn with_max_output_bytes(mut self, bytes: usize) -> Self {
+        self.max_output_bytes = bytes;
+        self
+    }
+}
+
+/// How a binding gets an instance for a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase", tag = "mode")]
+pub enum Isolation {
+    /// A fresh instance per call from a pre-linked `InstancePre`: nothing survives between
+    /// calls, actors or tenants. The default.
+    #[default]
+    Fresh,
+    /// Reuse instances for speed. WEAKER: globals and heap of the guest survive between the
+    /// calls that share an instance (one actor can influence the next call's plugin state,
+    /// never its host state). Bounded by `max_uses`, recycled after any trap or sandbox
+    /// failure, never shared across namespaces.
+    Pooled {
+        /// Calls an instance serves before it is retired.
+        max_uses: u32,
+        /// Idle instances kept per namespace.
+        max_idle: u32,
+    },
+}
+
+impl Isolation {
+    /// Pooled isolation with the default bounds (1 000 uses, 8 idle per namespace).
+    pub fn pooled() -> Self {
+        Isolation::Pooled {
+            max_uses: 1_000,
+            max_idle: 8,
+        }
+    }
+}
+
+mod millis {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_millis)
+    }
+}

@@ -1,0 +1,140 @@
+//! Wasm policies: a component exporting `capgate:plugin/policy`, implementing core's
+//! [`Policy`]. Every failure becomes a [`PolicyError`], so core fails the batch closed
+//! (POLICY_FAILED, audit reason `policy-failed`).
+
+use crate::binding::Binding;
+use crate::bindings::{names, wit_policy};
+use crate::convert;
+use crate::error::{CallError, LoadError};
+use crate::plugin::Plugin;
+use crate::sandbox::{CallOpts, Sandbox};
+use async_trait::async_trait;
+use capgate_core::policy::{
+    DEFAULT_PHASES, Phase, Policy, PolicyDecision, PolicyError, PolicyRequest,
+};
+use std::sync::Arc;
+
+/// A policy plugin binding. Calls run synchronously on the calling task, bounded by the
+/// binding's deadline (never past core's batch deadline) and fuel.
+pub struct WasmPolicy {
+    sandbox: Arc<Sandbox<wit_policy::GuestIndices>>,
+    phases: Vec<Phase>,
+    namespace: String,
+}
+
+impl std::fmt::Debug for WasmPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WasmPolicy")
+            .field("name", &&*self.sandbox.name)
+            .field("plugin", &self.sandbox.plugin.file)
+            .field("phases", &self.phases)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Plugin {
+    /// Bind as a policy. Refused when the component does not export
+    /// `capgate:plugin/policy@0.1.0`.
+    pub fn policy(self: &Arc<Self>, binding: Binding) -> Result<WasmPolicy, LoadError> {
+        self.require(names::POLICY)?;
+        let indices = wit_policy::GuestIndices::new(&self.pre).map_err(|e| LoadError::Invalid {
+            file: self.file.clone(),
+            reason: format!("{e:#}"),
+        })?;
+        Ok(WasmPolicy {
+            sandbox: Arc::new(Sandbox::new(
+                self.clone(),
+                &binding.name,
+                &binding.config,
+                binding.limits,
+                binding.isolation,
+                indices,
+            )),
+            phases: DEFAULT_PHASES.to_vec(),
+            namespace: binding.namespace,
+        })
+    }
+}
+
+impl WasmPolicy {
+    /// Set the phases it runs in (default: invocation).
+    pub fn with_phases(mut self, phases: impl IntoIterator<Item = Phase>) -> Self {
+        self.phases = phases.into_iter().collect();
+        self
+    }
+
+    /// Idle pooled instances of its namespace (always 0 in fresh mode).
+    pub fn idle_instances(&self) -> usize {
+        self.sandbox.idle(&self.namespace)
+    }
+
+    /// Evaluate without the trait's error mapping: the sandbox's own reason on failure.
+    /// Used by `capgate plugin test` and the tests.
+    pub fn evaluate_raw(
+        &self,
+        request: &PolicyRequest<'_>,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<PolicyDecision, CallError> {
+        let sb = &self.sandbox;
+        let wit_request = wit_policy::PolicyRequest {
+            phase: convert::phase(request.phase),
+            surface: convert::surface(request.surface),
+            capability: convert::capability(request.capability),
+            actor: convert::actor(request.actor),
+            input: request.input.map(|v| v.to_string()),
+            context: request.context.to_string(),
+            execution_id: request.execution_id.to_string(),
+            approval: request.approval.map(convert::approval),
+            config: sb.config.clone(),
+        };
+        sb.call(
+            CallOpts {
+                namespace: &self.namespace,
+                deadline,
+                ..CallOpts::default()
+            },
+            |store, instance| {
+                let guest = sb.indices.load(&mut *store, instance)?;
+                let answer = guest.call_evaluate(&mut *store, &wit_request)?;
+                Ok(match answer {
+                    Ok(d) => convert::decision(d).and_then(|d| {
+                        d.validate().map_err(CallError::Malformed)?;
+                        Ok(d)
+                    }),
+                    Err(e) => Err(CallError::Guest(e)),
+                })
+            },
+        )
+    }
+}
+
+/// The fail-closed mapping: the reason stays private (audit and logs only).
+pub(crate) fn policy_error(e: CallError) -> PolicyError {
+    match e {
+        CallError::Deadline(d) => {
+            PolicyError::Timeout(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        }
+        CallError::Guest(m) => PolicyError::Failed(m),
+        CallError::Malformed(m) => PolicyError::InvalidDecision(m),
+        e @ CallError::OutputTooLarge { .. } => PolicyError::InvalidDecision(e.to_string()),
+        other => PolicyError::Aborted(other.to_string()),
+    }
+}
+
+#[async_trait]
+impl Policy for WasmPolicy {
+    fn name(&self) -> &str {
+        &self.sandbox.name
+    }
+    fn phases(&self) -> &[Phase] {
+        &self.phases
+    }
+    async fn evaluate(
+        &self,
+        request: &PolicyRequest<'_>,
+        deadline: tokio::time::Instant,
+    ) -> Result<PolicyDecision, PolicyError> {
+        self.evaluate_raw(request, Some(deadline.into_std()))
+            .map_err(policy_error)
+    }
+}

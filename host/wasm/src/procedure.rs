@@ -1,0 +1,168 @@
+//! Wasm procedure adapters: a component exporting `capgate:plugin/procedure` (and optionally
+//! `health`), implementing core's [`Procedure`]. Calls run on tokio's blocking pool so a long
+//! procedure never stalls the async runtime; the caller's cancellation token (fired by core's
+//! per-attempt timeout too) stops the guest within one epoch tick.
+
+use crate::binding::Binding;
+use crate::bindings::{names, wit_health, wit_procedure};
+use crate::convert;
+use crate::error::{CallError, LoadError};
+use crate::plugin::Plugin;
+use crate::sandbox::{CallOpts, Sandbox};
+use async_trait::async_trait;
+use capgate_core::policy::CapabilityInfo;
+use capgate_core::procedure::{Procedure, ProcedureCall, ProcedureError};
+use std::sync::Arc;
+
+struct Inner {
+    sandbox: Sandbox<(
+        wit_procedure::GuestIndices,
+        Option<wit_health::GuestIndices>,
+    )>,
+    capability: CapabilityInfo,
+    namespace: String,
+}
+
+/// A procedure plugin binding for one capability.
+#[derive(Clone)]
+pub struct WasmProcedure {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for WasmProcedure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WasmProcedure")
+            .field("name", &&*self.inner.sandbox.name)
+            .field("capability", &self.inner.capability.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Plugin {
+    /// Bind as the procedure of `capability` (core's `ProcedureCall` carries only the id,
+    /// so the binding supplies the rest of what the WIT `call` record shows). Refused when
+    /// the component does not export `capgate:plugin/procedure@0.1.0`.
+    pub fn procedure(
+        self: &Arc<Self>,
+        binding: Binding,
+        capability: CapabilityInfo,
+    ) -> Result<WasmProcedure, LoadError> {
+        self.require(names::PROCEDURE)?;
+        let invalid = |e: wasmtime::Error| LoadError::Invalid {
+            file: self.file.clone(),
+            reason: format!("{e:#}"),
+        };
+        let indices = wit_procedure::GuestIndices::new(&self.pre).map_err(invalid)?;
+        let health = if self.exports.iter().any(|e| e == names::HEALTH) {
+            Some(wit_health::GuestIndices::new(&self.pre).map_err(invalid)?)
+        } else {
+            None
+        };
+        Ok(WasmProcedure {
+            inner: Arc::new(Inner {
+                sandbox: Sandbox::new(
+                    self.clone(),
+                    &binding.name,
+                    &binding.config,
+                    binding.limits,
+                    binding.isolation,
+                    (indices, health),
+                ),
+                capability,
+                namespace: binding.namespace,
+            }),
+        })
+    }
+}
+
+impl Inner {
+    fn invoke(&self, call: &ProcedureCall) -> Result<serde_json::Value, ProcedureError> {
+        let sb = &self.sandbox;
+        let agent = &call.agent;
+        let wit_call = wit_procedure::Call {
+            capability: convert::capability(&self.capability),
+            input: call.input.to_string(),
+            context: call.context.to_string(),
+            surface: convert::surface(agent.surface),
+            actor: convert::actor(&agent.actor),
+            execution_id: agent.execution_id.clone(),
+            idempotency_key: agent.idempotency_key.clone(),
+            attempt: call.attempt,
+            approval: agent.approval.as_ref().map(convert::approval),
+            config: sb.config.clone(),
+        };
+        let result = sb.call(
+            CallOpts {
+                namespace: &self.namespace,
+                deadline: None,
+                progress: call.progress.clone(),
+                cancel: Some(call.cancel.clone()),
+            },
+            |store, instance| {
+                let guest = sb.indices.0.load(&mut *store, instance)?;
+                let answer = guest.call_invoke(&mut *store, &wit_call)?;
+                Ok(Ok(answer.map(|s| sb.parse_output(&s))))
+            },
+        );
+        match result {
+            Ok(Ok(Ok(v))) => Ok(v),
+            Ok(Ok(Err(e))) | Err(e) => Err(match e {
+                CallError::Deadline(_) => ProcedureError::TimedOut(e.to_string()),
+                other => ProcedureError::Internal(format!("{}: {other}", sb.name)),
+            }),
+            Ok(Err(wit_procedure::ProcedureError::Defined(d))) => Err(ProcedureError::Defined {
+                code: d.code,
+                message: d.message,
+                data: d.data.and_then(|s| serde_json::from_str(&s).ok()),
+                retryable: d.retryable,
+            }),
+            Ok(Err(wit_procedure::ProcedureError::Unauthorized(m))) => {
+                Err(ProcedureError::Unauthorized(m))
+            }
+            Ok(Err(wit_procedure::ProcedureError::Forbidden(m))) => {
+                Err(ProcedureError::Forbidden(m))
+            }
+            Ok(Err(wit_procedure::ProcedureError::Internal(m))) => Err(ProcedureError::Internal(m)),
+        }
+    }
+
+    fn health(&self) -> Result<(), String> {
+        let sb = &self.sandbox;
+        let Some(health) = &sb.indices.1 else {
+            return Ok(());
+        };
+        sb.call(
+            CallOpts {
+                namespace: &self.namespace,
+                ..CallOpts::default()
+            },
+            |store, instance| {
+                let guest = health.load(&mut *store, instance)?;
+                Ok(guest
+                    .call_check(&mut *store, &sb.config)?
+                    .map_err(CallError::Guest))
+            },
+        )
+        .map_err(|e| e.to_string())
+    }
+}
+
+impl WasmProcedure {
+    /// The provider health probe: `Ok` when the component exports no `health`.
+    pub async fn health(&self) -> Result<(), String> {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || inner.health())
+            .await
+            .map_err(|e| format!("health probe aborted: {e}"))?
+    }
+}
+
+#[async_trait]
+impl Procedure for WasmProcedure {
+    async fn call(&self, call: ProcedureCall) -> Result<serde_json::Value, ProcedureError> {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || inner.invoke(&call))
+            .await
+            .map_err(|e| ProcedureError::Internal(format!("procedure plugin aborted: {e}")))?
+    }
+}

@@ -1,0 +1,134 @@
+//! Wasm redactors: a component exporting `capgate:plugin/redactor`, implementing core's
+//! [`Redactor`]. Any failure (trap, limits, `err`, output not JSON or over the cap) is a
+//! [`RedactError`]: core withholds the output.
+
+use crate::binding::Binding;
+use crate::bindings::{names, wit_redactor};
+use crate::convert;
+use crate::error::{CallError, LoadError};
+use crate::plugin::Plugin;
+use crate::sandbox::{CallOpts, Sandbox};
+use async_trait::async_trait;
+use capgate_core::policy::CapabilityInfo;
+use capgate_core::redact::{RedactError, Redactor};
+use std::sync::Arc;
+
+/// A redactor plugin binding.
+pub struct WasmRedactor {
+    sandbox: Arc<Sandbox<wit_redactor::GuestIndices>>,
+    namespace: String,
+}
+
+impl std::fmt::Debug for WasmRedactor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WasmRedactor")
+            .field("name", &&*self.sandbox.name)
+            .field("plugin", &self.sandbox.plugin.file)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Which {
+    Output,
+    ApprovalInput,
+}
+
+impl Plugin {
+    /// Bind as a redactor. Refused when the component does not export
+    /// `capgate:plugin/redactor@0.1.0`.
+    pub fn redactor(self: &Arc<Self>, binding: Binding) -> Result<WasmRedactor, LoadError> {
+        self.require(names::REDACTOR)?;
+        let indices =
+            wit_redactor::GuestIndices::new(&self.pre).map_err(|e| LoadError::Invalid {
+                file: self.file.clone(),
+                reason: format!("{e:#}"),
+            })?;
+        Ok(WasmRedactor {
+            sandbox: Arc::new(Sandbox::new(
+                self.clone(),
+                &binding.name,
+                &binding.config,
+                binding.limits,
+                binding.isolation,
+                indices,
+            )),
+            namespace: binding.namespace,
+        })
+    }
+}
+
+impl WasmRedactor {
+    fn run(
+        &self,
+        which: Which,
+        capability: &CapabilityInfo,
+        value: &serde_json::Value,
+    ) -> Result<serde_json::Value, CallError> {
+        let sb = &self.sandbox;
+        let cap = convert::capability(capability);
+        let text = value.to_string();
+        sb.call(
+            CallOpts {
+                namespace: &self.namespace,
+                ..CallOpts::default()
+            },
+            |store, instance| {
+                let guest = sb.indices.load(&mut *store, instance)?;
+                let answer = match which {
+                    Which::Output => {
+                        guest.call_redact_output(&mut *store, &cap, &text, &sb.config)?
+                    }
+                    Which::ApprovalInput => {
+                        guest.call_redact_approval_input(&mut *store, &cap, &text, &sb.config)?
+                    }
+                };
+                Ok(match answer {
+                    Ok(s) => sb.parse_output(&s),
+                    Err(e) => Err(CallError::Guest(e)),
+                })
+            },
+        )
+    }
+
+    /// Redact an output, with the sandbox's own reason on failure (tests, `plugin test`).
+    pub fn redact_output_raw(
+        &self,
+        capability: &CapabilityInfo,
+        output: &serde_json::Value,
+    ) -> Result<serde_json::Value, CallError> {
+        self.run(Which::Output, capability, output)
+    }
+
+    /// Redact an approval input, with the sandbox's own reason on failure.
+    pub fn redact_approval_input_raw(
+        &self,
+        capability: &CapabilityInfo,
+        input: &serde_json::Value,
+    ) -> Result<serde_json::Value, CallError> {
+        self.run(Which::ApprovalInput, capability, input)
+    }
+}
+
+#[async_trait]
+impl Redactor for WasmRedactor {
+    fn name(&self) -> &str {
+        &self.sandbox.name
+    }
+    async fn redact_output(
+        &self,
+        capability: &CapabilityInfo,
+        output: serde_json::Value,
+    ) -> Result<serde_json::Value, RedactError> {
+        self.run(Which::Output, capability, &output)
+            .map_err(|e| RedactError(format!("{}: {e}", self.sandbox.name)))
+    }
+    async fn redact_approval_input(
+        &self,
+        capability: &CapabilityInfo,
+        input: serde_json::Value,
+    ) -> Result<serde_json::Value, RedactError> {
+        self.run(Which::ApprovalInput, capability, &input)
+            .map_err(|e| RedactError(format!("{}: {e}", self.sandbox.name)))
+    }
+}

@@ -1,0 +1,280 @@
+//! Every hostile plugin fails closed with the right code and audit reason, driven through
+//! core's real `Runtime`; after each, a good plugin still answers.
+
+mod common;
+
+use capgate_core::prelude::*;
+use capgate_wasm::{Binding, CallError, Isolation, Limits};
+use common::*;
+use serde_json::json;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Invoke through core with a hostile policy; assert POLICY_FAILED + `policy-failed` and that
+/// nothing executed. Returns core's private reason.
+async fn fails_closed(policy: impl Policy) -> String {
+    let sink = Arc::new(MemorySink::new());
+    let c = Counter::default();
+    let rt = runtime_with_policy(policy, &c, sink.clone());
+    let r = rt.invoke(refund(20)).await;
+    assert_eq!(code(&r), Some(ErrorCode::PolicyFailed), "{r:?}");
+    assert_eq!(
+        data_of(&sink, "capability.denied")["reason"],
+        "policy-failed"
+    );
+    assert_eq!(c.get(), 0, "the procedure must not run");
+    failure_reason(&r)
+}
+
+fn hostile(name: &str, limits: Limits) -> capgate_wasm::WasmPolicy {
+    load(name)
+        .policy(Binding::new(name).limits(limits))
+        .unwrap_or_else(|e| panic!("bind {name}: {e}"))
+}
+
+#[tokio::test]
+async fn infinite_loop_is_stopped_by_the_deadline() {
+    let limits = Limits::default()
+        .with_fuel(None)
+        .with_timeout(Duration::from_millis(50));
+    let started = Instant::now();
+    let reason = fails_closed(hostile("hostile_infinite_loop", limits)).await;
+    assert!(reason.contains("timed out"), "{reason}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    good_plugin_still_works().await;
+}
+
+#[tokio::test]
+async fn infinite_loop_is_stopped_by_fuel() {
+    let limits = Limits::default()
+        .with_fuel(Some(2_000_000))
+        .with_timeout(Duration::from_secs(30));
+    let reason = fails_closed(hostile("hostile_infinite_loop", limits)).await;
+    assert!(reason.contains("fuel exhausted"), "{reason}");
+    good_plugin_still_works().await;
+}
+
+#[tokio::test]
+async fn memory_bomb_is_stopped_by_the_memory_cap() {
+    let limits = Limits::default().with_memory_bytes(16 << 20);
+    let reason = fails_closed(hostile("hostile_memory_bomb", limits)).await;
+    assert!(
+        reason.contains("memory cap of 16777216 bytes exceeded"),
+        "{reason}"
+    );
+    good_plugin_still_works().await;
+}
+
+#[tokio::test]
+async fn stack_overflow_fails_closed() {
+    let reason = fails_closed(hostile("hostile_stack_overflow", Limits::default())).await;
+    assert!(
+        reason.contains("stack overflow") || reason.contains("out of bounds"),
+        "{reason}"
+    );
+    good_plugin_still_works().await;
+}
+
+#[tokio::test]
+async fn panic_fails_closed_and_keeps_the_panic_message_private() {
+    let sink = Arc::new(MemorySink::new());
+    let c = Counter::default();
+    let rt = runtime_with_policy(
+        hostile("hostile_panic", Limits::default()),
+        &c,
+        sink.clone(),
+    );
+    let r = rt.invoke(refund(20)).await;
+    assert_eq!(code(&r), Some(ErrorCode::PolicyFailed));
+    let reason = failure_reason(&r);
+    assert!(
+        reason.contains("hostile plugin panicked on purpose"),
+        "{reason}"
+    );
+    let public = serde_json::to_string(&r).expect("envelope");
+    assert!(!public.contains("on purpose"), "the cause leaked: {public}");
+    good_plugin_still_works().await;
+}
+
+#[tokio::test]
+async fn invalid_decisions_fail_closed() {
+    for mode in ["empty-reason", "zero-expiry", "long-deny"] {
+        let policy = load("hostile_invalid_decision")
+            .policy(Binding::new("liar").config(json!({ "mode": mode })))
+            .expect("bind");
+        let reason = fails_closed(policy).await;
+        assert!(reason.contains("invalid decision"), "{mode}: {reason}");
+    }
+    good_plugin_still_works().await;
+}
+
+#[tokio::test]
+async fn slow_but_in_budget_plugin_is_not_stopped() {
+    let policy = load("hostile_slow")
+        .policy(
+            Binding::new("slow")
+                .config(json!({"iterations": 3_000_000}))
+                .limits(
+                    Limits::default()
+                        .with_fuel(None)
+                        .with_timeout(Duration::from_secs(5)),
+                ),
+        )
+        .expect("bind");
+    let c = Counter::default();
+    let rt = runtime_with_policy(policy, &c, Arc::new(MemorySink::new()));
+    let r = rt.invoke(refund(20)).await;
+    assert_eq!(r.status(), "completed", "{r:?}");
+}
+
+async fn redacted_with(config: serde_json::Value) -> (ExecutionResult, Arc<MemorySink>, Counter) {
+    let redactor = load("hostile_huge_output")
+        .redactor(Binding::new("huge").config(config))
+        .expect("bind");
+    let sink = Arc::new(MemorySink::new());
+    let c = Counter::default();
+    let def = CapabilityDef::new("orders.refund", refund_meta())
+        .input_schema(refund_schema())
+        .redactor(redactor)
+        .procedure(c.procedure());
+    let rt = Runtime::builder(
+        Registry::builder()
+            .capability(def)
+            .build()
+            .expect("registry"),
+    )
+    .audit_sink(sink.clone())
+    .build();
+    (rt.invoke(refund(20)).await, sink, c)
+}
+
+#[tokio::test]
+async fn oversized_redactor_output_is_withheld() {
+    let (r, sink, c) = redacted_with(json!({"mode": "huge", "bytes": 4 << 20})).await;
+    assert_eq!(r.status(), "failed", "{r:?}");
+    assert!(r.output().is_none());
+    assert_eq!(c.get(), 1);
+    let failed = data_of(&sink, "capability.failed");
+    assert_eq!(failed["executedBeforeFailure"], true, "{failed}");
+    let public = serde_json::to_string(&r).expect("envelope");
+    assert!(!public.contains("gw_secret_123"), "{public}");
+}
+
+#[tokio::test]
+async fn redactor_output_that_is_not_json_is_withheld() {
+    let (r, sink, _) = redacted_with(json!({"mode": "not-json"})).await;
+    assert_eq!(r.status(), "failed", "{r:?}");
+    assert_eq!(
+        data_of(&sink, "capability.failed")["executedBeforeFailure"],
+        true
+    );
+}
+
+fn counter_request_calls(policy: &capgate_wasm::WasmPolicy, n: usize) -> Vec<String> {
+    let info = capgate_core::policy::CapabilityInfo {
+        id: "orders.refund".into(),
+        side_effect: SideEffect::Write,
+        risk: Risk::High,
+        tags: vec![],
+    };
+    let actor = dana();
+    let input = json!({"amount": 1});
+    let req = PolicyRequest {
+        phase: Phase::Invocation,
+        capability: &info,
+        surface: Surface::AiSdk,
+        actor: &actor,
+        context: &serde_json::Value::Null,
+        input: Some(&input),
+        execution_id: "exe_1",
+        approval: None,
+    };
+    (0..n)
+        .map(|_| match policy.evaluate_raw(&req, None) {
+            Ok(PolicyDecision::Deny { code: Some(c), .. }) => c,
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn counter_sees_one_on_every_call_in_fresh_mode() {
+    let policy = load("hostile_counter")
+        .policy(Binding::new("counter"))
+        .expect("bind");
+    let seen = counter_request_calls(&policy, 25);
+    assert!(seen.iter().all(|c| c == "calls=1"), "{seen:?}");
+    assert_eq!(policy.idle_instances(), 0);
+}
+
+/// Pooled mode is documented as weaker: guest state survives between the calls one
+/// instance serves, up to `max_uses`, and never crosses namespaces.
+#[test]
+fn counter_in_pooled_mode_reuses_state_up_to_max_uses_and_never_across_namespaces() {
+    let pooled = Isolation::Pooled {
+        max_uses: 3,
+        max_idle: 1,
+    };
+    let plugin = load("hostile_counter");
+    let tenant_a = plugin
+        .policy(
+            Binding::new("counter")
+                .isolation(pooled)
+                .namespace("tenant-a"),
+        )
+        .expect("bind");
+    let seen = counter_request_calls(&tenant_a, 7);
+    assert_eq!(
+        seen,
+        [
+            "calls=1", "calls=2", "calls=3", "calls=1", "calls=2", "calls=3", "calls=1"
+        ]
+    );
+    assert_eq!(tenant_a.idle_instances(), 1);
+
+    let tenant_b = plugin
+        .policy(
+            Binding::new("counter")
+                .isolation(pooled)
+                .namespace("tenant-b"),
+        )
+        .expect("bind");
+    assert_eq!(counter_request_calls(&tenant_b, 1), ["calls=1"]);
+}
+
+#[test]
+fn pooled_instance_is_recycled_after_a_trap() {
+    let policy = load("hostile_panic")
+        .policy(Binding::new("panics").isolation(Isolation::pooled()))
+        .expect("bind");
+    let info = capgate_core::policy::CapabilityInfo {
+        id: "orders.refund".into(),
+        side_effect: SideEffect::Write,
+        risk: Risk::High,
+        tags: vec![],
+    };
+    let actor = dana();
+    let req = PolicyRequest {
+        phase: Phase::Invocation,
+        capability: &info,
+        surface: Surface::AiSdk,
+        actor: &actor,
+        context: &serde_json::Value::Null,
+        input: None,
+        execution_id: "exe_1",
+        approval: None,
+    };
+    for _ in 0..3 {
+        let err = policy.evaluate_raw(&req, None).expect_err("panics");
+        assert!(matches!(err, CallError::Trap(_)), "{err:?}");
+        assert_eq!(
+            policy.idle_instances(),
+            0,
+            "a trapped instance must never be reused"
+        );
+    }
+}
