@@ -1,1 +1,20 @@
-//! placeholder
+//! capgate-gateway: the doors models and hosts come through — the HTTP capability gateway
+//! (describe, invoke, getInvocation, getApproval, resumeApproval), the human approvals API,
+//! the portable contract, the MCP server and a Rust client.
+//!
+//! - [`gateway::capability_router`]: the gateway on one fixed surface, backed by an
+//!   invocation journal; [`gateway::health_router`] for `/healthz` and `/readyz`.
+//! - [`approvals_api::approvals_router`]: the separately authenticated human decision API.
+//! - [`contract::export_contract`]: the portable contract and its digests.
+//! - [`client::CapabilityClient`]: the gateway from Rust.
+
+#![warn(missing_docs)]
+
+pub mod approvals_api;
+pub mod auth;
+pub mod client;
+pub mod contract;
+pub mod gateway;
+pub mod mcp;
+pub mod tools;
+pub mod wire;

@@ -1,0 +1,346 @@
+//! The human approvals API: what an approval console calls. Separate from the capability
+//! gateway on purpose — no gateway operation and no model tool can decide an approval.
+//!
+//! | route | answer |
+//! |---|---|
+//! | `GET /approvals?status=pending&capability=orders.refund&limit=50&offset=0` | [`ApprovalView`]`[]`, newest first |
+//! | `GET /approvals/{id}` | [`ApprovalView`] (`404` when unknown) |
+//! | `POST /approvals/{id}/decision` `{"decision": "approved"\|"rejected", "comment"?}` | the decided [`ApprovalView`] |
+//!
+//! Every request is authenticated and must hold the configured role (`403` otherwise). The
+//! decider is the authenticated principal, never a body field. Deciding executes nothing:
+//! the requester resumes the call afterwards (with their own fresh credentials); the
+//! runtime refuses self-approval (SI-4) at that point, unless the approval's types are
+//! configured as self-confirmable.
+//!
+//! What an approver sees of the stored input: the input after the capability's redactors'
+//! `redact_approval_input` (the core's [`Approvals`](capgate_core::runtime::Approvals)
+//! applies them on every read); when a redactor fails, or the capability no longer exists,
+//! the input is withheld (`null`). The requester appears as `{id, kind}` only (no
+//! attributes).
+//!
+//! The role is deployment-wide: approval records carry no gateway namespace, so this API
+//! does not partition approvals by tenant. Mount it per tenant (with an authenticator that
+//! only admits that tenant's approvers) when tenants must not see each other's requests.
+
+use crate::auth::Authenticator;
+use crate::gateway::{Reject, authenticate, check_id, parse, read_body};
+use axum::Json;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use capgate_core::actor::{ActorRef, Surface};
+use capgate_core::approval::{
+    ApprovalFilter, ApprovalRecord, ApprovalStatus, ApprovalStoreError, Decision, DecisionStatus,
+};
+use capgate_core::meta::{Risk, SideEffect};
+use capgate_core::runtime::{ApprovalsError, DecideRequest, Runtime};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+const LOG: &str = "capgate::approvals_api";
+
+/// Largest decision body accepted.
+pub const MAX_DECISION_BODY_BYTES: usize = 16 * 1024;
+/// How long a decision waits for the audit drain before answering.
+pub const DECISION_AUDIT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One approval as an approver sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalView {
+    /// `apr_…`
+    pub id: String,
+    /// The capability.
+    pub capability_id: String,
+    /// The surface of the original call.
+    pub surface: Surface,
+    /// Who asked (id and kind only).
+    pub requester: ActorRef,
+    /// The stored input after approval-input redaction (`null` when withheld).
+    pub input: serde_json::Value,
+    /// SHA-256 of the canonical input the approval binds.
+    pub input_hash: String,
+    /// Why approval is needed.
+    pub reasons: Vec<String>,
+    /// Approval types.
+    pub types: Vec<String>,
+    /// Risk of the capability.
+    pub risk: Risk,
+    /// Side effect of the capability.
+    pub side_effect: SideEffect,
+    /// Status, with lazy expiry applied.
+    pub status: ApprovalStatus,
+    /// When requested.
+    pub requested_at: DateTime<Utc>,
+    /// When it expires.
+    pub expires_at: DateTime<Utc>,
+    /// The execution that asked.
+    pub execution_id: String,
+    /// Correlation id of the original call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<String>,
+    /// The decision, once made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<Decision>,
+    /// The execution that consumed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumed_by_execution_id: Option<String>,
+}
+
+impl From<ApprovalRecord> for ApprovalView {
+    fn from(r: ApprovalRecord) -> Self {
+        let q = r.request;
+        ApprovalView {
+            id: q.id,
+            capability_id: q.capability_id,
+            surface: q.surface,
+            requester: q.actor.reference(),
+            input: q.input,
+            input_hash: q.input_hash,
+            reasons: q.reasons,
+            types: q.types,
+            risk: q.risk,
+            side_effect: q.side_effect,
+            status: r.status,
+            requested_at: q.requested_at,
+            expires_at: q.expires_at,
+            execution_id: q.execution_id,
+            correlation_id: q.correlation_id,
+            decision: r.decision,
+            consumed_by_execution_id: r.consumed_by_execution_id,
+        }
+    }
+}
+
+/// The body of `POST /approvals/{id}/decision`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DecisionBody {
+    /// `approved` or `rejected`.
+    pub decision: DecisionStatus,
+    /// Optional comment (at most 4096 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+}
+
+#[derive(Clone)]
+struct ApprovalsApi {
+    runtime: Runtime,
+    authenticator: Arc<dyn Authenticator>,
+    role: Arc<str>,
+}
+
+/// The approvals API as an axum router (routes under `/approvals`), for principals holding
+/// `role` (e.g. `"approver"`).
+pub fn approvals_router(
+    runtime: Runtime,
+    authenticator: Arc<dyn Authenticator>,
+    role: impl Into<String>,
+) -> Router {
+    let api = ApprovalsApi {
+        runtime,
+        authenticator,
+        role: Arc::from(role.into()),
+    };
+    Router::new()
+        .route("/approvals", get(list))
+        .route("/approvals/{id}", get(one))
+        .route("/approvals/{id}/decision", post(decide))
+        .with_state(api)
+}
+
+impl ApprovalsApi {
+    async fn approver(&self, headers: &HeaderMap) -> Result<ActorRef, Reject> {
+        let who = authenticate(self.authenticator.as_ref(), &self.runtime, headers).await?;
+        if !who.has_role(&self.role) {
+            tracing::info!(target: LOG, actor = %who.principal.actor.id, role = %self.role, "approvals API refused: role missing");
+            return Err(Reject::forbidden());
+        }
+        Ok(who.principal.actor.reference())
+    }
+}
+
+fn store_error(e: ApprovalsError) -> Reject {
+    match e {
+        ApprovalsError::Invalid(m) => Reject::bad_request(m),
+        ApprovalsError::Store(ApprovalStoreError::NotFound(_)) => not_found(),
+        ApprovalsError::Store(ApprovalStoreError::WrongStatus { status, .. }) => Reject::new(
+            StatusCode::CONFLICT,
+            "CONFLICT",
+            format!("The approval is {status}; only a pending, unexpired approval can be decided."),
+        ),
+        ApprovalsError::Store(other) => {
+            tracing::error!(target: LOG, error = %other, "approval store failed");
+            match other {
+                ApprovalStoreError::Malformed { .. } => Reject::internal(),
+                _ => Reject::unavailable("approval store"),
+            }
+        }
+    }
+}
+
+fn not_found() -> Reject {
+    Reject::new(
+        StatusCode::NOT_FOUND,
+        "NOT_FOUND",
+        "No approval with that id.",
+    )
+}
+
+fn filter_from(query: &HashMap<String, String>) -> Result<ApprovalFilter, Reject> {
+    let mut filter = ApprovalFilter::default();
+    for (key, value) in query {
+        match key.as_str() {
+            "status" => {
+                filter.status = Some(ApprovalStatus::parse(value).ok_or_else(|| {
+                    Reject::bad_request(format!(
+                        "Unknown status `{value}` (expected pending, approved, rejected, expired, cancelled or consumed)."
+                    ))
+                })?);
+            }
+            "capability" => {
+                check_id("capability", value)?;
+                filter.capability_id = Some(value.clone());
+            }
+            "limit" | "offset" => {
+                let n = value.parse::<u32>().map_err(|_| {
+                    Reject::bad_request(format!("`{key}` must be a non-negative integer."))
+                })?;
+                if key == "limit" {
+                    filter.limit = Some(n);
+                } else {
+                    filter.offset = Some(n);
+                }
+            }
+            other => {
+                return Err(Reject::bad_request(format!(
+                    "Unknown query parameter `{other}` (expected status, capability, limit or offset)."
+                )));
+            }
+        }
+    }
+    Ok(filter)
+}
+
+async fn list(
+    State(api): State<ApprovalsApi>,
+    headers: HeaderMap,
+    query: Result<Query<HashMap<String, String>>, QueryRejection>,
+) -> Response {
+    let result: Result<Response, Reject> = async {
+        api.approver(&headers).await?;
+        let Query(query) =
+            query.map_err(|e| Reject::bad_request(format!("Invalid query: {e}.")))?;
+        let filter = filter_from(&query)?;
+        let records = api
+            .runtime
+            .approvals()
+            .list(&filter)
+            .await
+            .map_err(store_error)?;
+        let views: Vec<ApprovalView> = records.into_iter().map(ApprovalView::from).collect();
+        Ok(Json(views).into_response())
+    }
+    .await;
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn one(
+    State(api): State<ApprovalsApi>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let result: Result<Response, Reject> = async {
+        api.approver(&headers).await?;
+        check_id("id", &id)?;
+        let record = api
+            .runtime
+            .approvals()
+            .get(&id)
+            .await
+            .map_err(store_error)?
+            .ok_or_else(not_found)?;
+        Ok(Json(ApprovalView::from(record)).into_response())
+    }
+    .await;
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn decide(
+    State(api): State<ApprovalsApi>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Body,
+) -> Response {
+    let result: Result<Response, Reject> = async {
+        let bytes = read_body(&headers, body, MAX_DECISION_BODY_BYTES).await?;
+        let approver = api.approver(&headers).await?;
+        check_id("id", &id)?;
+        let body: DecisionBody = parse(&bytes, "decision")?;
+        let record = api
+            .runtime
+            .approvals()
+            .decide(
+                &id,
+                DecideRequest {
+                    status: body.decision,
+                    approver,
+                    comment: body.comment,
+                },
+            )
+            .await
+            .map_err(store_error)?;
+        match tokio::time::timeout(DECISION_AUDIT_DRAIN_TIMEOUT, api.runtime.drain_audit()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(target: LOG, error = %e, "audit drain failed"),
+            Err(_) => tracing::error!(target: LOG, "audit drain timed out"),
+        }
+        Ok(Json(ApprovalView::from(record)).into_response())
+    }
+    .await;
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_filters_parse_strictly() {
+        let q: HashMap<String, String> = [("status", "pending"), ("capability", "orders.refund")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let f = filter_from(&q).ok();
+        assert_eq!(
+            f.as_ref().and_then(|f| f.status),
+            Some(ApprovalStatus::Pending)
+        );
+        assert_eq!(
+            f.and_then(|f| f.capability_id).as_deref(),
+            Some("orders.refund")
+        );
+        let bad: HashMap<String, String> = [("status".to_string(), "maybe".to_string())].into();
+        assert!(filter_from(&bad).is_err());
+        let unknown: HashMap<String, String> = [("actor".to_string(), "x".to_string())].into();
+        assert!(filter_from(&unknown).is_err());
+    }
+
+    #[test]
+    fn decisions_reject_unknown_fields() {
+        assert!(parse::<DecisionBody>(br#"{"decision":"approved"}"#, "decision").is_ok());
+        assert!(
+            parse::<DecisionBody>(br#"{"decision":"approved","approver":"u_x"}"#, "decision")
+                .is_err()
+        );
+        assert!(parse::<DecisionBody>(br#"{"decision":"maybe"}"#, "decision").is_err());
+    }
+}

@@ -1,0 +1,491 @@
+//! The rmcp [`ServerHandler`]: tools/list = describe, tools/call = invoke (or resume).
+
+use super::McpOptions;
+use super::McpServeError;
+use crate::auth::{Authenticated, check_principal};
+use capgate_core::actor::{Actor, ActorKind, Surface};
+use capgate_core::error::{CapabilityError, ErrorCode, Issue};
+use capgate_core::meta::SideEffect;
+use capgate_core::procedure::ProgressFn;
+use capgate_core::result::ExecutionResult;
+use capgate_core::runtime::{
+    CapabilityDescriptor, DescribeOptions, InvokeRequest, ResumeOptions, Runtime,
+};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams, ProgressNotificationParam,
+    ProgressToken, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Name of the optional tool that resumes an approved call.
+pub const RESUME_TOOL: &str = "approvals_resume";
+
+/// Longest approval id the resume tool accepts.
+const MAX_APPROVAL_ID_LEN: usize = 256;
+
+/// Where the caller's identity comes from.
+#[derive(Debug, Clone)]
+pub enum McpIdentity {
+    /// One configured actor for the whole connection (stdio).
+    Fixed {
+        /// The actor every call runs as.
+        actor: Actor,
+        /// Its namespace.
+        namespace: String,
+        /// The application context handed to the runtime.
+        context: Value,
+    },
+    /// The principal that [`super::streamable_http_router`] authenticated for the HTTP
+    /// request carrying each MCP message.
+    PerRequest,
+}
+
+impl McpIdentity {
+    /// A fixed identity, checked like an authenticated one (no anonymous actor, no empty
+    /// namespace, a well-formed id).
+    pub fn fixed(
+        actor: Actor,
+        namespace: String,
+        context: Value,
+    ) -> Result<McpIdentity, McpServeError> {
+        if actor.kind == ActorKind::Anonymous {
+            return Err(McpServeError::InvalidActor(
+                "anonymous actors are rejected".into(),
+            ));
+        }
+        if !actor.is_well_formed() {
+            return Err(McpServeError::InvalidActor("malformed actor id".into()));
+        }
+        if namespace.trim().is_empty() {
+            return Err(McpServeError::InvalidActor("empty namespace".into()));
+        }
+        Ok(McpIdentity::Fixed {
+            actor,
+            namespace,
+            context,
+        })
+    }
+}
+
+/// The caller of one MCP request.
+struct Caller {
+    actor: Actor,
+    context: Value,
+}
+
+/// The MCP server over one runtime. Cheap to clone; holds no per-session authority.
+#[derive(Clone)]
+pub struct CapgateMcp {
+    runtime: Runtime,
+    identity: Arc<McpIdentity>,
+    options: Arc<McpOptions>,
+}
+
+impl CapgateMcp {
+    /// A server over `runtime` whose callers are identified by `identity`.
+    pub fn new(runtime: Runtime, identity: McpIdentity, options: McpOptions) -> Self {
+        CapgateMcp {
+            runtime,
+            identity: Arc::new(identity),
+            options: Arc::new(options),
+        }
+    }
+
+    fn caller(&self, context: &RequestContext<RoleServer>) -> Result<Caller, ErrorData> {
+        match self.identity.as_ref() {
+            McpIdentity::Fixed { actor, context, .. } => Ok(Caller {
+                actor: actor.clone(),
+                context: context.clone(),
+            }),
+            McpIdentity::PerRequest => {
+                let authenticated = context
+                    .extensions
+                    .get::<axum::http::request::Parts>()
+                    .and_then(|parts| parts.extensions.get::<Authenticated>())
+                    .ok_or_else(|| {
+                        ErrorData::invalid_request("Authentication is required.", None)
+                    })?;
+                // The HTTP layer already checked this request; checking again here keeps the
+                // handler safe however it is mounted.
+                check_principal(authenticated, self.runtime.now()).map_err(|e| {
+                    tracing::info!(target: "capgate::mcp", error = %e, "MCP request refused");
+                    ErrorData::invalid_request("Authentication is required.", None)
+                })?;
+                Ok(Caller {
+                    actor: authenticated.principal.actor.clone(),
+                    context: authenticated.context.clone(),
+                })
+            }
+        }
+    }
+
+    /// Whether the resume tool is offered (and no capability claims its name).
+    fn resume_tool_enabled(&self) -> bool {
+        self.options.resume_tool
+            && self
+                .runtime
+                .registry()
+                .by_tool_name(Surface::Mcp, RESUME_TOOL)
+                .is_none()
+    }
+
+    fn tool_for(&self, d: &CapabilityDescriptor) -> Option<Tool> {
+        let cap = self.runtime.registry().get(&d.id)?;
+        let requires_approval = d.requires_approval.unwrap_or(false);
+        let mut description = d.description.clone();
+        if requires_approval {
+            description.push_str(" Requires approval.");
+        }
+        let read_only = d.side_effect.is_read_only();
+        let mut annotations = ToolAnnotations::new()
+            .read_only(read_only)
+            .idempotent(cap.meta.idempotent)
+            .open_world(d.side_effect == SideEffect::External);
+        if !read_only {
+            annotations = annotations.destructive(d.side_effect == SideEffect::Destructive);
+        }
+        let mut meta = MetaObject::new();
+        meta.insert("capgate/capabilityId".into(), json!(d.id));
+        meta.insert("capgate/sideEffect".into(), json!(d.side_effect));
+        meta.insert("capgate/risk".into(), json!(d.risk));
+        meta.insert("capgate/requiresApproval".into(), json!(requires_approval));
+        Some(
+            Tool::new(
+                cap.tool_name(Surface::Mcp).to_string(),
+                description,
+                Arc::new(object_schema(&d.input_schema)),
+            )
+            .with_annotations(annotations)
+            .with_meta(meta),
+        )
+    }
+
+    fn resume_tool(&self) -> Tool {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "approvalId": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": MAX_APPROVAL_ID_LEN,
+                    "description": "The id of an approval a human has approved (apr_…)."
+                }
+            },
+            "required": ["approvalId"],
+            "additionalProperties": false
+        });
+        Tool::new(
+            RESUME_TOOL,
+            "Run a call that was held for human approval, once a human has approved it. \
+             Only the caller who asked can resume it; nothing here can approve.",
+            Arc::new(object_schema(&schema)),
+        )
+        .with_annotations(
+            ToolAnnotations::new()
+                .read_only(false)
+                .destructive(false)
+                .idempotent(false)
+                .open_world(false),
+        )
+    }
+
+    async fn call(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let caller = self.caller(&context)?;
+        let input = Value::Object(request.arguments.unwrap_or_default());
+        let (progress, forwarder) = progress_channel(&context);
+        let result = if let Some(cap) = self
+            .runtime
+            .registry()
+            .by_tool_name(Surface::Mcp, &request.name)
+        {
+            let mut invoke = InvokeRequest::new(Surface::Mcp, cap.id.clone(), input, caller.actor)
+                .context(caller.context)
+                .cancel(context.ct.clone());
+            if let Some(p) = progress {
+                invoke = invoke.progress(p);
+            }
+            Some(self.runtime.invoke(invoke).await)
+        } else if request.name == RESUME_TOOL && self.resume_tool_enabled() {
+            match approval_id_of(&input) {
+                Ok(approval_id) => {
+                    let options = ResumeOptions {
+                        context: caller.context,
+                        cancel: Some(context.ct.clone()),
+                        expected_actor: Some(caller.actor.reference()),
+                        expected_surface: Some(Surface::Mcp),
+                        idempotency_key: None,
+                        progress,
+                    };
+                    Some(self.runtime.resume(&approval_id, options).await)
+                }
+                Err(e) => return Ok(error_result(&e)),
+            }
+        } else {
+            None
+        };
+        if let Some(f) = forwarder {
+            // Progress reported before the result goes out first; a procedure that kept its
+            // progress handle past its end does not hold the answer up for long.
+            let _ = tokio::time::timeout(Duration::from_secs(1), f).await;
+        }
+        Ok(match result {
+            Some(r) => self.tool_result(&r),
+            // An unknown tool is the same concealed not-found as an unexposed or hidden one.
+            None => error_result(&CapabilityError::not_found()),
+        })
+    }
+
+    fn tool_result(&self, result: &ExecutionResult) -> CallToolResult {
+        let mut envelope = match serde_json::to_value(result) {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::error!(target: "capgate::mcp", error = %e, "envelope serialization failed");
+                return error_result(&CapabilityError::new(ErrorCode::InternalError));
+            }
+        };
+        if let (Some(approval), Value::Object(map)) = (result.approval(), &mut envelope) {
+            map.insert("approvalId".into(), json!(approval.id));
+            map.insert("expiresAt".into(), json!(approval.expires_at));
+            let reasons = if approval.reasons.is_empty() {
+                "a human must approve this call".to_string()
+            } else {
+                approval.reasons.join("; ")
+            };
+            map.insert(
+                "message".into(),
+                json!(format!("Awaiting approval: {reasons}")),
+            );
+            if let Some(url) = self.options.approval_url_for(&approval.id) {
+                map.insert("url".into(), json!(url));
+            }
+        }
+        let is_error = matches!(
+            result,
+            ExecutionResult::Failed { .. } | ExecutionResult::Cancelled { .. }
+        );
+        envelope_result(envelope, is_error)
+    }
+}
+
+impl ServerHandler for CapgateMcp {
+    fn get_info(&self) -> ServerConfig {
+        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new(
+                self.options.server_name.clone(),
+                self.options.server_version.clone(),
+            ));
+        if let Some(i) = &self.options.instructions {
+            info = info.with_instructions(i.clone());
+        }
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let caller = self.caller(&context)?;
+        let descriptors = describe_mcp(
+            self.runtime.clone(),
+            DescribeOptions {
+                actor: caller.actor,
+                context: caller.context,
+                scope: None,
+            },
+        )
+        .await
+        .map_err(|e| ErrorData::internal_error(e.to_public().message, None))?;
+        let mut tools: Vec<Tool> = descriptors
+            .iter()
+            .filter_map(|d| self.tool_for(d))
+            .collect();
+        if self.resume_tool_enabled() {
+            tools.push(self.resume_tool());
+        }
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        self.call(request, context)
+            .await
+            .map(CallToolResponse::from)
+    }
+}
+
+/// `describe(mcp)`, driven on a blocking thread.
+///
+/// Workaround: the compiler cannot prove the discovery pipeline's future `Send` (a
+/// higher-ranked lifetime in its candidate filter closure, held across an await), and rmcp
+/// handlers must be `Send`. `Handle::block_on` needs no `Send` future. Remove once
+/// `capgate_core`'s discovery collects its candidates before awaiting.
+async fn describe_mcp(
+    runtime: Runtime,
+    options: DescribeOptions,
+) -> Result<Vec<CapabilityDescriptor>, CapabilityError> {
+    let handle = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || handle.block_on(runtime.describe(Surface::Mcp, options)))
+        .await
+        .unwrap_or_else(|e| {
+            tracing::error!(target: "capgate::mcp", error = %e, "describe task failed");
+            Err(CapabilityError::new(ErrorCode::InternalError))
+        })
+}
+
+/// An MCP input schema is always an object schema (see [`crate::tools::object_schema`]).
+fn object_schema(schema: &Value) -> JsonObject {
+    match crate::tools::object_schema(schema) {
+        Value::Object(map) => map,
+        _ => JsonObject::new(),
+    }
+}
+
+fn approval_id_of(input: &Value) -> Result<String, CapabilityError> {
+    let issue = |message: &str| {
+        CapabilityError::input_invalid(vec![Issue {
+            path: "/approvalId".into(),
+            message: message.into(),
+        }])
+    };
+    match input.get("approvalId") {
+        Some(Value::String(s)) if !s.trim().is_empty() && s.len() <= MAX_APPROVAL_ID_LEN => {
+            Ok(s.clone())
+        }
+        Some(Value::String(_)) => Err(issue(
+            "must be a non-empty string of at most 256 characters",
+        )),
+        Some(_) => Err(issue("must be a string")),
+        None => Err(issue("is required")),
+    }
+}
+
+fn envelope_result(envelope: Value, is_error: bool) -> CallToolResult {
+    let text = envelope.to_string();
+    let mut r = if is_error {
+        CallToolResult::error(vec![ContentBlock::text(text)])
+    } else {
+        CallToolResult::success(vec![ContentBlock::text(text)])
+    };
+    r.structured_content = Some(envelope);
+    r
+}
+
+/// A failure that never reached an execution (an unknown tool, a malformed resume request).
+fn error_result(error: &CapabilityError) -> CallToolResult {
+    let envelope = json!({ "status": "failed", "error": error.to_public() });
+    envelope_result(envelope, true)
+}
+
+/// When the client asked for progress, a [`ProgressFn`] for the runtime and the task that
+/// forwards its reports, in order, as `notifications/progress`.
+fn progress_channel(
+    context: &RequestContext<RoleServer>,
+) -> (Option<ProgressFn>, Option<tokio::task::JoinHandle<()>>) {
+    let Some(token) = context.meta.get_progress_token() else {
+        return (None, None);
+    };
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let progress: ProgressFn = Arc::new(move |value| {
+        let _ = tx.send(value);
+    });
+    let forwarder = tokio::spawn(forward_progress(context.peer.clone(), token, rx));
+    (Some(progress), Some(forwarder))
+}
+
+async fn forward_progress(
+    peer: Peer<RoleServer>,
+    token: ProgressToken,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Value>,
+) {
+    let mut last = 0.0_f64;
+    while let Some(value) = rx.recv().await {
+        let (progress, total, message) = progress_fields(&value, last);
+        last = progress;
+        let mut param = ProgressNotificationParam::new(token.clone(), progress);
+        param.total = total;
+        param.message = message;
+        if let Err(e) = peer.notify_progress(param).await {
+            tracing::debug!(target: "capgate::mcp", error = %e, "progress notification not delivered");
+            return;
+        }
+    }
+}
+
+/// Map a procedure's progress report onto MCP's fields, keeping `progress` increasing:
+/// `{progress, total?, message?}` objects are taken as they are; a bare number is the
+/// progress; a string is a message; anything else counts one step.
+fn progress_fields(value: &Value, last: f64) -> (f64, Option<f64>, Option<String>) {
+    let step = |p: Option<f64>| match p {
+        Some(p) if p.is_finite() && p > last => p,
+        _ => last + 1.0,
+    };
+    match value {
+        Value::Number(n) => (step(n.as_f64()), None, None),
+        Value::String(s) => (step(None), None, Some(s.clone())),
+        Value::Object(map) => (
+            step(map.get("progress").and_then(Value::as_f64)),
+            map.get("total").and_then(Value::as_f64),
+            map.get("message")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+        ),
+        _ => (step(None), None, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_stays_increasing_whatever_the_procedure_reports() {
+        assert_eq!(progress_fields(&json!(5), 0.0), (5.0, None, None));
+        assert_eq!(progress_fields(&json!(3), 5.0).0, 6.0);
+        assert_eq!(
+            progress_fields(&json!({"progress": 7, "total": 10, "message": "m"}), 6.0),
+            (7.0, Some(10.0), Some("m".into()))
+        );
+        assert_eq!(
+            progress_fields(&json!("half"), 7.0),
+            (8.0, None, Some("half".into()))
+        );
+    }
+
+    #[test]
+    fn non_object_schemas_become_the_open_object_schema() {
+        assert_eq!(
+            Value::Object(object_schema(&json!(true))),
+            json!({"type": "object"})
+        );
+        assert_eq!(
+            Value::Object(object_schema(&json!({"properties": {}}))),
+            json!({"type": "object", "properties": {}})
+        );
+    }
+
+    #[test]
+    fn resume_requires_a_bounded_string_approval_id() {
+        assert!(approval_id_of(&json!({"approvalId": "apr_1"})).is_ok());
+        for bad in [
+            json!({}),
+            json!({"approvalId": 3}),
+            json!({"approvalId": " "}),
+        ] {
+            let e = approval_id_of(&bad).err();
+            assert_eq!(e.map(|e| e.code()), Some(ErrorCode::InputInvalid));
+        }
+    }
+}

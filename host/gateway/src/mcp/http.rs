@@ -1,0 +1,181 @@
+//! Streamable HTTP: every request is authenticated before rmcp sees it, and MCP sessions are
+//! bound to the principal that opened them.
+
+use super::McpOptions;
+use super::handler::{CapgateMcp, McpIdentity};
+use crate::auth::{Authenticator, check_principal};
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use capgate_core::runtime::Runtime;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+/// The session header of the streamable HTTP transport.
+const SESSION_HEADER: &str = "mcp-session-id";
+/// Most session bindings remembered; the oldest are forgotten first (a forgotten session is
+/// re-bound to the next principal that uses it, which still holds no authority of its own).
+const MAX_BINDINGS: usize = 65_536;
+
+#[derive(Clone)]
+struct McpHttpState {
+    service: StreamableHttpService<CapgateMcp, LocalSessionManager>,
+    auth: Arc<dyn Authenticator>,
+    runtime: Runtime,
+    bindings: Arc<SessionBindings>,
+}
+
+/// The streamable HTTP MCP endpoint as an axum router with a fallback only, so it can be
+/// nested anywhere (`Router::new().nest("/mcp", streamable_http_router(…))`).
+///
+/// Every HTTP request is authenticated with `auth` and checked with
+/// [`check_principal`] (401 otherwise, also mid-session once a token expires); the MCP
+/// handler then acts as the principal of that very request. A session id used by another
+/// principal than the one that opened it answers 404, as an unknown session would.
+pub fn streamable_http_router(
+    runtime: Runtime,
+    auth: Arc<dyn Authenticator>,
+    options: McpOptions,
+) -> axum::Router {
+    let mut config =
+        StreamableHttpServerConfig::default().with_legacy_session_mode(options.stateful_sessions);
+    if let Some(hosts) = &options.allowed_hosts {
+        config = if hosts.is_empty() {
+            config.disable_allowed_hosts()
+        } else {
+            config.with_allowed_hosts(hosts.clone())
+        };
+    }
+    config.session_store = options.session_store.clone();
+    let handler = CapgateMcp::new(runtime.clone(), McpIdentity::PerRequest, options);
+    let service = StreamableHttpService::new(
+        move || Ok(handler.clone()),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    let state = McpHttpState {
+        service,
+        auth,
+        runtime,
+        bindings: Arc::new(SessionBindings::default()),
+    };
+    axum::Router::new().fallback(mcp_entry).with_state(state)
+}
+
+async fn mcp_entry(State(state): State<McpHttpState>, mut request: Request) -> Response {
+    let authenticated = match state.auth.authenticate(request.headers()).await {
+        Ok(a) => a,
+        Err(e) => return unauthorized(&e.to_string()),
+    };
+    if let Err(e) = check_principal(&authenticated, state.runtime.now()) {
+        return unauthorized(&e.to_string());
+    }
+    let principal = format!(
+        "{}\u{0}{}\u{0}{}",
+        authenticated.principal.namespace,
+        authenticated.principal.actor.kind.as_str(),
+        authenticated.principal.actor.id
+    );
+    let session = request
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    if let Some(id) = &session
+        && !state.bindings.check_or_bind(id, &principal)
+    {
+        tracing::info!(target: "capgate::mcp", "MCP session used by another principal; refused");
+        return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
+    }
+    let is_delete = request.method() == axum::http::Method::DELETE;
+    request.extensions_mut().insert(authenticated);
+    let response = state.service.handle(request).await;
+    if let Some(id) = response
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+    {
+        state.bindings.check_or_bind(id, &principal);
+    }
+    if is_delete && let Some(id) = &session {
+        state.bindings.forget(id);
+    }
+    response.map(Body::new)
+}
+
+fn unauthorized(reason: &str) -> Response {
+    tracing::info!(target: "capgate::mcp", reason, "MCP request not authenticated");
+    let body = serde_json::json!({
+        "error": {
+            "code": "UNAUTHENTICATED",
+            "message": "Authentication is required.",
+            "retryable": false
+        }
+    });
+    let mut response = (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
+}
+
+/// Which principal opened which MCP session.
+#[derive(Default)]
+struct SessionBindings {
+    inner: Mutex<Bindings>,
+}
+
+#[derive(Default)]
+struct Bindings {
+    by_session: HashMap<String, String>,
+    order: VecDeque<String>,
+}
+
+impl SessionBindings {
+    /// True when the session is unbound (it becomes bound to `principal`) or bound to
+    /// `principal`; false when another principal holds it.
+    fn check_or_bind(&self, session: &str, principal: &str) -> bool {
+        // A poisoned lock only means a panic between two plain map updates; the map is
+        // still usable.
+        let mut b = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        match b.by_session.get(session) {
+            Some(owner) => owner == principal,
+            None => {
+                if b.order.len() >= MAX_BINDINGS
+                    && let Some(oldest) = b.order.pop_front()
+                {
+                    b.by_session.remove(&oldest);
+                }
+                b.by_session
+                    .insert(session.to_string(), principal.to_string());
+                b.order.push_back(session.to_string());
+                true
+            }
+        }
+    }
+
+    fn forget(&self, session: &str) {
+        let mut b = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if b.by_session.remove(session).is_some() {
+            b.order.retain(|s| s != session);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_belongs_to_the_principal_that_used_it_first() {
+        let b = SessionBindings::default();
+        assert!(b.check_or_bind("s1", "alice"));
+        assert!(b.check_or_bind("s1", "alice"));
+        assert!(!b.check_or_bind("s1", "mallory"));
+        b.forget("s1");
+        assert!(b.check_or_bind("s1", "mallory"));
+    }
+}

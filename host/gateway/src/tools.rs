@@ -1,0 +1,195 @@
+//! Tool definition exports (issue 6): the tool list an actor may see, in the shapes agent
+//! frameworks take as they are.
+//!
+//! - [`ToolFormat::AiSdk`]: a Vercel AI SDK tool set, `{ "<tool name>": { description,
+//!   inputSchema, capabilityId } }`; wrap each `inputSchema` in the SDK's `jsonSchema()` and
+//!   give it an `execute` that calls the gateway (the `clients/ts` package does both).
+//! - [`ToolFormat::OpenAi`]: OpenAI function calling, `[{ "type": "function", "function":
+//!   { name, description, parameters } }]`.
+//!
+//! Names are the registry's AI SDK tool names (`orders.refund` → `orders_refund`, or the
+//! configured name); " Requires approval." is appended to a description when the descriptor
+//! says so. The export is pure: it lists what `describe` returned and nothing else.
+
+use capgate_core::actor::Surface;
+use capgate_core::registry::Registry;
+use capgate_core::runtime::CapabilityDescriptor;
+use serde_json::{Map, Value, json};
+use std::str::FromStr;
+
+/// Appended to the description of a capability whose calls need approval.
+pub const REQUIRES_APPROVAL_SUFFIX: &str = " Requires approval.";
+
+/// The shape of an export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ToolFormat {
+    /// Vercel AI SDK tool set (`?format=ai-sdk`).
+    AiSdk,
+    /// OpenAI function calling (`?format=openai`).
+    OpenAi,
+}
+
+impl ToolFormat {
+    /// The query/CLI spelling (`ai-sdk`, `openai`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolFormat::AiSdk => "ai-sdk",
+            ToolFormat::OpenAi => "openai",
+        }
+    }
+}
+
+/// An unknown format name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown tool format `{0}` (expected ai-sdk or openai)")]
+pub struct UnknownToolFormat(pub String);
+
+impl FromStr for ToolFormat {
+    type Err = UnknownToolFormat;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "ai-sdk" | "aiSdk" | "ai_sdk" => Ok(ToolFormat::AiSdk),
+            "openai" => Ok(ToolFormat::OpenAi),
+            other => Err(UnknownToolFormat(other.to_string())),
+        }
+    }
+}
+
+/// Export descriptors with the registry's AI SDK tool names. A descriptor whose capability
+/// is not in the registry is named by the default rule (`.` → `_`).
+pub fn export_tools(
+    descriptors: &[CapabilityDescriptor],
+    registry: &Registry,
+    format: ToolFormat,
+) -> Value {
+    export_tools_named(descriptors, format, |d| {
+        registry
+            .get(&d.id)
+            .map(|c| c.tool_name(Surface::AiSdk).to_string())
+            .unwrap_or_else(|| capgate_core::meta::default_tool_name(&d.id))
+    })
+}
+
+/// Export descriptors, naming each tool with `name` (for callers that hold tool names some
+/// other way, e.g. a portable contract's `toolNames.aiSdk`).
+pub fn export_tools_named(
+    descriptors: &[CapabilityDescriptor],
+    format: ToolFormat,
+    name: impl Fn(&CapabilityDescriptor) -> String,
+) -> Value {
+    match format {
+        ToolFormat::AiSdk => {
+            let mut set = Map::new();
+            for d in descriptors {
+                set.insert(
+                    name(d),
+                    json!({
+                        "description": description(d),
+                        "inputSchema": object_schema(&d.input_schema),
+                        "capabilityId": d.id,
+                    }),
+                );
+            }
+            Value::Object(set)
+        }
+        ToolFormat::OpenAi => Value::Array(
+            descriptors
+                .iter()
+                .map(|d| {
+                    json!({
+                        "type": "function",
+                        "function": {
+                            "name": name(d),
+                            "description": description(d),
+                            "parameters": object_schema(&d.input_schema),
+                        }
+                    })
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// The description a model sees.
+pub fn description(d: &CapabilityDescriptor) -> String {
+    if d.requires_approval == Some(true) {
+        format!("{}{REQUIRES_APPROVAL_SUFFIX}", d.description)
+    } else {
+        d.description.clone()
+    }
+}
+
+/// Tool inputs are objects: an object schema passes through (with `type: object` added when
+/// absent); anything else becomes the open object schema (the runtime validates the real
+/// contract either way).
+pub fn object_schema(schema: &Value) -> Value {
+    match schema {
+        Value::Object(map) => {
+            let mut map = map.clone();
+            map.entry("type").or_insert_with(|| json!("object"));
+            Value::Object(map)
+        }
+        _ => json!({ "type": "object" }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capgate_core::meta::{Risk, SideEffect};
+
+    fn descriptor(id: &str, approval: Option<bool>) -> CapabilityDescriptor {
+        CapabilityDescriptor {
+            id: id.into(),
+            description: "Refund an order.".into(),
+            input_schema: json!({"type": "object", "properties": {"amount": {"type": "number"}}}),
+            side_effect: SideEffect::Write,
+            risk: Risk::High,
+            tags: vec![],
+            requires_approval: approval,
+        }
+    }
+
+    fn default_name(d: &CapabilityDescriptor) -> String {
+        capgate_core::meta::default_tool_name(&d.id)
+    }
+
+    #[test]
+    fn ai_sdk_export_is_a_tool_set_keyed_by_tool_name() {
+        let v = export_tools_named(
+            &[descriptor("orders.refund", Some(true))],
+            ToolFormat::AiSdk,
+            default_name,
+        );
+        assert_eq!(
+            v["orders_refund"]["description"],
+            "Refund an order. Requires approval."
+        );
+        assert_eq!(v["orders_refund"]["inputSchema"]["type"], "object");
+        assert_eq!(v["orders_refund"]["capabilityId"], "orders.refund");
+    }
+
+    #[test]
+    fn openai_export_lists_functions_without_the_suffix_unless_flagged() {
+        let v = export_tools_named(
+            &[descriptor("orders.lookup", None)],
+            ToolFormat::OpenAi,
+            default_name,
+        );
+        assert_eq!(v[0]["type"], "function");
+        assert_eq!(v[0]["function"]["name"], "orders_lookup");
+        assert_eq!(v[0]["function"]["description"], "Refund an order.");
+        assert_eq!(
+            v[0]["function"]["parameters"]["properties"]["amount"]["type"],
+            "number"
+        );
+    }
+
+    #[test]
+    fn formats_parse_from_their_query_spelling() {
+        assert_eq!("ai-sdk".parse(), Ok(ToolFormat::AiSdk));
+        assert_eq!("openai".parse(), Ok(ToolFormat::OpenAi));
+        assert!("xml".parse::<ToolFormat>().is_err());
+        assert_eq!(object_schema(&json!(true)), json!({"type": "object"}));
+    }
+}
