@@ -4,6 +4,8 @@
 //! - `cargo xtask test`: install what the tests need, build the guest plugins, run every test.
 //! - `cargo xtask build-plugins`: build the Wasm plugins only.
 
+mod example;
+mod load;
 mod plugins;
 
 use anyhow::{Context, bail};
@@ -19,15 +21,12 @@ fn main() -> anyhow::Result<()> {
     match args.first().map(String::as_str) {
         Some("build-plugins") => plugins::build_plugins(&root),
         Some("test") => test(&root, &args[1..]),
-        Some("demo") => run(Command::new("cargo").current_dir(&root).args([
-            "run",
-            "--release",
-            "-p",
-            "customer-support",
-        ])),
+        Some("demo") => demo(&root, &args[1..]),
+        Some("load") => load::load(&args[1..]),
+        Some("example-config") => example::render(&root).map(|_| ()),
         _ => {
             eprintln!(
-                "usage: cargo xtask <command>\n\n  demo            run the customer-support walkthrough\n  test            set up everything and run the whole test suite\n  build-plugins   build the Wasm guest plugins"
+                "usage: cargo xtask <command>\n\n  demo            build the plugins, pin them, serve the customer-support example\n  example-config  write examples/customer-support/capgate.toml (plugins pinned)\n  load            load-test a running gateway (see xtask/src/load.rs)\n  test            set up everything and run the whole test suite\n  build-plugins   build the Wasm guest plugins"
             );
             std::process::exit(2)
         }
@@ -47,8 +46,29 @@ pub(crate) fn run(cmd: &mut Command) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The main job: the customer-support example served by `capgate serve` on SQLite.
+fn demo(root: &Path, extra: &[String]) -> anyhow::Result<()> {
+    plugins::build_plugins(root)?;
+    let config = example::render(root)?;
+    run(Command::new("cargo")
+        .current_dir(root)
+        .args([
+            "run",
+            "--release",
+            "-p",
+            "capgate",
+            "--",
+            "serve",
+            "--config",
+        ])
+        .arg(config)
+        .args(extra))
+}
+
 fn test(root: &Path, extra: &[String]) -> anyhow::Result<()> {
     plugins::build_plugins(root)?;
+    // The end-to-end tests serve the example exactly as `cargo xtask demo` does.
+    example::render(root)?;
     // The JS and Python SDKs: toolchains from npm/PyPI, the plugins built into components,
     // then the SDKs' own unit tests.
     run(Command::new("bash")
@@ -59,6 +79,18 @@ fn test(root: &Path, extra: &[String]) -> anyhow::Result<()> {
         .current_dir(root.join("sdk/js")))?;
     run(Command::new("python3")
         .args(["-m", "unittest", "discover", "-s", "sdk/python/tests"])
+        .current_dir(root))?;
+    // The TypeScript gateway client: the registry's packages (incl. `ai`), its unit tests;
+    // its test against a running server is a Rust test (host/cli/tests/ai_sdk_client.rs).
+    let ts = root.join("clients/ts");
+    run(Command::new("npm")
+        .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+        .current_dir(&ts))?;
+    run(Command::new("npm").args(["test"]).current_dir(&ts))?;
+    // The official MCP client SDKs (PyPI `mcp`, npm `@modelcontextprotocol/sdk`) the MCP
+    // tests drive the server with.
+    run(Command::new("bash")
+        .arg(root.join("tests/mcp/setup.sh"))
         .current_dir(root))?;
     if std::env::var_os("CAPGATE_TEST_POSTGRES_URL").is_none() {
         eprintln!(

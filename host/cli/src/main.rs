@@ -1,1 +1,565 @@
-fn main() {}
+//! `capgate`: the operator's binary. `serve` runs a deployment (HTTP gateway, MCP, human
+//! approvals); `mcp --stdio` serves one MCP session; `check` validates a deployment file and
+//! reports every problem with its place; `plugin test` is a plugin author's inner loop;
+//! `migrate`, `audit tail`, `approvals` and `invocations` operate the store; `contract`
+//! exports what models and hosts may call.
+
+mod build;
+mod config;
+mod located;
+mod ops;
+mod serve;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "capgate",
+    version,
+    about = "A governed capability runtime for AI agents"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve a deployment: a capability gateway per configured route, MCP at /mcp, the
+    /// human approvals API at /approvals, /healthz and /readyz.
+    ///
+    /// Example: capgate serve --config examples/customer-support/capgate.toml
+    Serve {
+        /// The configuration file.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Listen address (overrides gateway.listen; `127.0.0.1:0` picks a free port).
+        #[arg(long)]
+        listen: Option<String>,
+        /// Store URL (overrides store.url), e.g. postgres://user:pass@host/db for replicas.
+        #[arg(long, env = "CAPGATE_STORE")]
+        store: Option<String>,
+    },
+    /// Serve one MCP session over stdin/stdout as the configured service actor
+    /// (`[mcp] stdioActor`, `stdioNamespace`).
+    ///
+    /// Example: capgate mcp --stdio --config examples/customer-support/capgate.toml
+    Mcp {
+        /// Serve over stdio (the only transport of this command; HTTP is `serve`'s /mcp).
+        #[arg(long, required = true)]
+        stdio: bool,
+        /// The configuration file.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Store URL (overrides store.url).
+        #[arg(long, env = "CAPGATE_STORE")]
+        store: Option<String>,
+    },
+    /// The portable contract: what a surface offers, with its digest.
+    Contract {
+        #[command(subcommand)]
+        command: ContractCommand,
+    },
+    /// Human approvals, from the operator's shell (the same rules as the approvals API).
+    Approvals {
+        #[command(subcommand)]
+        command: ApprovalsCommand,
+    },
+    /// Invocation receipts of the gateway journal.
+    Invocations {
+        #[command(subcommand)]
+        command: InvocationsCommand,
+    },
+    /// Validate a configuration file: unknown keys, bad references, schemas, plugin digests.
+    ///
+    /// Every problem is reported with file:line:column and its key path, all at once.
+    ///
+    /// Example: capgate check --config examples/customer-support/capgate.toml
+    Check {
+        /// The configuration file.
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Plugin author tools.
+    Plugin {
+        #[command(subcommand)]
+        command: PluginCommand,
+    },
+    /// Apply the store's migrations (SQLite is also migrated automatically at start).
+    ///
+    /// Example: capgate migrate --store postgres://postgres:postgres@127.0.0.1:5432/capgate
+    Migrate {
+        /// Store URL (`sqlite://FILE` or `postgres://…`).
+        #[arg(long, env = "CAPGATE_STORE")]
+        store: String,
+    },
+    /// Read the audit trail.
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
+    /// API key helpers.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ContractCommand {
+    /// Print the PortableCapabilityDescriptor[] of a surface as JSON.
+    ///
+    /// Example: capgate contract export --config examples/customer-support/capgate.toml --surface aiSdk
+    Export {
+        /// The configuration file.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The surface (aiSdk, mcp, workflow).
+        #[arg(long, default_value = "aiSdk")]
+        surface: String,
+    },
+    /// Print tool definitions for an agent framework.
+    ///
+    /// Example: capgate contract tools --config examples/customer-support/capgate.toml --format openai
+    Tools {
+        /// The configuration file.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The surface (aiSdk, mcp, workflow).
+        #[arg(long, default_value = "aiSdk")]
+        surface: String,
+        /// `ai-sdk` or `openai`.
+        #[arg(long, default_value = "ai-sdk")]
+        format: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum ApprovalsCommand {
+    /// List approvals (default: pending), newest first.
+    ///
+    /// Example: capgate approvals list --config examples/customer-support/capgate.toml
+    List {
+        /// The configuration file.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// pending, approved, rejected, expired or consumed; `all` for every status.
+        #[arg(long, default_value = "pending")]
+        status: String,
+        /// Only this capability.
+        #[arg(long)]
+        capability: Option<String>,
+        /// Store URL (overrides store.url).
+        #[arg(long, env = "CAPGATE_STORE")]
+        store: Option<String>,
+    },
+    /// Show one approval with its (redacted) input.
+    Show {
+        /// The approval id.
+        id: String,
+        /// The configuration file.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Store URL (overrides store.url).
+        #[arg(long, env = "CAPGATE_STORE")]
+        store: Option<String>,
+    },
+    /// Approve (executes nothing: the requester's host resumes).
+    ///
+    /// Example: capgate approvals approve apr_… --as u_priya --comment "checked" --config capgate.toml
+    Approve {
+        /// The approval id.
+        id: String,
+        /// The approver's user id (never the requester).
+        #[arg(long = "as")]
+        approver: String,
+        /// A comment for the audit trail.
+        #[arg(long)]
+        comment: Option<String>,
+        /// The configuration file.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Store URL (overrides store.url).
+        #[arg(long, env = "CAPGATE_STORE")]
+        store: Option<String>,
+    },
+    /// Reject.
+    Reject {
+        /// The approval id.
+        id: String,
+        /// The approver's user id.
+        #[arg(long = "as")]
+        approver: String,
+        /// A comment for the audit trail.
+        #[arg(long)]
+        comment: Option<String>,
+        /// The configuration file.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Store URL (overrides store.url).
+        #[arg(long, env = "CAPGATE_STORE")]
+        store: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum InvocationsCommand {
+    /// Show a receipt with its private record (claim token, state, outcome).
+    ///
+    /// Example: capgate invocations show call_1 --namespace org_1 --actor user:u_dana --surface aiSdk --store sqlite://capgate.db
+    Show {
+        /// The invocation id.
+        id: String,
+        #[command(flatten)]
+        scope: ops::ScopeArgs,
+    },
+    /// Settle an orphaned pending receipt, after you verified what the domain effect did.
+    /// Marks it reconciled; never run while the original execution may still be running.
+    ///
+    /// Example: capgate invocations reconcile call_1 --claim clm_… --outcome '{"status":"failed",…}' --namespace org_1 --actor user:u_dana --surface aiSdk --store sqlite://capgate.db
+    Reconcile {
+        /// The invocation id.
+        id: String,
+        /// The claim token `show` printed (the claim you verified).
+        #[arg(long)]
+        claim: String,
+        /// The CapabilityOutcome JSON to record.
+        #[arg(long)]
+        outcome: String,
+        #[command(flatten)]
+        scope: ops::ScopeArgs,
+    },
+}
+
+#[derive(Subcommand)]
+enum PluginCommand {
+    /// Run a plugin against request → expected decision/output cases; prints a pass/fail
+    /// table with the plugin's time per case and exits non-zero on any failure.
+    ///
+    /// Example: capgate plugin test plugins/js/dist/refund-limit.wasm --cases plugins/conformance/refund-limit.toml
+    Test {
+        /// The component file.
+        plugin: PathBuf,
+        /// The case file (format: plugins/conformance/README.md).
+        #[arg(long)]
+        cases: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum AuditCommand {
+    /// Print the last events as JSON lines, oldest first; `--follow` keeps printing new ones.
+    ///
+    /// Example: capgate audit tail --store sqlite://capgate.db -n 20
+    Tail {
+        /// Store URL.
+        #[arg(long, env = "CAPGATE_STORE")]
+        store: String,
+        /// How many events.
+        #[arg(short = 'n', default_value_t = 50)]
+        lines: u32,
+        /// Keep polling for new events.
+        #[arg(long)]
+        follow: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Print the SHA-256 of an API key, the form `[[gateway.apiKeys]] sha256` stores.
+    Hash {
+        /// The key.
+        key: String,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("CAPGATE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn load_config(path: &std::path::Path, store: Option<String>) -> anyhow::Result<config::Config> {
+    match config::Config::load(path) {
+        Ok(mut cfg) => {
+            if let Some(url) = store {
+                cfg.store.url = url;
+            }
+            Ok(cfg)
+        }
+        Err(problems) => {
+            for p in &problems {
+                eprintln!("{p}");
+            }
+            anyhow::bail!(
+                "{} problem(s) in {}; nothing was started. `capgate check --config {}` lists them.",
+                problems.len(),
+                path.display(),
+                path.display()
+            )
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Serve {
+            config,
+            listen,
+            store,
+        } => {
+            let cfg = load_config(&config, store)?;
+            runtime()?.block_on(serve::serve(cfg, listen))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Mcp {
+            stdio: _,
+            config,
+            store,
+        } => {
+            let cfg = load_config(&config, store)?;
+            runtime()?.block_on(ops::mcp_stdio(cfg))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Contract { command } => {
+            let (config, surface, format) = match command {
+                ContractCommand::Export { config, surface } => (config, surface, None),
+                ContractCommand::Tools {
+                    config,
+                    surface,
+                    format,
+                } => (config, surface, Some(format)),
+            };
+            let cfg = load_config(&config, None)?;
+            runtime()?.block_on(ops::contract(cfg, &surface, format.as_deref()))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Approvals { command } => {
+            let rt = runtime()?;
+            match command {
+                ApprovalsCommand::List {
+                    config,
+                    status,
+                    capability,
+                    store,
+                } => rt.block_on(ops::approvals_list(
+                    load_config(&config, store)?,
+                    &status,
+                    capability,
+                ))?,
+                ApprovalsCommand::Show { id, config, store } => {
+                    rt.block_on(ops::approvals_show(load_config(&config, store)?, &id))?
+                }
+                ApprovalsCommand::Approve {
+                    id,
+                    approver,
+                    comment,
+                    config,
+                    store,
+                } => rt.block_on(ops::approvals_decide(
+                    load_config(&config, store)?,
+                    &id,
+                    true,
+                    &approver,
+                    comment,
+                ))?,
+                ApprovalsCommand::Reject {
+                    id,
+                    approver,
+                    comment,
+                    config,
+                    store,
+                } => rt.block_on(ops::approvals_decide(
+                    load_config(&config, store)?,
+                    &id,
+                    false,
+                    &approver,
+                    comment,
+                ))?,
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Invocations { command } => {
+            let rt = runtime()?;
+            match command {
+                InvocationsCommand::Show { id, scope } => {
+                    rt.block_on(ops::invocations_show(&scope, &id))?
+                }
+                InvocationsCommand::Reconcile {
+                    id,
+                    claim,
+                    outcome,
+                    scope,
+                } => rt.block_on(ops::invocations_reconcile(&scope, &id, &claim, &outcome))?,
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Check { config } => Ok(check(&config)),
+        Command::Plugin {
+            command: PluginCommand::Test { plugin, cases },
+        } => plugin_test(&plugin, &cases),
+        Command::Migrate { store } => runtime()?.block_on(migrate(&store)),
+        Command::Audit {
+            command:
+                AuditCommand::Tail {
+                    store,
+                    lines,
+                    follow,
+                },
+        } => runtime()?.block_on(audit_tail(&store, lines, follow)),
+        Command::Keys {
+            command: KeysCommand::Hash { key },
+        } => {
+            println!(
+                "{}",
+                hex::encode(<sha2::Sha256 as sha2::Digest>::digest(key.as_bytes()))
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("could not start the async runtime")
+}
+
+/// `capgate check`: exit 0 when the file is sound, 1 with every located problem otherwise.
+fn check(path: &std::path::Path) -> ExitCode {
+    let problems = match config::Config::load(path) {
+        Ok(cfg) => check_plugin_files(&cfg),
+        Err(p) => p,
+    };
+    if problems.is_empty() {
+        println!("{}: ok", path.display());
+        return ExitCode::SUCCESS;
+    }
+    for p in &problems {
+        eprintln!("{p}");
+    }
+    eprintln!(
+        "\n{} problem(s) in {}; nothing was started. Fix them and run `capgate check --config {}` again.",
+        problems.len(),
+        path.display(),
+        path.display()
+    );
+    ExitCode::from(1)
+}
+
+/// Every plugin file must exist and match its pinned digest.
+fn check_plugin_files(cfg: &config::Config) -> Vec<located::Problem> {
+    let mut out = Vec::new();
+    for (name, p) in &cfg.plugins {
+        let file = cfg.plugin_dir().join(&p.path);
+        let problem = |message: String| located::Problem {
+            file: cfg.path.clone(),
+            line: 0,
+            column: 0,
+            key: format!("plugins.{name}"),
+            message,
+        };
+        match std::fs::read(&file) {
+            Err(e) => out.push(problem(format!("cannot read {}: {e}", file.display()))),
+            Ok(bytes) => {
+                let actual = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
+                if !actual.eq_ignore_ascii_case(&p.sha256) {
+                    out.push(problem(format!(
+                        "{} has sha256 {actual}, but the configuration pins {}; rebuild the plugin or update the pin",
+                        file.display(),
+                        p.sha256
+                    )));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn plugin_test(plugin: &std::path::Path, cases: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let text = std::fs::read_to_string(cases)
+        .with_context(|| format!("cannot read the case file {}", cases.display()))?;
+    let host = capgate_wasm::WasmHost::shared().context("could not start the Wasm engine")?;
+    let report = capgate_wasm::plugin_test::run_file(&host, plugin, &text)
+        .with_context(|| format!("cannot test {}", plugin.display()))?;
+    print!("{}", report.render());
+    Ok(if report.all_passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+async fn migrate(url: &str) -> anyhow::Result<ExitCode> {
+    let report = capgate_store::migrate_url(url)
+        .await
+        .with_context(|| format!("could not migrate {}", redact_url(url)))?;
+    if report.applied.is_empty() {
+        println!(
+            "{}: up to date ({} migrations)",
+            redact_url(url),
+            report.status.len()
+        );
+    }
+    for m in &report.applied {
+        println!("applied {} {}", m.version, m.description);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn audit_tail(url: &str, lines: u32, follow: bool) -> anyhow::Result<ExitCode> {
+    let store = capgate_store::Store::open(url)
+        .await
+        .with_context(|| format!("could not open the store {}", redact_url(url)))?;
+    let log = store.audit_log();
+    let mut last = 0i64;
+    let print =
+        |rows: Vec<capgate_store::StoredAuditEvent>, last: &mut i64| -> anyhow::Result<()> {
+            for row in rows {
+                *last = (*last).max(row.id);
+                match row.event {
+                    Ok(e) => println!("{}", serde_json::to_string(&e)?),
+                    Err(bad) => eprintln!("warning: {bad}"),
+                }
+            }
+            Ok(())
+        };
+    print(log.tail(lines).await?, &mut last)?;
+    if !follow {
+        return Ok(ExitCode::SUCCESS);
+    }
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        print(log.follow(last, 1000).await?, &mut last)?;
+    }
+}
+
+/// A URL without its password, for messages.
+pub(crate) fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            match creds.split_once(':') {
+                Some((user, _)) => format!("{}{}:***{}", &url[..s + 3], user, &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}

@@ -1,0 +1,690 @@
+//! The deployment file (`capgate.toml`): typed sections, read with every problem located
+//! (`file:line:column: key: message`) and reported together before anything starts.
+
+use crate::located::{Located, Problem, seg};
+use capgate_core::actor::{ActorKind, Surface};
+use capgate_core::meta::{AdapterNames, ApprovalConfig, Expose, RetryConfig, Risk, SideEffect};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The whole file.
+#[derive(Debug, Default)]
+pub struct Config {
+    /// The file, for relative paths.
+    pub path: PathBuf,
+    /// Changes whenever handler or policy meaning changes (part of the contract digest).
+    pub revision: String,
+    /// Runtime defaults.
+    pub runtime: RuntimeSection,
+    /// The store.
+    pub store: StoreSection,
+    /// Audit.
+    pub audit: AuditSection,
+    /// Plugin files.
+    pub plugins: BTreeMap<String, PluginSection>,
+    /// Named policy bindings.
+    pub policies: BTreeMap<String, BindingSection>,
+    /// Named redactor bindings.
+    pub redactors: BTreeMap<String, BindingSection>,
+    /// Capabilities in declaration order.
+    pub capabilities: Vec<CapabilitySection>,
+    /// The HTTP gateway.
+    pub gateway: GatewaySection,
+    /// The stdio MCP server.
+    pub mcp: McpSection,
+}
+
+/// `[runtime]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct RuntimeSection {
+    /// Per-attempt timeout default.
+    pub timeout_ms: u64,
+    /// Shared policy batch deadline.
+    pub policy_timeout_ms: u64,
+    /// Approval expiry default.
+    pub approval_expires_in_ms: u64,
+    /// SI-4.
+    pub reject_self_approval: bool,
+    /// Approval types a requester may confirm themselves.
+    pub self_confirmable_types: Vec<String>,
+    /// Runtime-level policies, by binding name, in order.
+    pub policies: Vec<String>,
+    /// The directory plugin files are opened from (relative to the config file); no
+    /// plugin path may escape it.
+    pub plugin_dir: String,
+    /// Where compiled plugin code is cached, keyed by digest and engine (relative to the
+    /// config file), so a restart does not recompile.
+    pub compile_cache: String,
+}
+
+impl Default for RuntimeSection {
+    fn default() -> Self {
+        let d = capgate_core::runtime::Defaults::default();
+        RuntimeSection {
+            timeout_ms: d.timeout_ms,
+            policy_timeout_ms: d.policy_timeout_ms,
+            approval_expires_in_ms: d.approval_expires_in_ms,
+            reject_self_approval: true,
+            self_confirmable_types: Vec::new(),
+            policies: Vec::new(),
+            plugin_dir: ".".into(),
+            compile_cache: ".capgate-cache".into(),
+        }
+    }
+}
+
+/// `[store]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct StoreSection {
+    /// `sqlite://capgate.db` (relative to the config file) or `postgres://…`.
+    pub url: String,
+}
+
+impl Default for StoreSection {
+    fn default() -> Self {
+        StoreSection {
+            url: "sqlite://capgate.db".into(),
+        }
+    }
+}
+
+/// `[audit]`
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct AuditSection {
+    /// No `capability.started` record, no execution.
+    pub strict: bool,
+    /// Capability ids in `capabilities.discovered`.
+    pub verbose: bool,
+    /// Also write JSON lines to this file (relative to the config file).
+    pub jsonl: Option<String>,
+}
+
+/// `[plugins.NAME]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PluginSection {
+    /// File name inside the plugin directory.
+    pub path: String,
+    /// Pinned SHA-256 (hex).
+    pub sha256: String,
+    /// Fuel per call.
+    #[serde(default)]
+    pub fuel: Option<u64>,
+    /// Memory cap in MiB.
+    #[serde(default)]
+    pub memory_mb: Option<u64>,
+    /// Per-call deadline.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// `fresh` (default) or `pooled`.
+    #[serde(default)]
+    pub isolation: Option<String>,
+}
+
+/// `[policies.NAME]` / `[redactors.NAME]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BindingSection {
+    /// The plugin.
+    pub plugin: String,
+    /// Phases (policies only).
+    #[serde(default)]
+    pub phases: Option<Vec<capgate_core::policy::Phase>>,
+    /// Handed to the plugin on every call.
+    #[serde(default)]
+    pub config: serde_json::Value,
+}
+
+/// A JSON Schema inline or by relative path.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum SchemaRef {
+    /// A path relative to the config file.
+    Path(String),
+    /// Inline.
+    Inline(serde_json::Map<String, serde_json::Value>),
+}
+
+/// How a capability's operation is reached.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProcedureSection {
+    /// A Wasm procedure plugin.
+    #[serde(default)]
+    pub plugin: Option<String>,
+    /// An HTTP upstream.
+    #[serde(default)]
+    pub http: Option<capgate_provider::HttpUpstreamConfig>,
+    /// Handed to the plugin.
+    #[serde(default)]
+    pub config: serde_json::Value,
+    /// Stall timeout of the provider runtime (0 = default 300000).
+    #[serde(default)]
+    pub response_stall_timeout_ms: i64,
+}
+
+/// `[[capabilities]]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CapabilitySection {
+    /// Canonical id.
+    pub id: String,
+    /// For the model.
+    pub description: String,
+    /// Exposure.
+    pub expose: Expose,
+    /// Side effect.
+    pub side_effect: SideEffect,
+    /// Risk.
+    pub risk: Risk,
+    /// Tags.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// Timeout.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// Retries.
+    #[serde(default)]
+    pub retry: Option<RetryConfig>,
+    /// Idempotency.
+    #[serde(default)]
+    pub idempotent: bool,
+    /// Static approval.
+    #[serde(default)]
+    pub approval: Option<ApprovalConfig>,
+    /// Tool names.
+    #[serde(default)]
+    pub adapters: Option<AdapterNames>,
+    /// Input schema.
+    #[serde(default)]
+    pub input_schema: Option<SchemaRef>,
+    /// Output schema.
+    #[serde(default)]
+    pub output_schema: Option<SchemaRef>,
+    /// Policy bindings, in order.
+    #[serde(default)]
+    pub policies: Vec<String>,
+    /// Redactor bindings, in order.
+    #[serde(default)]
+    pub redactors: Vec<String>,
+    /// The procedure.
+    pub procedure: ProcedureSection,
+}
+
+/// `[gateway]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct GatewaySection {
+    /// Listen address.
+    pub listen: String,
+    /// Routes, each with its fixed surface.
+    pub routes: Vec<RouteSection>,
+    /// `"authenticated"` (explicit opt-in) or `{ plugin = "name", config = {...} }`.
+    pub authorize: Option<serde_json::Value>,
+    /// Total request ceiling.
+    pub request_timeout_ms: u64,
+    /// Reserved for draining audit inside the ceiling.
+    pub audit_drain_timeout_ms: u64,
+    /// Body size cap.
+    pub max_body_bytes: usize,
+    /// API keys (hashed).
+    pub api_keys: Vec<ApiKeySection>,
+    /// JWT verification.
+    pub jwt: Option<JwtSection>,
+    /// Approval console URL handed to models with approval-required results.
+    pub approval_console_url: Option<String>,
+    /// Keep invocation receipts this long.
+    pub replay_horizon_hours: u64,
+}
+
+impl Default for GatewaySection {
+    fn default() -> Self {
+        GatewaySection {
+            listen: "127.0.0.1:8080".into(),
+            routes: Vec::new(),
+            authorize: None,
+            request_timeout_ms: 25_000,
+            audit_drain_timeout_ms: 5_000,
+            max_body_bytes: 1 << 20,
+            api_keys: Vec::new(),
+            jwt: None,
+            approval_console_url: None,
+            replay_horizon_hours: 24 * 7,
+        }
+    }
+}
+
+/// `[[gateway.routes]]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RouteSection {
+    /// Mount path, e.g. `/agent`.
+    pub path: String,
+    /// The fixed surface (never a client input).
+    pub surface: Surface,
+}
+
+/// An actor as written in the file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ActorSection {
+    /// Id.
+    pub id: String,
+    /// Kind.
+    pub kind: ActorKind,
+    /// Attributes.
+    #[serde(default)]
+    pub attributes: serde_json::Value,
+}
+
+/// `[[gateway.apiKeys]]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ApiKeySection {
+    /// SHA-256 hex of the key (`capgate keys hash KEY` prints it).
+    pub sha256: String,
+    /// The actor.
+    pub actor: ActorSection,
+    /// Namespace.
+    pub namespace: String,
+    /// Roles (`approver` for the approvals API).
+    #[serde(default)]
+    pub roles: Vec<String>,
+    /// Context for the runtime.
+    #[serde(default)]
+    pub context: serde_json::Value,
+}
+
+/// `[gateway.jwt]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JwtSection {
+    /// HS256 secret, read from this environment variable.
+    #[serde(default)]
+    pub hs256_secret_env: Option<String>,
+    /// RS256 public key PEM file.
+    #[serde(default)]
+    pub rs256_public_key: Option<String>,
+    /// JWKS file.
+    #[serde(default)]
+    pub jwks: Option<String>,
+    /// Required issuer.
+    #[serde(default)]
+    pub issuer: Option<String>,
+    /// Required audience.
+    #[serde(default)]
+    pub audience: Option<String>,
+    /// Namespace claim (default `org`).
+    #[serde(default)]
+    pub namespace_claim: Option<String>,
+}
+
+/// `[mcp]`
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct McpSection {
+    /// The service actor of `capgate mcp --stdio`.
+    pub stdio_actor: Option<ActorSection>,
+    /// Its namespace.
+    pub stdio_namespace: Option<String>,
+    /// The application context its calls carry.
+    pub stdio_context: serde_json::Value,
+}
+
+const TOP_KEYS: &[&str] = &[
+    "revision",
+    "runtime",
+    "store",
+    "audit",
+    "plugins",
+    "policies",
+    "redactors",
+    "capabilities",
+    "gateway",
+    "mcp",
+];
+
+/// Deserialize one part, locating the error inside it.
+fn part<T: DeserializeOwned>(
+    doc: &Located,
+    pointer: &str,
+    problems: &mut Vec<Problem>,
+) -> Option<T> {
+    let value = doc.json.pointer(pointer).cloned()?;
+    match serde_path_to_error::deserialize::<_, T>(value) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            let mut at = pointer.to_string();
+            for s in e.path().iter() {
+                use serde_path_to_error::Segment as S;
+                match s {
+                    S::Map { key } => at.push_str(&format!("/{}", seg(key))),
+                    S::Seq { index } => at.push_str(&format!("/{index}")),
+                    _ => {}
+                }
+            }
+            let msg = e.inner().to_string();
+            // serde reports an unknown field at its parent; point at the field itself.
+            if let Some(field) = msg
+                .strip_prefix("unknown field `")
+                .and_then(|r| r.split('`').next())
+            {
+                let last = format!("/{}", seg(field));
+                if !at.ends_with(&last) {
+                    at.push_str(&last);
+                }
+            }
+            problems.push(doc.problem(&at, msg));
+            None
+        }
+    }
+}
+
+impl Config {
+    /// Read and check a configuration file: every problem, located, or the config.
+    pub fn load(path: &Path) -> Result<Config, Vec<Problem>> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            vec![Problem {
+                file: path.to_path_buf(),
+                line: 1,
+                column: 1,
+                key: String::new(),
+                message: format!("cannot read the configuration file: {e}"),
+            }]
+        })?;
+        let doc = Located::parse(path, text).map_err(|p| vec![p])?;
+        let mut problems = Vec::new();
+        let mut cfg = Config {
+            path: path.to_path_buf(),
+            ..Default::default()
+        };
+        let Some(root) = doc.json.as_object() else {
+            return Err(vec![doc.problem("", "the file must be a TOML table")]);
+        };
+        for k in root.keys() {
+            if !TOP_KEYS.contains(&k.as_str()) {
+                problems.push(doc.problem(
+                    &format!("/{}", seg(k)),
+                    format!(
+                        "unknown section `{k}` (expected one of {})",
+                        TOP_KEYS.join(", ")
+                    ),
+                ));
+            }
+        }
+        cfg.revision = part(&doc, "/revision", &mut problems).unwrap_or_default();
+        cfg.runtime = part(&doc, "/runtime", &mut problems).unwrap_or_default();
+        cfg.store = part(&doc, "/store", &mut problems).unwrap_or_default();
+        cfg.audit = part(&doc, "/audit", &mut problems).unwrap_or_default();
+        cfg.gateway = part(&doc, "/gateway", &mut problems).unwrap_or_default();
+        cfg.mcp = part(&doc, "/mcp", &mut problems).unwrap_or_default();
+        let names = |section: &str| -> Vec<String> {
+            doc.json
+                .get(section)
+                .and_then(|v| v.as_object())
+                .map(|m| m.keys().cloned().collect())
+                .unwrap_or_default()
+        };
+        for name in names("plugins") {
+            if let Some(p) = part(&doc, &format!("/plugins/{}", seg(&name)), &mut problems) {
+                cfg.plugins.insert(name, p);
+            }
+        }
+        for name in names("policies") {
+            if let Some(p) = part(&doc, &format!("/policies/{}", seg(&name)), &mut problems) {
+                cfg.policies.insert(name, p);
+            }
+        }
+        for name in names("redactors") {
+            if let Some(p) = part(&doc, &format!("/redactors/{}", seg(&name)), &mut problems) {
+                cfg.redactors.insert(name, p);
+            }
+        }
+        let caps = doc
+            .json
+            .get("capabilities")
+            .and_then(|v| v.as_array())
+            .map_or(0, Vec::len);
+        if doc.json.get("capabilities").is_some_and(|v| !v.is_array()) {
+            problems.push(doc.problem(
+                "/capabilities",
+                "must be an array of tables: write each capability as [[capabilities]]",
+            ));
+        }
+        for i in 0..caps {
+            let ptr = format!("/capabilities/{i}");
+            if let Some(c) = part::<CapabilitySection>(&doc, &ptr, &mut problems) {
+                cfg.capabilities.push(c);
+            }
+        }
+        cfg.check_references(&doc, &mut problems);
+        if problems.is_empty() {
+            Ok(cfg)
+        } else {
+            Err(problems)
+        }
+    }
+
+    fn check_references(&self, doc: &Located, problems: &mut Vec<Problem>) {
+        for (i, name) in self.runtime.policies.iter().enumerate() {
+            if !self.policies.contains_key(name) {
+                problems.push(doc.problem(
+                    &format!("/runtime/policies/{i}"),
+                    format!("no policy binding named `{name}` (declare it as [policies.{name}])"),
+                ));
+            }
+        }
+        for (section, map) in [("policies", &self.policies), ("redactors", &self.redactors)] {
+            for (name, b) in map {
+                if !self.plugins.contains_key(&b.plugin) {
+                    problems.push(doc.problem(
+                        &format!("/{section}/{}/plugin", seg(name)),
+                        format!(
+                            "no plugin named `{}` (declare it as [plugins.{}])",
+                            b.plugin, b.plugin
+                        ),
+                    ));
+                }
+            }
+        }
+        for (name, p) in &self.plugins {
+            let path = Path::new(&p.path);
+            if path.is_absolute()
+                || path
+                    .components()
+                    .any(|c| !matches!(c, std::path::Component::Normal(_)))
+            {
+                problems.push(doc.problem(
+                    &format!("/plugins/{}/path", seg(name)),
+                    "must be a plain path inside runtime.pluginDir (no `..`, no absolute paths)",
+                ));
+            }
+            let ok = p.sha256.len() == 64 && p.sha256.chars().all(|c| c.is_ascii_hexdigit());
+            if !ok {
+                problems.push(doc.problem(
+                    &format!("/plugins/{}/sha256", seg(name)),
+                    "must be the 64-hex-digit SHA-256 of the plugin file (`sha256sum FILE`)",
+                ));
+            }
+            if let Some(iso) = &p.isolation
+                && iso != "fresh"
+                && iso != "pooled"
+            {
+                problems.push(doc.problem(
+                    &format!("/plugins/{}/isolation", seg(name)),
+                    format!("`{iso}` is not an isolation mode (expected `fresh` or `pooled`)"),
+                ));
+            }
+        }
+        // References and schemas are checked on the raw entries, so a capability with a
+        // type error elsewhere still gets its reference mistakes reported in the same run.
+        let raw_caps = doc
+            .json
+            .get("capabilities")
+            .and_then(|v| v.as_array())
+            .cloned()
+            .unwrap_or_default();
+        for (n, c) in raw_caps.iter().enumerate() {
+            let ptr = format!("/capabilities/{n}");
+            let names = |key: &str| -> Vec<(usize, String)> {
+                c.get(key)
+                    .and_then(|v| v.as_array())
+                    .map(|a| {
+                        a.iter()
+                            .enumerate()
+                            .filter_map(|(i, v)| v.as_str().map(|s| (i, s.to_string())))
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            };
+            for (i, name) in names("policies") {
+                if !self.policies.contains_key(&name) {
+                    problems.push(doc.problem(
+                        &format!("{ptr}/policies/{i}"),
+                        format!(
+                            "no policy binding named `{name}` (declare it as [policies.{name}])"
+                        ),
+                    ));
+                }
+            }
+            for (i, name) in names("redactors") {
+                if !self.redactors.contains_key(&name) {
+                    problems.push(doc.problem(
+                        &format!("{ptr}/redactors/{i}"),
+                        format!(
+                            "no redactor binding named `{name}` (declare it as [redactors.{name}])"
+                        ),
+                    ));
+                }
+            }
+            if let Some(proc_) = c.get("procedure") {
+                match (proc_.get("plugin"), proc_.get("http")) {
+                    (Some(_), Some(_)) | (None, None) => problems.push(doc.problem(
+                        &format!("{ptr}/procedure"),
+                        "set exactly one of `plugin` or `http`",
+                    )),
+                    (Some(p), None) => {
+                        if let Some(p) = p.as_str()
+                            && !self.plugins.contains_key(p)
+                        {
+                            problems.push(doc.problem(
+                                &format!("{ptr}/procedure/plugin"),
+                                format!("no plugin named `{p}` (declare it as [plugins.{p}])"),
+                            ));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            for field in ["inputSchema", "outputSchema"] {
+                let Some(raw) = c.get(field) else { continue };
+                let Ok(schema) = serde_json::from_value::<SchemaRef>(raw.clone()) else {
+                    continue;
+                };
+                match self.resolve_schema(&schema) {
+                    Err(e) => problems.push(doc.problem(&format!("{ptr}/{field}"), e)),
+                    Ok(v) => {
+                        if let Err(e) = capgate_core::schema::Schema::compile(v) {
+                            problems.push(doc.problem(&format!("{ptr}/{field}"), e.to_string()));
+                        }
+                    }
+                }
+            }
+        }
+        for (i, r) in self.gateway.routes.iter().enumerate() {
+            if !r.path.starts_with('/') || r.path.len() < 2 || r.path.ends_with('/') {
+                problems.push(doc.problem(
+                    &format!("/gateway/routes/{i}/path"),
+                    "must start with `/`, be more than `/`, and not end with `/` (e.g. `/agent`)",
+                ));
+            }
+            if !matches!(r.surface, Surface::AiSdk | Surface::Mcp | Surface::Workflow) {
+                problems.push(doc.problem(
+                    &format!("/gateway/routes/{i}/surface"),
+                    "a gateway route serves `aiSdk`, `mcp` or `workflow`",
+                ));
+            }
+        }
+        if self.gateway.audit_drain_timeout_ms >= self.gateway.request_timeout_ms {
+            problems.push(doc.problem(
+                "/gateway/auditDrainTimeoutMs",
+                "must be smaller than requestTimeoutMs (drain time is reserved inside the request ceiling)",
+            ));
+        }
+        match &self.gateway.authorize {
+            None => {}
+            Some(serde_json::Value::String(s)) if s == "authenticated" => {}
+            Some(v) => match v.get("plugin").and_then(|p| p.as_str()) {
+                Some(p) if self.plugins.contains_key(p) => {}
+                Some(p) => problems.push(doc.problem(
+                    "/gateway/authorize/plugin",
+                    format!("no plugin named `{p}`"),
+                )),
+                None => problems.push(doc.problem(
+                    "/gateway/authorize",
+                    "must be \"authenticated\" (explicit opt-in) or { plugin = \"NAME\" }",
+                )),
+            },
+        }
+        for (i, k) in self.gateway.api_keys.iter().enumerate() {
+            if k.sha256.len() != 64 || !k.sha256.chars().all(|c| c.is_ascii_hexdigit()) {
+                problems.push(doc.problem(
+                    &format!("/gateway/apiKeys/{i}/sha256"),
+                    "must be the SHA-256 hex of the key (`capgate keys hash KEY`); keys are never stored in clear",
+                ));
+            }
+            if k.actor.kind == ActorKind::Anonymous {
+                problems.push(doc.problem(
+                    &format!("/gateway/apiKeys/{i}/actor/kind"),
+                    "anonymous actors are rejected",
+                ));
+            }
+            if k.namespace.trim().is_empty() {
+                problems.push(doc.problem(
+                    &format!("/gateway/apiKeys/{i}/namespace"),
+                    "must not be empty",
+                ));
+            }
+        }
+    }
+
+    /// A path relative to the config file's directory.
+    pub fn relative(&self, p: &str) -> PathBuf {
+        let base = self.path.parent().unwrap_or(Path::new("."));
+        base.join(p)
+    }
+
+    /// The plugin directory.
+    pub fn plugin_dir(&self) -> PathBuf {
+        self.relative(&self.runtime.plugin_dir)
+    }
+
+    /// The schema JSON of a [`SchemaRef`].
+    pub fn resolve_schema(&self, s: &SchemaRef) -> Result<serde_json::Value, String> {
+        match s {
+            SchemaRef::Inline(m) => Ok(serde_json::Value::Object(m.clone())),
+            SchemaRef::Path(p) => {
+                let full = self.relative(p);
+                let text = std::fs::read_to_string(&full)
+                    .map_err(|e| format!("cannot read schema file {}: {e}", full.display()))?;
+                serde_json::from_str(&text)
+                    .map_err(|e| format!("schema file {} is not JSON: {e}", full.display()))
+            }
+        }
+    }
+
+    /// The SQLite/Postgres URL with a relative SQLite path resolved against the config file.
+    pub fn store_url(&self) -> String {
+        match self.store.url.strip_prefix("sqlite://") {
+            Some(p) if !p.starts_with('/') && !p.starts_with(":memory:") => {
+                format!("sqlite://{}", self.relative(p).display())
+            }
+            _ => self.store.url.clone(),
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! A TOML document as JSON plus the file position of every key, so that each configuration
+//! problem can be reported as `file:line:column: key.path: message`.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use toml::de::{DeTable, DeValue};
+
+/// One configuration problem with its place in the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The file.
+    pub file: PathBuf,
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column.
+    pub column: usize,
+    /// Dotted key path, e.g. `capabilities."orders.refund".risk`.
+    pub key: String,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}: {}: {}",
+            self.file.display(),
+            self.line,
+            self.column,
+            if self.key.is_empty() {
+                "(root)"
+            } else {
+                &self.key
+            },
+            self.message
+        )
+    }
+}
+
+/// The parsed document: JSON for the typed layer, spans for the messages.
+pub struct Located {
+    /// The file it came from.
+    pub file: PathBuf,
+    /// The document as JSON.
+    pub json: serde_json::Value,
+    text: String,
+    /// JSON pointer → byte offset of the key (or value for array items).
+    spans: HashMap<String, usize>,
+}
+
+impl Located {
+    /// Parse a TOML file. A syntax error is one located problem.
+    pub fn parse(file: &Path, text: String) -> Result<Located, Problem> {
+        let parsed = DeTable::parse(&text).map_err(|e| {
+            let offset = e.span().map(|s| s.start).unwrap_or(0);
+            let (line, column) = line_col(&text, offset);
+            Problem {
+                file: file.to_path_buf(),
+                line,
+                column,
+                key: String::new(),
+                message: format!("not valid TOML: {}", e.message().trim()),
+            }
+        })?;
+        let mut spans = HashMap::new();
+        let json = table_to_json(parsed.get_ref(), "", &mut spans);
+        Ok(Located {
+            file: file.to_path_buf(),
+            json,
+            text,
+            spans,
+        })
+    }
+
+    /// A problem at a JSON pointer (falls back to the nearest located parent).
+    pub fn problem(&self, pointer: &str, message: impl Into<String>) -> Problem {
+        let mut p = pointer.to_string();
+        let offset = loop {
+            if let Some(o) = self.spans.get(&p) {
+                break *o;
+            }
+            match p.rfind('/') {
+                Some(i) => p.truncate(i),
+                None => break 0,
+            }
+        };
+        let (line, column) = line_col(&self.text, offset);
+        Problem {
+            file: self.file.clone(),
+            line,
+            column,
+            key: dotted(pointer),
+            message: message.into(),
+        }
+    }
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+/// `/capabilities/orders.refund/risk` → `capabilities."orders.refund".risk`.
+pub fn dotted(pointer: &str) -> String {
+    pointer
+        .split('/')
+        .skip(1)
+        .map(|seg| {
+            let seg = seg.replace("~1", "/").replace("~0", "~");
+            if !seg.is_empty()
+                && seg
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            {
+                seg
+            } else if seg.parse::<usize>().is_ok() {
+                format!("[{seg}]")
+            } else {
+                format!("{seg:?}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(".")
+        .replace(".[", "[")
+}
+
+/// Escape one JSON pointer segment.
+pub fn seg(s: &str) -> String {
+    s.replace('~', "~0").replace('/', "~1")
+}
+
+fn table_to_json(
+    t: &DeTable<'_>,
+    at: &str,
+    spans: &mut HashMap<String, usize>,
+) -> serde_json::Value {
+    let mut map = serde_json::Map::new();
+    for (k, v) in t.iter() {
+        let key = k.get_ref().to_string();
+        let path = format!("{at}/{}", seg(&key));
+        spans.insert(path.clone(), k.span().start);
+        map.insert(key, value_to_json(v.get_ref(), &path, spans));
+    }
+    serde_json::Value::Object(map)
+}
+
+fn value_to_json(
+    v: &DeValue<'_>,
+    at: &str,
+    spans: &mut HashMap<String, usize>,
+) -> serde_json::Value {
+    use serde_json::Value as J;
+    match v {
+        DeValue::String(s) => J::String(s.to_string()),
+        DeValue::Integer(i) => i64::from_str_radix(
+            i.as_str()
+                .replace('_', "")
+                .trim_start_matches("0x")
+                .trim_start_matches("0o")
+                .trim_start_matches("0b"),
+            i.radix(),
+        )
+        .map(J::from)
+        .unwrap_or(J::Null),
+        DeValue::Float(f) => f
+            .as_str()
+            .replace('_', "")
+            .parse::<f64>()
+            .ok()
+            .and_then(serde_json::Number::from_f64)
+            .map_or(J::Null, J::Number),
+        DeValue::Boolean(b) => J::Bool(*b),
+        DeValue::Datetime(d) => J::String(d.to_string()),
+        DeValue::Array(a) => J::Array(
+            a.iter()
+                .enumerate()
+                .map(|(i, item)| {
+                    let path = format!("{at}/{i}");
+                    spans.insert(path.clone(), item.span().start);
+                    value_to_json(item.get_ref(), &path, spans)
+                })
+                .collect(),
+        ),
+        DeValue::Table(t) => table_to_json(t, at, spans),
+    }
+}

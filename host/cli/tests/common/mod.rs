@@ -1,0 +1,207 @@
+//! Starting the real `capgate` binary: the example deployment, a temporary store, the port
+//! read from the "listening on" line.
+#![allow(dead_code)]
+
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub const PG_ENV: &str = "CAPGATE_TEST_POSTGRES_URL";
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The example deployment as `cargo xtask demo` serves it (rendered by `cargo xtask test`
+/// before the tests run).
+pub fn example_config() -> PathBuf {
+    let path = root().join("examples/customer-support/capgate.toml");
+    assert!(
+        path.is_file(),
+        "{} is missing: run `cargo xtask example-config` (or `cargo xtask test`) first",
+        path.display()
+    );
+    path
+}
+
+/// A running `capgate serve`, killed on drop.
+pub struct Server {
+    child: Child,
+    pub base: String,
+}
+
+impl Server {
+    /// Start `capgate serve --config CONFIG --store STORE --listen 127.0.0.1:0`.
+    pub fn start(config: &std::path::Path, store: &str) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_capgate"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--store",
+                store,
+                "--config",
+            ])
+            .arg(config)
+            .env("CAPGATE_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start capgate serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let base = loop {
+            match lines.next() {
+                Some(Ok(line)) => {
+                    if let Some(addr) = line.split("listening on ").nth(1) {
+                        break addr.trim().to_string();
+                    }
+                }
+                _ => {
+                    let status = child.wait().expect("wait");
+                    panic!("capgate serve exited before listening: {status}");
+                }
+            }
+        };
+        // Keep draining stdout so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Server { child, base }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An HTTP client for one API key.
+#[derive(Clone)]
+pub struct Caller {
+    http: reqwest::Client,
+    key: String,
+}
+
+impl Caller {
+    pub fn new(key: &str) -> Caller {
+        Caller {
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(60))
+                .build()
+                .expect("client"),
+            key: key.to_string(),
+        }
+    }
+
+    pub async fn post(&self, url: &str, body: &Value) -> (u16, Value) {
+        let r = self
+            .http
+            .post(url)
+            .bearer_auth(&self.key)
+            .json(body)
+            .send()
+            .await
+            .expect("send");
+        answer(r).await
+    }
+
+    pub async fn post_raw(&self, url: &str, body: Vec<u8>) -> (u16, Value) {
+        let r = self
+            .http
+            .post(url)
+            .bearer_auth(&self.key)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("send");
+        answer(r).await
+    }
+
+    pub async fn get(&self, url: &str) -> (u16, Value) {
+        let r = self
+            .http
+            .get(url)
+            .bearer_auth(&self.key)
+            .send()
+            .await
+            .expect("send");
+        answer(r).await
+    }
+}
+
+/// Status and JSON body (a non-JSON body as `{"raw": text}`).
+async fn answer(r: reqwest::Response) -> (u16, Value) {
+    let status = r.status().as_u16();
+    let text = r.text().await.expect("body");
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or_else(|_| json!({ "raw": text })),
+    )
+}
+
+/// A fresh Postgres database for one test (dropped by [`PgDb`]'s drop), or `None` outside
+/// CI when the variable is unset. Under CI=true a missing variable fails the test.
+pub async fn postgres_db() -> Option<PgDb> {
+    use sqlx::Connection;
+    let Ok(base) = std::env::var(PG_ENV) else {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("{PG_ENV} is not set but CI=true: the Postgres end-to-end tests must run");
+        }
+        eprintln!("notice: {PG_ENV} is not set; skipping this Postgres test");
+        return None;
+    };
+    let name = format!("capgate_e2e_{}", uuid::Uuid::new_v4().simple());
+    let mut admin = sqlx::PgConnection::connect(&base)
+        .await
+        .unwrap_or_else(|e| panic!("cannot reach {PG_ENV}={base}: {e}"));
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut admin)
+        .await
+        .expect("CREATE DATABASE");
+    let _ = admin.close().await;
+    let url = match base.rfind('/') {
+        Some(i) if base[..i].contains("://") && !base[..i].ends_with('/') => {
+            format!("{}/{name}", &base[..i])
+        }
+        _ => format!("{}/{name}", base.trim_end_matches('/')),
+    };
+    Some(PgDb { base, name, url })
+}
+
+/// A test database on the Postgres server.
+pub struct PgDb {
+    base: String,
+    name: String,
+    pub url: String,
+}
+
+impl Drop for PgDb {
+    fn drop(&mut self) {
+        let base = self.base.clone();
+        let name = self.name.clone();
+        // Drop on a thread with its own runtime: Drop cannot await.
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                use sqlx::Connection;
+                if let Ok(mut c) = sqlx::PgConnection::connect(&base).await {
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                    )))
+                    .execute(&mut c)
+                    .await;
+                }
+            });
+        })
+        .join();
+    }
+}

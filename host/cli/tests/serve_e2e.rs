@@ -1,0 +1,352 @@
+//! The real `capgate serve` binary, driven over HTTP: the lifecycle walkthrough on SQLite,
+//! the same on three replicas sharing one Postgres (50 concurrent resumes → one execution),
+//! and bad input as a new user would try it.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+
+const DANA: &str = "dana-dev-key";
+const PRIYA: &str = "priya-dev-key";
+const EVE: &str = "eve-dev-key";
+
+fn refund_649(invocation_id: &str) -> Value {
+    json!({
+        "capabilityId": "orders.refund",
+        "input": {"orderId": "ord_42", "amount": 649, "reason": "damaged item"},
+        "invocationId": invocation_id,
+        "correlationId": "run_1"
+    })
+}
+
+/// Acts 1–3 over HTTP: Dana's $649 refund is held; Priya, a different user with the
+/// approver role, approves it through the approvals API. Returns the approval id.
+async fn request_and_approve(agent: &str, approvals: &str, invocation_id: &str) -> String {
+    let dana = Caller::new(DANA);
+    let (status, held) = dana
+        .post(&format!("{agent}/invoke"), &refund_649(invocation_id))
+        .await;
+    assert_eq!(status, 200, "{held}");
+    assert_eq!(held["status"], "approval-required", "{held}");
+    assert_eq!(held["invocationId"], invocation_id);
+    assert_eq!(
+        held["approval"]["reasons"],
+        json!(["Refund of $649 exceeds $500"])
+    );
+    assert!(
+        held["approval"].get("input").is_none(),
+        "the model never sees the stored input: {held}"
+    );
+    let approval_id = held["approval"]["id"]
+        .as_str()
+        .expect("approval id")
+        .to_string();
+
+    // A model-facing key cannot decide, or even list.
+    let (status, _) = dana.get(&format!("{approvals}/approvals")).await;
+    assert_eq!(status, 403, "Dana is no approver");
+    let (status, _) = dana
+        .post(
+            &format!("{approvals}/approvals/{approval_id}/decision"),
+            &json!({"decision": "approved"}),
+        )
+        .await;
+    assert_eq!(status, 403, "Dana cannot approve her own refund");
+
+    let priya = Caller::new(PRIYA);
+    let (status, list) = priya
+        .get(&format!("{approvals}/approvals?status=pending"))
+        .await;
+    assert_eq!(status, 200, "{list}");
+    let shown = list
+        .as_array()
+        .and_then(|a| a.iter().find(|x| x["id"] == approval_id.as_str()))
+        .unwrap_or_else(|| panic!("the approval is listed: {list}"));
+    assert_eq!(shown["input"]["amount"], 649, "{shown}");
+    let (status, decided) = priya
+        .post(
+            &format!("{approvals}/approvals/{approval_id}/decision"),
+            &json!({"decision": "approved", "comment": "damaged on arrival, photo attached"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{decided}");
+    assert_eq!(decided["status"], "approved", "{decided}");
+    approval_id
+}
+
+fn resume_body(approval_id: &str, invocation_id: &str) -> Value {
+    json!({"approvalId": approval_id, "invocationId": invocation_id})
+}
+
+fn assert_refund_completed(outcome: &Value) {
+    assert_eq!(outcome["status"], "completed", "{outcome}");
+    let output = &outcome["output"];
+    assert_eq!(output["amount"], 649, "{outcome}");
+    assert_eq!(output["status"], "issued", "{outcome}");
+    assert!(
+        output["refundId"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("ref_")),
+        "{outcome}"
+    );
+    assert!(
+        output.get("gatewayRef").is_none(),
+        "the gateway reference is redacted: {outcome}"
+    );
+}
+
+/// The audit trail of one execution, as event types, read back from the store.
+async fn trail(store: &str, correlation: &str) -> Vec<String> {
+    let store = capgate_store::Store::open(store).await.expect("open store");
+    let rows = store.audit_log().tail(10_000).await.expect("tail");
+    rows.into_iter()
+        .filter_map(|r| r.event.ok())
+        .map(|e| serde_json::to_value(&e).expect("json"))
+        .filter(|e| e["correlationId"] == correlation || e["data"]["correlationId"] == correlation)
+        .map(|e| e["type"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+async fn count_started(store: &str, capability: &str) -> usize {
+    let store = capgate_store::Store::open(store).await.expect("open store");
+    let rows = store.audit_log().tail(100_000).await.expect("tail");
+    rows.into_iter()
+        .filter_map(|r| r.event.ok())
+        .map(|e| serde_json::to_value(&e).expect("json"))
+        .filter(|e| e["type"] == "capability.started" && e["capabilityId"] == capability)
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_walkthrough_over_http_on_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = format!("sqlite://{}", dir.path().join("capgate.db").display());
+    let server = Server::start(&example_config(), &store);
+    let agent = format!("{}/agent", server.base);
+
+    let approval_id = request_and_approve(&agent, &server.base, "call_1").await;
+
+    // Act 4–5: Dana's host resumes with the original invocation id.
+    let dana = Caller::new(DANA);
+    let (status, done) = dana
+        .post(
+            &format!("{agent}/resumeApproval"),
+            &resume_body(&approval_id, "call_1"),
+        )
+        .await;
+    assert_eq!(status, 200, "{done}");
+    assert_refund_completed(&done);
+    assert_eq!(done["invocationId"], "call_1");
+
+    // The receipt is settled with the same outcome; a replay returns it without executing.
+    let (_, receipt) = dana
+        .post(
+            &format!("{agent}/getInvocation"),
+            &json!({"invocationId": "call_1"}),
+        )
+        .await;
+    assert_eq!(receipt["state"], "settled", "{receipt}");
+    assert_eq!(receipt["capabilityId"], "orders.refund");
+    assert_eq!(receipt["approvalId"], approval_id.as_str());
+    assert_eq!(receipt["outcome"], done, "{receipt}");
+    let (_, replay) = dana
+        .post(&format!("{agent}/invoke"), &refund_649("call_1"))
+        .await;
+    assert_eq!(replay, done, "a settled call replays its recorded outcome");
+
+    // Same id, different input: a conflict, nothing runs.
+    let mut changed = refund_649("call_1");
+    changed["input"]["amount"] = json!(648);
+    let (_, conflict) = dana.post(&format!("{agent}/invoke"), &changed).await;
+    assert_eq!(conflict["status"], "failed", "{conflict}");
+    assert_eq!(
+        conflict["error"]["code"], "INVOCATION_CONFLICT",
+        "{conflict}"
+    );
+    assert_eq!(conflict["executionId"], "");
+
+    // Another organisation's agent sees nothing of Dana's call.
+    let (_, foreign) = Caller::new(EVE)
+        .post(
+            &format!("{agent}/getInvocation"),
+            &json!({"invocationId": "call_1"}),
+        )
+        .await;
+    assert_eq!(foreign, Value::Null);
+
+    // The audit trail of the walkthrough, in order, and exactly one execution.
+    assert_eq!(
+        trail(&store, "run_1").await,
+        [
+            "capability.requested",
+            "capability.approval_requested",
+            "capability.approved",
+            "capability.started",
+            "capability.completed",
+        ]
+    );
+    assert_eq!(count_started(&store, "orders.refund").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_replicas_on_one_postgres_execute_a_resumed_call_exactly_once() {
+    let Some(db) = postgres_db().await else {
+        return;
+    };
+    let config = example_config();
+    let migrate = std::process::Command::new(env!("CARGO_BIN_EXE_capgate"))
+        .args(["migrate", "--store", &db.url])
+        .output()
+        .expect("run capgate migrate");
+    assert!(
+        migrate.status.success(),
+        "{}",
+        String::from_utf8_lossy(&migrate.stderr)
+    );
+    let servers: Vec<Server> = (0..3).map(|_| Server::start(&config, &db.url)).collect();
+    let agent = |i: usize| format!("{}/agent", servers[i % 3].base);
+
+    // Requested on replica 0, approved on replica 1.
+    let approval_id = request_and_approve(&agent(0), &servers[1].base, "call_pg").await;
+
+    // 50 concurrent resumes spread over the three replicas.
+    let mut tasks = Vec::new();
+    for i in 0..50 {
+        let url = format!("{}/resumeApproval", agent(i));
+        let body = resume_body(&approval_id, "call_pg");
+        tasks.push(tokio::spawn(async move {
+            Caller::new(DANA).post(&url, &body).await
+        }));
+    }
+    let mut completed = Vec::new();
+    for t in tasks {
+        let (status, outcome) = t.await.expect("task");
+        assert_eq!(status, 200, "{outcome}");
+        match outcome["status"].as_str() {
+            Some("completed") => completed.push(outcome),
+            Some("outcome-unknown") => {}
+            _ => panic!("unexpected resume outcome: {outcome}"),
+        }
+    }
+    assert!(!completed.is_empty(), "someone completed the call");
+    for c in &completed {
+        assert_refund_completed(c);
+        assert_eq!(c, &completed[0], "every completion is the one execution");
+    }
+    assert_eq!(
+        count_started(&db.url, "orders.refund").await,
+        1,
+        "exactly one execution across three replicas"
+    );
+    // Every replica now reports the settled receipt.
+    for i in 0..3 {
+        let (_, receipt) = Caller::new(DANA)
+            .post(
+                &format!("{}/getInvocation", agent(i)),
+                &json!({"invocationId": "call_pg"}),
+            )
+            .await;
+        assert_eq!(receipt["state"], "settled", "replica {i}: {receipt}");
+        assert_eq!(receipt["outcome"], completed[0]);
+    }
+    drop(servers);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_input_gets_a_clear_error_and_nothing_is_stored() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = format!("sqlite://{}", dir.path().join("capgate.db").display());
+    let server = Server::start(&example_config(), &store);
+    let invoke = format!("{}/agent/invoke", server.base);
+    let dana = Caller::new(DANA);
+
+    let (status, body) = dana
+        .post_raw(&invoke, b"{\"capabilityId\": ".to_vec())
+        .await;
+    assert_eq!(status, 400, "malformed JSON: {body}");
+    assert!(body["error"]["message"].as_str().is_some(), "{body}");
+
+    let mut unknown = refund_649("call_x");
+    unknown["actor"] = json!({"id": "u_admin", "kind": "user"});
+    let (status, body) = dana.post(&invoke, &unknown).await;
+    assert_eq!(status, 400, "unknown field: {body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("actor")),
+        "the message names the field: {body}"
+    );
+
+    let huge = json!({
+        "capabilityId": "orders.refund",
+        "input": {"orderId": "ord_42", "amount": 1, "reason": "x".repeat(2 << 20)},
+        "invocationId": "call_big"
+    });
+    let (status, body) = dana.post(&invoke, &huge).await;
+    assert_eq!(status, 413, "oversized body: {body}");
+
+    let (status, body) = dana.post(&invoke, &refund_649(&"i".repeat(257))).await;
+    assert_eq!(status, 400, "257-character id: {body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("256")),
+        "{body}"
+    );
+
+    let (status, _) = Caller::new("not-a-key")
+        .post(&invoke, &refund_649("call_y"))
+        .await;
+    assert_eq!(status, 401, "unknown key");
+
+    // Nothing above reached the runtime or the journal.
+    assert!(trail(&store, "run_1").await.is_empty());
+    let (_, receipt) = dana
+        .post(
+            &format!("{}/agent/getInvocation", server.base),
+            &json!({"invocationId": "call_x"}),
+        )
+        .await;
+    assert_eq!(receipt, Value::Null);
+}
+
+#[test]
+fn serve_refuses_to_start_without_an_authorizer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("capgate.toml");
+    std::fs::write(
+        &config,
+        r#"
+revision = "r1"
+
+[[capabilities]]
+id = "orders.refund"
+description = "Refund an order"
+expose = { aiSdk = true }
+sideEffect = "write"
+risk = "high"
+procedure = { http = { target = "orders", url = "http://127.0.0.1:9/refund" } }
+
+[gateway]
+routes = [{ path = "/agent", surface = "aiSdk" }]
+"#,
+    )
+    .expect("write config");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_capgate"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .output()
+        .expect("run capgate");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("gateway.authorize"), "{err}");
+    assert!(
+        err.contains("authorize = \"authenticated\""),
+        "the error says what to write: {err}"
+    );
+    assert!(
+        !dir.path().join("capgate.db").exists(),
+        "nothing was created"
+    );
+}
