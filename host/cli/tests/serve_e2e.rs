@@ -126,6 +126,19 @@ async fn the_walkthrough_over_http_on_sqlite() {
     let agent = format!("{}/agent", server.base);
 
     let approval_id = request_and_approve(&agent, &server.base, "call_1").await;
+    // The operator's view of the same approval, from the shell.
+    let listed = capgate(&[
+        "approvals",
+        "list",
+        "--status",
+        "approved",
+        "--config",
+        &example_config().display().to_string(),
+        "--store",
+        &store,
+    ]);
+    assert!(listed.contains(&approval_id), "{listed}");
+    assert!(listed.contains("\"amount\":649"), "{listed}");
 
     // Act 4–5: Dana's host resumes with the original invocation id.
     let dana = Caller::new(DANA);
@@ -187,6 +200,85 @@ async fn the_walkthrough_over_http_on_sqlite() {
         ]
     );
     assert_eq!(count_started(&store, "orders.refund").await, 1);
+
+    let shown = capgate(&[
+        "invocations",
+        "show",
+        "call_1",
+        "--namespace",
+        "org_1",
+        "--actor",
+        "user:u_dana",
+        "--surface",
+        "aiSdk",
+        "--store",
+        &store,
+    ]);
+    let shown: Value = serde_json::from_str(&shown).expect("invocations show prints JSON");
+    assert_eq!(shown["state"], "settled", "{shown}");
+    assert_eq!(shown["outcome"], done, "{shown}");
+}
+
+/// Run the binary; its stdout, failing the test on a non-zero exit.
+fn capgate(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_capgate"))
+        .args(args)
+        .output()
+        .expect("run capgate");
+    assert!(
+        out.status.success(),
+        "capgate {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_contract_and_tool_definitions_of_the_example() {
+    let config = example_config().display().to_string();
+    let contract: Value = serde_json::from_str(&capgate(&[
+        "contract",
+        "export",
+        "--config",
+        &config,
+        "--surface",
+        "aiSdk",
+    ]))
+    .expect("contract JSON");
+    let ids: Vec<&str> = contract
+        .as_array()
+        .expect("array")
+        .iter()
+        .filter_map(|d| d["id"].as_str())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "customers.search",
+            "orders.checkEligibility",
+            "orders.refund",
+            "messages.draft",
+            "messages.send"
+        ]
+    );
+    for d in contract.as_array().expect("array") {
+        assert_eq!(d["version"], 1);
+        assert_eq!(d["contractDigest"].as_str().map(str::len), Some(64), "{d}");
+    }
+    let tools: Value = serde_json::from_str(&capgate(&[
+        "contract", "tools", "--config", &config, "--format", "openai",
+    ]))
+    .expect("tools JSON");
+    let send = tools
+        .as_array()
+        .and_then(|t| t.iter().find(|t| t["function"]["name"] == "messages_send"))
+        .expect("messages_send");
+    assert!(
+        send["function"]["description"]
+            .as_str()
+            .is_some_and(|d| d.ends_with(" Requires approval.")),
+        "{send}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -349,4 +441,77 @@ routes = [{ path = "/agent", surface = "aiSdk" }]
         !dir.path().join("capgate.db").exists(),
         "nothing was created"
     );
+}
+
+const JWT_SECRET: &str = "an-hs256-secret-of-at-least-32-bytes!";
+
+fn jwt(secret: &str, sub: &str, org: Option<&str>, exp_from_now: i64) -> String {
+    let mut claims = json!({
+        "sub": sub,
+        "exp": chrono::Utc::now().timestamp() + exp_from_now,
+        "attributes": {"orgId": "org_1"},
+    });
+    if let Some(org) = org {
+        claims["org"] = json!(org);
+    }
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()).expect("key"),
+    )
+    .expect("encode")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn jwt_bearer_tokens_are_verified_on_every_call() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("capgate.toml");
+    std::fs::write(
+        &config,
+        r#"
+revision = "r1"
+
+[[capabilities]]
+id = "orders.lookup"
+description = "Look up an order"
+expose = { aiSdk = true }
+sideEffect = "read"
+risk = "low"
+procedure = { http = { target = "orders", url = "http://127.0.0.1:9/lookup" } }
+
+[gateway]
+authorize = "authenticated"
+routes = [{ path = "/agent", surface = "aiSdk" }]
+jwt = { hs256SecretEnv = "CAPGATE_TEST_JWT_SECRET" }
+"#,
+    )
+    .expect("write config");
+    let store = format!("sqlite://{}", dir.path().join("capgate.db").display());
+    let server =
+        Server::start_with_env(&config, &store, &[("CAPGATE_TEST_JWT_SECRET", JWT_SECRET)]);
+    let describe = format!("{}/agent/describe", server.base);
+
+    let good = jwt(JWT_SECRET, "u_dana", Some("org_1"), 300);
+    let (status, tools) = Caller::new(&good).post(&describe, &json!({})).await;
+    assert_eq!(status, 200, "{tools}");
+    assert_eq!(tools[0]["id"], "orders.lookup", "{tools}");
+
+    for (what, token) in [
+        (
+            "wrong signature",
+            jwt(
+                "another-secret-of-at-least-32-bytes!!",
+                "u_dana",
+                Some("org_1"),
+                300,
+            ),
+        ),
+        ("expired", jwt(JWT_SECRET, "u_dana", Some("org_1"), -5)),
+        ("no namespace claim", jwt(JWT_SECRET, "u_dana", None, 300)),
+        ("not a JWT", "not.a.jwt".to_string()),
+    ] {
+        let (status, body) = Caller::new(&token).post(&describe, &json!({})).await;
+        assert_eq!(status, 401, "{what}: {body}");
+        assert!(body["error"]["code"].is_string(), "{what}: {body}");
+    }
 }

@@ -35,6 +35,11 @@ pub struct Server {
 impl Server {
     /// Start `capgate serve --config CONFIG --store STORE --listen 127.0.0.1:0`.
     pub fn start(config: &std::path::Path, store: &str) -> Server {
+        Server::start_with_env(config, store, &[])
+    }
+
+    /// [`Server::start`] with extra environment variables for the server process.
+    pub fn start_with_env(config: &std::path::Path, store: &str, env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_capgate"))
             .args([
                 "serve",
@@ -45,6 +50,7 @@ impl Server {
                 "--config",
             ])
             .arg(config)
+            .envs(env.iter().copied())
             .env("CAPGATE_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
