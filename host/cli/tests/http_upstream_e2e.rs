@@ -123,8 +123,8 @@ async fn http_upstream_procedures_complete_fail_governed_and_are_cut_when_silent
             .replace("@KEYHASH@", &key_hash),
     )
     .expect("write config");
-    let store = format!("sqlite://{}", dir.path().join("capgate.db").display());
-    let server = Server::start(&config, &store);
+    let store_url = format!("sqlite://{}", dir.path().join("capgate.db").display());
+    let server = Server::start(&config, &store_url);
     let url = format!("{}/agent/invoke", server.base);
     let dana = Caller::new("dana-dev-key");
 
@@ -171,7 +171,7 @@ async fn http_upstream_procedures_complete_fail_governed_and_are_cut_when_silent
     );
 
     // The audit trail names what happened; the model-facing answers never did.
-    let store = capgate_store::Store::open(&store)
+    let store = capgate_store::Store::open(&store_url)
         .await
         .expect("open store");
     let events: Vec<Value> = store
@@ -200,4 +200,71 @@ async fn http_upstream_procedures_complete_fail_governed_and_are_cut_when_silent
         "{stalled}"
     );
     assert!(!silent.to_string().contains("response_stalled"));
+
+    // The operator reconciles the crashed call after checking the backend: show the
+    // pending receipt's claim, settle it as failed; the caller's lookup then has it.
+    let scope = [
+        "--namespace",
+        "org_1",
+        "--actor",
+        "user:u_dana",
+        "--surface",
+        "aiSdk",
+        "--store",
+        &store_url,
+    ];
+    let shown: Value = serde_json::from_str(&capgate(
+        &[&["invocations", "show", "h2"][..], &scope[..]].concat(),
+    ))
+    .expect("show prints JSON");
+    assert_eq!(shown["state"], "pending", "{shown}");
+    let claim = shown["claimToken"]
+        .as_str()
+        .expect("claim token")
+        .to_string();
+    let outcome = json!({
+        "status": "failed", "invocationId": "h2", "executionId": "",
+        "error": {"code": "EXECUTION_FAILED", "message": "The operation failed.", "retryable": false}
+    })
+    .to_string();
+    let done = capgate(
+        &[
+            &[
+                "invocations",
+                "reconcile",
+                "h2",
+                "--claim",
+                &claim,
+                "--outcome",
+                &outcome,
+            ][..],
+            &scope[..],
+        ]
+        .concat(),
+    );
+    assert!(done.contains("reconciled h2"), "{done}");
+    let (_, receipt) = dana
+        .post(
+            &format!("{}/agent/getInvocation", server.base),
+            &json!({"invocationId": "h2"}),
+        )
+        .await;
+    assert_eq!(receipt["state"], "settled", "{receipt}");
+    assert_eq!(
+        receipt["outcome"]["error"]["code"], "EXECUTION_FAILED",
+        "{receipt}"
+    );
+}
+
+fn capgate(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_capgate"))
+        .args(args)
+        .output()
+        .expect("run capgate");
+    assert!(
+        out.status.success(),
+        "capgate {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
