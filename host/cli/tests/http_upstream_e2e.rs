@@ -255,16 +255,3 @@ async fn http_upstream_procedures_complete_fail_governed_and_are_cut_when_silent
         "{receipt}"
     );
 }
-
-fn capgate(args: &[&str]) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_capgate"))
-        .args(args)
-        .output()
-        .expect("run capgate");
-    assert!(
-        out.status.success(),
-        "capgate {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}

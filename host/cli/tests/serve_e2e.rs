@@ -219,20 +219,6 @@ async fn the_walkthrough_over_http_on_sqlite() {
     assert_eq!(shown["outcome"], done, "{shown}");
 }
 
-/// Run the binary; its stdout, failing the test on a non-zero exit.
-fn capgate(args: &[&str]) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_capgate"))
-        .args(args)
-        .output()
-        .expect("run capgate");
-    assert!(
-        out.status.success(),
-        "capgate {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 #[test]
 fn the_contract_and_tool_definitions_of_the_example() {
     let config = example_config().display().to_string();

@@ -211,3 +211,17 @@ impl Drop for PgDb {
         .join();
     }
 }
+
+/// Run the binary; its stdout, failing the test on a non-zero exit.
+pub fn capgate(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_capgate"))
+        .args(args)
+        .output()
+        .expect("run capgate");
+    assert!(
+        out.status.success(),
+        "capgate {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
