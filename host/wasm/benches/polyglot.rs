@@ -12,6 +12,10 @@
 //! criterion: an interpreter's fresh instance costs ~1 ms and its compile ~10 s, which
 //! criterion's sampling would stretch into minutes).
 
+// The allocator the `capgate` binary runs with.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use capgate_core::policy::CapabilityInfo;
 use capgate_core::prelude::*;
 use capgate_wasm::{Binding, Isolation, LoadSource, PluginDir, WasmHost, sha256_hex};

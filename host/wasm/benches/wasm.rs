@@ -10,6 +10,10 @@ use capgate_core::audit::{AuditEvent, AuditSink, AuditSinkError};
 use capgate_core::policy::CapabilityInfo;
 use capgate_core::prelude::*;
 use capgate_wasm::{Binding, Isolation, PluginDir, WasmHost, sha256_hex};
+// The allocator the `capgate` binary runs with (see host/cli/src/main.rs).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
 use std::path::PathBuf;

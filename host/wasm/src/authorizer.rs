@@ -79,8 +79,7 @@ impl Authorizer for WasmAuthorizer {
                 namespace: &principal.namespace,
                 ..CallOpts::default()
             },
-            |store, instance| {
-                let guest = sb.indices.load(&mut *store, instance)?;
+            |store, guest| {
                 let answer = guest.call_authorize(
                     &mut *store,
                     &wit_principal,

@@ -8,9 +8,8 @@ use crate::store::StoreData;
 use sha2::{Digest, Sha256};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
-use std::sync::{Arc, OnceLock};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::{JoinHandle, Thread};
 use std::time::Duration;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
@@ -33,6 +32,10 @@ pub struct HostOptions {
     pub keep_resident_bytes: usize,
     /// Finished instances queued for the reaper thread before drops happen inline.
     pub reaper_queue: usize,
+    /// How often the reaper drops what was queued. Callers never wake it (a futex wake per
+    /// call cost more than the drop it saved); it wakes on this period, or early when the
+    /// queue is half full.
+    pub reaper_period: Duration,
 }
 
 impl Default for HostOptions {
@@ -44,18 +47,36 @@ impl Default for HostOptions {
             max_wasm_stack: 512 << 10,
             keep_resident_bytes: 2 << 20,
             reaper_queue: 256,
+            reaper_period: Duration::from_millis(1),
         }
     }
 }
 
 pub(crate) type Reaped = Box<dyn Send>;
 
+/// Finished stores waiting for the reaper thread.
+#[derive(Default)]
+pub(crate) struct ReapQueue {
+    items: Mutex<Vec<Reaped>>,
+}
+
+impl ReapQueue {
+    /// Everything queued so far (dropped by the caller, outside the lock).
+    fn take(&self) -> Vec<Reaped> {
+        match self.items.lock() {
+            Ok(mut items) => std::mem::take(&mut *items),
+            Err(_) => Vec::new(),
+        }
+    }
+}
+
 pub(crate) struct HostInner {
     pub(crate) engine: Engine,
     pub(crate) linker: Linker<StoreData>,
     pub(crate) options: HostOptions,
     pub(crate) compat: String,
-    reaper: Option<SyncSender<Reaped>>,
+    reaper: Arc<ReapQueue>,
+    reaper_thread: Option<Thread>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -63,7 +84,9 @@ pub(crate) struct HostInner {
 impl Drop for HostInner {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        self.reaper.take();
+        if let Some(t) = &self.reaper_thread {
+            t.unpark();
+        }
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -140,18 +163,27 @@ impl WasmHost {
         );
 
         // The reaper: dropping a store returns its slot to the pool (memory reset); doing it
-        // here lets the caller have its answer first.
-        let (tx, rx) = sync_channel::<Reaped>(options.reaper_queue.max(1));
-        threads.push(
-            std::thread::Builder::new()
-                .name("capgate-wasm-reaper".into())
-                .spawn(move || {
-                    while let Ok(item) = rx.recv() {
-                        drop(item);
+        // here lets the caller have its answer first. It drains the queue on a timer, so a
+        // call never pays for waking it.
+        let reaper = Arc::new(ReapQueue::default());
+        let queue = reaper.clone();
+        let stop_reaper = stop.clone();
+        let period = options.reaper_period.max(Duration::from_micros(50));
+        let reaper_handle = std::thread::Builder::new()
+            .name("capgate-wasm-reaper".into())
+            .spawn(move || {
+                loop {
+                    let stopping = stop_reaper.load(Ordering::Relaxed);
+                    drop(queue.take());
+                    if stopping {
+                        break;
                     }
-                })
-                .map_err(|e| LoadError::Engine(format!("cannot start the reaper: {e}")))?,
-        );
+                    std::thread::park_timeout(period);
+                }
+            })
+            .map_err(|e| LoadError::Engine(format!("cannot start the reaper: {e}")))?;
+        let reaper_thread = Some(reaper_handle.thread().clone());
+        threads.push(reaper_handle);
 
         Ok(WasmHost {
             inner: Arc::new(HostInner {
@@ -159,7 +191,8 @@ impl WasmHost {
                 linker,
                 options,
                 compat,
-                reaper: Some(tx),
+                reaper,
+                reaper_thread,
                 stop,
                 threads,
             }),
@@ -184,11 +217,21 @@ impl WasmHost {
     /// Hand something (a finished store) to the reaper thread; drop it here if the queue is
     /// full so memory stays bounded.
     pub(crate) fn reap(&self, item: Reaped) {
-        if let Some(tx) = &self.inner.reaper {
-            match tx.try_send(item) {
-                Ok(()) => {}
-                Err(TrySendError::Full(item)) | Err(TrySendError::Disconnected(item)) => drop(item),
-            }
+        let limit = self.inner.options.reaper_queue.max(1);
+        let Ok(mut queue) = self.inner.reaper.items.lock() else {
+            drop(item);
+            return;
+        };
+        if queue.len() >= limit {
+            drop(queue);
+            drop(item);
+            return;
+        }
+        queue.push(item);
+        let half_full = queue.len() == limit.div_ceil(2);
+        drop(queue);
+        if half_full && let Some(t) = &self.inner.reaper_thread {
+            t.unpark();
         }
     }
 

@@ -93,8 +93,7 @@ impl WasmPolicy {
                 deadline,
                 ..CallOpts::default()
             },
-            |store, instance| {
-                let guest = sb.indices.load(&mut *store, instance)?;
+            |store, guest| {
                 let answer = guest.call_evaluate(&mut *store, &wit_request)?;
                 Ok(match answer {
                     Ok(d) => convert::decision(d).and_then(|d| {

@@ -98,8 +98,7 @@ impl Inner {
                 progress: call.progress.clone(),
                 cancel: Some(call.cancel.clone()),
             },
-            |store, instance| {
-                let guest = sb.indices.0.load(&mut *store, instance)?;
+            |store, (guest, _)| {
                 let answer = guest.call_invoke(&mut *store, &wit_call)?;
                 Ok(Ok(answer.map(|s| sb.parse_output(&s))))
             },
@@ -128,16 +127,18 @@ impl Inner {
 
     fn health(&self) -> Result<(), String> {
         let sb = &self.sandbox;
-        let Some(health) = &sb.indices.1 else {
+        if sb.indices.1.is_none() {
             return Ok(());
-        };
+        }
         sb.call(
             CallOpts {
                 namespace: &self.namespace,
                 ..CallOpts::default()
             },
-            |store, instance| {
-                let guest = health.load(&mut *store, instance)?;
+            |store, (_, health)| {
+                let Some(guest) = health else {
+                    return Ok(Ok(()));
+                };
                 Ok(guest
                     .call_check(&mut *store, &sb.config)?
                     .map_err(CallError::Guest))

@@ -73,8 +73,7 @@ impl WasmRedactor {
                 namespace: &self.namespace,
                 ..CallOpts::default()
             },
-            |store, instance| {
-                let guest = sb.indices.load(&mut *store, instance)?;
+            |store, guest| {
                 let answer = match which {
                     Which::Output => {
                         guest.call_redact_output(&mut *store, &cap, &text, &sb.config)?

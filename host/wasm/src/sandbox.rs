@@ -15,7 +15,7 @@ use wasmtime::component::Instance;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
 /// A binding's name, config, limits and instance pool.
-pub(crate) struct Sandbox<I> {
+pub(crate) struct Sandbox<I: Exports> {
     pub(crate) plugin: Arc<Plugin>,
     pub(crate) name: Arc<str>,
     pub(crate) limits: Limits,
@@ -24,12 +24,63 @@ pub(crate) struct Sandbox<I> {
     /// The binding's `config`, serialized once.
     pub(crate) config: String,
     bucket: Arc<LogBucket>,
-    pool: Mutex<HashMap<String, Vec<Warm>>>,
+    pool: Mutex<HashMap<String, Vec<Warm<I::Guest>>>>,
 }
 
-struct Warm {
+/// The exports a binding calls, looked up once per instance (a pooled instance keeps them,
+/// so a warm call skips the lookup and type check).
+pub(crate) trait Exports: Send + Sync {
+    /// The typed export functions of one instance.
+    type Guest: Clone + Send;
+    /// Look them up in a fresh instance.
+    fn load_guest(
+        &self,
+        store: &mut Store<StoreData>,
+        instance: &Instance,
+    ) -> wasmtime::Result<Self::Guest>;
+}
+
+macro_rules! exports {
+    ($($m:ident),*) => {$(
+        impl Exports for crate::bindings::$m::GuestIndices {
+            type Guest = crate::bindings::$m::Guest;
+            fn load_guest(
+                &self,
+                store: &mut Store<StoreData>,
+                instance: &Instance,
+            ) -> wasmtime::Result<Self::Guest> {
+                self.load(store, instance)
+            }
+        }
+    )*};
+}
+exports!(
+    wit_policy,
+    wit_redactor,
+    wit_authorizer,
+    wit_procedure,
+    wit_health
+);
+
+impl<A: Exports, B: Exports> Exports for (A, Option<B>) {
+    type Guest = (A::Guest, Option<B::Guest>);
+    fn load_guest(
+        &self,
+        store: &mut Store<StoreData>,
+        instance: &Instance,
+    ) -> wasmtime::Result<Self::Guest> {
+        let a = self.0.load_guest(store, instance)?;
+        let b = match &self.1 {
+            Some(b) => Some(b.load_guest(store, instance)?),
+            None => None,
+        };
+        Ok((a, b))
+    }
+}
+
+struct Warm<G> {
     store: Store<StoreData>,
-    instance: Instance,
+    guest: G,
     uses: u32,
 }
 
@@ -62,7 +113,7 @@ impl std::error::Error for CancelledByCaller {}
 /// instance; `Err` (inner) is a well-formed refusal by a healthy instance.
 pub(crate) type Body<R> = wasmtime::Result<Result<R, CallError>>;
 
-impl<I> Sandbox<I> {
+impl<I: Exports> Sandbox<I> {
     pub(crate) fn new(
         plugin: Arc<Plugin>,
         name: &str,
@@ -100,12 +151,12 @@ impl<I> Sandbox<I> {
         store
     }
 
-    fn take_warm(&self, namespace: &str) -> Option<Warm> {
+    fn take_warm(&self, namespace: &str) -> Option<Warm<I::Guest>> {
         let mut pool = self.pool.lock().ok()?;
         pool.get_mut(namespace)?.pop()
     }
 
-    fn give_back(&self, namespace: &str, warm: Warm, max_uses: u32, max_idle: u32) {
+    fn give_back(&self, namespace: &str, warm: Warm<I::Guest>, max_uses: u32, max_idle: u32) {
         if warm.uses < max_uses
             && let Ok(mut pool) = self.pool.lock()
         {
@@ -130,7 +181,7 @@ impl<I> Sandbox<I> {
     pub(crate) fn call<R>(
         &self,
         opts: CallOpts<'_>,
-        body: impl FnOnce(&mut Store<StoreData>, &Instance) -> Body<R>,
+        body: impl FnOnce(&mut Store<StoreData>, &I::Guest) -> Body<R>,
     ) -> Result<R, CallError> {
         let now = Instant::now();
         let budget = match opts.deadline {
@@ -148,8 +199,8 @@ impl<I> Sandbox<I> {
             Isolation::Fresh => None,
         };
         let reused = warm.is_some();
-        let (mut store, instance, uses) = match warm {
-            Some(w) => (w.store, Some(w.instance), w.uses),
+        let (mut store, guest, uses) = match warm {
+            Some(w) => (w.store, Some(w.guest), w.uses),
             None => (self.new_store(), None, 0),
         };
         store.data_mut().begin_call();
@@ -177,10 +228,15 @@ impl<I> Sandbox<I> {
             }
         }
 
-        let instance = match instance {
-            Some(i) => i,
-            None => match self.plugin.pre.instantiate(&mut store) {
-                Ok(i) => i,
+        let guest = match guest {
+            Some(g) => g,
+            None => match self
+                .plugin
+                .pre
+                .instantiate(&mut store)
+                .and_then(|instance| self.indices.load_guest(&mut store, &instance))
+            {
+                Ok(g) => g,
                 Err(e) => {
                     let err = self.classify(&e, &store, budget, true);
                     host.reap(Box::new(store));
@@ -189,7 +245,7 @@ impl<I> Sandbox<I> {
             },
         };
 
-        let outcome = body(&mut store, &instance);
+        let outcome = body(&mut store, &guest);
         match outcome {
             Ok(result) => {
                 match self.isolation {
@@ -197,7 +253,7 @@ impl<I> Sandbox<I> {
                         opts.namespace,
                         Warm {
                             store,
-                            instance,
+                            guest,
                             uses: uses + 1,
                         },
                         max_uses,
