@@ -4,6 +4,11 @@
 //! `migrate`, `audit tail`, `approvals` and `invocations` operate the store; `contract`
 //! exports what models and hosts may call.
 
+/// Request threads allocate what the Wasm reaper thread frees; mimalloc's per-thread heaps
+/// make that cross-thread free cheap (glibc's arena lock did not).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod build;
 mod config;
 mod located;
@@ -232,6 +237,19 @@ enum InvocationsCommand {
         #[command(flatten)]
         scope: ops::ScopeArgs,
     },
+    /// Delete settled receipts older than the replay horizon; pending receipts are kept.
+    /// `capgate serve` does this every hour with `gateway.replayHorizonHours`.
+    ///
+    /// Example: capgate invocations purge --older-than-hours 168 --store sqlite://capgate.db
+    Purge {
+        /// Keep receipts settled within this many hours (a retry or lookup after that sees
+        /// nothing).
+        #[arg(long, default_value_t = 168)]
+        older_than_hours: u64,
+        /// Store URL.
+        #[arg(long, env = "CAPGATE_STORE")]
+        store: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -264,6 +282,36 @@ enum AuditCommand {
         /// Keep polling for new events.
         #[arg(long)]
         follow: bool,
+    },
+    /// Find events by execution, capability, actor, type and time, as JSON lines, oldest
+    /// first.
+    ///
+    /// Example: capgate audit query --store sqlite://capgate.db --capability orders.refund --since 2026-11-29T00:00:00Z
+    Query {
+        /// Store URL.
+        #[arg(long, env = "CAPGATE_STORE")]
+        store: String,
+        /// Events of one execution (`executionId`).
+        #[arg(long)]
+        execution: Option<String>,
+        /// Events of one capability.
+        #[arg(long)]
+        capability: Option<String>,
+        /// Events of one actor id (for decisions, the approver).
+        #[arg(long)]
+        actor: Option<String>,
+        /// One event type, e.g. capability.started.
+        #[arg(long = "type")]
+        event_type: Option<String>,
+        /// At or after this RFC 3339 time.
+        #[arg(long)]
+        since: Option<String>,
+        /// Before this RFC 3339 time.
+        #[arg(long)]
+        until: Option<String>,
+        /// At most this many events (1 to 10000).
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
     },
 }
 
@@ -406,6 +454,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     outcome,
                     scope,
                 } => rt.block_on(ops::invocations_reconcile(&scope, &id, &claim, &outcome))?,
+                InvocationsCommand::Purge {
+                    older_than_hours,
+                    store,
+                } => rt.block_on(ops::invocations_purge(&store, older_than_hours))?,
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -422,6 +474,46 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     follow,
                 },
         } => runtime()?.block_on(audit_tail(&store, lines, follow)),
+        Command::Audit {
+            command:
+                AuditCommand::Query {
+                    store,
+                    execution,
+                    capability,
+                    actor,
+                    event_type,
+                    since,
+                    until,
+                    limit,
+                },
+        } => {
+            let time = |flag: &str, v: Option<String>| -> anyhow::Result<_> {
+                v.map(|t| {
+                    chrono::DateTime::parse_from_rfc3339(&t)
+                        .map(|t| t.with_timezone(&chrono::Utc))
+                        .with_context(|| {
+                            format!(
+                                "{flag} `{t}` is not an RFC 3339 time (e.g. 2026-11-29T08:00:00Z)"
+                            )
+                        })
+                })
+                .transpose()
+            };
+            if !(1..=10_000).contains(&limit) {
+                anyhow::bail!("--limit must be between 1 and 10000");
+            }
+            let query = capgate_store::AuditQuery {
+                execution_id: execution,
+                capability_id: capability,
+                actor_id: actor,
+                event_type,
+                since: time("--since", since)?,
+                until: time("--until", until)?,
+                limit: Some(limit),
+                ..Default::default()
+            };
+            runtime()?.block_on(audit_query(&store, &query))
+        }
         Command::Keys {
             command: KeysCommand::Hash { key },
         } => {
@@ -548,6 +640,21 @@ async fn audit_tail(url: &str, lines: u32, follow: bool) -> anyhow::Result<ExitC
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
         print(log.follow(last, 1000).await?, &mut last)?;
     }
+}
+
+async fn audit_query(url: &str, query: &capgate_store::AuditQuery) -> anyhow::Result<ExitCode> {
+    let store = capgate_store::Store::open(url)
+        .await
+        .with_context(|| format!("could not open the store {}", redact_url(url)))?;
+    let rows = store.audit_log().query(query).await?;
+    for row in rows {
+        match row.event {
+            Ok(e) => println!("{}", serde_json::to_string(&e)?),
+            Err(bad) => eprintln!("warning: {bad}"),
+        }
+    }
+    store.close().await;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// A URL without its password, for messages.

@@ -309,3 +309,22 @@ pub async fn invocations_reconcile(
     store.close().await;
     Ok(())
 }
+
+/// `capgate invocations purge`.
+pub async fn invocations_purge(url: &str, older_than_hours: u64) -> anyhow::Result<()> {
+    let store = capgate_store::Store::open(url)
+        .await
+        .with_context(|| format!("could not open the store {}", crate::redact_url(url)))?;
+    let horizon = std::time::Duration::from_secs(older_than_hours.saturating_mul(3600));
+    let purged = store
+        .journal()
+        .with_replay_horizon(horizon)
+        .purge_expired(chrono::Utc::now())
+        .await
+        .context("could not purge receipts")?;
+    println!(
+        "purged {purged} settled receipt(s) older than {older_than_hours} h; pending receipts are kept"
+    );
+    store.close().await;
+    Ok(())
+}

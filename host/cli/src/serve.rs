@@ -208,12 +208,21 @@ pub async fn serve(cfg: Config, listen: Option<String>) -> anyhow::Result<()> {
     println!(
         "capgate:   /mcp -> MCP (streamable HTTP), /approvals -> human approvals (role approver)"
     );
-    axum::serve(listener, app)
+    let purger = tokio::spawn(purge_receipts(
+        deployment
+            .store
+            .journal()
+            .with_replay_horizon(Duration::from_secs(
+                cfg.gateway.replay_horizon_hours.saturating_mul(3600),
+            )),
+    ));
+    let served = axum::serve(listener, app)
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
         })
-        .await
-        .context("the server failed")?;
+        .await;
+    purger.abort();
+    served.context("the server failed")?;
     let _ = deployment.runtime.drain_audit().await;
     let stats = deployment.audit.stats();
     if stats.lost() > 0 {
@@ -224,4 +233,25 @@ pub async fn serve(cfg: Config, listen: Option<String>) -> anyhow::Result<()> {
     }
     deployment.store.close().await;
     Ok(())
+}
+
+/// How often `serve` deletes settled receipts past the replay horizon.
+const PURGE_EVERY: Duration = Duration::from_secs(3600);
+
+/// Keep the journal within its replay horizon: at start, then every [`PURGE_EVERY`]. Every
+/// replica may run it; the DELETE is idempotent and never touches pending receipts.
+async fn purge_receipts(journal: capgate_store::SqlInvocationJournal) {
+    let mut every = tokio::time::interval(PURGE_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        match journal.purge_expired(chrono::Utc::now()).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                purged = n,
+                "settled receipts past the replay horizon purged"
+            ),
+            Err(e) => tracing::warn!("purging settled receipts failed: {e}"),
+        }
+    }
 }

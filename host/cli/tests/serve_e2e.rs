@@ -217,6 +217,81 @@ async fn the_walkthrough_over_http_on_sqlite() {
     let shown: Value = serde_json::from_str(&shown).expect("invocations show prints JSON");
     assert_eq!(shown["state"], "settled", "{shown}");
     assert_eq!(shown["outcome"], done, "{shown}");
+
+    // The audit trail from the operator's shell: the last events, and a query by execution.
+    let lines = |out: &str| -> Vec<Value> {
+        out.lines()
+            .map(|l| serde_json::from_str(l).expect("one JSON event per line"))
+            .collect()
+    };
+    let tail = lines(&capgate(&["audit", "tail", "--store", &store, "-n", "3"]));
+    assert_eq!(tail.len(), 3, "{tail:?}");
+    let execution = done["executionId"].as_str().expect("executionId");
+    let queried = lines(&capgate(&[
+        "audit",
+        "query",
+        "--store",
+        &store,
+        "--execution",
+        execution,
+    ]));
+    let types: Vec<&str> = queried.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert!(
+        types.ends_with(&["capability.started", "capability.completed"]),
+        "{types:?}"
+    );
+    assert!(queried.iter().all(|e| e["executionId"] == execution));
+    let started = lines(&capgate(&[
+        "audit",
+        "query",
+        "--store",
+        &store,
+        "--capability",
+        "orders.refund",
+        "--type",
+        "capability.started",
+    ]));
+    assert_eq!(started.len(), 1, "{started:?}");
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_capgate"))
+        .args(["audit", "query", "--store", &store, "--since", "yesterday"])
+        .output()
+        .expect("run capgate");
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("is not an RFC 3339 time"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+
+    // Receipts past the replay horizon are purged; a receipt within it stays.
+    let kept = capgate(&["invocations", "purge", "--store", &store]);
+    assert!(kept.starts_with("purged 0 settled receipt(s)"), "{kept}");
+    let purged = capgate(&[
+        "invocations",
+        "purge",
+        "--older-than-hours",
+        "0",
+        "--store",
+        &store,
+    ]);
+    assert!(!purged.starts_with("purged 0 "), "{purged}");
+    let gone = std::process::Command::new(env!("CARGO_BIN_EXE_capgate"))
+        .args([
+            "invocations",
+            "show",
+            "call_1",
+            "--namespace",
+            "org_1",
+            "--actor",
+            "user:u_dana",
+            "--surface",
+            "aiSdk",
+            "--store",
+            &store,
+        ])
+        .output()
+        .expect("run capgate");
+    assert!(!gone.status.success(), "call_1 survived the purge");
 }
 
 #[test]
