@@ -3,6 +3,7 @@
 //! against the caller's clock inside those statements and lazily on read.
 
 use crate::db::{Db, Store};
+use crate::group::sqlite_args;
 use crate::time::{from_micros, micros, trunc};
 use async_trait::async_trait;
 use capgate_core::actor::{Actor, ActorRef, Surface};
@@ -379,24 +380,25 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
         request.expires_at = trunc(request.expires_at);
         let r = &request;
         let result = match &*self.store.db {
-            Db::Sqlite { writer, .. } => sqlx::query(INSERT)
-                .bind(&r.id)
-                .bind(&r.capability_id)
-                .bind(r.surface.as_str())
-                .bind(encode("actor", &r.actor)?)
-                .bind(encode("input", &r.input)?)
-                .bind(&r.input_hash)
-                .bind(encode("reasons", &r.reasons)?)
-                .bind(encode("types", &r.types)?)
-                .bind(r.risk.as_str())
-                .bind(r.side_effect.as_str())
-                .bind(micros(r.requested_at))
-                .bind(micros(r.expires_at))
-                .bind(&r.execution_id)
-                .bind(&r.correlation_id)
-                .execute(writer)
-                .await
-                .map(|_| ()),
+            Db::Sqlite { group, .. } => match sqlite_args!(
+                &r.id,
+                &r.capability_id,
+                r.surface.as_str(),
+                encode("actor", &r.actor)?,
+                encode("input", &r.input)?,
+                &r.input_hash,
+                encode("reasons", &r.reasons)?,
+                encode("types", &r.types)?,
+                r.risk.as_str(),
+                r.side_effect.as_str(),
+                micros(r.requested_at),
+                micros(r.expires_at),
+                &r.execution_id,
+                &r.correlation_id,
+            ) {
+                Ok(args) => group.execute(INSERT, args).await.map(|_| ()),
+                Err(e) => Err(e),
+            },
             Db::Postgres(pool) => sqlx::query(INSERT)
                 .bind(&r.id)
                 .bind(&r.capability_id)
@@ -440,14 +442,19 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
         let now = trunc(now);
         let decided_at = trunc(decision.decided_at);
         let raw = match &*self.store.db {
-            Db::Sqlite { writer, .. } => sqlx::query(DECIDE)
-                .bind(id)
-                .bind(status)
-                .bind(encode("approver", &decision.approver)?)
-                .bind(micros(decided_at))
-                .bind(&decision.comment)
-                .bind(micros(now))
-                .fetch_optional(writer)
+            Db::Sqlite { group, .. } => group
+                .fetch_optional(
+                    DECIDE,
+                    sqlite_args!(
+                        id,
+                        status,
+                        encode("approver", &decision.approver)?,
+                        micros(decided_at),
+                        &decision.comment,
+                        micros(now),
+                    )
+                    .map_err(backend)?,
+                )
                 .await
                 .map_err(backend)?
                 .map(|r| sqlite_row(&r))
@@ -479,11 +486,11 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
     ) -> Result<ApprovalRecord, ApprovalStoreError> {
         let now = trunc(now);
         let raw = match &*self.store.db {
-            Db::Sqlite { writer, .. } => sqlx::query(CONSUME)
-                .bind(id)
-                .bind(execution_id)
-                .bind(micros(now))
-                .fetch_optional(writer)
+            Db::Sqlite { group, .. } => group
+                .fetch_optional(
+                    CONSUME,
+                    sqlite_args!(id, execution_id, micros(now)).map_err(backend)?,
+                )
                 .await
                 .map_err(backend)?
                 .map(|r| sqlite_row(&r))

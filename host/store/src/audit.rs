@@ -305,12 +305,32 @@ impl Writer {
                     pending.rows.push(row);
                     pending.write_through += 1;
                     pending.acks.push(ack);
+                    self.absorb_waiting(&mut pending);
                     self.write(&mut pending).await;
                 }
                 Msg::Flush(ack) => {
                     pending.acks.push(ack);
+                    self.absorb_waiting(&mut pending);
                     self.write(&mut pending).await;
                 }
+            }
+        }
+    }
+
+    /// Group commit: before a write someone waits for, take every message already queued
+    /// (up to the batch size), so concurrent write-through events share one insert instead
+    /// of queueing for one each. Their order in the log is the order they were emitted.
+    fn absorb_waiting(&mut self, pending: &mut Pending) {
+        while pending.rows.len() < self.batch_size {
+            match self.rx.try_recv() {
+                Ok(Msg::Event(row)) => pending.rows.push(row),
+                Ok(Msg::WriteThrough(row, ack)) => {
+                    pending.rows.push(row);
+                    pending.write_through += 1;
+                    pending.acks.push(ack);
+                }
+                Ok(Msg::Flush(ack)) => pending.acks.push(ack),
+                Err(_) => break,
             }
         }
     }

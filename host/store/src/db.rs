@@ -80,6 +80,8 @@ impl Default for StoreOptions {
 pub(crate) enum Db {
     Sqlite {
         writer: SqlitePool,
+        /// The hot write paths (journal, approvals), committed in groups.
+        group: crate::group::GroupWriter,
         readers: SqlitePool,
     },
     Postgres(PgPool),
@@ -262,7 +264,9 @@ impl Store {
     /// Close every pool, waiting for checked-out connections to return.
     pub async fn close(&self) {
         match &*self.db {
-            Db::Sqlite { writer, readers } => {
+            Db::Sqlite {
+                writer, readers, ..
+            } => {
                 writer.close().await;
                 readers.close().await;
             }
@@ -290,6 +294,7 @@ async fn open_sqlite(url: &str, options: &StoreOptions) -> Result<Store, StoreEr
         return Ok(Store {
             db: Arc::new(Db::Sqlite {
                 writer: pool.clone(),
+                group: crate::group::GroupWriter::new(pool.clone()),
                 readers: pool,
             }),
         });
@@ -318,7 +323,11 @@ async fn open_sqlite(url: &str, options: &StoreOptions) -> Result<Store, StoreEr
         .await
         .map_err(connect_err)?;
     Ok(Store {
-        db: Arc::new(Db::Sqlite { writer, readers }),
+        db: Arc::new(Db::Sqlite {
+            group: crate::group::GroupWriter::new(writer.clone()),
+            writer,
+            readers,
+        }),
     })
 }
 

@@ -3,6 +3,7 @@
 //! UPDATEs, so the database (not a process) decides who owns an invocation.
 
 use crate::db::{Db, Store};
+use crate::group::sqlite_args;
 use crate::time::{from_micros, micros, trunc};
 use async_trait::async_trait;
 use capgate_core::journal::{
@@ -316,16 +317,21 @@ impl SqlInvocationJournal {
         let now = trunc(now);
         let awaiting = settlement.awaiting_approval.is_some();
         let raw = match &*self.store.db {
-            Db::Sqlite { writer, .. } => sqlx::query(SETTLE)
-                .bind(scope)
-                .bind(invocation_id)
-                .bind(claim_token)
-                .bind(encode("outcome", &settlement.outcome)?)
-                .bind(&settlement.awaiting_approval)
-                .bind(awaiting)
-                .bind(reconciled)
-                .bind(micros(now))
-                .fetch_optional(writer)
+            Db::Sqlite { group, .. } => group
+                .fetch_optional(
+                    SETTLE,
+                    sqlite_args!(
+                        scope,
+                        invocation_id,
+                        claim_token,
+                        encode("outcome", &settlement.outcome)?,
+                        &settlement.awaiting_approval,
+                        awaiting,
+                        reconciled,
+                        micros(now),
+                    )
+                    .map_err(backend)?,
+                )
                 .await
                 .map_err(backend)?
                 .map(|r| sqlite_row(&r))
@@ -373,18 +379,23 @@ impl InvocationJournal for SqlInvocationJournal {
             let token = new_claim_token();
             let r = &request;
             let inserted = match &*self.store.db {
-                Db::Sqlite { writer, .. } => sqlx::query(CLAIM)
-                    .bind(&r.scope)
-                    .bind(&r.invocation_id)
-                    .bind(&token)
-                    .bind(&r.capability_id)
-                    .bind(encode("input", &r.input)?)
-                    .bind(&r.input_hash)
-                    .bind(&r.idempotency_key)
-                    .bind(&r.correlation_id)
-                    .bind(&r.contract_digest)
-                    .bind(micros(now))
-                    .fetch_optional(writer)
+                Db::Sqlite { group, .. } => group
+                    .fetch_optional(
+                        CLAIM,
+                        sqlite_args!(
+                            &r.scope,
+                            &r.invocation_id,
+                            &token,
+                            &r.capability_id,
+                            encode("input", &r.input)?,
+                            &r.input_hash,
+                            &r.idempotency_key,
+                            &r.correlation_id,
+                            &r.contract_digest,
+                            micros(now),
+                        )
+                        .map_err(backend)?,
+                    )
                     .await
                     .map_err(backend)?
                     .is_some(),
@@ -435,13 +446,12 @@ impl InvocationJournal for SqlInvocationJournal {
         let now = trunc(now);
         let token = new_claim_token();
         let raw = match &*self.store.db {
-            Db::Sqlite { writer, .. } => sqlx::query(CLAIM_RESUME)
-                .bind(scope)
-                .bind(invocation_id)
-                .bind(approval_id)
-                .bind(&token)
-                .bind(micros(now))
-                .fetch_optional(writer)
+            Db::Sqlite { group, .. } => group
+                .fetch_optional(
+                    CLAIM_RESUME,
+                    sqlite_args!(scope, invocation_id, approval_id, &token, micros(now))
+                        .map_err(backend)?,
+                )
                 .await
                 .map_err(backend)?
                 .map(|r| sqlite_row(&r))

@@ -41,6 +41,7 @@
 mod approvals;
 mod audit;
 mod db;
+mod group;
 mod journal;
 mod time;
 

@@ -36,6 +36,7 @@ on_both_backends!(
     list_filters_by_status_capability_actor_and_time,
     audit_events_are_queryable_by_execution_capability_actor_and_tailed_in_order,
     migrate_is_idempotent_and_reports_every_migration,
+    a_failing_write_among_concurrent_ones_fails_alone,
 );
 
 fn scope() -> String {
@@ -752,6 +753,54 @@ async fn decide_and_consume_evaluate_expiry_against_the_callers_clock(db: &TestD
         .await
         .expect("consume");
     assert_eq!(consumed.consumed_by_execution_id.as_deref(), Some("exe_1"));
+}
+
+/// SQLite commits concurrent writes in groups: one statement failing (a duplicate id) must
+/// fail alone, with its own error, and the others must be stored.
+async fn a_failing_write_among_concurrent_ones_fails_alone(db: &TestDb) {
+    let store = db.open().await;
+    let counter = Counter::default();
+    let (rt, _sink) = runtime(&store, &counter, true);
+    let existing = approved_refund(&rt).await;
+    let c = store.approvals();
+    let template = c
+        .get(&existing)
+        .await
+        .expect("get")
+        .expect("exists")
+        .request;
+    let tasks: Vec<_> = (0..41)
+        .map(|i| {
+            let c = c.clone();
+            let mut request = template.clone();
+            if i != 20 {
+                request.id = format!("apr_batch_{i}");
+            }
+            tokio::spawn(async move { c.create(request).await })
+        })
+        .collect();
+    let mut created = 0;
+    for (i, t) in tasks.into_iter().enumerate() {
+        match t.await.expect("task") {
+            Ok(r) => {
+                assert_ne!(i, 20, "a duplicate id was accepted");
+                assert_eq!(r.status, ApprovalStatus::Pending);
+                created += 1;
+            }
+            Err(ApprovalStoreError::Duplicate(id)) => {
+                assert_eq!(i, 20);
+                assert_eq!(id, existing);
+            }
+            Err(e) => panic!("create {i}: {e}"),
+        }
+    }
+    assert_eq!(created, 40);
+    for i in (0..41).filter(|i| *i != 20) {
+        let id = format!("apr_batch_{i}");
+        assert!(c.get(&id).await.expect("get").is_some(), "{id} was lost");
+    }
+    let kept = c.get(&existing).await.expect("get").expect("exists");
+    assert_eq!(kept.status, ApprovalStatus::Approved);
 }
 
 async fn list_filters_by_status_capability_actor_and_time(db: &TestDb) {
