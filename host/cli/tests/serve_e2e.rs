@@ -431,13 +431,37 @@ async fn bad_input_gets_a_clear_error_and_nothing_is_stored() {
         "the message names the field: {body}"
     );
 
-    let huge = json!({
-        "capabilityId": "orders.refund",
-        "input": {"orderId": "ord_42", "amount": 1, "reason": "x".repeat(2 << 20)},
-        "invocationId": "call_big"
-    });
-    let (status, body) = dana.post(&invoke, &huge).await;
-    assert_eq!(status, 413, "oversized body: {body}");
+    // A 2 MiB body, declared: the server answers before reading it (and then closes), so the
+    // client sends only the head and reads the answer; sending the whole body would race
+    // the close and could end in a broken pipe instead of the 413.
+    let addr = server.base.trim_start_matches("http://").to_string();
+    let head = format!(
+        "POST /agent/invoke HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {DANA}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        2 << 20
+    );
+    let answer = tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut tcp = std::net::TcpStream::connect(&addr).expect("connect");
+        tcp.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .expect("timeout");
+        tcp.write_all(head.as_bytes()).expect("send the head");
+        let mut answer = Vec::new();
+        let mut chunk = [0u8; 4096];
+        while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+            match tcp.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => answer.extend_from_slice(&chunk[..n]),
+            }
+        }
+        String::from_utf8_lossy(&answer).into_owned()
+    })
+    .await
+    .expect("oversized request");
+    assert!(
+        answer.starts_with("HTTP/1.1 413"),
+        "oversized body: {answer}"
+    );
 
     let (status, body) = dana.post(&invoke, &refund_649(&"i".repeat(257))).await;
     assert_eq!(status, 400, "257-character id: {body}");
