@@ -203,16 +203,7 @@ async fn http_upstream_procedures_complete_fail_governed_and_are_cut_when_silent
 
     // The operator reconciles the crashed call after checking the backend: show the
     // pending receipt's claim, settle it as failed; the caller's lookup then has it.
-    let scope = [
-        "--namespace",
-        "org_1",
-        "--actor",
-        "user:u_dana",
-        "--surface",
-        "aiSdk",
-        "--store",
-        &store_url,
-    ];
+    let scope = [&DANA_AGENT_SCOPE[..], &["--store", &store_url][..]].concat();
     let shown: Value = serde_json::from_str(&capgate(
         &[&["invocations", "show", "h2"][..], &scope[..]].concat(),
     ))

@@ -201,19 +201,12 @@ async fn the_walkthrough_over_http_on_sqlite() {
     );
     assert_eq!(count_started(&store, "orders.refund").await, 1);
 
-    let shown = capgate(&[
-        "invocations",
-        "show",
-        "call_1",
-        "--namespace",
-        "org_1",
-        "--actor",
-        "user:u_dana",
-        "--surface",
-        "aiSdk",
-        "--store",
-        &store,
-    ]);
+    let show_call_1 = [
+        &["invocations", "show", "call_1", "--store", &store][..],
+        &DANA_AGENT_SCOPE[..],
+    ]
+    .concat();
+    let shown = capgate(&show_call_1);
     let shown: Value = serde_json::from_str(&shown).expect("invocations show prints JSON");
     assert_eq!(shown["state"], "settled", "{shown}");
     assert_eq!(shown["outcome"], done, "{shown}");
@@ -252,10 +245,7 @@ async fn the_walkthrough_over_http_on_sqlite() {
         "capability.started",
     ]));
     assert_eq!(started.len(), 1, "{started:?}");
-    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_capgate"))
-        .args(["audit", "query", "--store", &store, "--since", "yesterday"])
-        .output()
-        .expect("run capgate");
+    let bad = capgate_output(&["audit", "query", "--store", &store, "--since", "yesterday"]);
     assert!(!bad.status.success());
     assert!(
         String::from_utf8_lossy(&bad.stderr).contains("is not an RFC 3339 time"),
@@ -275,22 +265,7 @@ async fn the_walkthrough_over_http_on_sqlite() {
         &store,
     ]);
     assert!(!purged.starts_with("purged 0 "), "{purged}");
-    let gone = std::process::Command::new(env!("CARGO_BIN_EXE_capgate"))
-        .args([
-            "invocations",
-            "show",
-            "call_1",
-            "--namespace",
-            "org_1",
-            "--actor",
-            "user:u_dana",
-            "--surface",
-            "aiSdk",
-            "--store",
-            &store,
-        ])
-        .output()
-        .expect("run capgate");
+    let gone = capgate_output(&show_call_1);
     assert!(!gone.status.success(), "call_1 survived the purge");
 }
 

@@ -212,12 +212,27 @@ impl Drop for PgDb {
     }
 }
 
-/// Run the binary; its stdout, failing the test on a non-zero exit.
-pub fn capgate(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_capgate"))
+/// The scope of Dana's calls through `/agent`, as `capgate invocations` takes it.
+pub const DANA_AGENT_SCOPE: [&str; 6] = [
+    "--namespace",
+    "org_1",
+    "--actor",
+    "user:u_dana",
+    "--surface",
+    "aiSdk",
+];
+
+/// Run the binary; whatever it did (for the cases that must fail).
+pub fn capgate_output(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_capgate"))
         .args(args)
         .output()
-        .expect("run capgate");
+        .expect("run capgate")
+}
+
+/// Run the binary; its stdout, failing the test on a non-zero exit.
+pub fn capgate(args: &[&str]) -> String {
+    let out = capgate_output(args);
     assert!(
         out.status.success(),
         "capgate {args:?}: {}",
