@@ -2,9 +2,10 @@
 //! `mark_consumed` are single conditional UPDATEs (compare-and-set), expiry is compared
 //! against the caller's clock inside those statements and lazily on read.
 
+use crate::columns::{ColumnError, Columns};
 use crate::db::{Db, Store};
 use crate::group::sqlite_args;
-use crate::time::{from_micros, micros, trunc};
+use crate::time::{micros, trunc};
 use async_trait::async_trait;
 use capgate_core::actor::{Actor, ActorRef, Surface};
 use capgate_core::approval::{
@@ -14,9 +15,6 @@ use capgate_core::approval::{
 use capgate_core::meta::{Risk, SideEffect};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::Row;
-use sqlx::postgres::PgRow;
-use sqlx::sqlite::SqliteRow;
 use sqlx::types::Json;
 use std::fmt::Display;
 use std::str::FromStr;
@@ -128,100 +126,32 @@ struct RawApproval {
     consumed_by: Option<String>,
 }
 
-fn sqlite_row(row: &SqliteRow) -> Result<RawApproval, ApprovalStoreError> {
-    let id: String = row
-        .try_get("id")
+/// Decode a row of either backend.
+fn read_row(row: &impl Columns) -> Result<RawApproval, ApprovalStoreError> {
+    let id = row
+        .text("id")
         .map_err(|e| malformed("<unreadable id>", e))?;
-    let bad = |col: &str, e: &dyn Display| malformed(&id, format!("{col}: {e}"));
-    let text = |col: &str| row.try_get::<String, _>(col).map_err(|e| bad(col, &e));
-    let opt_text = |col: &str| {
-        row.try_get::<Option<String>, _>(col)
-            .map_err(|e| bad(col, &e))
-    };
-    let json = |col: &str| {
-        let s = text(col)?;
-        serde_json::from_str::<Value>(&s).map_err(|e| bad(col, &e))
-    };
-    let ts = |col: &str| {
-        let v = row.try_get::<i64, _>(col).map_err(|e| bad(col, &e))?;
-        from_micros(v).ok_or_else(|| bad(col, &"timestamp out of range"))
-    };
-    let decided_by = match opt_text("decided_by")? {
-        Some(s) => Some(serde_json::from_str(&s).map_err(|e| bad("decided_by", &e))?),
-        None => None,
-    };
-    let decided_at = match row
-        .try_get::<Option<i64>, _>("decided_at")
-        .map_err(|e| bad("decided_at", &e))?
-    {
-        Some(v) => {
-            Some(from_micros(v).ok_or_else(|| bad("decided_at", &"timestamp out of range"))?)
-        }
-        None => None,
-    };
+    let bad = |e: ColumnError| malformed(&id, e);
     Ok(RawApproval {
-        capability_id: text("capability_id")?,
-        surface: text("surface")?,
-        actor: json("actor")?,
-        input: json("input")?,
-        input_hash: text("input_hash")?,
-        reasons: json("reasons")?,
-        types: json("types")?,
-        risk: text("risk")?,
-        side_effect: text("side_effect")?,
-        status: text("status")?,
-        requested_at: ts("requested_at")?,
-        expires_at: ts("expires_at")?,
-        execution_id: text("execution_id")?,
-        correlation_id: opt_text("correlation_id")?,
-        decision_status: opt_text("decision_status")?,
-        decided_by,
-        decided_at,
-        decision_comment: opt_text("decision_comment")?,
-        consumed_by: opt_text("consumed_by_execution_id")?,
-        id,
-    })
-}
-
-fn pg_row(row: &PgRow) -> Result<RawApproval, ApprovalStoreError> {
-    let id: String = row
-        .try_get("id")
-        .map_err(|e| malformed("<unreadable id>", e))?;
-    let bad = |col: &str, e: &dyn Display| malformed(&id, format!("{col}: {e}"));
-    let text = |col: &str| row.try_get::<String, _>(col).map_err(|e| bad(col, &e));
-    let opt_text = |col: &str| {
-        row.try_get::<Option<String>, _>(col)
-            .map_err(|e| bad(col, &e))
-    };
-    let json = |col: &str| row.try_get::<Value, _>(col).map_err(|e| bad(col, &e));
-    let ts = |col: &str| {
-        row.try_get::<DateTime<Utc>, _>(col)
-            .map_err(|e| bad(col, &e))
-    };
-    Ok(RawApproval {
-        capability_id: text("capability_id")?,
-        surface: text("surface")?,
-        actor: json("actor")?,
-        input: json("input")?,
-        input_hash: text("input_hash")?,
-        reasons: json("reasons")?,
-        types: json("types")?,
-        risk: text("risk")?,
-        side_effect: text("side_effect")?,
-        status: text("status")?,
-        requested_at: ts("requested_at")?,
-        expires_at: ts("expires_at")?,
-        execution_id: text("execution_id")?,
-        correlation_id: opt_text("correlation_id")?,
-        decision_status: opt_text("decision_status")?,
-        decided_by: row
-            .try_get::<Option<Value>, _>("decided_by")
-            .map_err(|e| bad("decided_by", &e))?,
-        decided_at: row
-            .try_get::<Option<DateTime<Utc>>, _>("decided_at")
-            .map_err(|e| bad("decided_at", &e))?,
-        decision_comment: opt_text("decision_comment")?,
-        consumed_by: opt_text("consumed_by_execution_id")?,
+        capability_id: row.text("capability_id").map_err(bad)?,
+        surface: row.text("surface").map_err(bad)?,
+        actor: row.json("actor").map_err(bad)?,
+        input: row.json("input").map_err(bad)?,
+        input_hash: row.text("input_hash").map_err(bad)?,
+        reasons: row.json("reasons").map_err(bad)?,
+        types: row.json("types").map_err(bad)?,
+        risk: row.text("risk").map_err(bad)?,
+        side_effect: row.text("side_effect").map_err(bad)?,
+        status: row.text("status").map_err(bad)?,
+        requested_at: row.ts("requested_at").map_err(bad)?,
+        expires_at: row.ts("expires_at").map_err(bad)?,
+        execution_id: row.text("execution_id").map_err(bad)?,
+        correlation_id: row.opt_text("correlation_id").map_err(bad)?,
+        decision_status: row.opt_text("decision_status").map_err(bad)?,
+        decided_by: row.opt_json("decided_by").map_err(bad)?,
+        decided_at: row.opt_ts("decided_at").map_err(bad)?,
+        decision_comment: row.opt_text("decision_comment").map_err(bad)?,
+        consumed_by: row.opt_text("consumed_by_execution_id").map_err(bad)?,
         id,
     })
 }
@@ -335,14 +265,14 @@ impl SqlApprovalCoordinator {
                 .fetch_optional(readers)
                 .await
                 .map_err(backend)?
-                .map(|r| sqlite_row(&r))
+                .map(|r| read_row(&r))
                 .transpose()?,
             Db::Postgres(pool) => sqlx::query(GET)
                 .bind(id)
                 .fetch_optional(pool)
                 .await
                 .map_err(backend)?
-                .map(|r| pg_row(&r))
+                .map(|r| read_row(&r))
                 .transpose()?,
         };
         raw.map(RawApproval::validate).transpose()
@@ -457,7 +387,7 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
                 )
                 .await
                 .map_err(backend)?
-                .map(|r| sqlite_row(&r))
+                .map(|r| read_row(&r))
                 .transpose()?,
             Db::Postgres(pool) => sqlx::query(DECIDE)
                 .bind(id)
@@ -469,7 +399,7 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
                 .fetch_optional(pool)
                 .await
                 .map_err(backend)?
-                .map(|r| pg_row(&r))
+                .map(|r| read_row(&r))
                 .transpose()?,
         };
         match raw {
@@ -493,7 +423,7 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
                 )
                 .await
                 .map_err(backend)?
-                .map(|r| sqlite_row(&r))
+                .map(|r| read_row(&r))
                 .transpose()?,
             Db::Postgres(pool) => sqlx::query(CONSUME)
                 .bind(id)
@@ -502,7 +432,7 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
                 .fetch_optional(pool)
                 .await
                 .map_err(backend)?
-                .map(|r| pg_row(&r))
+                .map(|r| read_row(&r))
                 .transpose()?,
         };
         match raw {
@@ -534,7 +464,7 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
                 .await
                 .map_err(backend)?
                 .iter()
-                .map(sqlite_row)
+                .map(read_row)
                 .collect::<Result<Vec<_>, _>>()?,
             Db::Postgres(pool) => sqlx::query(LIST_POSTGRES)
                 .bind(status)
@@ -549,7 +479,7 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
                 .await
                 .map_err(backend)?
                 .iter()
-                .map(pg_row)
+                .map(read_row)
                 .collect::<Result<Vec<_>, _>>()?,
         };
         raws.into_iter().map(RawApproval::validate).collect()

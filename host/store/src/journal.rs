@@ -2,9 +2,10 @@
 //! `INSERT … ON CONFLICT DO NOTHING`; resume, settle and reconcile are single conditional
 //! UPDATEs, so the database (not a process) decides who owns an invocation.
 
+use crate::columns::{ColumnError, Columns};
 use crate::db::{Db, Store};
 use crate::group::sqlite_args;
-use crate::time::{from_micros, micros, trunc};
+use crate::time::{micros, trunc};
 use async_trait::async_trait;
 use capgate_core::journal::{
     ClaimOutcome, ClaimRequest, InvocationJournal, InvocationRecord, InvocationState, JournalError,
@@ -12,9 +13,6 @@ use capgate_core::journal::{
 };
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::Row;
-use sqlx::postgres::PgRow;
-use sqlx::sqlite::SqliteRow;
 use sqlx::types::Json;
 use std::fmt::Display;
 use std::time::Duration;
@@ -106,87 +104,28 @@ struct RawInvocation {
     updated_at: DateTime<Utc>,
 }
 
-fn sqlite_flag(
-    v: i64,
-    col: &str,
-    bad: &dyn Fn(&str, &dyn Display) -> JournalError,
-) -> Result<bool, JournalError> {
-    match v {
-        0 => Ok(false),
-        1 => Ok(true),
-        other => Err(bad(col, &format!("not a boolean: {other}"))),
-    }
-}
-
-fn sqlite_row(row: &SqliteRow) -> Result<RawInvocation, JournalError> {
-    let id: String = row
-        .try_get("invocation_id")
+/// Decode a row of either backend.
+fn read_row(row: &impl Columns) -> Result<RawInvocation, JournalError> {
+    let id = row
+        .text("invocation_id")
         .map_err(|e| malformed("<unreadable id>", e))?;
-    let bad = |col: &str, e: &dyn Display| malformed(&id, format!("{col}: {e}"));
-    let text = |col: &str| row.try_get::<String, _>(col).map_err(|e| bad(col, &e));
-    let opt_text = |col: &str| {
-        row.try_get::<Option<String>, _>(col)
-            .map_err(|e| bad(col, &e))
-    };
-    let int = |col: &str| row.try_get::<i64, _>(col).map_err(|e| bad(col, &e));
-    let ts = |col: &str| from_micros(int(col)?).ok_or_else(|| bad(col, &"timestamp out of range"));
-    let outcome = match opt_text("outcome")? {
-        Some(s) => Some(serde_json::from_str(&s).map_err(|e| bad("outcome", &e))?),
-        None => None,
-    };
+    let bad = |e: ColumnError| malformed(&id, e);
     Ok(RawInvocation {
-        scope: text("scope")?,
-        state: text("state")?,
-        claim_token: text("claim_token")?,
-        approval_id: opt_text("approval_id")?,
-        awaiting_approval: sqlite_flag(int("awaiting_approval")?, "awaiting_approval", &bad)?,
-        capability_id: text("capability_id")?,
-        input: serde_json::from_str(&text("input")?).map_err(|e| bad("input", &e))?,
-        input_hash: text("input_hash")?,
-        idempotency_key: text("idempotency_key")?,
-        correlation_id: opt_text("correlation_id")?,
-        contract_digest: opt_text("contract_digest")?,
-        outcome,
-        reconciled: sqlite_flag(int("reconciled")?, "reconciled", &bad)?,
-        created_at: ts("created_at")?,
-        updated_at: ts("updated_at")?,
-        invocation_id: id,
-    })
-}
-
-fn pg_row(row: &PgRow) -> Result<RawInvocation, JournalError> {
-    let id: String = row
-        .try_get("invocation_id")
-        .map_err(|e| malformed("<unreadable id>", e))?;
-    let bad = |col: &str, e: &dyn Display| malformed(&id, format!("{col}: {e}"));
-    let text = |col: &str| row.try_get::<String, _>(col).map_err(|e| bad(col, &e));
-    let opt_text = |col: &str| {
-        row.try_get::<Option<String>, _>(col)
-            .map_err(|e| bad(col, &e))
-    };
-    let flag = |col: &str| row.try_get::<bool, _>(col).map_err(|e| bad(col, &e));
-    let ts = |col: &str| {
-        row.try_get::<DateTime<Utc>, _>(col)
-            .map_err(|e| bad(col, &e))
-    };
-    Ok(RawInvocation {
-        scope: text("scope")?,
-        state: text("state")?,
-        claim_token: text("claim_token")?,
-        approval_id: opt_text("approval_id")?,
-        awaiting_approval: flag("awaiting_approval")?,
-        capability_id: text("capability_id")?,
-        input: row.try_get("input").map_err(|e| bad("input", &e))?,
-        input_hash: text("input_hash")?,
-        idempotency_key: text("idempotency_key")?,
-        correlation_id: opt_text("correlation_id")?,
-        contract_digest: opt_text("contract_digest")?,
-        outcome: row
-            .try_get::<Option<Value>, _>("outcome")
-            .map_err(|e| bad("outcome", &e))?,
-        reconciled: flag("reconciled")?,
-        created_at: ts("created_at")?,
-        updated_at: ts("updated_at")?,
+        scope: row.text("scope").map_err(bad)?,
+        state: row.text("state").map_err(bad)?,
+        claim_token: row.text("claim_token").map_err(bad)?,
+        approval_id: row.opt_text("approval_id").map_err(bad)?,
+        awaiting_approval: row.flag("awaiting_approval").map_err(bad)?,
+        capability_id: row.text("capability_id").map_err(bad)?,
+        input: row.json("input").map_err(bad)?,
+        input_hash: row.text("input_hash").map_err(bad)?,
+        idempotency_key: row.text("idempotency_key").map_err(bad)?,
+        correlation_id: row.opt_text("correlation_id").map_err(bad)?,
+        contract_digest: row.opt_text("contract_digest").map_err(bad)?,
+        outcome: row.opt_json("outcome").map_err(bad)?,
+        reconciled: row.flag("reconciled").map_err(bad)?,
+        created_at: row.ts("created_at").map_err(bad)?,
+        updated_at: row.ts("updated_at").map_err(bad)?,
         invocation_id: id,
     })
 }
@@ -290,7 +229,7 @@ impl SqlInvocationJournal {
                 .fetch_optional(readers)
                 .await
                 .map_err(backend)?
-                .map(|r| sqlite_row(&r))
+                .map(|r| read_row(&r))
                 .transpose()?,
             Db::Postgres(pool) => sqlx::query(sql)
                 .bind(scope)
@@ -298,7 +237,7 @@ impl SqlInvocationJournal {
                 .fetch_optional(pool)
                 .await
                 .map_err(backend)?
-                .map(|r| pg_row(&r))
+                .map(|r| read_row(&r))
                 .transpose()?,
         };
         raw.map(RawInvocation::validate).transpose()
@@ -334,7 +273,7 @@ impl SqlInvocationJournal {
                 )
                 .await
                 .map_err(backend)?
-                .map(|r| sqlite_row(&r))
+                .map(|r| read_row(&r))
                 .transpose()?,
             Db::Postgres(pool) => sqlx::query(SETTLE)
                 .bind(scope)
@@ -348,7 +287,7 @@ impl SqlInvocationJournal {
                 .fetch_optional(pool)
                 .await
                 .map_err(backend)?
-                .map(|r| pg_row(&r))
+                .map(|r| read_row(&r))
                 .transpose()?,
         };
         if let Some(raw) = raw {
@@ -454,7 +393,7 @@ impl InvocationJournal for SqlInvocationJournal {
                 )
                 .await
                 .map_err(backend)?
-                .map(|r| sqlite_row(&r))
+                .map(|r| read_row(&r))
                 .transpose()?,
             Db::Postgres(pool) => sqlx::query(CLAIM_RESUME)
                 .bind(scope)
@@ -465,7 +404,7 @@ impl InvocationJournal for SqlInvocationJournal {
                 .fetch_optional(pool)
                 .await
                 .map_err(backend)?
-                .map(|r| pg_row(&r))
+                .map(|r| read_row(&r))
                 .transpose()?,
         };
         if let Some(raw) = raw {

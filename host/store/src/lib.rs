@@ -40,6 +40,7 @@
 
 mod approvals;
 mod audit;
+mod columns;
 mod db;
 mod group;
 mod journal;
