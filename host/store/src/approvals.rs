@@ -127,7 +127,7 @@ struct RawApproval {
 }
 
 /// Decode a row of either backend.
-fn read_row(row: &impl Columns) -> Result<RawApproval, ApprovalStoreError> {
+fn read_row(row: &dyn Columns) -> Result<RawApproval, ApprovalStoreError> {
     let id = row
         .text("id")
         .map_err(|e| malformed("<unreadable id>", e))?;
@@ -259,23 +259,13 @@ fn validate_request(r: &ApprovalRequest) -> Result<(), ApprovalStoreError> {
 
 impl SqlApprovalCoordinator {
     async fn fetch(&self, id: &str) -> Result<Option<ApprovalRecord>, ApprovalStoreError> {
-        let raw = match &*self.store.db {
-            Db::Sqlite { readers, .. } => sqlx::query(GET)
-                .bind(id)
-                .fetch_optional(readers)
-                .await
-                .map_err(backend)?
-                .map(|r| read_row(&r))
-                .transpose()?,
-            Db::Postgres(pool) => sqlx::query(GET)
-                .bind(id)
-                .fetch_optional(pool)
-                .await
-                .map_err(backend)?
-                .map(|r| read_row(&r))
-                .transpose()?,
-        };
-        raw.map(RawApproval::validate).transpose()
+        self.store
+            .read_optional(GET, &[id], read_row)
+            .await
+            .map_err(backend)?
+            .transpose()?
+            .map(RawApproval::validate)
+            .transpose()
     }
 
     /// After a conditional UPDATE matched nothing: say why, from the current row.
@@ -464,7 +454,7 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
                 .await
                 .map_err(backend)?
                 .iter()
-                .map(read_row)
+                .map(|r| read_row(r))
                 .collect::<Result<Vec<_>, _>>()?,
             Db::Postgres(pool) => sqlx::query(LIST_POSTGRES)
                 .bind(status)
@@ -479,7 +469,7 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
                 .await
                 .map_err(backend)?
                 .iter()
-                .map(read_row)
+                .map(|r| read_row(r))
                 .collect::<Result<Vec<_>, _>>()?,
         };
         raws.into_iter().map(RawApproval::validate).collect()

@@ -2,6 +2,7 @@
 
 use crate::approvals::SqlApprovalCoordinator;
 use crate::audit::{AuditLog, AuditSinkOptions, SqlAuditSink};
+use crate::columns::Columns;
 use crate::journal::SqlInvocationJournal;
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
@@ -259,6 +260,32 @@ impl Store {
     /// Read access to the audit events (queries and `tail`).
     pub fn audit_log(&self) -> AuditLog {
         AuditLog::new(self.clone())
+    }
+
+    /// A read by text keys on either backend (the reader pool on SQLite), the row (if any)
+    /// decoded by `decode`: the one place a single-row lookup dispatches on the backend.
+    pub(crate) async fn read_optional<T>(
+        &self,
+        sql: &'static str,
+        keys: &[&str],
+        decode: impl Fn(&dyn Columns) -> T,
+    ) -> Result<Option<T>, sqlx::Error> {
+        Ok(match &*self.db {
+            Db::Sqlite { readers, .. } => {
+                let mut query = sqlx::query(sql);
+                for key in keys {
+                    query = query.bind(*key);
+                }
+                query.fetch_optional(readers).await?.map(|r| decode(&r))
+            }
+            Db::Postgres(pool) => {
+                let mut query = sqlx::query(sql);
+                for key in keys {
+                    query = query.bind(*key);
+                }
+                query.fetch_optional(pool).await?.map(|r| decode(&r))
+            }
+        })
     }
 
     /// Close every pool, waiting for checked-out connections to return.

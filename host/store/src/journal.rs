@@ -105,7 +105,7 @@ struct RawInvocation {
 }
 
 /// Decode a row of either backend.
-fn read_row(row: &impl Columns) -> Result<RawInvocation, JournalError> {
+fn read_row(row: &dyn Columns) -> Result<RawInvocation, JournalError> {
     let id = row
         .text("invocation_id")
         .map_err(|e| malformed("<unreadable id>", e))?;
@@ -222,25 +222,13 @@ impl SqlInvocationJournal {
         scope: &str,
         key: &str,
     ) -> Result<Option<InvocationRecord>, JournalError> {
-        let raw = match &*self.store.db {
-            Db::Sqlite { readers, .. } => sqlx::query(sql)
-                .bind(scope)
-                .bind(key)
-                .fetch_optional(readers)
-                .await
-                .map_err(backend)?
-                .map(|r| read_row(&r))
-                .transpose()?,
-            Db::Postgres(pool) => sqlx::query(sql)
-                .bind(scope)
-                .bind(key)
-                .fetch_optional(pool)
-                .await
-                .map_err(backend)?
-                .map(|r| read_row(&r))
-                .transpose()?,
-        };
-        raw.map(RawInvocation::validate).transpose()
+        self.store
+            .read_optional(sql, &[scope, key], read_row)
+            .await
+            .map_err(backend)?
+            .transpose()?
+            .map(RawInvocation::validate)
+            .transpose()
     }
 
     async fn finish(
