@@ -1106,18 +1106,8 @@ async fn describe(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Body
 
 async fn invoke(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Body) -> Response {
     let started = Instant::now();
-    let admitted = tokio::time::timeout(gw.work_budget(), gw.admit_invoke(&headers, body)).await;
-    let outcome = match admitted {
-        Err(_) => return Reject::timeout().into_response(),
-        Ok(Err(reject)) => return reject.into_response(),
-        Ok(Ok(Admission::Answer(outcome))) => outcome,
-        Ok(Ok(Admission::Run(run))) => {
-            let outcome = gw.execute(run, started).await;
-            gw.drain(started).await;
-            outcome
-        }
-    };
-    Json(outcome).into_response()
+    let admission = gw.admit_invoke(&headers, body);
+    answer_admitted(&gw, started, admission).await
 }
 
 async fn resume_approval(
@@ -1126,8 +1116,18 @@ async fn resume_approval(
     body: Body,
 ) -> Response {
     let started = Instant::now();
-    let admitted = tokio::time::timeout(gw.work_budget(), gw.admit_resume(&headers, body)).await;
-    let outcome = match admitted {
+    let admission = gw.admit_resume(&headers, body);
+    answer_admitted(&gw, started, admission).await
+}
+
+/// The tail shared by `invoke` and `resumeApproval`: admission within the work budget, then
+/// either the recorded answer or the governed run (and the audit drain after it).
+async fn answer_admitted(
+    gw: &Arc<Gateway>,
+    started: Instant,
+    admission: impl std::future::Future<Output = Result<Admission, Reject>>,
+) -> Response {
+    let outcome = match tokio::time::timeout(gw.work_budget(), admission).await {
         Err(_) => return Reject::timeout().into_response(),
         Ok(Err(reject)) => return reject.into_response(),
         Ok(Ok(Admission::Answer(outcome))) => outcome,
