@@ -33,6 +33,13 @@
 //!   `capability.started`; [`AuditLog`] reads events back.
 //! - [`SqlInvocationJournal`] implements `capgate_core::journal::InvocationJournal`.
 //!
+//! SQLite has one writer, so concurrent writes are committed in groups: the journal's and
+//! the approvals' statements go to one task that runs whatever is waiting in one
+//! transaction and answers each caller after the commit (a failing statement rolls its
+//! batch back and every statement is retried alone), and concurrent written-through audit
+//! events share one insert. Each statement keeps its meaning: a batch runs them in arrival
+//! order on one connection, exactly as they would run one after the other.
+//!
 //! Rows read back are treated as hostile: each is validated and a bad one becomes a typed
 //! `Malformed` error naming the record, never a panic.
 
