@@ -85,16 +85,21 @@ fn collector() -> (ProgressFn, Arc<Mutex<Vec<Value>>>) {
     (Arc::new(move |v| g.lock().expect("lock").push(v)), got)
 }
 
-/// Spin iterations that take about `target` in this build (measured, not guessed).
+/// Spin iterations that take about `target` in this build (measured, not guessed). The
+/// fastest of three probes: a probe slowed by other tests would make every step too short.
 async fn spin_for(rt: &Runtime, target: Duration) -> u64 {
     let probe = 2_000_000u64;
-    let (progress, _) = collector();
-    let t = Instant::now();
-    let r = rt
-        .invoke(call(json!({"steps": 1, "spinPerStep": probe}), progress))
-        .await;
-    assert_eq!(r.status(), "completed", "{r:?}");
-    let per_iter = t.elapsed().as_secs_f64() / probe as f64;
+    let mut fastest = Duration::MAX;
+    for _ in 0..3 {
+        let (progress, _) = collector();
+        let t = Instant::now();
+        let r = rt
+            .invoke(call(json!({"steps": 1, "spinPerStep": probe}), progress))
+            .await;
+        assert_eq!(r.status(), "completed", "{r:?}");
+        fastest = fastest.min(t.elapsed());
+    }
+    let per_iter = fastest.as_secs_f64() / probe as f64;
     ((target.as_secs_f64() / per_iter) as u64).max(1)
 }
 
@@ -113,8 +118,8 @@ async fn a_wasm_procedure_that_streams_progress_runs_past_the_stall_timeout_and_
         .await;
     assert_eq!(r.status(), "completed", "{r:?}");
     assert!(
-        started.elapsed() > Duration::from_millis(3 * STALL_MS as u64),
-        "the run outlived the stall timeout several times over ({:?})",
+        started.elapsed() > Duration::from_millis(2 * STALL_MS as u64),
+        "the run should outlive the stall timeout twice over at least ({:?})",
         started.elapsed()
     );
     assert_eq!(
