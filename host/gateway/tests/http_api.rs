@@ -3,9 +3,9 @@
 mod gateway_support;
 
 use capgate_core::authz::Operation;
-use capgate_gateway::client::{ClientError, InvocationOptions};
+use capgate_gateway::client::{CapabilityClient, ClientError, InvocationOptions};
 use capgate_gateway::gateway::{GatewayConfig, GatewayConfigError};
-use capgate_gateway::wire::{CapabilityOutcome, GatewayErrorBody};
+use capgate_gateway::wire::{CapabilityOutcome, GatewayErrorBody, PortableApproval};
 use gateway_support::{Counters, TestServer};
 use serde_json::{Value, json};
 use std::sync::atomic::Ordering;
@@ -20,6 +20,20 @@ fn ok<T, E: std::fmt::Debug>(r: Result<T, E>) -> T {
 
 fn opts(id: &str) -> InvocationOptions {
     InvocationOptions::new(id)
+}
+
+/// Invoke `orders.refund`, expecting it held for approval: the outcome and its approval.
+async fn held_refund(
+    client: &CapabilityClient,
+    input: Value,
+    options: InvocationOptions,
+) -> (CapabilityOutcome, PortableApproval) {
+    let held = ok(client.invoke("orders.refund", input, options).await);
+    let CapabilityOutcome::ApprovalRequired { approval, .. } = &held else {
+        panic!("expected approval-required, got {held:?}");
+    };
+    let approval = approval.clone();
+    (held, approval)
 }
 
 /// A raw POST to the gateway.
@@ -255,16 +269,8 @@ async fn approval_flows_through_the_approvals_api_and_resumes_exactly_once() {
     let s = TestServer::sqlite().await;
     let dana = s.client("tok-dana");
     let input = json!({"orderId": "ord_42", "amount": 649});
-    let held = ok(dana
-        .invoke(
-            "orders.refund",
-            input.clone(),
-            opts("inv-a").correlation_id("run-9"),
-        )
-        .await);
-    let CapabilityOutcome::ApprovalRequired { approval, .. } = &held else {
-        panic!("expected approval-required, got {held:?}");
-    };
+    let (held, approval) =
+        held_refund(&dana, input.clone(), opts("inv-a").correlation_id("run-9")).await;
     let approval_id = approval.id.clone();
     assert!(approval.reasons[0].contains("exceeds $500"));
     assert_eq!(s.counters.refunds(), 0);
@@ -395,16 +401,12 @@ async fn approval_flows_through_the_approvals_api_and_resumes_exactly_once() {
 async fn a_rejected_approval_settles_the_invocation_as_failed() {
     let s = TestServer::sqlite().await;
     let dana = s.client("tok-dana");
-    let held = ok(dana
-        .invoke(
-            "orders.refund",
-            json!({"orderId": "ord_5", "amount": 900}),
-            opts("inv-r"),
-        )
-        .await);
-    let CapabilityOutcome::ApprovalRequired { approval, .. } = &held else {
-        panic!("expected approval-required, got {held:?}");
-    };
+    let (_, approval) = held_refund(
+        &dana,
+        json!({"orderId": "ord_5", "amount": 900}),
+        opts("inv-r"),
+    )
+    .await;
     let res = ok(reqwest::Client::new()
         .post(format!("{}/approvals/{}/decision", s.origin, approval.id))
         .bearer_auth("tok-priya")
@@ -452,16 +454,12 @@ async fn receipt_reads_are_authorized_with_the_stored_input() {
 async fn another_actors_or_namespaces_records_read_as_null() {
     let s = TestServer::sqlite().await;
     let dana = s.client("tok-dana");
-    let held = ok(dana
-        .invoke(
-            "orders.refund",
-            json!({"orderId": "ord_7", "amount": 700}),
-            opts("inv-o"),
-        )
-        .await);
-    let CapabilityOutcome::ApprovalRequired { approval, .. } = &held else {
-        panic!("expected approval-required, got {held:?}");
-    };
+    let (_, approval) = held_refund(
+        &dana,
+        json!({"orderId": "ord_7", "amount": 700}),
+        opts("inv-o"),
+    )
+    .await;
     for token in ["tok-eve", "tok-dana-org2"] {
         let other = s.client(token);
         assert_eq!(ok(other.get_invocation("inv-o").await), None, "{token}");
