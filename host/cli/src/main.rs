@@ -175,39 +175,30 @@ enum ApprovalsCommand {
     /// Approve (executes nothing: the requester's host resumes).
     ///
     /// Example: capgate approvals approve apr_… --as u_priya --comment "checked" --config capgate.toml
-    Approve {
-        /// The approval id.
-        id: String,
-        /// The approver's user id (never the requester).
-        #[arg(long = "as")]
-        approver: String,
-        /// A comment for the audit trail.
-        #[arg(long)]
-        comment: Option<String>,
-        /// The configuration file.
-        #[arg(long, short)]
-        config: PathBuf,
-        /// Store URL (overrides store.url).
-        #[arg(long, env = "CAPGATE_STORE")]
-        store: Option<String>,
-    },
+    Approve(DecideArgs),
     /// Reject.
-    Reject {
-        /// The approval id.
-        id: String,
-        /// The approver's user id.
-        #[arg(long = "as")]
-        approver: String,
-        /// A comment for the audit trail.
-        #[arg(long)]
-        comment: Option<String>,
-        /// The configuration file.
-        #[arg(long, short)]
-        config: PathBuf,
-        /// Store URL (overrides store.url).
-        #[arg(long, env = "CAPGATE_STORE")]
-        store: Option<String>,
-    },
+    ///
+    /// Example: capgate approvals reject apr_… --as u_priya --comment "not eligible" --config capgate.toml
+    Reject(DecideArgs),
+}
+
+/// What deciding an approval takes, the same for approving and rejecting.
+#[derive(clap::Args)]
+struct DecideArgs {
+    /// The approval id.
+    id: String,
+    /// The approver's user id (never the requester).
+    #[arg(long = "as")]
+    approver: String,
+    /// A comment for the audit trail.
+    #[arg(long)]
+    comment: Option<String>,
+    /// The configuration file.
+    #[arg(long, short)]
+    config: PathBuf,
+    /// Store URL (overrides store.url).
+    #[arg(long, env = "CAPGATE_STORE")]
+    store: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -413,32 +404,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ApprovalsCommand::Show { id, config, store } => {
                     rt.block_on(ops::approvals_show(load_config(&config, store)?, &id))?
                 }
-                ApprovalsCommand::Approve {
-                    id,
-                    approver,
-                    comment,
-                    config,
-                    store,
-                } => rt.block_on(ops::approvals_decide(
-                    load_config(&config, store)?,
-                    &id,
-                    true,
-                    &approver,
-                    comment,
-                ))?,
-                ApprovalsCommand::Reject {
-                    id,
-                    approver,
-                    comment,
-                    config,
-                    store,
-                } => rt.block_on(ops::approvals_decide(
-                    load_config(&config, store)?,
-                    &id,
-                    false,
-                    &approver,
-                    comment,
-                ))?,
+                ApprovalsCommand::Approve(args) => decide(&rt, args, true)?,
+                ApprovalsCommand::Reject(args) => decide(&rt, args, false)?,
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -524,6 +491,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `capgate approvals approve|reject`.
+fn decide(rt: &tokio::runtime::Runtime, a: DecideArgs, approve: bool) -> anyhow::Result<()> {
+    rt.block_on(ops::approvals_decide(
+        load_config(&a.config, a.store)?,
+        &a.id,
+        approve,
+        &a.approver,
+        a.comment,
+    ))
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {

@@ -575,3 +575,53 @@ jwt = { hs256SecretEnv = "CAPGATE_TEST_JWT_SECRET" }
         assert!(body["error"]["code"].is_string(), "{what}: {body}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_operator_rejects_from_the_shell_and_the_resume_fails_without_running() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = format!("sqlite://{}", dir.path().join("capgate.db").display());
+    let server = Server::start(&example_config(), &store);
+    let agent = format!("{}/agent", server.base);
+    let dana = Caller::new(DANA);
+    let (status, held) = dana
+        .post(&format!("{agent}/invoke"), &refund_649("call_cli"))
+        .await;
+    assert_eq!(status, 200, "{held}");
+    let approval_id = held["approval"]["id"].as_str().expect("approval id");
+    let config = example_config().display().to_string();
+    let decide = |verb: &str, approver: &str| {
+        capgate_output(&[
+            "approvals",
+            verb,
+            approval_id,
+            "--as",
+            approver,
+            "--comment",
+            "not eligible",
+            "--config",
+            &config,
+            "--store",
+            &store,
+        ])
+    };
+
+    let reject = decide("reject", "u_priya");
+    assert!(
+        reject.status.success(),
+        "{}",
+        String::from_utf8_lossy(&reject.stderr)
+    );
+    // Decided once: a second decision is refused.
+    assert!(!decide("approve", "u_priya").status.success());
+
+    let (status, out) = dana
+        .post(
+            &format!("{agent}/resumeApproval"),
+            &resume_body(approval_id, "call_cli"),
+        )
+        .await;
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(out["status"], "failed", "{out}");
+    assert_eq!(out["error"]["code"], "APPROVAL_REJECTED", "{out}");
+    assert_eq!(count_started(&store, "orders.refund").await, 0);
+}
