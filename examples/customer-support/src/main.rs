@@ -49,6 +49,10 @@ async fn main() -> anyhow::Result<()> {
                     kind: ActorKind::User,
                 },
                 comment: Some("Damaged on arrival, approved.".into()),
+                decider: capgate_core::runtime::Decider::Approver {
+                    namespace: String::new(),
+                    roles: Vec::new(),
+                },
             },
         )
         .await?;
@@ -88,6 +92,10 @@ async fn main() -> anyhow::Result<()> {
                     status: DecisionStatus::Approved,
                     approver: dana().reference(),
                     comment: None,
+                    decider: capgate_core::runtime::Decider::Approver {
+                        namespace: String::new(),
+                        roles: Vec::new(),
+                    },
                 },
             )
             .await?;

@@ -77,6 +77,7 @@ fn bench(c: &mut Criterion) {
         execution_id: "exe_bench".into(),
         capability_id: "orders.refund".into(),
         surface: Surface::AiSdk,
+        namespace: String::new(),
         actor: actor.clone(),
         approval: None,
         correlation_id: None,

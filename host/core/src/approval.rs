@@ -88,6 +88,15 @@ pub struct ApprovalRequest {
     /// The correlation id of the original call, kept for the resumed execution.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub correlation_id: Option<String>,
+    /// The tenant partition the call was made in (empty when the embedder has none). The
+    /// approvals API lists, shows and decides only within the approver's namespace, and a
+    /// resume must come from the same one.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    /// A policy asked for approval without naming a type. Such a requirement is never
+    /// self-confirmable, whatever types it was merged with (SI-4).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub untyped: bool,
 }
 
 /// A human decision.
@@ -103,6 +112,36 @@ pub struct Decision {
     pub comment: Option<String>,
     /// When.
     pub decided_at: DateTime<Utc>,
+    /// The namespace the approver decided from (`None` for an operator's shell decision and
+    /// for records decided before namespaces were recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approver_namespace: Option<String>,
+    /// How the decision was made: by an approver through the approvals API, or by an
+    /// operator from the shell on someone's behalf.
+    #[serde(default)]
+    pub via: DecidedVia,
+}
+
+/// Who stood behind a decision: an authenticated approver, or an operator acting from the
+/// shell (`capgate approvals approve --as ID`), recorded so the audit trail says which.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DecidedVia {
+    /// An approver authenticated by the approvals API (or an inline handler).
+    #[default]
+    Approver,
+    /// An operator's shell action on behalf of the named approver.
+    Operator,
+}
+
+impl DecidedVia {
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecidedVia::Approver => "approver",
+            DecidedVia::Operator => "operator",
+        }
+    }
 }
 
 /// The two possible decisions.
@@ -213,6 +252,9 @@ pub struct ApprovalFilter {
     /// Only this requester.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor_id: Option<String>,
+    /// Only this tenant partition (the approvals API always sets the approver's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
     /// Requested at or after.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested_after: Option<DateTime<Utc>>,
@@ -244,6 +286,10 @@ impl ApprovalFilter {
                 .actor_id
                 .as_ref()
                 .is_none_or(|a| &r.request.actor.id == a)
+            && self
+                .namespace
+                .as_ref()
+                .is_none_or(|n| &r.request.namespace == n)
             && self
                 .requested_after
                 .is_none_or(|t| r.request.requested_at >= t)

@@ -89,6 +89,14 @@ pub enum EventPayload {
         /// Comment.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         comment: Option<String>,
+        /// The approver's tenant partition (capgate extension; absent for an operator's
+        /// shell decision).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        namespace: Option<String>,
+        /// `operator` when an operator decided from the shell on the approver's behalf
+        /// (capgate extension; absent for an approver's own decision).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        via: Option<String>,
     },
     /// A human rejected.
     #[serde(rename = "capability.rejected", rename_all = "camelCase")]
@@ -100,6 +108,14 @@ pub enum EventPayload {
         /// Comment.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         comment: Option<String>,
+        /// The approver's tenant partition (capgate extension; absent for an operator's
+        /// shell decision).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        namespace: Option<String>,
+        /// `operator` when an operator decided from the shell on the approver's behalf
+        /// (capgate extension; absent for an approver's own decision).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        via: Option<String>,
     },
     /// Stage 10.
     #[serde(rename = "capability.started", rename_all = "camelCase")]

@@ -1,7 +1,7 @@
 //! Gateway authorization seam: who may perform which gateway operation. Lives in core so
 //! that Wasm `authorizer` plugins and native closures implement one trait.
 
-use crate::actor::Actor;
+use crate::actor::{Actor, Surface};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
@@ -14,20 +14,28 @@ pub struct Principal {
     pub namespace: String,
 }
 
-/// The five gateway operations.
+/// What a door asks its authorizer about: the gateway's five operations and the approvals
+/// API's three.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub enum Operation {
-    /// Tool listing.
+    /// Tool listing (and the contract).
     Describe,
     /// A governed call.
     Invoke,
     /// A receipt lookup.
     GetInvocation,
-    /// An approval lookup.
+    /// An approval lookup by its requester.
     GetApproval,
     /// Continuing after approval.
     ResumeApproval,
+    /// The approvals API: listing approvals for review.
+    ListApprovals,
+    /// The approvals API: reading one approval for review.
+    ReviewApproval,
+    /// The approvals API: approving or rejecting.
+    DecideApproval,
 }
 
 impl Operation {
@@ -39,6 +47,9 @@ impl Operation {
             Operation::GetInvocation => "getInvocation",
             Operation::GetApproval => "getApproval",
             Operation::ResumeApproval => "resumeApproval",
+            Operation::ListApprovals => "listApprovals",
+            Operation::ReviewApproval => "reviewApproval",
+            Operation::DecideApproval => "decideApproval",
         }
     }
 }
@@ -48,16 +59,28 @@ impl Operation {
 #[error("not authorized: {0}")]
 pub struct AuthorizeError(pub String);
 
+/// One question to an authorizer: may this principal perform this operation, through this
+/// door, on this capability and input?
+#[derive(Debug, Clone, Copy)]
+pub struct AuthorizeRequest<'a> {
+    /// Who asks (authenticated).
+    pub principal: &'a Principal,
+    /// What they want to do.
+    pub operation: Operation,
+    /// The surface of the door they came through (`aiSdk` for `/agent`, `workflow` for
+    /// `/workflow`, `mcp` for `/mcp`); `None` for the human approvals API, which is no
+    /// model surface.
+    pub surface: Option<Surface>,
+    /// The capability concerned (for lookups: the stored one), if any.
+    pub capability_id: Option<&'a str>,
+    /// The input concerned (for lookups: the stored, private one), if any.
+    pub input: Option<&'a serde_json::Value>,
+}
+
 /// Decides whether a principal may perform an operation. Must return `Err` to deny; runs
-/// for every operation, with the original private input for lookups.
+/// for every operation on every door, with the original private input for lookups.
 #[async_trait]
 pub trait Authorizer: Send + Sync + 'static {
     /// Allow with `Ok(())`, deny with `Err`.
-    async fn authorize(
-        &self,
-        principal: &Principal,
-        operation: Operation,
-        capability_id: Option<&str>,
-        input: Option<&serde_json::Value>,
-    ) -> Result<(), AuthorizeError>;
+    async fn authorize(&self, request: &AuthorizeRequest<'_>) -> Result<(), AuthorizeError>;
 }

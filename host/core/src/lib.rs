@@ -129,7 +129,7 @@ pub mod prelude {
     pub use crate::registry::{CapabilityDef, Registry};
     pub use crate::result::ExecutionResult;
     pub use crate::runtime::{
-        DecideRequest, DescribeOptions, InvokeRequest, ResumeOptions, Runtime, Scope,
+        DecideRequest, Decider, DescribeOptions, InvokeRequest, ResumeOptions, Runtime, Scope,
     };
     pub use tokio_util::sync::CancellationToken;
 }

@@ -149,6 +149,9 @@ pub struct PolicyRequest<'a> {
     pub capability: &'a CapabilityInfo,
     /// The surface of the call.
     pub surface: Surface,
+    /// The tenant partition of the call (empty when the embedder has none). Pooled Wasm
+    /// instances are keyed by it, so no guest state crosses tenants.
+    pub namespace: &'a str,
     /// The actor (from authenticated credentials).
     pub actor: &'a Actor,
     /// The application context projection.
@@ -315,16 +318,19 @@ pub struct ApprovalRequirement {
     pub types: Vec<String>,
     /// The minimum expiry requested, if any.
     pub expires_in_ms: Option<u64>,
+    /// At least one requirement named no type: never self-confirmable (SI-4).
+    pub untyped: bool,
 }
 
 impl ApprovalRequirement {
-    /// Merge one more requirement in (reasons appended, types deduplicated, minimum expiry).
+    /// Merge one more requirement in (reasons appended, types deduplicated, minimum expiry;
+    /// a requirement without a type marks the whole as untyped).
     pub fn merge(&mut self, reason: &str, approval_type: Option<&str>, expires_in_ms: Option<u64>) {
         self.reasons.push(reason.to_string());
-        if let Some(t) = approval_type
-            && !self.types.iter().any(|x| x == t)
-        {
-            self.types.push(t.to_string());
+        match approval_type {
+            Some(t) if !self.types.iter().any(|x| x == t) => self.types.push(t.to_string()),
+            Some(_) => {}
+            None => self.untyped = true,
         }
         if let Some(e) = expires_in_ms {
             self.expires_in_ms = Some(self.expires_in_ms.map_or(e, |cur| cur.min(e)));

@@ -21,6 +21,10 @@ pub struct AgentInvocationInfo {
     pub capability_id: String,
     /// The surface.
     pub surface: Surface,
+    /// The tenant partition of the call (empty when the embedder has none); pooled Wasm
+    /// procedure instances are keyed by it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
     /// The actor the call runs as (the original requester after a resume).
     pub actor: Actor,
     /// The approval and its approver, after a resume or inline approval.

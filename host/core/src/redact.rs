@@ -15,16 +15,21 @@ pub struct RedactError(pub String);
 pub trait Redactor: Send + Sync + 'static {
     /// A stable name for logs.
     fn name(&self) -> &str;
-    /// Stage 13: the validated output → what the adapter may serialize.
+    /// Stage 13: the validated output → what the adapter may serialize. `namespace` is the
+    /// call's tenant partition (empty when the embedder has none): pooled implementations
+    /// key their instances by it.
     async fn redact_output(
         &self,
         capability: &CapabilityInfo,
+        namespace: &str,
         output: serde_json::Value,
     ) -> Result<serde_json::Value, RedactError>;
-    /// The stored approval input → what an approval listing shows. Default: unchanged.
+    /// The stored approval input → what an approval listing shows (`namespace` is the
+    /// approval's). Default: unchanged.
     async fn redact_approval_input(
         &self,
         _capability: &CapabilityInfo,
+        _namespace: &str,
         input: serde_json::Value,
     ) -> Result<serde_json::Value, RedactError> {
         Ok(input)
@@ -80,6 +85,7 @@ impl Redactor for FnRedactor {
     async fn redact_output(
         &self,
         _capability: &CapabilityInfo,
+        _namespace: &str,
         output: serde_json::Value,
     ) -> Result<serde_json::Value, RedactError> {
         (self.output)(output)
@@ -87,6 +93,7 @@ impl Redactor for FnRedactor {
     async fn redact_approval_input(
         &self,
         _capability: &CapabilityInfo,
+        _namespace: &str,
         input: serde_json::Value,
     ) -> Result<serde_json::Value, RedactError> {
         match &self.approval_input {

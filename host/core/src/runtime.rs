@@ -4,8 +4,8 @@
 
 use crate::actor::{Actor, ActorRef, Surface};
 use crate::approval::{
-    ApprovalCoordinator, ApprovalFilter, ApprovalHandler, ApprovalRecord, ApprovalStoreError,
-    Decision, DecisionStatus, InMemoryApprovalCoordinator,
+    ApprovalCoordinator, ApprovalFilter, ApprovalHandler, ApprovalRecord, ApprovalRequest,
+    ApprovalStoreError, DecidedVia, Decision, DecisionStatus, InMemoryApprovalCoordinator,
 };
 use crate::audit::{AuditConfig, AuditEvent, AuditSink, Auditor, EventPayload};
 use crate::clock::{Clock, SystemClock};
@@ -16,6 +16,7 @@ use crate::procedure::ProgressFn;
 use crate::registry::Registry;
 use crate::result::ExecutionResult;
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
@@ -60,6 +61,9 @@ pub struct InvokeRequest {
     pub input: serde_json::Value,
     /// The authenticated actor; `None` fails stage 6.
     pub actor: Option<Actor>,
+    /// The caller's tenant partition (empty when the embedder has none): recorded on any
+    /// approval the call asks for, and the key of pooled plugin instances.
+    pub namespace: String,
     /// The application context.
     pub context: serde_json::Value,
     /// Correlation id to carry through events.
@@ -85,12 +89,18 @@ impl InvokeRequest {
             capability_id: capability_id.into(),
             input,
             actor: Some(actor),
+            namespace: String::new(),
             context: serde_json::Value::Null,
             correlation_id: None,
             idempotency_key: None,
             cancel: None,
             progress: None,
         }
+    }
+    /// Set the tenant partition.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
     }
     /// Set the context.
     pub fn context(mut self, context: serde_json::Value) -> Self {
@@ -143,6 +153,8 @@ impl Scope {
 
 /// Options of [`Runtime::describe`].
 pub struct DescribeOptions {
+    /// The caller's tenant partition (empty when the embedder has none).
+    pub namespace: String,
     /// Who asks.
     pub actor: Actor,
     /// Application context.
@@ -183,6 +195,12 @@ pub struct ResumeOptions {
     pub expected_actor: Option<ActorRef>,
     /// Guard: the approval must have been requested on this surface.
     pub expected_surface: Option<Surface>,
+    /// Guard: the approval must have been requested in this tenant partition.
+    pub expected_namespace: Option<String>,
+    /// The resuming actor as authenticated now (same id and kind as the requester, current
+    /// attributes). Invocation- and execution-phase policies are re-checked with it; without
+    /// it they see the actor stored with the approval.
+    pub actor: Option<Actor>,
     /// Adapter-supplied idempotency key.
     pub idempotency_key: Option<String>,
     /// Progress callback.
@@ -198,22 +216,51 @@ pub enum ApprovalsError {
     /// The coordinator refused or failed.
     #[error(transparent)]
     Store(#[from] ApprovalStoreError),
+    /// The decider may not decide this approval: it is their own request (SI-4), or its
+    /// type needs a role they do not hold. The message says which, for the decider.
+    #[error("{0}")]
+    Forbidden(String),
 }
 
 impl Inner {
-    /// SI-4: is `approver` deciding their own request of these types, and is that refused?
+    /// SI-4: is `approver` deciding their own request, and is that refused? Only a
+    /// request whose every requirement was typed, with every type self-confirmable, may be
+    /// decided by its requester.
     pub(crate) fn is_forbidden_self_approval(
         &self,
         approver_id: &str,
-        requester_id: &str,
-        types: &[String],
+        request: &ApprovalRequest,
     ) -> bool {
-        if !self.reject_self_approval || approver_id != requester_id {
+        if !self.reject_self_approval || approver_id != request.actor.id {
             return false;
         }
-        let confirmable =
-            !types.is_empty() && types.iter().all(|t| self.self_confirmable.contains(t));
+        let confirmable = !request.untyped
+            && !request.types.is_empty()
+            && request
+                .types
+                .iter()
+                .all(|t| self.self_confirmable.contains(t));
         !confirmable
+    }
+
+    /// The roles that may decide an approval of these types: for each configured type, one
+    /// of its roles is needed. `Err` names the first type whose roles the decider lacks.
+    pub(crate) fn check_type_roles(
+        &self,
+        types: &[String],
+        roles: &[String],
+    ) -> Result<(), String> {
+        for t in types {
+            if let Some(needed) = self.type_roles.get(t)
+                && !needed.iter().any(|r| roles.contains(r))
+            {
+                return Err(format!(
+                    "Approvals of type `{t}` can only be decided by a holder of one of the roles: {}.",
+                    needed.join(", ")
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -224,6 +271,7 @@ pub(crate) struct Inner {
     pub(crate) handler: Option<Arc<dyn ApprovalHandler>>,
     pub(crate) reject_self_approval: bool,
     pub(crate) self_confirmable: Vec<String>,
+    pub(crate) type_roles: HashMap<String, Vec<String>>,
     pub(crate) audit: Auditor,
     pub(crate) defaults: Defaults,
     pub(crate) clock: Arc<dyn Clock>,
@@ -246,6 +294,7 @@ pub struct RuntimeBuilder {
     handler: Option<Arc<dyn ApprovalHandler>>,
     reject_self_approval: bool,
     self_confirmable: Vec<String>,
+    type_roles: HashMap<String, Vec<String>>,
     audit: AuditConfig,
     defaults: Defaults,
     clock: Arc<dyn Clock>,
@@ -285,6 +334,20 @@ impl RuntimeBuilder {
         types: impl IntoIterator<Item = impl Into<String>>,
     ) -> Self {
         self.self_confirmable = types.into_iter().map(Into::into).collect();
+        self
+    }
+    /// Who may decide approvals of a type: an approver must hold one of `roles` to decide
+    /// an approval carrying `approval_type` (e.g. `manager` → `["manager"]`). Types with no
+    /// entry may be decided by any approver the approvals API admits.
+    pub fn approval_type_roles(
+        mut self,
+        approval_type: impl Into<String>,
+        roles: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
+        self.type_roles.insert(
+            approval_type.into(),
+            roles.into_iter().map(Into::into).collect(),
+        );
         self
     }
     /// Add an audit sink.
@@ -364,6 +427,7 @@ impl RuntimeBuilder {
                 handler: self.handler,
                 reject_self_approval: self.reject_self_approval,
                 self_confirmable: self.self_confirmable,
+                type_roles: self.type_roles,
                 audit: Auditor::new(self.audit),
                 defaults: self.defaults,
                 clock: self.clock,
@@ -383,6 +447,7 @@ impl Runtime {
             handler: None,
             reject_self_approval: true,
             self_confirmable: Vec::new(),
+            type_roles: HashMap::new(),
             audit: AuditConfig::default(),
             defaults: Defaults::default(),
             clock: Arc::new(SystemClock),
@@ -392,6 +457,15 @@ impl Runtime {
     /// Run one governed call through stages 2–15. Never panics, never returns `Err`.
     pub async fn invoke(&self, request: InvokeRequest) -> ExecutionResult {
         crate::pipeline::invoke(&self.inner, request).await
+    }
+
+    /// Refuse a call as not found without running anything, for an adapter that found out
+    /// before the runtime did that the caller must not learn the capability exists (a
+    /// stale contract digest for a capability discovery hides from them). Emits
+    /// `capability.requested` and `capability.denied` (reason `hidden`) and answers exactly
+    /// like an unknown id (SI-8).
+    pub async fn conceal(&self, request: InvokeRequest) -> ExecutionResult {
+        crate::pipeline::conceal(&self.inner, request).await
     }
 
     /// The discovery pipeline: what this actor may see on this surface.
@@ -462,6 +536,24 @@ pub struct DecideRequest {
     pub approver: ActorRef,
     /// Optional comment.
     pub comment: Option<String>,
+    /// Who is deciding, and from where.
+    pub decider: Decider,
+}
+
+/// Who stands behind a decision, which bounds what they may decide.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decider {
+    /// An approver authenticated by the approvals API: decides only approvals requested in
+    /// `namespace`, and only types whose configured roles they hold.
+    Approver {
+        /// The approver's tenant partition.
+        namespace: String,
+        /// The approver's roles.
+        roles: Vec<String>,
+    },
+    /// An operator at the shell, deciding on the approver's behalf across namespaces
+    /// (recorded as such in the decision and its event). Self-decisions are still refused.
+    Operator,
 }
 
 /// The approvals API of a runtime (reading redacts the stored input for reviewers).
@@ -472,11 +564,39 @@ pub struct Approvals<'a> {
 impl Approvals<'_> {
     /// One record, with lazy expiry applied and the input redacted for review.
     pub async fn get(&self, id: &str) -> Result<Option<ApprovalRecord>, ApprovalsError> {
+        self.get_in(id, None).await
+    }
+
+    /// One record of a tenant partition (`None`: any): another namespace's record reads
+    /// as missing.
+    pub async fn get_in(
+        &self,
+        id: &str,
+        namespace: Option<&str>,
+    ) -> Result<Option<ApprovalRecord>, ApprovalsError> {
         let now = self.rt.clock.now();
         match self.rt.coordinator.get(id).await? {
-            Some(r) => Ok(Some(self.for_review(r, now).await)),
-            None => Ok(None),
+            Some(r) if namespace.is_none_or(|n| n == r.request.namespace) => {
+                Ok(Some(self.for_review(r, now).await))
+            }
+            _ => Ok(None),
         }
+    }
+
+    /// The record as its requester stored it (input unredacted: they supplied it), when
+    /// `namespace` and `requester` are the ones it was requested by; `None` otherwise. For
+    /// doors that must authorize a resume against the stored capability and input.
+    pub async fn get_for_requester(
+        &self,
+        id: &str,
+        namespace: &str,
+        requester: &ActorRef,
+    ) -> Result<Option<ApprovalRecord>, ApprovalsError> {
+        Ok(self.rt.coordinator.get(id).await?.filter(|r| {
+            r.request.namespace == namespace
+                && r.request.actor.id == requester.id
+                && r.request.actor.kind == requester.kind
+        }))
     }
 
     /// Records matching a filter, newest first, inputs redacted for review.
@@ -495,6 +615,10 @@ impl Approvals<'_> {
 
     /// Approve or reject a pending, unexpired request. Emits `capability.approved` or
     /// `capability.rejected` with the approver as the envelope actor. Executes nothing.
+    ///
+    /// Refused before anything is written: another namespace's approval (as not found), a
+    /// self-decision (SI-4, unless every type is self-confirmable), and a type whose
+    /// configured roles the approver lacks.
     pub async fn decide(
         &self,
         id: &str,
@@ -511,23 +635,58 @@ impl Approvals<'_> {
             ));
         }
         let now = self.rt.clock.now();
+        let not_found = || ApprovalsError::Store(ApprovalStoreError::NotFound(id.to_string()));
+        let current = self.rt.coordinator.get(id).await?.ok_or_else(not_found)?;
+        let (namespace, via) = match &request.decider {
+            Decider::Approver { namespace, roles } => {
+                if *namespace != current.request.namespace {
+                    return Err(not_found());
+                }
+                if request.status == DecisionStatus::Approved {
+                    self.rt
+                        .check_type_roles(&current.request.types, roles)
+                        .map_err(ApprovalsError::Forbidden)?;
+                }
+                (Some(namespace.clone()), DecidedVia::Approver)
+            }
+            Decider::Operator => (None, DecidedVia::Operator),
+        };
+        let own = request.approver.id == current.request.actor.id
+            && request.approver.kind == current.request.actor.kind;
+        if own
+            && request.status == DecisionStatus::Approved
+            && self
+                .rt
+                .is_forbidden_self_approval(&request.approver.id, &current.request)
+        {
+            return Err(ApprovalsError::Forbidden(
+                "The requester cannot approve their own request (SI-4); another approver must decide it.".into(),
+            ));
+        }
         let decision = Decision {
             status: request.status,
             approver: request.approver.clone(),
             comment: request.comment.clone(),
             decided_at: now,
+            approver_namespace: namespace.clone(),
+            via,
         };
         let record = self.rt.coordinator.decide(id, decision, now).await?;
+        let via = (via == DecidedVia::Operator).then(|| via.as_str().to_string());
         let payload = match request.status {
             DecisionStatus::Approved => EventPayload::Approved {
                 approval_id: id.to_string(),
                 approver: request.approver.clone(),
                 comment: request.comment,
+                namespace,
+                via,
             },
             DecisionStatus::Rejected => EventPayload::Rejected {
                 approval_id: id.to_string(),
                 approver: request.approver.clone(),
                 comment: request.comment,
+                namespace,
+                via,
             },
         };
         let _ = self
@@ -556,7 +715,10 @@ impl Approvals<'_> {
         if let Some(cap) = self.rt.registry.get(&r.request.capability_id) {
             let mut input = std::mem::take(&mut r.request.input);
             for red in &cap.redactors {
-                match red.redact_approval_input(&cap.info, input).await {
+                match red
+                    .redact_approval_input(&cap.info, &r.request.namespace, input)
+                    .await
+                {
                     Ok(v) => input = v,
                     Err(e) => {
                         tracing::warn!(target: "capgate::approvals", approval = %r.request.id, error = %e, "approval input redaction failed; input withheld");

@@ -5,6 +5,7 @@ mod common;
 use capgate_core::approval::{ApprovalCoordinator, ApprovalHandler, InlineDecision};
 use capgate_core::clock::ManualClock;
 use capgate_core::prelude::*;
+use capgate_core::runtime::ApprovalsError;
 use common::*;
 use serde_json::json;
 use std::sync::Arc;
@@ -77,6 +78,10 @@ async fn resume_of_a_rejected_approval_is_approval_rejected() {
                 status: DecisionStatus::Rejected,
                 approver: priya(),
                 comment: Some("not eligible".into()),
+                decider: capgate_core::runtime::Decider::Approver {
+                    namespace: String::new(),
+                    roles: Vec::new(),
+                },
             },
         )
         .await
@@ -115,6 +120,10 @@ async fn resume_after_expiry_is_approval_expired() {
                 status: DecisionStatus::Approved,
                 approver: priya(),
                 comment: None,
+                decider: capgate_core::runtime::Decider::Approver {
+                    namespace: String::new(),
+                    roles: Vec::new(),
+                },
             },
         )
         .await;
@@ -163,19 +172,43 @@ async fn si5_a_tampered_stored_input_is_approval_input_mismatch() {
 }
 
 #[tokio::test]
-async fn si4_self_approval_is_refused_at_resume() {
+async fn si4_self_approval_is_refused_when_decided_and_the_approval_stays_pending() {
     let c = Counter::default();
     let rt = runtime_with(vec![refund_def(&c)], Arc::new(MemorySink::new()));
     let id = pending(&rt).await;
-    rt.approvals()
-        .decide(
-            &id,
-            DecideRequest {
-                status: DecisionStatus::Approved,
-                approver: dana().reference(),
-                comment: None,
-            },
-        )
+    let refused = rt
+        .approvals()
+        .decide(&id, decide_as(dana().reference(), "", &[]))
+        .await;
+    assert!(matches!(refused, Err(ApprovalsError::Forbidden(_))));
+    let record = rt.approvals().get(&id).await.unwrap().unwrap();
+    assert_eq!(record.status, ApprovalStatus::Pending);
+    assert_eq!(c.get(), 0);
+}
+
+#[tokio::test]
+async fn si4_self_approval_is_still_refused_at_resume_when_a_store_was_written_directly() {
+    let coord = Arc::new(InMemoryApprovalCoordinator::new());
+    let c = Counter::default();
+    let rt = Runtime::builder(
+        Registry::builder()
+            .capability(refund_def(&c))
+            .build()
+            .unwrap(),
+    )
+    .approvals(coord.clone())
+    .build();
+    let id = pending(&rt).await;
+    let decision = capgate_core::approval::Decision {
+        status: DecisionStatus::Approved,
+        approver: dana().reference(),
+        comment: None,
+        decided_at: chrono::Utc::now(),
+        approver_namespace: None,
+        via: capgate_core::approval::DecidedVia::Operator,
+    };
+    coord
+        .decide(&id, decision, chrono::Utc::now())
         .await
         .unwrap();
     let r = rt.resume(&id, ResumeOptions::default()).await;
@@ -425,6 +458,10 @@ async fn deciding_twice_is_refused() {
                 status: DecisionStatus::Rejected,
                 approver: priya(),
                 comment: None,
+                decider: capgate_core::runtime::Decider::Approver {
+                    namespace: String::new(),
+                    roles: Vec::new(),
+                },
             },
         )
         .await;

@@ -158,6 +158,7 @@ fn discovery_runtime(policy_timeout_ms: u64, budget_ms: u64) -> (Runtime, Arc<Me
 
 fn opts(scope: Option<Scope>) -> DescribeOptions {
     DescribeOptions {
+        namespace: String::new(),
         actor: dana(),
         context: json!({}),
         scope,

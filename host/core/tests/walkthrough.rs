@@ -17,6 +17,10 @@ fn decide(status: DecisionStatus, who: &str) -> DecideRequest {
             kind: ActorKind::User,
         },
         comment: None,
+        decider: capgate_core::runtime::Decider::Approver {
+            namespace: String::new(),
+            roles: Vec::new(),
+        },
     }
 }
 
@@ -282,11 +286,18 @@ async fn the_walkthrough_failure_branches_are_typed_envelopes() {
         ))
         .await;
     let id = r.approval().unwrap().id.clone();
-    rt.approvals()
-        .decide(&id, decide(DecisionStatus::Approved, "u_dana"))
-        .await
-        .unwrap();
     let selfish = rt
+        .approvals()
+        .decide(&id, decide(DecisionStatus::Approved, "u_dana"))
+        .await;
+    assert!(
+        matches!(
+            selfish,
+            Err(capgate_core::runtime::ApprovalsError::Forbidden(_))
+        ),
+        "refused when decided: {selfish:?}"
+    );
+    let still = rt
         .resume(
             &id,
             ResumeOptions {
@@ -295,10 +306,7 @@ async fn the_walkthrough_failure_branches_are_typed_envelopes() {
             },
         )
         .await;
-    assert_eq!(
-        selfish.error().unwrap().code(),
-        ErrorCode::ApprovalSelfApproval
-    );
+    assert_eq!(still.error().unwrap().code(), ErrorCode::ApprovalPending);
     // Another org's context: orgIsolation denies.
     let other = rt
         .invoke(

@@ -404,6 +404,10 @@ async fn an_http_upstream_capability_works_end_to_end_and_receives_the_agent_inf
                     kind: ActorKind::User,
                 },
                 comment: None,
+                decider: capgate_core::runtime::Decider::Approver {
+                    namespace: String::new(),
+                    roles: Vec::new(),
+                },
             },
         )
         .await

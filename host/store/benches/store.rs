@@ -54,6 +54,8 @@ fn request() -> ApprovalRequest {
         expires_at: now + chrono::Duration::minutes(15),
         execution_id: next_id("exe"),
         correlation_id: None,
+        namespace: String::new(),
+        untyped: false,
     }
 }
 
@@ -70,6 +72,8 @@ async fn round_trip(c: &SqlApprovalCoordinator) {
         },
         comment: None,
         decided_at: now,
+        approver_namespace: None,
+        via: capgate_core::approval::DecidedVia::Approver,
     };
     c.decide(&id, decision, now).await.expect("decide");
     c.mark_consumed(&id, &next_id("exe"), now)

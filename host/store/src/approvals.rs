@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use capgate_core::actor::{Actor, ActorRef, Surface};
 use capgate_core::approval::{
     ApprovalCoordinator, ApprovalFilter, ApprovalRecord, ApprovalRequest, ApprovalStatus,
-    ApprovalStoreError, Decision, DecisionStatus,
+    ApprovalStoreError, DecidedVia, Decision, DecisionStatus,
 };
 use capgate_core::meta::{Risk, SideEffect};
 use chrono::{DateTime, Utc};
@@ -23,19 +23,21 @@ macro_rules! cols {
     () => {
         "id, capability_id, surface, actor, input, input_hash, reasons, types, risk, side_effect, \
          status, requested_at, expires_at, execution_id, correlation_id, decision_status, \
-         decided_by, decided_at, decision_comment, consumed_by_execution_id"
+         decided_by, decided_at, decision_comment, consumed_by_execution_id, namespace, untyped, \
+         decided_namespace, decided_via"
     };
 }
 
 const INSERT: &str = "INSERT INTO capgate_approvals (id, capability_id, surface, actor, input, input_hash, \
-     reasons, types, risk, side_effect, status, requested_at, expires_at, execution_id, correlation_id) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $13, $14)";
+     reasons, types, risk, side_effect, status, requested_at, expires_at, execution_id, correlation_id, \
+     namespace, untyped) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $13, $14, $15, $16)";
 
 const GET: &str = concat!("SELECT ", cols!(), " FROM capgate_approvals WHERE id = $1");
 
 const DECIDE: &str = concat!(
     "UPDATE capgate_approvals SET status = $2, decision_status = $2, decided_by = $3, \
-     decided_at = $4, decision_comment = $5 \
+     decided_at = $4, decision_comment = $5, decided_namespace = $7, decided_via = $8 \
      WHERE id = $1 AND status = 'pending' AND expires_at > $6 RETURNING ",
     cols!()
 );
@@ -57,6 +59,7 @@ const LIST_SQLITE: &str = concat!(
      AND ($4 IS NULL OR json_extract(actor, '$.id') = $4) \
      AND ($5 IS NULL OR requested_at >= $5) \
      AND ($6 IS NULL OR requested_at < $6) \
+     AND ($9 IS NULL OR namespace = $9) \
      ORDER BY requested_at DESC, id DESC LIMIT $7 OFFSET $8"
 );
 
@@ -70,6 +73,7 @@ const LIST_POSTGRES: &str = concat!(
      AND ($4::text IS NULL OR actor->>'id' = $4) \
      AND ($5::timestamptz IS NULL OR requested_at >= $5) \
      AND ($6::timestamptz IS NULL OR requested_at < $6) \
+     AND ($9::text IS NULL OR namespace = $9) \
      ORDER BY requested_at DESC, id DESC LIMIT $7 OFFSET $8"
 );
 
@@ -124,6 +128,10 @@ struct RawApproval {
     decided_at: Option<DateTime<Utc>>,
     decision_comment: Option<String>,
     consumed_by: Option<String>,
+    namespace: String,
+    untyped: bool,
+    decided_namespace: Option<String>,
+    decided_via: Option<String>,
 }
 
 /// Decode a row of either backend.
@@ -152,6 +160,10 @@ fn read_row(row: &dyn Columns) -> Result<RawApproval, ApprovalStoreError> {
         decided_at: row.opt_ts("decided_at").map_err(bad)?,
         decision_comment: row.opt_text("decision_comment").map_err(bad)?,
         consumed_by: row.opt_text("consumed_by_execution_id").map_err(bad)?,
+        namespace: row.text("namespace").map_err(bad)?,
+        untyped: row.flag("untyped").map_err(bad)?,
+        decided_namespace: row.opt_text("decided_namespace").map_err(bad)?,
+        decided_via: row.opt_text("decided_via").map_err(bad)?,
         id,
     })
 }
@@ -188,11 +200,18 @@ impl RawApproval {
                 };
                 let approver: ActorRef =
                     serde_json::from_value(by).map_err(|e| bad(format!("decided_by: {e}")))?;
+                let via = match self.decided_via.as_deref() {
+                    None | Some("approver") => DecidedVia::Approver,
+                    Some("operator") => DecidedVia::Operator,
+                    Some(other) => return Err(bad(format!("unknown decided_via `{other}`"))),
+                };
                 Some(Decision {
                     status,
                     approver,
                     comment: self.decision_comment,
                     decided_at: at,
+                    approver_namespace: self.decided_namespace,
+                    via,
                 })
             }
             _ => return Err(bad("partial decision".into())),
@@ -233,6 +252,8 @@ impl RawApproval {
                 expires_at: self.expires_at,
                 execution_id: self.execution_id,
                 correlation_id: self.correlation_id,
+                namespace: self.namespace,
+                untyped: self.untyped,
             },
             status,
             decision,
@@ -315,6 +336,8 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
                 micros(r.expires_at),
                 &r.execution_id,
                 &r.correlation_id,
+                &r.namespace,
+                i64::from(r.untyped),
             ) {
                 Ok(args) => group.execute(INSERT, args).await.map(|_| ()),
                 Err(e) => Err(e),
@@ -334,6 +357,8 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
                 .bind(r.expires_at)
                 .bind(&r.execution_id)
                 .bind(&r.correlation_id)
+                .bind(&r.namespace)
+                .bind(r.untyped)
                 .execute(pool)
                 .await
                 .map(|_| ()),
@@ -372,6 +397,8 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
                         micros(decided_at),
                         &decision.comment,
                         micros(now),
+                        &decision.approver_namespace,
+                        decision.via.as_str(),
                     )
                     .map_err(backend)?,
                 )
@@ -386,6 +413,8 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
                 .bind(decided_at)
                 .bind(&decision.comment)
                 .bind(now)
+                .bind(&decision.approver_namespace)
+                .bind(decision.via.as_str())
                 .fetch_optional(pool)
                 .await
                 .map_err(backend)?
@@ -450,6 +479,7 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
                 .bind(filter.requested_before.map(micros))
                 .bind(limit)
                 .bind(offset)
+                .bind(&filter.namespace)
                 .fetch_all(readers)
                 .await
                 .map_err(backend)?
@@ -465,6 +495,7 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
                 .bind(filter.requested_before)
                 .bind(limit)
                 .bind(offset)
+                .bind(&filter.namespace)
                 .fetch_all(pool)
                 .await
                 .map_err(backend)?

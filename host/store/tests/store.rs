@@ -415,6 +415,10 @@ fn restart_child_process_entry_point() {
                     status: capgate_core::approval::DecisionStatus::Approved,
                     approver: common::priya(),
                     comment: None,
+                    decider: capgate_core::runtime::Decider::Approver {
+                        namespace: String::new(),
+                        roles: Vec::new(),
+                    },
                 },
             )
             .await
@@ -686,6 +690,8 @@ async fn decide_and_consume_evaluate_expiry_against_the_callers_clock(db: &TestD
         approver: common::priya(),
         comment: None,
         decided_at: after,
+        approver_namespace: None,
+        via: capgate_core::approval::DecidedVia::Approver,
     };
     let late = coordinator
         .decide(&summary.id, decision.clone(), after)

@@ -37,12 +37,14 @@ pub(crate) async fn describe(
     // 3. Discovery-phase policies per candidate, bounded concurrency, order preserved.
     let actor = &opts.actor;
     let context = &opts.context;
+    let namespace = opts.namespace.as_str();
     let evaluate = |cap: std::sync::Arc<crate::registry::Capability>| {
         async move {
             let request = PolicyRequest {
                 phase: Phase::Discovery,
                 capability: &cap.info,
                 surface,
+                namespace,
                 actor,
                 context,
                 input: None,

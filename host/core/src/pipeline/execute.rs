@@ -42,6 +42,7 @@ pub(crate) async fn execute(exec: Exec<'_>, a: Admitted) -> ExecutionResult {
             phase: Phase::Execution,
             capability: &cap.info,
             surface: exec.surface,
+            namespace: &exec.namespace,
             actor: &a.actor,
             context: &a.context,
             input: Some(&a.input),
@@ -76,6 +77,9 @@ pub(crate) async fn execute(exec: Exec<'_>, a: Admitted) -> ExecutionResult {
                 }
                 return exec.denied(DenyReason::PolicyDenied, err, decisions).await;
             }
+            // The approval this call carries (a resume, or an inline decision) satisfies a
+            // fresh require-approval; approval cannot be asked for twice.
+            Verdict::ApprovalRequired(_) if a.approval.is_some() => {}
             Verdict::ApprovalRequired(_) => {
                 let err = CapabilityError::new(ErrorCode::PolicyDenied).with_private_details(
                     serde_json::json!({ "reason": "require-approval at the execution phase" }),
@@ -107,6 +111,7 @@ pub(crate) async fn execute(exec: Exec<'_>, a: Admitted) -> ExecutionResult {
         execution_id: exec.execution_id.clone(),
         capability_id: cap.id.clone(),
         surface: exec.surface,
+        namespace: exec.namespace.clone(),
         actor: a.actor,
         approval: a.approval,
         correlation_id: exec.correlation_id.clone(),
@@ -183,7 +188,7 @@ pub(crate) async fn execute(exec: Exec<'_>, a: Admitted) -> ExecutionResult {
     // ── Stage 13: redaction, before any envelope, event or span attribute (SI-10) ──
     let mut output = output;
     for r in &cap.redactors {
-        match AssertUnwindSafe(r.redact_output(&cap.info, output))
+        match AssertUnwindSafe(r.redact_output(&cap.info, &exec.namespace, output))
             .catch_unwind()
             .await
         {

@@ -1,13 +1,13 @@
 //! Invocation, stages 2–8. Stages 9–15 live in `execute.rs` because resume shares them.
 
 use super::execute::{Admitted, execute};
-use super::policies::evaluate_batch;
+use super::policies::{evaluate_batch, refuse};
 use super::{Exec, missing_actor, new_id, panic_message};
 use crate::approval::{ApprovalRef, ApprovalRequest, DecisionStatus};
 use crate::audit::{DenyReason, EventPayload};
 use crate::canonical::input_hash;
 use crate::error::{CapabilityError, ErrorCode};
-use crate::policy::{ApprovalRequirement, Phase, PolicyRequest, Verdict, stances};
+use crate::policy::{ApprovalRequirement, Phase, PolicyRequest, Verdict};
 use crate::registry::Capability;
 use crate::result::ExecutionResult;
 use crate::runtime::{Inner, InvokeRequest};
@@ -19,7 +19,31 @@ use tracing::Instrument;
 
 /// Stages 2–15 of one governed call.
 pub(crate) async fn invoke(rt: &Inner, req: InvokeRequest) -> ExecutionResult {
-    // ── Stage 2: execution identity, root span, capability.requested ──
+    let exec = begin(rt, &req);
+    let span = exec.span.clone();
+    stages(exec, req).instrument(span).await
+}
+
+/// Stages 2–3 of a call the adapter must conceal: `capability.requested`, then the
+/// not-found denial an unknown id gets, with nothing evaluated or run.
+pub(crate) async fn conceal(rt: &Inner, req: InvokeRequest) -> ExecutionResult {
+    let exec = begin(rt, &req);
+    let span = exec.span.clone();
+    async {
+        exec.emit(EventPayload::Requested {
+            side_effect: None,
+            risk: None,
+        })
+        .await;
+        exec.denied(DenyReason::Hidden, CapabilityError::not_found(), None)
+            .await
+    }
+    .instrument(span)
+    .await
+}
+
+/// Stage 2: the execution identity and its root span.
+fn begin<'a>(rt: &'a Inner, req: &InvokeRequest) -> Exec<'a> {
     let execution_id = new_id("exe");
     let span = tracing::info_span!(
         "agent.capability_call",
@@ -30,10 +54,11 @@ pub(crate) async fn invoke(rt: &Inner, req: InvokeRequest) -> ExecutionResult {
         capgate.error_code = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
     );
-    let exec = Exec {
+    Exec {
         rt,
         execution_id,
         surface: req.surface,
+        namespace: req.namespace.clone(),
         actor: req
             .actor
             .as_ref()
@@ -42,9 +67,8 @@ pub(crate) async fn invoke(rt: &Inner, req: InvokeRequest) -> ExecutionResult {
         correlation_id: req.correlation_id.clone(),
         input_hash: None,
         started: Instant::now(),
-        span: span.clone(),
-    };
-    stages(exec, req).instrument(span).await
+        span,
+    }
 }
 
 async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
@@ -117,6 +141,7 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
         phase: Phase::Invocation,
         capability: &cap.info,
         surface: req.surface,
+        namespace: &req.namespace,
         actor: &actor,
         context: &req.context,
         input: Some(&input),
@@ -125,36 +150,12 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
     };
     let evaluated = evaluate_batch(rt, &cap, &request, deadline).await;
     let verdict = crate::policy::combine(&evaluated);
-    let decisions = || (!evaluated.is_empty()).then(|| stances(&evaluated));
+    if let Some(refused) = refuse(&exec, &evaluated, &verdict).await {
+        return refused;
+    }
     let mut requirement = match verdict {
-        Verdict::Failed { policy, reason } => {
-            let err = CapabilityError::new(ErrorCode::PolicyFailed)
-                .with_private_details(serde_json::json!({ "policy": policy, "reason": reason }));
-            return exec
-                .denied(DenyReason::PolicyFailed, err, decisions())
-                .await;
-        }
-        Verdict::Denied {
-            policy,
-            code,
-            message,
-        } => {
-            let mut err = CapabilityError::new(ErrorCode::PolicyDenied)
-                .with_private_details(serde_json::json!({ "policy": policy, "code": code }));
-            if let Some(m) = message {
-                err = err.with_message(m);
-            }
-            return exec
-                .denied(DenyReason::PolicyDenied, err, decisions())
-                .await;
-        }
-        Verdict::Hidden { policy } => {
-            let err = CapabilityError::not_found()
-                .with_private_details(serde_json::json!({ "policy": policy }));
-            return exec.denied(DenyReason::Hidden, err, decisions()).await;
-        }
         Verdict::ApprovalRequired(r) => Some(r),
-        Verdict::Allowed => None,
+        _ => None,
     };
 
     // ── Stage 8: approval gate ──
@@ -243,6 +244,8 @@ async fn approval_gate(
         expires_at,
         execution_id: exec.execution_id.clone(),
         correlation_id: exec.correlation_id.clone(),
+        namespace: exec.namespace.clone(),
+        untyped: requirement.untyped,
     };
     span.record("capgate.approval_id", request.id.as_str());
     let requested = EventPayload::ApprovalRequested {
@@ -271,6 +274,8 @@ async fn approval_gate(
                                 approval_id: payload_common.0,
                                 approver: payload_common.1,
                                 comment: payload_common.2,
+                                namespace: None,
+                                via: None,
                             })
                             .await;
                             return Gate::Suspended(
@@ -285,11 +290,7 @@ async fn approval_gate(
                             );
                         }
                         DecisionStatus::Approved => {
-                            if rt.is_forbidden_self_approval(
-                                &d.approver.id,
-                                &actor.id,
-                                &request.types,
-                            ) {
+                            if rt.is_forbidden_self_approval(&d.approver.id, &request) {
                                 return Gate::Suspended(
                                     exec.failed(
                                         CapabilityError::new(ErrorCode::ApprovalSelfApproval),
@@ -305,6 +306,8 @@ async fn approval_gate(
                                 approval_id: payload_common.0.clone(),
                                 approver: payload_common.1.clone(),
                                 comment: payload_common.2,
+                                namespace: None,
+                                via: None,
                             })
                             .await;
                             return Gate::Approved(ApprovalRef {

@@ -9,7 +9,7 @@ mod policies;
 mod resume;
 
 pub(crate) use discovery::describe;
-pub(crate) use invoke::invoke;
+pub(crate) use invoke::{conceal, invoke};
 pub(crate) use resume::resume;
 
 use crate::actor::{ActorKind, ActorRef, Surface};
@@ -29,6 +29,8 @@ pub(crate) struct Exec<'a> {
     pub(crate) rt: &'a Inner,
     pub(crate) execution_id: String,
     pub(crate) surface: Surface,
+    /// The caller's tenant partition (empty when the embedder has none).
+    pub(crate) namespace: String,
     pub(crate) actor: ActorRef,
     pub(crate) capability_id: String,
     pub(crate) correlation_id: Option<String>,

@@ -2,8 +2,12 @@
 //! policies first, under one shared deadline; panics, errors, invalid decisions and missed
 //! deadlines are recorded as failures (SI-7).
 
-use crate::policy::{Evaluated, Phase, Policy, PolicyError, PolicyRequest};
+use super::Exec;
+use crate::audit::DenyReason;
+use crate::error::{CapabilityError, ErrorCode};
+use crate::policy::{Evaluated, Phase, Policy, PolicyError, PolicyRequest, Verdict, stances};
 use crate::registry::Capability;
+use crate::result::ExecutionResult;
 use crate::runtime::Inner;
 use futures::FutureExt;
 use std::panic::AssertUnwindSafe;
@@ -75,4 +79,42 @@ pub(crate) async fn evaluate_batch(
 /// Whether any policy of `cap` runs in `phase` (lets callers skip work).
 pub(crate) fn any_applicable(rt: &Inner, cap: &Capability, phase: Phase) -> bool {
     applicable(rt, cap, phase).next().is_some()
+}
+
+/// The end of a call whose invocation-phase verdict refuses it (stage 7 on invoke, its
+/// re-check on resume): a failure, deny or hide, each with its error and a
+/// `capability.denied` event. `None` for allow and require-approval, which go on.
+pub(crate) async fn refuse(
+    exec: &Exec<'_>,
+    evaluated: &[Evaluated],
+    verdict: &Verdict,
+) -> Option<ExecutionResult> {
+    let decisions = || (!evaluated.is_empty()).then(|| stances(evaluated));
+    Some(match verdict.clone() {
+        Verdict::Allowed | Verdict::ApprovalRequired(_) => return None,
+        Verdict::Failed { policy, reason } => {
+            let err = CapabilityError::new(ErrorCode::PolicyFailed)
+                .with_private_details(serde_json::json!({ "policy": policy, "reason": reason }));
+            exec.denied(DenyReason::PolicyFailed, err, decisions())
+                .await
+        }
+        Verdict::Denied {
+            policy,
+            code,
+            message,
+        } => {
+            let mut err = CapabilityError::new(ErrorCode::PolicyDenied)
+                .with_private_details(serde_json::json!({ "policy": policy, "code": code }));
+            if let Some(m) = message {
+                err = err.with_message(m);
+            }
+            exec.denied(DenyReason::PolicyDenied, err, decisions())
+                .await
+        }
+        Verdict::Hidden { policy } => {
+            let err = CapabilityError::not_found()
+                .with_private_details(serde_json::json!({ "policy": policy }));
+            exec.denied(DenyReason::Hidden, err, decisions()).await
+        }
+    })
 }

@@ -2,11 +2,13 @@
 //! a new execution id, as the original actor, with the approver visible to the procedure.
 
 use super::execute::{Admitted, execute};
+use super::policies::{evaluate_batch, refuse};
 use super::{Exec, missing_actor, new_id};
 use crate::approval::{ApprovalRef, ApprovalStatus, ApprovalStoreError};
 use crate::audit::DenyReason;
 use crate::canonical::input_hash;
 use crate::error::{CapabilityError, ErrorCode, Stage};
+use crate::policy::{Phase, PolicyRequest, combine};
 use crate::result::ExecutionResult;
 use crate::runtime::{Inner, ResumeOptions};
 use std::time::Instant;
@@ -29,6 +31,7 @@ pub(crate) async fn resume(rt: &Inner, approval_id: &str, opts: ResumeOptions) -
         surface: opts
             .expected_surface
             .unwrap_or(crate::actor::Surface::Direct),
+        namespace: opts.expected_namespace.clone().unwrap_or_default(),
         actor: opts.expected_actor.clone().unwrap_or_else(missing_actor),
         capability_id: String::new(),
         correlation_id: None,
@@ -86,7 +89,15 @@ async fn checks(mut exec: Exec<'_>, approval_id: &str, opts: ResumeOptions) -> E
     let surface_ok = opts
         .expected_surface
         .is_none_or(|s| s == record.request.surface);
-    if !actor_ok || !surface_ok {
+    let namespace_ok = opts
+        .expected_namespace
+        .as_ref()
+        .is_none_or(|n| *n == record.request.namespace);
+    let current_ok = opts
+        .actor
+        .as_ref()
+        .is_none_or(|a| a.id == record.request.actor.id && a.kind == record.request.actor.kind);
+    if !actor_ok || !surface_ok || !namespace_ok || !current_ok {
         return exec
             .failed(
                 approval_error(ErrorCode::ApprovalResumeMismatch),
@@ -100,6 +111,7 @@ async fn checks(mut exec: Exec<'_>, approval_id: &str, opts: ResumeOptions) -> E
     // From here the execution runs as the original requester, on the original surface.
     exec.actor = record.request.actor.reference();
     exec.surface = record.request.surface;
+    exec.namespace = record.request.namespace.clone();
     exec.input_hash = Some(record.request.input_hash.clone());
 
     // 2. Status.
@@ -139,11 +151,7 @@ async fn checks(mut exec: Exec<'_>, approval_id: &str, opts: ResumeOptions) -> E
     };
 
     // 3. Self-approval (SI-4): ids compared.
-    if rt.is_forbidden_self_approval(
-        &decision.approver.id,
-        &record.request.actor.id,
-        &record.request.types,
-    ) {
+    if rt.is_forbidden_self_approval(&decision.approver.id, &record.request) {
         return exec
             .failed(
                 approval_error(ErrorCode::ApprovalSelfApproval),
@@ -221,6 +229,32 @@ async fn checks(mut exec: Exec<'_>, approval_id: &str, opts: ResumeOptions) -> E
             .await;
     }
 
+    // The call runs as the requester as authenticated now (current attributes), else as
+    // stored with the approval.
+    let actor = opts.actor.unwrap_or_else(|| record.request.actor.clone());
+
+    // 5b. Freshness (distributed spec, Retries step 5): the current invocation-phase
+    // policies are checked again, with the current actor and context, before anything is
+    // consumed. A deny, hide or failure ends the call as it would on invoke and leaves the
+    // approval unconsumed; a fresh require-approval is satisfied by this approval.
+    let deadline = tokio::time::Instant::now()
+        + std::time::Duration::from_millis(rt.defaults.policy_timeout_ms);
+    let request = PolicyRequest {
+        phase: Phase::Invocation,
+        capability: &cap.info,
+        surface: exec.surface,
+        namespace: &exec.namespace,
+        actor: &actor,
+        context: &opts.context,
+        input: Some(&input),
+        execution_id: &exec.execution_id,
+        approval: None,
+    };
+    let evaluated = evaluate_batch(rt, &cap, &request, deadline).await;
+    if let Some(result) = refuse(&exec, &evaluated, &combine(&evaluated)).await {
+        return result;
+    }
+
     // 6. Consume atomically: at most one execution per approval.
     match rt
         .coordinator
@@ -250,7 +284,7 @@ async fn checks(mut exec: Exec<'_>, approval_id: &str, opts: ResumeOptions) -> E
         Admitted {
             cap,
             input,
-            actor: record.request.actor,
+            actor,
             context: opts.context,
             approval: Some(ApprovalRef {
                 id: approval_id.to_string(),

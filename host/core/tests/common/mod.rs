@@ -111,6 +111,19 @@ pub fn code(r: &ExecutionResult) -> Option<ErrorCode> {
     r.error().map(|e| e.code())
 }
 
+/// A decision by an approver of `namespace` holding `roles`.
+pub fn decide_as(approver: ActorRef, namespace: &str, roles: &[&str]) -> DecideRequest {
+    DecideRequest {
+        status: DecisionStatus::Approved,
+        approver,
+        comment: None,
+        decider: Decider::Approver {
+            namespace: namespace.into(),
+            roles: roles.iter().map(|r| r.to_string()).collect(),
+        },
+    }
+}
+
 pub async fn approve(rt: &Runtime, id: &str) {
     rt.approvals()
         .decide(
@@ -119,6 +132,10 @@ pub async fn approve(rt: &Runtime, id: &str) {
                 status: DecisionStatus::Approved,
                 approver: priya(),
                 comment: Some("ok".into()),
+                decider: capgate_core::runtime::Decider::Approver {
+                    namespace: String::new(),
+                    roles: Vec::new(),
+                },
             },
         )
         .await

@@ -204,6 +204,7 @@ pub fn agent(execution_id: &str) -> AgentInvocationInfo {
         execution_id: execution_id.into(),
         capability_id: "orders.refund".into(),
         surface: Surface::Direct,
+        namespace: String::new(),
         actor: Actor::user("u_dana", json!({})),
         approval: None,
         correlation_id: None,

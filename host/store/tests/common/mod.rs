@@ -329,6 +329,10 @@ pub async fn approved_refund(rt: &Runtime) -> String {
                 status: DecisionStatus::Approved,
                 approver: priya(),
                 comment: Some("ok".into()),
+                decider: capgate_core::runtime::Decider::Approver {
+                    namespace: String::new(),
+                    roles: Vec::new(),
+                },
             },
         )
         .await
