@@ -112,6 +112,7 @@ fn measure(host: &WasmHost, rt: &tokio::runtime::Runtime, lang: &Lang) -> Row {
         phase: Phase::Invocation,
         capability: &info,
         surface: Surface::AiSdk,
+        namespace: "",
         actor: &actor,
         context: &ctx,
         input: Some(&input),

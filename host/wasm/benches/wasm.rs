@@ -87,6 +87,7 @@ fn policy_call(c: &mut Criterion) {
         phase: Phase::Invocation,
         capability: &info,
         surface: Surface::AiSdk,
+        namespace: "",
         actor: &actor,
         context: &ctx,
         input: Some(&input),

@@ -451,6 +451,7 @@ fn run_policy_case(policy: &crate::WasmPolicy, case: &Case) -> CaseResult {
         phase,
         capability: &capability,
         surface,
+        namespace: req.get("namespace").and_then(Value::as_str).unwrap_or(""),
         actor: &actor,
         context: &context,
         input: req.get("input"),

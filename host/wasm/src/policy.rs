@@ -7,7 +7,7 @@ use crate::bindings::{names, wit_policy};
 use crate::convert;
 use crate::error::{CallError, LoadError};
 use crate::plugin::Plugin;
-use crate::sandbox::{CallOpts, Sandbox};
+use crate::sandbox::{CallOpts, Sandbox, pool_key};
 use async_trait::async_trait;
 use capgate_core::policy::{
     DEFAULT_PHASES, Phase, Policy, PolicyDecision, PolicyError, PolicyRequest,
@@ -68,6 +68,11 @@ impl WasmPolicy {
         self.sandbox.idle(&self.namespace)
     }
 
+    /// Idle pooled instances kept for calls made in `namespace`.
+    pub fn idle_instances_in(&self, namespace: &str) -> usize {
+        self.sandbox.idle(pool_key(&self.namespace, namespace))
+    }
+
     /// Evaluate without the trait's error mapping: the sandbox's own reason on failure.
     /// Used by `capgate plugin test` and the tests.
     pub fn evaluate_raw(
@@ -89,7 +94,7 @@ impl WasmPolicy {
         };
         sb.call(
             CallOpts {
-                namespace: &self.namespace,
+                namespace: pool_key(&self.namespace, request.namespace),
                 deadline,
                 ..CallOpts::default()
             },

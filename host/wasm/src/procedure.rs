@@ -8,7 +8,7 @@ use crate::bindings::{names, wit_health, wit_procedure};
 use crate::convert;
 use crate::error::{CallError, LoadError};
 use crate::plugin::Plugin;
-use crate::sandbox::{CallOpts, Sandbox};
+use crate::sandbox::{CallOpts, Sandbox, pool_key};
 use async_trait::async_trait;
 use capgate_core::policy::CapabilityInfo;
 use capgate_core::procedure::{Procedure, ProcedureCall, ProcedureError};
@@ -93,7 +93,7 @@ impl Inner {
         };
         let result = sb.call(
             CallOpts {
-                namespace: &self.namespace,
+                namespace: pool_key(&self.namespace, &agent.namespace),
                 deadline: None,
                 progress: call.progress.clone(),
                 cancel: Some(call.cancel.clone()),

@@ -7,7 +7,7 @@ use crate::bindings::{names, wit_redactor};
 use crate::convert;
 use crate::error::{CallError, LoadError};
 use crate::plugin::Plugin;
-use crate::sandbox::{CallOpts, Sandbox};
+use crate::sandbox::{CallOpts, Sandbox, pool_key};
 use async_trait::async_trait;
 use capgate_core::policy::CapabilityInfo;
 use capgate_core::redact::{RedactError, Redactor};
@@ -63,6 +63,7 @@ impl WasmRedactor {
         &self,
         which: Which,
         capability: &CapabilityInfo,
+        namespace: &str,
         value: &serde_json::Value,
     ) -> Result<serde_json::Value, CallError> {
         let sb = &self.sandbox;
@@ -70,7 +71,7 @@ impl WasmRedactor {
         let text = value.to_string();
         sb.call(
             CallOpts {
-                namespace: &self.namespace,
+                namespace: pool_key(&self.namespace, namespace),
                 ..CallOpts::default()
             },
             |store, guest| {
@@ -96,7 +97,7 @@ impl WasmRedactor {
         capability: &CapabilityInfo,
         output: &serde_json::Value,
     ) -> Result<serde_json::Value, CallError> {
-        self.run(Which::Output, capability, output)
+        self.run(Which::Output, capability, "", output)
     }
 
     /// Redact an approval input, with the sandbox's own reason on failure.
@@ -105,7 +106,7 @@ impl WasmRedactor {
         capability: &CapabilityInfo,
         input: &serde_json::Value,
     ) -> Result<serde_json::Value, CallError> {
-        self.run(Which::ApprovalInput, capability, input)
+        self.run(Which::ApprovalInput, capability, "", input)
     }
 }
 
@@ -117,17 +118,19 @@ impl Redactor for WasmRedactor {
     async fn redact_output(
         &self,
         capability: &CapabilityInfo,
+        namespace: &str,
         output: serde_json::Value,
     ) -> Result<serde_json::Value, RedactError> {
-        self.run(Which::Output, capability, &output)
+        self.run(Which::Output, capability, namespace, &output)
             .map_err(|e| RedactError(format!("{}: {e}", self.sandbox.name)))
     }
     async fn redact_approval_input(
         &self,
         capability: &CapabilityInfo,
+        namespace: &str,
         input: serde_json::Value,
     ) -> Result<serde_json::Value, RedactError> {
-        self.run(Which::ApprovalInput, capability, &input)
+        self.run(Which::ApprovalInput, capability, namespace, &input)
             .map_err(|e| RedactError(format!("{}: {e}", self.sandbox.name)))
     }
 }

@@ -84,6 +84,13 @@ struct Warm<G> {
     uses: u32,
 }
 
+/// The pool partition of one call: the tenant namespace the call was made in, so pooled
+/// guest state never crosses tenants; the binding's own namespace when the embedder has
+/// none.
+pub(crate) fn pool_key<'a>(binding: &'a str, call: &'a str) -> &'a str {
+    if call.is_empty() { binding } else { call }
+}
+
 /// How one call is bounded.
 #[derive(Default)]
 pub(crate) struct CallOpts<'a> {

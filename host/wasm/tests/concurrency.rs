@@ -50,6 +50,7 @@ async fn eight_tasks_of_ten_thousand_calls_complete_without_error_or_cross_talk(
                         phase: Phase::Invocation,
                         capability: &info,
                         surface: Surface::AiSdk,
+                        namespace: "",
                         actor: &actor,
                         context: &serde_json::Value::Null,
                         input: Some(&input),
@@ -65,7 +66,7 @@ async fn eight_tasks_of_ten_thousand_calls_complete_without_error_or_cross_talk(
                     }
                 } else {
                     let out = json!({"task": t, "call": i, "secret": "s", "mail": format!("t{t}c{i}@example.com")});
-                    let red = redactor.redact_output(&info, out).await.expect("redact");
+                    let red = redactor.redact_output(&info, "", out).await.expect("redact");
                     assert_eq!(red, json!({"task": t, "call": i, "mail": "[email]"}), "task {t} call {i}");
                 }
                 if i % 256 == 0 {

@@ -140,6 +140,10 @@ async fn walkthrough(policies: Vec<Arc<dyn Policy>>, redactor: Arc<dyn Redactor>
                 status: DecisionStatus::Approved,
                 approver: priya(),
                 comment: None,
+                decider: capgate_core::runtime::Decider::Approver {
+                    namespace: String::new(),
+                    roles: Vec::new(),
+                },
             },
         )
         .await
