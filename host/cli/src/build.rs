@@ -284,7 +284,11 @@ pub async fn build(cfg: &Config) -> anyhow::Result<Deployment> {
     let mut builder = Runtime::builder(registry)
         .approvals(approvals)
         .reject_self_approval(cfg.runtime.reject_self_approval)
-        .self_confirmable_types(cfg.runtime.self_confirmable_types.clone())
+        .self_confirmable_types(cfg.runtime.self_confirmable_types.clone());
+    for (approval_type, t) in &cfg.approvals.types {
+        builder = builder.approval_type_roles(approval_type.clone(), t.roles.clone());
+    }
+    builder = builder
         .audit(AuditConfig {
             sinks,
             strict: cfg.audit.strict,

@@ -34,6 +34,8 @@ pub struct Config {
     pub gateway: GatewaySection,
     /// The stdio MCP server.
     pub mcp: McpSection,
+    /// `[approvals]`
+    pub approvals: ApprovalsSection,
 }
 
 /// `[runtime]`
@@ -240,6 +242,8 @@ pub struct GatewaySection {
     pub approval_console_url: Option<String>,
     /// Keep invocation receipts this long.
     pub replay_horizon_hours: u64,
+    /// Rate limits of every door.
+    pub rate_limit: RateLimitSection,
 }
 
 impl Default for GatewaySection {
@@ -255,6 +259,7 @@ impl Default for GatewaySection {
             jwt: None,
             approval_console_url: None,
             replay_horizon_hours: 24 * 7,
+            rate_limit: RateLimitSection::default(),
         }
     }
 }
@@ -295,6 +300,10 @@ pub struct ApiKeySection {
     /// Roles (`approver` for the approvals API).
     #[serde(default)]
     pub roles: Vec<String>,
+    /// The model surfaces (doors) the key may use: `aiSdk` (`/agent`), `workflow`
+    /// (`/workflow`), `mcp` (`/mcp`). None listed: no model surface (an approver's key).
+    #[serde(default)]
+    pub surfaces: Vec<Surface>,
     /// Context for the runtime.
     #[serde(default)]
     pub context: serde_json::Value,
@@ -322,6 +331,54 @@ pub struct JwtSection {
     /// Namespace claim (default `org`).
     #[serde(default)]
     pub namespace_claim: Option<String>,
+    /// Claim listing the surfaces a token may use (default `surfaces`); a token without it
+    /// gets no model surface.
+    #[serde(default)]
+    pub surfaces_claim: Option<String>,
+}
+
+/// `[gateway.rateLimit]`: token buckets per principal and per namespace, every door
+/// together (0 switches one off).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct RateLimitSection {
+    /// Sustained requests per second per principal.
+    pub principal_per_second: u32,
+    /// Burst per principal.
+    pub principal_burst: u32,
+    /// Sustained requests per second per namespace.
+    pub namespace_per_second: u32,
+    /// Burst per namespace.
+    pub namespace_burst: u32,
+}
+
+impl Default for RateLimitSection {
+    fn default() -> Self {
+        use capgate_gateway::door::*;
+        RateLimitSection {
+            principal_per_second: DEFAULT_PRINCIPAL_RATE,
+            principal_burst: DEFAULT_PRINCIPAL_BURST,
+            namespace_per_second: DEFAULT_NAMESPACE_RATE,
+            namespace_burst: DEFAULT_NAMESPACE_BURST,
+        }
+    }
+}
+
+/// `[approvals]`: who may decide which approval types.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ApprovalsSection {
+    /// `[approvals.types.NAME] roles = [...]`: an approval of type NAME can only be
+    /// approved by a holder of one of these roles.
+    pub types: BTreeMap<String, ApprovalTypeSection>,
+}
+
+/// `[approvals.types.NAME]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ApprovalTypeSection {
+    /// Roles, any one of which may decide this type.
+    pub roles: Vec<String>,
 }
 
 /// `[mcp]`
@@ -347,6 +404,7 @@ const TOP_KEYS: &[&str] = &[
     "capabilities",
     "gateway",
     "mcp",
+    "approvals",
 ];
 
 /// Deserialize one part, locating the error inside it.
@@ -423,6 +481,7 @@ impl Config {
         cfg.audit = part(&doc, "/audit", &mut problems).unwrap_or_default();
         cfg.gateway = part(&doc, "/gateway", &mut problems).unwrap_or_default();
         cfg.mcp = part(&doc, "/mcp", &mut problems).unwrap_or_default();
+        cfg.approvals = part(&doc, "/approvals", &mut problems).unwrap_or_default();
         let names = |section: &str| -> Vec<String> {
             doc.json
                 .get(section)
@@ -471,6 +530,27 @@ impl Config {
     }
 
     fn check_references(&self, doc: &Located, problems: &mut Vec<Problem>) {
+        for (i, k) in self.gateway.api_keys.iter().enumerate() {
+            for (j, s) in k.surfaces.iter().enumerate() {
+                if !matches!(s, Surface::AiSdk | Surface::Mcp | Surface::Workflow) {
+                    problems.push(doc.problem(
+                        &format!("/gateway/apiKeys/{i}/surfaces/{j}"),
+                        format!(
+                            "`{}` is not a door a key can use (expected aiSdk, workflow or mcp)",
+                            s.as_str()
+                        ),
+                    ));
+                }
+            }
+        }
+        for (name, t) in &self.approvals.types {
+            if t.roles.is_empty() || t.roles.iter().any(|r| r.trim().is_empty()) {
+                problems.push(doc.problem(
+                    &format!("/approvals/types/{}/roles", seg(name)),
+                    "must list at least one non-empty role (who may decide this type)",
+                ));
+            }
+        }
         for (i, name) in self.runtime.policies.iter().enumerate() {
             if !self.policies.contains_key(name) {
                 problems.push(doc.problem(

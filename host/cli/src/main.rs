@@ -187,7 +187,10 @@ enum ApprovalsCommand {
 struct DecideArgs {
     /// The approval id.
     id: String,
-    /// The approver's user id (never the requester).
+    /// The approver's user id, on whose behalf you decide. This is an operator action:
+    /// it crosses namespaces, skips the approval-type role check, and is recorded in the
+    /// decision and its audit event as `via: operator`. A self-decision (the requester's
+    /// own id) is still refused.
     #[arg(long = "as")]
     approver: String,
     /// A comment for the audit trail.

@@ -7,7 +7,7 @@ use anyhow::{Context, anyhow, bail};
 use capgate_core::actor::{Actor, ActorKind, ActorRef, Surface};
 use capgate_core::approval::{ApprovalFilter, ApprovalStatus, DecisionStatus};
 use capgate_core::journal::{InvocationJournal, Settlement, scope_hash};
-use capgate_core::runtime::{CapabilityDescriptor, DecideRequest};
+use capgate_core::runtime::{CapabilityDescriptor, DecideRequest, Decider};
 use capgate_gateway::tools::{ToolFormat, export_tools_named};
 
 fn surface(s: &str) -> anyhow::Result<Surface> {
@@ -42,6 +42,7 @@ pub async fn mcp_stdio(cfg: Config) -> anyhow::Result<()> {
         actor,
         namespace.clone(),
         cfg.mcp.stdio_context.clone(),
+        crate::serve::authorizer(&cfg, &d)?,
         options,
     )
     .await;
@@ -168,6 +169,7 @@ pub async fn approvals_decide(
                     kind: ActorKind::User,
                 },
                 comment,
+                decider: Decider::Operator,
             },
         )
         .await

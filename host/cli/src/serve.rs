@@ -7,11 +7,12 @@ use crate::config::{Config, JwtSection};
 use anyhow::{Context, anyhow, bail};
 use async_trait::async_trait;
 use capgate_core::actor::{Actor, Surface};
-use capgate_core::authz::{AuthorizeError, Authorizer, Operation, Principal};
+use capgate_core::authz::{AuthorizeError, AuthorizeRequest, Authorizer};
 use capgate_gateway::auth::{
     ApiKeyEntry, ApiKeys, BuiltinAuthenticator, JwtAuthenticator, JwtConfig, JwtKey,
     SharedAuthenticator,
 };
+use capgate_gateway::door::{Doorkeeper, Quotas, Rate};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,13 +22,7 @@ struct AuthenticatedOnly;
 
 #[async_trait]
 impl Authorizer for AuthenticatedOnly {
-    async fn authorize(
-        &self,
-        _principal: &Principal,
-        _operation: Operation,
-        _capability_id: Option<&str>,
-        _input: Option<&serde_json::Value>,
-    ) -> Result<(), AuthorizeError> {
+    async fn authorize(&self, _request: &AuthorizeRequest<'_>) -> Result<(), AuthorizeError> {
         Ok(())
     }
 }
@@ -68,24 +63,25 @@ fn jwt(cfg: &Config, j: &JwtSection) -> anyhow::Result<JwtAuthenticator> {
             if secret.len() < 32 {
                 bail!("gateway.jwt.hs256SecretEnv: {var} must hold at least 32 bytes");
             }
-            JwtKey::Hs256(secret.into_bytes())
+            JwtKey::hs256(secret.as_bytes())
+                .with_context(|| format!("gateway.jwt.hs256SecretEnv: {var}"))?
         }
         (None, Some(pem), None) => {
             let path = cfg.relative(pem);
-            JwtKey::Rs256Pem(
-                std::fs::read(&path)
-                    .with_context(|| format!("gateway.jwt.rs256PublicKey: {}", path.display()))?,
-            )
+            let bytes = std::fs::read(&path)
+                .with_context(|| format!("gateway.jwt.rs256PublicKey: {}", path.display()))?;
+            JwtKey::rs256_pem(&bytes).with_context(|| {
+                format!(
+                    "gateway.jwt.rs256PublicKey: {} (expected an RSA public key, `-----BEGIN PUBLIC KEY-----`)",
+                    path.display()
+                )
+            })?
         }
         (None, None, Some(jwks)) => {
             let path = cfg.relative(jwks);
-            let text = std::fs::read_to_string(&path)
+            let bytes = std::fs::read(&path)
                 .with_context(|| format!("gateway.jwt.jwks: {}", path.display()))?;
-            JwtKey::Jwks(
-                serde_json::from_str(&text).with_context(|| {
-                    format!("gateway.jwt.jwks: {} is not a JWKS", path.display())
-                })?,
-            )
+            JwtKey::jwks(&bytes).with_context(|| format!("gateway.jwt.jwks: {}", path.display()))?
         }
         _ => bail!("gateway.jwt: set exactly one of hs256SecretEnv, rs256PublicKey or jwks"),
     };
@@ -98,6 +94,10 @@ fn jwt(cfg: &Config, j: &JwtSection) -> anyhow::Result<JwtAuthenticator> {
         namespace_claim: j.namespace_claim.clone().unwrap_or_else(|| "org".into()),
         attributes_claim: "attributes".into(),
         roles_claim: "roles".into(),
+        surfaces_claim: j
+            .surfaces_claim
+            .clone()
+            .unwrap_or_else(|| "surfaces".into()),
     }))
 }
 
@@ -120,6 +120,7 @@ pub fn authenticator(cfg: &Config) -> anyhow::Result<SharedAuthenticator> {
                 },
                 namespace: k.namespace.clone(),
                 roles: k.roles.clone(),
+                surfaces: k.surfaces.clone(),
                 context: k.context.clone(),
             },
         );
@@ -137,18 +138,38 @@ pub fn authenticator(cfg: &Config) -> anyhow::Result<SharedAuthenticator> {
     }))
 }
 
+/// The doorkeeper every door of the deployment shares: its authenticator, authorizer and
+/// rate limits.
+pub fn doorkeeper(cfg: &Config, d: &Deployment) -> anyhow::Result<Doorkeeper> {
+    let r = &cfg.gateway.rate_limit;
+    let quotas = Quotas::new(
+        Rate::new(r.principal_per_second, r.principal_burst),
+        Rate::new(r.namespace_per_second, r.namespace_burst),
+    );
+    Ok(Doorkeeper::new(authenticator(cfg)?, authorizer(cfg, d)?)
+        .quotas(Arc::new(quotas))
+        .clock(Arc::new(RuntimeClock(d.runtime.clone()))))
+}
+
+/// The runtime's clock, for credential expiry at the doors.
+struct RuntimeClock(capgate_core::runtime::Runtime);
+
+impl capgate_core::clock::Clock for RuntimeClock {
+    fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        self.0.now()
+    }
+}
+
 /// Build the whole HTTP application of a deployment.
 pub fn app(cfg: &Config, d: &Deployment) -> anyhow::Result<axum::Router> {
-    let authn = authenticator(cfg)?;
-    let authz = authorizer(cfg, d)?;
+    let keeper = doorkeeper(cfg, d)?;
     let mut app = axum::Router::new();
     let gateway_for = |surface: Surface| capgate_gateway::gateway::GatewayConfig {
         surface,
         revision: cfg.revision.clone(),
         runtime: d.runtime.clone(),
         journal: d.journal.clone(),
-        authenticator: authn.clone(),
-        authorizer: authz.clone(),
+        doorkeeper: keeper.clone(),
         request_timeout: Duration::from_millis(cfg.gateway.request_timeout_ms),
         audit_drain_timeout: Duration::from_millis(cfg.gateway.audit_drain_timeout_ms),
         max_body_bytes: cfg.gateway.max_body_bytes,
@@ -167,13 +188,13 @@ pub fn app(cfg: &Config, d: &Deployment) -> anyhow::Result<axum::Router> {
             "/mcp",
             capgate_gateway::mcp::streamable_http_router(
                 d.runtime.clone(),
-                authn.clone(),
+                keeper.clone(),
                 mcp_options,
             ),
         )
         .merge(capgate_gateway::approvals_api::approvals_router(
             d.runtime.clone(),
-            authn.clone(),
+            keeper.clone(),
             "approver",
         ))
         .merge(capgate_gateway::gateway::health_router(

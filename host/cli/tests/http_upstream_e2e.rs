@@ -100,6 +100,7 @@ routes = [{ path = "/agent", surface = "aiSdk" }]
 [[gateway.apiKeys]]
 sha256 = "@KEYHASH@"
 namespace = "org_1"
+surfaces = ["aiSdk"]
 actor = { id = "u_dana", kind = "user", attributes = { orgId = "org_1" } }
 "#;
 

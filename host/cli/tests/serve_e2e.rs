@@ -510,6 +510,7 @@ fn jwt(secret: &str, sub: &str, org: Option<&str>, exp_from_now: i64) -> String 
         "sub": sub,
         "exp": chrono::Utc::now().timestamp() + exp_from_now,
         "attributes": {"orgId": "org_1"},
+        "surfaces": ["aiSdk"],
     });
     if let Some(org) = org {
         claims["org"] = json!(org);

@@ -39,6 +39,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         actor,
         fixture::NAMESPACE.into(),
         serde_json::json!({ "namespace": fixture::NAMESPACE, "via": "stdio" }),
+        Arc::new(fixture::AllowAll),
         options,
     )
     .await?;

@@ -7,11 +7,21 @@
 //! | `GET /approvals/{id}` | [`ApprovalView`] (`404` when unknown) |
 //! | `POST /approvals/{id}/decision` `{"decision": "approved"\|"rejected", "comment"?}` | the decided [`ApprovalView`] |
 //!
-//! Every request is authenticated and must hold the configured role (`403` otherwise). The
-//! decider is the authenticated principal, never a body field. Deciding executes nothing:
-//! the requester resumes the call afterwards (with their own fresh credentials); the
-//! runtime refuses self-approval (SI-4) at that point, unless the approval's types are
-//! configured as self-confirmable.
+//! Every request passes the same door as the capability routes ([`crate::door`]):
+//! authenticated (`401`), within quota (`429`), holding the configured role and authorized
+//! by the deployment's authorizer for the operation (`listApprovals`, `reviewApproval`,
+//! `decideApproval`, told no surface: this is no model door) (`403` otherwise). The decider
+//! is the authenticated principal, never a body field.
+//!
+//! **Tenancy.** An approver sees and decides only approvals requested in their own
+//! namespace; another namespace's id reads `404` exactly like a missing one. The decision
+//! (and its audit event) records the approver's namespace.
+//!
+//! **Who may decide.** A self-decision is refused when it is made (`403`, SI-4), unless
+//! every type of the approval is self-confirmable; an approval whose type is mapped to
+//! roles (`[approvals.types.manager] roles = ["manager"]`) can only be approved by a holder
+//! of one of them (`403` with the reason). Deciding executes nothing: the requester resumes
+//! the call afterwards, with their own fresh credentials.
 //!
 //! What an approver sees of the stored input: the input after the capability's redactors'
 //! `redact_approval_input` (the core's [`Approvals`](capgate_core::runtime::Approvals)
@@ -19,26 +29,24 @@
 //! the input is withheld (`null`). The requester appears as `{id, kind}` only (no
 //! attributes).
 //!
-//! The role is deployment-wide: approval records carry no gateway namespace, so this API
-//! does not partition approvals by tenant. Mount it per tenant (with an authenticator that
-//! only admits that tenant's approvers) when tenants must not see each other's requests.
 
-use crate::auth::Authenticator;
-use crate::gateway::{Reject, authenticate, check_id, parse, read_body};
+use crate::auth::Authenticated;
+use crate::door::{Caller, Door, DoorState, Doorkeeper, Valid, WireBody, check_id};
+use crate::reject::{Reject, json_refusals};
 use axum::Json;
 use axum::Router;
-use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use capgate_core::actor::{ActorRef, Surface};
 use capgate_core::approval::{
     ApprovalFilter, ApprovalRecord, ApprovalStatus, ApprovalStoreError, Decision, DecisionStatus,
 };
+use capgate_core::authz::Operation;
 use capgate_core::meta::{Risk, SideEffect};
-use capgate_core::runtime::{ApprovalsError, DecideRequest, Runtime};
+use capgate_core::runtime::{ApprovalsError, DecideRequest, Decider, Runtime};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -93,6 +101,10 @@ pub struct ApprovalView {
     /// The execution that consumed it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consumed_by_execution_id: Option<String>,
+    /// Whether the viewer is the requester (a self-decision is refused unless the
+    /// approval's types are self-confirmable).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub own_request: bool,
 }
 
 impl From<ApprovalRecord> for ApprovalView {
@@ -116,6 +128,7 @@ impl From<ApprovalRecord> for ApprovalView {
             correlation_id: q.correlation_id,
             decision: r.decision,
             consumed_by_execution_id: r.consumed_by_execution_id,
+            own_request: false,
         }
     }
 }
@@ -131,46 +144,91 @@ pub struct DecisionBody {
     pub comment: Option<String>,
 }
 
-#[derive(Clone)]
+impl WireBody for DecisionBody {
+    const OPERATION: &'static str = "decision";
+}
+
 struct ApprovalsApi {
     runtime: Runtime,
-    authenticator: Arc<dyn Authenticator>,
+    doorkeeper: Doorkeeper,
     role: Arc<str>,
 }
 
+impl DoorState for ApprovalsApi {
+    fn keeper(&self) -> &Doorkeeper {
+        &self.doorkeeper
+    }
+    fn door(&self) -> Door {
+        Door::Approvals
+    }
+    fn body_limit(&self) -> usize {
+        MAX_DECISION_BODY_BYTES
+    }
+}
+
+type Api = State<Arc<ApprovalsApi>>;
+
 /// The approvals API as an axum router (routes under `/approvals`), for principals holding
-/// `role` (e.g. `"approver"`).
+/// `role` (e.g. `"approver"`), through the same [`Doorkeeper`] as the capability routes.
 pub fn approvals_router(
     runtime: Runtime,
-    authenticator: Arc<dyn Authenticator>,
+    doorkeeper: Doorkeeper,
     role: impl Into<String>,
 ) -> Router {
-    let api = ApprovalsApi {
+    let api = Arc::new(ApprovalsApi {
         runtime,
-        authenticator,
+        doorkeeper,
         role: Arc::from(role.into()),
-    };
+    });
     Router::new()
         .route("/approvals", get(list))
         .route("/approvals/{id}", get(one))
         .route("/approvals/{id}/decision", post(decide))
+        .layer(DefaultBodyLimit::disable())
+        .layer(tower_http::limit::RequestBodyLimitLayer::new(
+            MAX_DECISION_BODY_BYTES,
+        ))
+        .layer(axum::middleware::map_response(json_refusals))
         .with_state(api)
 }
 
 impl ApprovalsApi {
-    async fn approver(&self, headers: &HeaderMap) -> Result<ActorRef, Reject> {
-        let who = authenticate(self.authenticator.as_ref(), &self.runtime, headers).await?;
+    /// The role check and the authorizer, for one operation of an admitted caller.
+    async fn approver(
+        &self,
+        who: &Authenticated,
+        operation: Operation,
+        approval: Option<&ApprovalRecord>,
+    ) -> Result<(), Reject> {
         if !who.has_role(&self.role) {
             tracing::info!(target: LOG, actor = %who.principal.actor.id, role = %self.role, "approvals API refused: role missing");
             return Err(Reject::forbidden());
         }
-        Ok(who.principal.actor.reference())
+        self.doorkeeper
+            .authorize(
+                who,
+                Door::Approvals,
+                operation,
+                approval.map(|a| a.request.capability_id.as_str()),
+                None,
+            )
+            .await
+    }
+
+    fn view(&self, who: &Authenticated, record: ApprovalRecord) -> ApprovalView {
+        let own = record.request.actor.id == who.principal.actor.id
+            && record.request.actor.kind == who.principal.actor.kind;
+        ApprovalView {
+            own_request: own,
+            ..ApprovalView::from(record)
+        }
     }
 }
 
 fn store_error(e: ApprovalsError) -> Reject {
     match e {
         ApprovalsError::Invalid(m) => Reject::bad_request(m),
+        ApprovalsError::Forbidden(m) => Reject::forbidden_because(m),
         ApprovalsError::Store(ApprovalStoreError::NotFound(_)) => not_found(),
         ApprovalsError::Store(ApprovalStoreError::WrongStatus { status, .. }) => Reject::new(
             StatusCode::CONFLICT,
@@ -231,82 +289,88 @@ fn filter_from(query: &HashMap<String, String>) -> Result<ApprovalFilter, Reject
 }
 
 async fn list(
-    State(api): State<ApprovalsApi>,
-    headers: HeaderMap,
+    State(api): Api,
+    Caller(who): Caller,
     query: Result<Query<HashMap<String, String>>, QueryRejection>,
-) -> Response {
-    let result: Result<Response, Reject> = async {
-        api.approver(&headers).await?;
-        let Query(query) =
-            query.map_err(|e| Reject::bad_request(format!("Invalid query: {e}.")))?;
-        let filter = filter_from(&query)?;
-        let records = api
-            .runtime
-            .approvals()
-            .list(&filter)
-            .await
-            .map_err(store_error)?;
-        let views: Vec<ApprovalView> = records.into_iter().map(ApprovalView::from).collect();
-        Ok(Json(views).into_response())
-    }
-    .await;
-    result.unwrap_or_else(IntoResponse::into_response)
+) -> Result<Response, Reject> {
+    api.approver(&who, Operation::ListApprovals, None).await?;
+    let Query(query) = query.map_err(|e| Reject::bad_request(format!("Invalid query: {e}.")))?;
+    let mut filter = filter_from(&query)?;
+    filter.namespace = Some(who.principal.namespace.clone());
+    let records = api
+        .runtime
+        .approvals()
+        .list(&filter)
+        .await
+        .map_err(store_error)?;
+    let views: Vec<ApprovalView> = records.into_iter().map(|r| api.view(&who, r)).collect();
+    Ok(Json(views).into_response())
+}
+
+/// The record of an approval in the caller's namespace, or 404 as if it did not exist.
+async fn in_namespace(
+    api: &ApprovalsApi,
+    who: &Authenticated,
+    id: &str,
+) -> Result<ApprovalRecord, Reject> {
+    check_id("id", id)?;
+    api.runtime
+        .approvals()
+        .get_in(id, Some(&who.principal.namespace))
+        .await
+        .map_err(store_error)?
+        .ok_or_else(not_found)
 }
 
 async fn one(
-    State(api): State<ApprovalsApi>,
-    headers: HeaderMap,
+    State(api): Api,
+    Caller(who): Caller,
     Path(id): Path<String>,
-) -> Response {
-    let result: Result<Response, Reject> = async {
-        api.approver(&headers).await?;
-        check_id("id", &id)?;
-        let record = api
-            .runtime
-            .approvals()
-            .get(&id)
-            .await
-            .map_err(store_error)?
-            .ok_or_else(not_found)?;
-        Ok(Json(ApprovalView::from(record)).into_response())
+) -> Result<Response, Reject> {
+    if !who.has_role(&api.role) {
+        return Err(Reject::forbidden());
     }
-    .await;
-    result.unwrap_or_else(IntoResponse::into_response)
+    let record = in_namespace(&api, &who, &id).await?;
+    api.approver(&who, Operation::ReviewApproval, Some(&record))
+        .await?;
+    Ok(Json(api.view(&who, record)).into_response())
 }
 
 async fn decide(
-    State(api): State<ApprovalsApi>,
-    headers: HeaderMap,
+    State(api): Api,
+    Caller(who): Caller,
     Path(id): Path<String>,
-    body: Body,
-) -> Response {
-    let result: Result<Response, Reject> = async {
-        let bytes = read_body(&headers, body, MAX_DECISION_BODY_BYTES).await?;
-        let approver = api.approver(&headers).await?;
-        check_id("id", &id)?;
-        let body: DecisionBody = parse(&bytes, "decision")?;
-        let record = api
-            .runtime
-            .approvals()
-            .decide(
-                &id,
-                DecideRequest {
-                    status: body.decision,
-                    approver,
-                    comment: body.comment,
-                },
-            )
-            .await
-            .map_err(store_error)?;
-        match tokio::time::timeout(DECISION_AUDIT_DRAIN_TIMEOUT, api.runtime.drain_audit()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::error!(target: LOG, error = %e, "audit drain failed"),
-            Err(_) => tracing::error!(target: LOG, "audit drain timed out"),
-        }
-        Ok(Json(ApprovalView::from(record)).into_response())
+    Valid(body): Valid<DecisionBody>,
+) -> Result<Response, Reject> {
+    if !who.has_role(&api.role) {
+        return Err(Reject::forbidden());
     }
-    .await;
-    result.unwrap_or_else(IntoResponse::into_response)
+    let record = in_namespace(&api, &who, &id).await?;
+    api.approver(&who, Operation::DecideApproval, Some(&record))
+        .await?;
+    let decided = api
+        .runtime
+        .approvals()
+        .decide(
+            &id,
+            DecideRequest {
+                status: body.decision,
+                approver: who.principal.actor.reference(),
+                comment: body.comment,
+                decider: Decider::Approver {
+                    namespace: who.principal.namespace.clone(),
+                    roles: who.roles.clone(),
+                },
+            },
+        )
+        .await
+        .map_err(store_error)?;
+    match tokio::time::timeout(DECISION_AUDIT_DRAIN_TIMEOUT, api.runtime.drain_audit()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::error!(target: LOG, error = %e, "audit drain failed"),
+        Err(_) => tracing::error!(target: LOG, "audit drain timed out"),
+    }
+    Ok(Json(api.view(&who, decided)).into_response())
 }
 
 #[cfg(test)]
@@ -336,6 +400,7 @@ mod tests {
 
     #[test]
     fn decisions_reject_unknown_fields() {
+        use crate::door::parse;
         assert!(parse::<DecisionBody>(br#"{"decision":"approved"}"#, "decision").is_ok());
         assert!(
             parse::<DecisionBody>(br#"{"decision":"approved","approver":"u_x"}"#, "decision")

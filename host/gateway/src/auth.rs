@@ -4,7 +4,7 @@
 
 use async_trait::async_trait;
 use axum::http::HeaderMap;
-use capgate_core::actor::{Actor, ActorKind};
+use capgate_core::actor::{Actor, ActorKind, Surface};
 use capgate_core::authz::Principal;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
@@ -21,6 +21,9 @@ pub struct Authenticated {
     pub context: serde_json::Value,
     /// Roles (e.g. `approver` for the human approvals API).
     pub roles: Vec<String>,
+    /// The model and workflow surfaces (doors) this credential may use; any other door
+    /// refuses it like a bad credential. Empty: no model surface (an approver-only key).
+    pub surfaces: Vec<Surface>,
     /// When the credential stops being valid (checked again on every request).
     pub expires_at: Option<DateTime<Utc>>,
 }
@@ -79,6 +82,8 @@ pub struct ApiKeyEntry {
     pub namespace: String,
     /// Roles.
     pub roles: Vec<String>,
+    /// The surfaces (doors) the key may use.
+    pub surfaces: Vec<Surface>,
     /// Context handed to the runtime.
     pub context: serde_json::Value,
 }
@@ -108,22 +113,85 @@ impl ApiKeys {
     }
 }
 
-/// Where a JWT's verification key comes from.
+/// Where a JWT's verification key comes from. Parsed once, when the authenticator is
+/// built ([`JwtKey::hs256`], [`JwtKey::rs256_pem`], [`JwtKey::jwks`]), never per request.
 #[derive(Clone)]
 pub enum JwtKey {
     /// HS256 shared secret.
-    Hs256(Vec<u8>),
-    /// RS256 public key (PEM).
-    Rs256Pem(Vec<u8>),
-    /// RS256 keys from a JWKS document, selected by `kid`.
-    Jwks(jsonwebtoken::jwk::JwkSet),
+    Hs256(jsonwebtoken::DecodingKey),
+    /// RS256 public key.
+    Rs256(jsonwebtoken::DecodingKey),
+    /// RS256 keys from a JWKS document, by `kid`.
+    Jwks(HashMap<String, jsonwebtoken::DecodingKey>),
+}
+
+/// Why a JWT verification key could not be loaded.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum JwtKeyError {
+    /// The HS256 secret is empty.
+    #[error("the HS256 secret is empty")]
+    EmptySecret,
+    /// The HS256 secret cannot be used.
+    #[error("unusable HS256 secret: {0}")]
+    Secret(String),
+    /// The PEM is not an RSA public key.
+    #[error("not an RSA public key in PEM form: {0}")]
+    Pem(String),
+    /// The JWKS document does not parse or holds no usable RS256 key.
+    #[error("JWKS: {0}")]
+    Jwks(String),
+}
+
+impl JwtKey {
+    /// An HS256 secret.
+    pub fn hs256(secret: &[u8]) -> Result<JwtKey, JwtKeyError> {
+        if secret.is_empty() {
+            return Err(JwtKeyError::EmptySecret);
+        }
+        jsonwebtoken::DecodingKey::from_secret(secret)
+            .map(JwtKey::Hs256)
+            .map_err(|e| JwtKeyError::Secret(e.to_string()))
+    }
+
+    /// An RS256 public key in PEM form.
+    pub fn rs256_pem(pem: &[u8]) -> Result<JwtKey, JwtKeyError> {
+        jsonwebtoken::DecodingKey::from_rsa_pem(pem)
+            .map(JwtKey::Rs256)
+            .map_err(|e| JwtKeyError::Pem(e.to_string()))
+    }
+
+    /// Every RS256 key with a `kid` in a JWKS document (JSON).
+    pub fn jwks(document: &[u8]) -> Result<JwtKey, JwtKeyError> {
+        let set: jsonwebtoken::jwk::JwkSet =
+            serde_json::from_slice(document).map_err(|e| JwtKeyError::Jwks(e.to_string()))?;
+        let mut keys = HashMap::new();
+        for jwk in &set.keys {
+            let Some(kid) = jwk.common.key_id.clone() else {
+                continue;
+            };
+            let key = jsonwebtoken::DecodingKey::from_jwk(jwk)
+                .map_err(|e| JwtKeyError::Jwks(format!("key `{kid}`: {e}")))?;
+            keys.insert(kid, key);
+        }
+        if keys.is_empty() {
+            return Err(JwtKeyError::Jwks("no key with a `kid`".into()));
+        }
+        Ok(JwtKey::Jwks(keys))
+    }
+
+    fn algorithm(&self) -> jsonwebtoken::Algorithm {
+        match self {
+            JwtKey::Hs256(_) => jsonwebtoken::Algorithm::HS256,
+            JwtKey::Rs256(_) | JwtKey::Jwks(_) => jsonwebtoken::Algorithm::RS256,
+        }
+    }
 }
 
 impl std::fmt::Debug for JwtKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             JwtKey::Hs256(_) => "JwtKey::Hs256(<secret>)",
-            JwtKey::Rs256Pem(_) => "JwtKey::Rs256Pem",
+            JwtKey::Rs256(_) => "JwtKey::Rs256",
             JwtKey::Jwks(_) => "JwtKey::Jwks",
         })
     }
@@ -134,9 +202,9 @@ impl std::fmt::Debug for JwtKey {
 pub struct JwtConfig {
     /// The verification key.
     pub key: JwtKey,
-    /// Required `iss`, if any.
+    /// When set, `iss` is a required claim and must equal it.
     pub issuer: Option<String>,
-    /// Required `aud`, if any.
+    /// When set, `aud` is a required claim and must contain it.
     pub audience: Option<String>,
     /// Claim holding the actor id (default `sub`).
     pub actor_id_claim: String,
@@ -148,64 +216,64 @@ pub struct JwtConfig {
     pub attributes_claim: String,
     /// Claim holding roles (default `roles`).
     pub roles_claim: String,
+    /// Claim holding the surfaces the token may use (default `surfaces`); a token without
+    /// it gets no model surface.
+    pub surfaces_claim: String,
 }
 
-/// Verifies bearer JWTs (HS256 or RS256) and maps their claims.
+/// Verifies bearer JWTs (HS256 or RS256) and maps their claims. `exp` is always required;
+/// `nbf` is checked when present; `iss` and `aud` are required when configured. No leeway.
 pub struct JwtAuthenticator {
     config: JwtConfig,
+    validation: jsonwebtoken::Validation,
 }
 
 impl JwtAuthenticator {
-    /// From a configuration.
+    /// From a configuration (the key is already parsed).
     pub fn new(config: JwtConfig) -> Self {
-        JwtAuthenticator { config }
+        let mut validation = jsonwebtoken::Validation::new(config.key.algorithm());
+        let mut required = vec!["exp"];
+        validation.leeway = 0;
+        validation.validate_nbf = true;
+        if let Some(iss) = &config.issuer {
+            validation.set_issuer(&[iss]);
+            required.push("iss");
+        }
+        match &config.audience {
+            Some(aud) => {
+                validation.set_audience(&[aud]);
+                required.push("aud");
+            }
+            None => validation.validate_aud = false,
+        }
+        validation.set_required_spec_claims(&required);
+        JwtAuthenticator { config, validation }
     }
 
     fn verify(&self, token: &str) -> Result<Authenticated, AuthError> {
-        use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode, decode_header};
+        use jsonwebtoken::{decode, decode_header};
         let bad = |e: &dyn std::fmt::Display| AuthError::Invalid(e.to_string());
         let header = decode_header(token).map_err(|e| bad(&e))?;
-        let (key, alg) = match &self.config.key {
-            JwtKey::Hs256(secret) => (
-                DecodingKey::from_secret(secret).map_err(|e| bad(&e))?,
-                Algorithm::HS256,
-            ),
-            JwtKey::Rs256Pem(pem) => (
-                DecodingKey::from_rsa_pem(pem).map_err(|e| bad(&e))?,
-                Algorithm::RS256,
-            ),
-            JwtKey::Jwks(set) => {
-                let kid = header
-                    .kid
-                    .as_deref()
-                    .ok_or_else(|| AuthError::Invalid("token has no kid".into()))?;
-                let jwk = set
-                    .find(kid)
-                    .ok_or_else(|| AuthError::Invalid(format!("unknown kid `{kid}`")))?;
-                (
-                    DecodingKey::from_jwk(jwk).map_err(|e| bad(&e))?,
-                    Algorithm::RS256,
-                )
-            }
-        };
-        if header.alg != alg {
+        if header.alg != self.config.key.algorithm() {
             return Err(AuthError::Invalid(format!(
                 "algorithm {:?} is not accepted",
                 header.alg
             )));
         }
-        let mut validation = Validation::new(alg);
-        validation.set_required_spec_claims(&["exp"]);
-        validation.leeway = 0;
-        if let Some(iss) = &self.config.issuer {
-            validation.set_issuer(&[iss]);
-        }
-        match &self.config.audience {
-            Some(aud) => validation.set_audience(&[aud]),
-            None => validation.validate_aud = false,
-        }
-        let data = decode::<serde_json::Map<String, serde_json::Value>>(token, &key, &validation)
-            .map_err(|e| bad(&e))?;
+        let key = match &self.config.key {
+            JwtKey::Hs256(k) | JwtKey::Rs256(k) => k,
+            JwtKey::Jwks(keys) => {
+                let kid = header
+                    .kid
+                    .as_deref()
+                    .ok_or_else(|| AuthError::Invalid("token has no kid".into()))?;
+                keys.get(kid)
+                    .ok_or_else(|| AuthError::Invalid(format!("unknown kid `{kid}`")))?
+            }
+        };
+        let data =
+            decode::<serde_json::Map<String, serde_json::Value>>(token, key, &self.validation)
+                .map_err(|e| bad(&e))?;
         let claims = data.claims;
         let str_claim = |name: &str| {
             claims
@@ -240,6 +308,28 @@ impl JwtAuthenticator {
                     .collect()
             })
             .unwrap_or_default();
+        let surfaces = match claims.get(&self.config.surfaces_claim) {
+            None => Vec::new(),
+            Some(serde_json::Value::Array(items)) => items
+                .iter()
+                .map(|v| {
+                    v.as_str()
+                        .and_then(|s| s.parse::<Surface>().ok())
+                        .ok_or_else(|| {
+                            AuthError::Invalid(format!(
+                                "claim `{}` holds an unknown surface",
+                                self.config.surfaces_claim
+                            ))
+                        })
+                })
+                .collect::<Result<_, _>>()?,
+            Some(_) => {
+                return Err(AuthError::Invalid(format!(
+                    "claim `{}` must be a list of surfaces",
+                    self.config.surfaces_claim
+                )));
+            }
+        };
         let expires_at = claims
             .get("exp")
             .and_then(|v| v.as_i64())
@@ -255,6 +345,7 @@ impl JwtAuthenticator {
             },
             context: serde_json::json!({ "namespace": namespace, "orgId": attributes.get("orgId").cloned().unwrap_or(serde_json::Value::Null) }),
             roles,
+            surfaces,
             expires_at,
         })
     }
@@ -275,6 +366,9 @@ pub struct StandardClaims {
     /// Roles.
     #[serde(default)]
     pub roles: Vec<String>,
+    /// Surfaces the token may use.
+    #[serde(default)]
+    pub surfaces: Vec<String>,
 }
 
 /// The built-in authenticator: API keys first, then JWTs.
@@ -297,6 +391,7 @@ impl Authenticator for BuiltinAuthenticator {
                 },
                 context: entry.context.clone(),
                 roles: entry.roles.clone(),
+                surfaces: entry.surfaces.clone(),
                 expires_at: None,
             });
         }

@@ -4,7 +4,9 @@
 //!
 //! - [`gateway::capability_router`]: the gateway on one fixed surface, backed by an
 //!   invocation journal; [`gateway::health_router`] for `/healthz` and `/readyz`.
-//! - [`approvals_api::approvals_router`]: the separately authenticated human decision API.
+//! - [`door`]: the one principal model every door runs (authenticate, bind the credential
+//!   to its surfaces, rate-limit, authorize), as axum extractors.
+//! - [`approvals_api::approvals_router`]: the human decision API, tenant-scoped.
 //! - [`contract::export_contract`]: the portable contract and its digests.
 //! - [`client::CapabilityClient`]: the gateway from Rust.
 
@@ -14,7 +16,10 @@ pub mod approvals_api;
 pub mod auth;
 pub mod client;
 pub mod contract;
+pub mod door;
 pub mod gateway;
 pub mod mcp;
 pub mod tools;
 pub mod wire;
+
+mod reject;

@@ -680,8 +680,10 @@ async fn the_audit_drain_must_fit_inside_the_request_ceiling() {
         "r1",
         runtime,
         std::sync::Arc::new(capgate_core::journal::InMemoryInvocationJournal::new()),
-        gateway_support::authenticator(),
-        std::sync::Arc::new(gateway_support::RecordingAuthorizer::default()),
+        capgate_gateway::door::Doorkeeper::new(
+            gateway_support::authenticator(),
+            std::sync::Arc::new(gateway_support::RecordingAuthorizer::default()),
+        ),
     );
     let err = config
         .clone()

@@ -4,6 +4,7 @@ use super::McpOptions;
 use super::McpServeError;
 use crate::auth::{Authenticated, check_principal};
 use capgate_core::actor::{Actor, ActorKind, Surface};
+use capgate_core::authz::{AuthorizeRequest, Authorizer, Operation, Principal};
 use capgate_core::error::{CapabilityError, ErrorCode, Issue};
 use capgate_core::meta::SideEffect;
 use capgate_core::procedure::ProgressFn;
@@ -74,7 +75,7 @@ impl McpIdentity {
 
 /// The caller of one MCP request.
 struct Caller {
-    actor: Actor,
+    principal: Principal,
     context: Value,
 }
 
@@ -83,23 +84,60 @@ struct Caller {
 pub struct CapgateMcp {
     runtime: Runtime,
     identity: Arc<McpIdentity>,
+    authorizer: Arc<dyn Authorizer>,
     options: Arc<McpOptions>,
 }
 
 impl CapgateMcp {
-    /// A server over `runtime` whose callers are identified by `identity`.
-    pub fn new(runtime: Runtime, identity: McpIdentity, options: McpOptions) -> Self {
+    /// A server over `runtime` whose callers are identified by `identity`, and whose every
+    /// list, call and resume is asked of `authorizer` (told the `mcp` surface), as on
+    /// every other door.
+    pub fn new(
+        runtime: Runtime,
+        identity: McpIdentity,
+        authorizer: Arc<dyn Authorizer>,
+        options: McpOptions,
+    ) -> Self {
         CapgateMcp {
             runtime,
             identity: Arc::new(identity),
+            authorizer,
             options: Arc::new(options),
         }
     }
 
+    /// Ask the authorizer; a refusal is a protocol error that says only that.
+    async fn authorize(
+        &self,
+        caller: &Caller,
+        operation: Operation,
+        capability_id: Option<&str>,
+        input: Option<&Value>,
+    ) -> Result<(), ErrorData> {
+        let request = AuthorizeRequest {
+            principal: &caller.principal,
+            operation,
+            surface: Some(Surface::Mcp),
+            capability_id,
+            input,
+        };
+        self.authorizer.authorize(&request).await.map_err(|e| {
+            tracing::info!(target: "capgate::mcp", operation = operation.as_str(), actor = %caller.principal.actor.id, reason = %e, "MCP operation denied");
+            ErrorData::invalid_request("The operation is not authorized.", None)
+        })
+    }
+
     fn caller(&self, context: &RequestContext<RoleServer>) -> Result<Caller, ErrorData> {
         match self.identity.as_ref() {
-            McpIdentity::Fixed { actor, context, .. } => Ok(Caller {
-                actor: actor.clone(),
+            McpIdentity::Fixed {
+                actor,
+                namespace,
+                context,
+            } => Ok(Caller {
+                principal: Principal {
+                    actor: actor.clone(),
+                    namespace: namespace.clone(),
+                },
                 context: context.clone(),
             }),
             McpIdentity::PerRequest => {
@@ -117,7 +155,7 @@ impl CapgateMcp {
                     ErrorData::invalid_request("Authentication is required.", None)
                 })?;
                 Ok(Caller {
-                    actor: authenticated.principal.actor.clone(),
+                    principal: authenticated.principal.clone(),
                     context: authenticated.context.clone(),
                 })
             }
@@ -201,42 +239,37 @@ impl CapgateMcp {
     ) -> Result<CallToolResult, ErrorData> {
         let caller = self.caller(&context)?;
         let input = Value::Object(request.arguments.unwrap_or_default());
-        let (progress, forwarder) = progress_channel(&context);
-        let result = if let Some(cap) = self
+        let cap = self
             .runtime
             .registry()
             .by_tool_name(Surface::Mcp, &request.name)
-        {
-            let mut invoke = InvokeRequest::new(Surface::Mcp, cap.id.clone(), input, caller.actor)
-                .context(caller.context)
-                .cancel(context.ct.clone());
+            .cloned();
+        let resume = cap.is_none() && request.name == RESUME_TOOL && self.resume_tool_enabled();
+        if resume {
+            return self.resume(caller, &input, context).await;
+        }
+        self.authorize(
+            &caller,
+            Operation::Invoke,
+            Some(cap.as_ref().map_or(&*request.name, |c| c.id.as_str())),
+            Some(&input),
+        )
+        .await?;
+        let (progress, forwarder) = progress_channel(&context);
+        let result = if let Some(cap) = cap {
+            let mut invoke =
+                InvokeRequest::new(Surface::Mcp, cap.id.clone(), input, caller.principal.actor)
+                    .namespace(caller.principal.namespace)
+                    .context(caller.context)
+                    .cancel(context.ct.clone());
             if let Some(p) = progress {
                 invoke = invoke.progress(p);
             }
             Some(self.runtime.invoke(invoke).await)
-        } else if request.name == RESUME_TOOL && self.resume_tool_enabled() {
-            match approval_id_of(&input) {
-                Ok(approval_id) => {
-                    let options = ResumeOptions {
-                        context: caller.context,
-                        cancel: Some(context.ct.clone()),
-                        expected_actor: Some(caller.actor.reference()),
-                        expected_surface: Some(Surface::Mcp),
-                        idempotency_key: None,
-                        progress,
-                    };
-                    Some(self.runtime.resume(&approval_id, options).await)
-                }
-                Err(e) => return Ok(error_result(&e)),
-            }
         } else {
             None
         };
-        if let Some(f) = forwarder {
-            // Progress reported before the result goes out first; a procedure that kept its
-            // progress handle past its end does not hold the answer up for long.
-            let _ = tokio::time::timeout(Duration::from_secs(1), f).await;
-        }
+        finish_progress(forwarder).await;
         Ok(match result {
             Some(r) => self.tool_result(&r),
             // An unknown tool is the same concealed not-found as an unexposed or hidden one.
@@ -244,6 +277,60 @@ impl CapgateMcp {
         })
     }
 
+    /// The `approvals_resume` tool: guarded by the caller's namespace, actor and the `mcp`
+    /// surface; authorized against the stored capability and input; the runtime re-checks
+    /// the current policies before consuming the approval.
+    async fn resume(
+        &self,
+        caller: Caller,
+        input: &Value,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let approval_id = match approval_id_of(input) {
+            Ok(id) => id,
+            Err(e) => return Ok(error_result(&e)),
+        };
+        let me = &caller.principal;
+        let stored = self
+            .runtime
+            .approvals()
+            .get_for_requester(&approval_id, &me.namespace, &me.actor.reference())
+            .await
+            .ok()
+            .flatten();
+        self.authorize(
+            &caller,
+            Operation::ResumeApproval,
+            stored.as_ref().map(|r| r.request.capability_id.as_str()),
+            stored.as_ref().map(|r| &r.request.input),
+        )
+        .await?;
+        let (progress, forwarder) = progress_channel(&context);
+        let options = ResumeOptions {
+            context: caller.context,
+            cancel: Some(context.ct.clone()),
+            expected_actor: Some(me.actor.reference()),
+            expected_surface: Some(Surface::Mcp),
+            expected_namespace: Some(me.namespace.clone()),
+            actor: Some(me.actor.clone()),
+            idempotency_key: None,
+            progress,
+        };
+        let result = self.runtime.resume(&approval_id, options).await;
+        finish_progress(forwarder).await;
+        Ok(self.tool_result(&result))
+    }
+}
+
+/// Progress reported before the result goes out first; a procedure that kept its progress
+/// handle past its end does not hold the answer up for long.
+async fn finish_progress(forwarder: Option<tokio::task::JoinHandle<()>>) {
+    if let Some(f) = forwarder {
+        let _ = tokio::time::timeout(Duration::from_secs(1), f).await;
+    }
+}
+
+impl CapgateMcp {
     fn tool_result(&self, result: &ExecutionResult) -> CallToolResult {
         let mut envelope = match serde_json::to_value(result) {
             Ok(v) => v,
@@ -295,10 +382,13 @@ impl ServerHandler for CapgateMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let caller = self.caller(&context)?;
+        self.authorize(&caller, Operation::Describe, None, None)
+            .await?;
         let descriptors = describe_mcp(
             self.runtime.clone(),
             DescribeOptions {
-                actor: caller.actor,
+                namespace: caller.principal.namespace,
+                actor: caller.principal.actor,
                 context: caller.context,
                 scope: None,
             },

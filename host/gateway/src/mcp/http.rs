@@ -3,11 +3,12 @@
 
 use super::McpOptions;
 use super::handler::{CapgateMcp, McpIdentity};
-use crate::auth::{Authenticator, check_principal};
+use crate::door::{Door, Doorkeeper};
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use capgate_core::actor::Surface;
 use capgate_core::runtime::Runtime;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
@@ -23,21 +24,21 @@ const MAX_BINDINGS: usize = 65_536;
 #[derive(Clone)]
 struct McpHttpState {
     service: StreamableHttpService<CapgateMcp, LocalSessionManager>,
-    auth: Arc<dyn Authenticator>,
-    runtime: Runtime,
+    doorkeeper: Doorkeeper,
     bindings: Arc<SessionBindings>,
 }
 
 /// The streamable HTTP MCP endpoint as an axum router with a fallback only, so it can be
 /// nested anywhere (`Router::new().nest("/mcp", streamable_http_router(…))`).
 ///
-/// Every HTTP request is authenticated with `auth` and checked with
-/// [`check_principal`] (401 otherwise, also mid-session once a token expires); the MCP
-/// handler then acts as the principal of that very request. A session id used by another
-/// principal than the one that opened it answers 404, as an unknown session would.
+/// Every HTTP request passes the `mcp` door of `doorkeeper` (authenticated, bound to the
+/// `mcp` surface, within quota: 401 / 429 otherwise, also mid-session once a token
+/// expires); the MCP handler then acts as the principal of that very request and asks the
+/// same doorkeeper's authorizer for every list, call and resume. A session id used by
+/// another principal than the one that opened it answers 404, as an unknown session would.
 pub fn streamable_http_router(
     runtime: Runtime,
-    auth: Arc<dyn Authenticator>,
+    doorkeeper: Doorkeeper,
     options: McpOptions,
 ) -> axum::Router {
     let mut config =
@@ -50,7 +51,12 @@ pub fn streamable_http_router(
         };
     }
     config.session_store = options.session_store.clone();
-    let handler = CapgateMcp::new(runtime.clone(), McpIdentity::PerRequest, options);
+    let handler = CapgateMcp::new(
+        runtime,
+        McpIdentity::PerRequest,
+        doorkeeper.authorizer.clone(),
+        options,
+    );
     let service = StreamableHttpService::new(
         move || Ok(handler.clone()),
         Arc::new(LocalSessionManager::default()),
@@ -58,21 +64,21 @@ pub fn streamable_http_router(
     );
     let state = McpHttpState {
         service,
-        auth,
-        runtime,
+        doorkeeper,
         bindings: Arc::new(SessionBindings::default()),
     };
     axum::Router::new().fallback(mcp_entry).with_state(state)
 }
 
 async fn mcp_entry(State(state): State<McpHttpState>, mut request: Request) -> Response {
-    let authenticated = match state.auth.authenticate(request.headers()).await {
+    let authenticated = match state
+        .doorkeeper
+        .admit(request.headers(), Door::Surface(Surface::Mcp))
+        .await
+    {
         Ok(a) => a,
-        Err(e) => return unauthorized(&e.to_string()),
+        Err(reject) => return reject.into_response(),
     };
-    if let Err(e) = check_principal(&authenticated, state.runtime.now()) {
-        return unauthorized(&e.to_string());
-    }
     let principal = format!(
         "{}\u{0}{}\u{0}{}",
         authenticated.principal.namespace,
@@ -104,22 +110,6 @@ async fn mcp_entry(State(state): State<McpHttpState>, mut request: Request) -> R
         state.bindings.forget(id);
     }
     response.map(Body::new)
-}
-
-fn unauthorized(reason: &str) -> Response {
-    tracing::info!(target: "capgate::mcp", reason, "MCP request not authenticated");
-    let body = serde_json::json!({
-        "error": {
-            "code": "UNAUTHENTICATED",
-            "message": "Authentication is required.",
-            "retryable": false
-        }
-    });
-    let mut response = (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
-    response
-        .headers_mut()
-        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-    response
 }
 
 /// Which principal opened which MCP session.

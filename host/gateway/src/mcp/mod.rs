@@ -17,9 +17,10 @@
 //! - No MCP request can decide an approval. The optional `approvals_resume` tool resumes an
 //!   approved call with the session actor and the `mcp` surface as guards.
 //!
-//! Identity: [`streamable_http_router`] authenticates every HTTP request with the gateway's
-//! [`Authenticator`] (so an expired token is refused mid-session) and the handler reads the
-//! principal of *that* request; a session holds no authority of its own, which is also why
+//! Identity: [`streamable_http_router`] passes every HTTP request through the `mcp` door of
+//! the deployment's [`Doorkeeper`](crate::door::Doorkeeper) (so an expired token, or a
+//! credential not bound to `mcp`, is refused mid-session) and the handler reads the
+//! principal of *that* request, asking the same authorizer for every list, call and resume; a session holds no authority of its own, which is also why
 //! any replica can serve any request once the MCP session itself is reconstructible (see
 //! [`McpOptions::session_store`] and [`McpOptions::stateful_sessions`]). [`serve_stdio`] runs
 //! one session as a configured service actor.
@@ -31,6 +32,7 @@ pub use handler::{CapgateMcp, McpIdentity, RESUME_TOOL};
 pub use http::streamable_http_router;
 
 use capgate_core::actor::Actor;
+use capgate_core::authz::Authorizer;
 use capgate_core::runtime::Runtime;
 use rmcp::ServiceExt;
 use rmcp::transport::streamable_http_server::session::SessionStore;
@@ -128,6 +130,7 @@ pub async fn serve_stdio(
     actor: Actor,
     namespace: String,
     context: serde_json::Value,
+    authorizer: Arc<dyn Authorizer>,
     options: McpOptions,
 ) -> Result<(), McpServeError> {
     serve_io(
@@ -135,6 +138,7 @@ pub async fn serve_stdio(
         actor,
         namespace,
         context,
+        authorizer,
         options,
         rmcp::transport::stdio(),
     )
@@ -148,6 +152,7 @@ pub async fn serve_io<R, W>(
     actor: Actor,
     namespace: String,
     context: serde_json::Value,
+    authorizer: Arc<dyn Authorizer>,
     options: McpOptions,
     io: (R, W),
 ) -> Result<(), McpServeError>
@@ -156,7 +161,7 @@ where
     W: tokio::io::AsyncWrite + Send + Unpin + 'static,
 {
     let identity = McpIdentity::fixed(actor, namespace, context)?;
-    let server = CapgateMcp::new(runtime, identity, options);
+    let server = CapgateMcp::new(runtime, identity, authorizer, options);
     let running = server
         .serve(io)
         .await

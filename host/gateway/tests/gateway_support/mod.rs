@@ -17,7 +17,7 @@
 
 use async_trait::async_trait;
 use capgate_core::actor::{Actor, ActorKind, Surface};
-use capgate_core::authz::{AuthorizeError, Authorizer, Operation, Principal};
+use capgate_core::authz::{AuthorizeError, AuthorizeRequest, Authorizer, Operation};
 use capgate_core::journal::InvocationJournal;
 use capgate_core::meta::{CapabilityMeta, Risk, SideEffect};
 use capgate_core::policy::{PolicyDecision, policy_sync};
@@ -29,6 +29,7 @@ use capgate_gateway::auth::{
     ApiKeyEntry, ApiKeys, Authenticator, BuiltinAuthenticator, hash_api_key,
 };
 use capgate_gateway::client::CapabilityClient;
+use capgate_gateway::door::Doorkeeper;
 use capgate_gateway::gateway::{GatewayConfig, capability_router, health_router};
 use capgate_store::{AuditSinkOptions, Store};
 use serde_json::{Value, json};
@@ -200,6 +201,7 @@ fn key(keys: &mut ApiKeys, token: &str, id: &str, kind: ActorKind, ns: &str, rol
             actor: Actor::new(id, kind),
             namespace: ns.into(),
             roles: roles.iter().map(|r| r.to_string()).collect(),
+            surfaces: vec![Surface::AiSdk, Surface::Mcp, Surface::Workflow],
             context: json!({ "namespace": ns }),
         },
     );
@@ -278,13 +280,14 @@ impl RecordingAuthorizer {
 
 #[async_trait]
 impl Authorizer for RecordingAuthorizer {
-    async fn authorize(
-        &self,
-        principal: &Principal,
-        operation: Operation,
-        capability_id: Option<&str>,
-        input: Option<&Value>,
-    ) -> Result<(), AuthorizeError> {
+    async fn authorize(&self, request: &AuthorizeRequest<'_>) -> Result<(), AuthorizeError> {
+        let AuthorizeRequest {
+            principal,
+            operation,
+            capability_id,
+            input,
+            ..
+        } = *request;
         if let Ok(mut a) = self.asked.lock() {
             a.push(Asked {
                 actor: principal.actor.id.clone(),
@@ -350,15 +353,14 @@ impl TestServer {
             .strict_audit(true)
             .build();
         let journal: Arc<dyn InvocationJournal> = Arc::new(store.journal());
-        let authn = authenticator();
         let authorizer = Arc::new(RecordingAuthorizer::default());
+        let keeper = Doorkeeper::new(authenticator(), authorizer.clone());
         let config = GatewayConfig::new(
             Surface::AiSdk,
             REVISION,
             runtime.clone(),
             journal,
-            authn.clone(),
-            authorizer.clone(),
+            keeper.clone(),
         )
         .with_max_body_bytes(64 * 1024)
         .unwrap_or_else(|e| panic!("config: {e}"));
@@ -376,7 +378,7 @@ impl TestServer {
                 "/short",
                 capability_router(short).unwrap_or_else(|e| panic!("router: {e}")),
             )
-            .merge(approvals_router(runtime.clone(), authn, "approver"))
+            .merge(approvals_router(runtime.clone(), keeper, "approver"))
             .merge(health_router(store.clone()));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

@@ -210,7 +210,21 @@ impl Authenticator for FixtureAuth {
             },
             context: json!({ "namespace": NAMESPACE, "via": "bearer" }),
             roles: vec![],
+            surfaces: vec![capgate_core::actor::Surface::Mcp],
             expires_at,
         })
+    }
+}
+
+/// Allows every operation (these tests are about the MCP adapter, not authorization).
+pub struct AllowAll;
+
+#[async_trait]
+impl capgate_core::authz::Authorizer for AllowAll {
+    async fn authorize(
+        &self,
+        _request: &capgate_core::authz::AuthorizeRequest<'_>,
+    ) -> Result<(), capgate_core::authz::AuthorizeError> {
+        Ok(())
     }
 }

@@ -72,7 +72,14 @@ pub fn ensure_toolchain(kind: &str) -> bool {
 pub async fn serve_http(runtime: Runtime, options: McpOptions) -> String {
     let router = axum::Router::new().nest(
         "/mcp",
-        streamable_http_router(runtime, Arc::new(fixture::FixtureAuth), options),
+        streamable_http_router(
+            runtime,
+            capgate_gateway::door::Doorkeeper::new(
+                Arc::new(fixture::FixtureAuth),
+                Arc::new(fixture::AllowAll),
+            ),
+            options,
+        ),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -113,6 +120,10 @@ pub async fn approve_on(runtime: &Runtime, approval_id: &str) {
                 status: DecisionStatus::Approved,
                 approver: manager(),
                 comment: Some("ok".into()),
+                decider: capgate_core::runtime::Decider::Approver {
+                    namespace: fixture::NAMESPACE.into(),
+                    roles: Vec::new(),
+                },
             },
         )
         .await

@@ -1,0 +1,433 @@
+//! One principal model for every door. Each door — a capability route (`/agent`,
+//! `/workflow`), `/mcp`, the human approvals API — runs the same chain through its
+//! [`Doorkeeper`]:
+//!
+//! 1. **authenticate** the credential ([`Authenticator`]) and check what every principal
+//!    must satisfy ([`check_principal`]): `401` otherwise;
+//! 2. **bind to the door**: a model surface is open only to credentials that name it
+//!    (`surfaces = ["aiSdk", "mcp"]`); anything else is refused exactly like a bad
+//!    credential (`401`), so a key cannot find out which doors exist for others;
+//! 3. **rate-limit** the principal and its namespace (token buckets, [`Quotas`]): `429`
+//!    with `Retry-After`;
+//! 4. **authorize** each operation ([`Authorizer`], told the door's surface): `403`.
+//!
+//! In axum terms the first three are the [`Caller`] extractor and the fourth is
+//! [`Doorkeeper::authorize`], called by the handler once it knows the capability.
+
+use crate::auth::{Authenticated, Authenticator, check_principal};
+use crate::reject::Reject;
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use capgate_core::actor::Surface;
+use capgate_core::authz::{AuthorizeRequest, Authorizer, Operation};
+use capgate_core::clock::Clock;
+use governor::clock::{Clock as _, DefaultClock};
+use governor::state::keyed::DefaultKeyedStateStore;
+use governor::{Quota, RateLimiter};
+use serde::de::DeserializeOwned;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+const LOG: &str = "capgate::door";
+
+/// Which door a request came through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Door {
+    /// A model or workflow surface (`/agent` is `aiSdk`, `/workflow` is `workflow`, `/mcp`
+    /// is `mcp`): open only to credentials that name the surface.
+    Surface(Surface),
+    /// The human approvals API: open to any credential; its role check decides.
+    Approvals,
+}
+
+impl Door {
+    /// The surface the authorizer is told (`None` for the approvals API).
+    pub fn surface(self) -> Option<Surface> {
+        match self {
+            Door::Surface(s) => Some(s),
+            Door::Approvals => None,
+        }
+    }
+}
+
+/// A token-bucket rate: `per_second` sustained, bursts of up to `burst`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    /// Sustained requests per second.
+    pub per_second: NonZeroU32,
+    /// Largest burst.
+    pub burst: NonZeroU32,
+}
+
+impl Rate {
+    /// A rate; `None` when either number is zero.
+    pub fn new(per_second: u32, burst: u32) -> Option<Rate> {
+        Some(Rate {
+            per_second: NonZeroU32::new(per_second)?,
+            burst: NonZeroU32::new(burst)?,
+        })
+    }
+    fn quota(self) -> Quota {
+        Quota::per_second(self.per_second).allow_burst(self.burst)
+    }
+}
+
+/// Default sustained rate per principal (requests per second, every door together).
+pub const DEFAULT_PRINCIPAL_RATE: u32 = 1_000;
+/// Default burst per principal.
+pub const DEFAULT_PRINCIPAL_BURST: u32 = 2_000;
+/// Default sustained rate per namespace.
+pub const DEFAULT_NAMESPACE_RATE: u32 = 5_000;
+/// Default burst per namespace.
+pub const DEFAULT_NAMESPACE_BURST: u32 = 10_000;
+
+type Keyed = RateLimiter<String, DefaultKeyedStateStore<String>, DefaultClock>;
+
+/// Per-principal and per-namespace token buckets, shared by every door of a process (each
+/// replica limits on its own). `None` rates switch that limit off.
+pub struct Quotas {
+    principal: Option<Keyed>,
+    namespace: Option<Keyed>,
+    clock: DefaultClock,
+    checks: AtomicU64,
+    refused: AtomicU64,
+}
+
+impl std::fmt::Debug for Quotas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Quotas")
+            .field("principal", &self.principal.is_some())
+            .field("namespace", &self.namespace.is_some())
+            .field("refused", &self.refused())
+            .finish()
+    }
+}
+
+impl Default for Quotas {
+    /// [`DEFAULT_PRINCIPAL_RATE`]/[`DEFAULT_PRINCIPAL_BURST`] per principal and
+    /// [`DEFAULT_NAMESPACE_RATE`]/[`DEFAULT_NAMESPACE_BURST`] per namespace.
+    fn default() -> Self {
+        Quotas::new(
+            Rate::new(DEFAULT_PRINCIPAL_RATE, DEFAULT_PRINCIPAL_BURST),
+            Rate::new(DEFAULT_NAMESPACE_RATE, DEFAULT_NAMESPACE_BURST),
+        )
+    }
+}
+
+impl Quotas {
+    /// Limits per principal and per namespace (`None`: unlimited).
+    pub fn new(principal: Option<Rate>, namespace: Option<Rate>) -> Self {
+        Quotas {
+            principal: principal.map(|r| RateLimiter::keyed(r.quota())),
+            namespace: namespace.map(|r| RateLimiter::keyed(r.quota())),
+            clock: DefaultClock::default(),
+            checks: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+        }
+    }
+
+    /// No limits at all.
+    pub fn unlimited() -> Self {
+        Quotas::new(None, None)
+    }
+
+    /// Requests refused so far.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    /// Take one token for this principal and its namespace; `Err` carries the seconds to
+    /// wait.
+    pub fn check(&self, who: &Authenticated) -> Result<(), u64> {
+        let n = self.checks.fetch_add(1, Ordering::Relaxed);
+        if n % 4096 == 4095 {
+            // Forget buckets that are full again, so idle principals cost no memory.
+            for l in [&self.principal, &self.namespace].into_iter().flatten() {
+                l.retain_recent();
+                l.shrink_to_fit();
+            }
+        }
+        let principal_key = format!(
+            "{}\u{0}{}\u{0}{}",
+            who.principal.namespace,
+            who.principal.actor.kind.as_str(),
+            who.principal.actor.id
+        );
+        let checks = [
+            (&self.principal, principal_key),
+            (&self.namespace, who.principal.namespace.clone()),
+        ];
+        for (limiter, key) in checks {
+            if let Some(l) = limiter
+                && let Err(not_until) = l.check_key(&key)
+            {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                let wait = not_until.wait_time_from(self.clock.now());
+                return Err(wait.as_secs() + u64::from(wait.subsec_nanos() > 0));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The authenticate → bind → rate-limit → authorize chain every door runs. Cheap to clone.
+#[derive(Clone)]
+pub struct Doorkeeper {
+    /// Establishes the principal.
+    pub authenticator: Arc<dyn Authenticator>,
+    /// Decides each operation.
+    pub authorizer: Arc<dyn Authorizer>,
+    /// Rate limits.
+    pub quotas: Arc<Quotas>,
+    /// The clock credentials' expiry is checked against.
+    pub clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for Doorkeeper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Doorkeeper")
+            .field("quotas", &self.quotas)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Doorkeeper {
+    /// A doorkeeper with the default [`Quotas`] and the system clock.
+    pub fn new(authenticator: Arc<dyn Authenticator>, authorizer: Arc<dyn Authorizer>) -> Self {
+        Doorkeeper {
+            authenticator,
+            authorizer,
+            quotas: Arc::new(Quotas::default()),
+            clock: Arc::new(capgate_core::clock::SystemClock),
+        }
+    }
+
+    /// Builder: the rate limits.
+    pub fn quotas(mut self, quotas: Arc<Quotas>) -> Self {
+        self.quotas = quotas;
+        self
+    }
+
+    /// Builder: the clock (tests).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Steps 1–3: who is this, may they use this door, are they within their quota.
+    pub(crate) async fn admit(
+        &self,
+        headers: &axum::http::HeaderMap,
+        door: Door,
+    ) -> Result<Authenticated, Reject> {
+        let who = self
+            .authenticator
+            .authenticate(headers)
+            .await
+            .map_err(|e| {
+                tracing::info!(target: LOG, reason = %e, "request not authenticated");
+                Reject::unauthenticated()
+            })?;
+        check_principal(&who, self.clock.now()).map_err(|e| {
+            tracing::info!(target: LOG, reason = %e, "principal refused");
+            Reject::unauthenticated()
+        })?;
+        if let Door::Surface(s) = door
+            && !who.surfaces.contains(&s)
+        {
+            tracing::info!(target: LOG, actor = %who.principal.actor.id, surface = s.as_str(), "credential not bound to this door");
+            return Err(Reject::unauthenticated());
+        }
+        if let Err(secs) = self.quotas.check(&who) {
+            tracing::info!(target: LOG, actor = %who.principal.actor.id, namespace = %who.principal.namespace, "rate limited");
+            return Err(Reject::too_many_requests(secs));
+        }
+        Ok(who)
+    }
+
+    /// Step 4: may this principal perform `operation` through `door`?
+    pub(crate) async fn authorize(
+        &self,
+        who: &Authenticated,
+        door: Door,
+        operation: Operation,
+        capability_id: Option<&str>,
+        input: Option<&serde_json::Value>,
+    ) -> Result<(), Reject> {
+        let request = AuthorizeRequest {
+            principal: &who.principal,
+            operation,
+            surface: door.surface(),
+            capability_id,
+            input,
+        };
+        self.authorizer.authorize(&request).await.map_err(|e| {
+            tracing::info!(
+                target: LOG,
+                operation = operation.as_str(),
+                actor = %who.principal.actor.id,
+                reason = %e,
+                "operation denied"
+            );
+            Reject::forbidden()
+        })
+    }
+}
+
+/// What a router's state tells the extractors: its doorkeeper and its door.
+pub(crate) trait DoorState: Send + Sync {
+    fn keeper(&self) -> &Doorkeeper;
+    fn door(&self) -> Door;
+    /// The body limit, for the 413 message.
+    fn body_limit(&self) -> usize;
+}
+
+impl<T: DoorState> DoorState for Arc<T> {
+    fn keeper(&self) -> &Doorkeeper {
+        (**self).keeper()
+    }
+    fn door(&self) -> Door {
+        (**self).door()
+    }
+    fn body_limit(&self) -> usize {
+        (**self).body_limit()
+    }
+}
+
+/// The authenticated principal of a request that passed steps 1–3 of its door. Handlers
+/// take it as an argument; a request that fails never reaches them.
+pub(crate) struct Caller(pub(crate) Authenticated);
+
+impl<S: DoorState> FromRequestParts<S> for Caller {
+    type Rejection = Reject;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        state
+            .keeper()
+            .admit(&parts.headers, state.door())
+            .await
+            .map(Caller)
+    }
+}
+
+/// A request body the doors accept: JSON of this shape, checked beyond what serde checks.
+pub(crate) trait WireBody: DeserializeOwned + Send {
+    /// The operation, for error messages (`Invalid invoke request: …`).
+    const OPERATION: &'static str;
+    /// Bounds serde cannot express (id lengths, list sizes).
+    fn check(&self) -> Result<(), Reject> {
+        Ok(())
+    }
+}
+
+/// A validated JSON body: at most the door's body limit (the tower layer refuses more with
+/// `413`), parsed strictly (unknown fields refused; an empty body is `{}`), then checked.
+pub(crate) struct Valid<T>(pub(crate) T);
+
+impl<S: DoorState, T: WireBody> FromRequest<S> for Valid<T> {
+    type Rejection = Reject;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+            if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                Reject::too_large(Some(state.body_limit()))
+            } else {
+                Reject::bad_request(format!("The request body could not be read: {e}"))
+            }
+        })?;
+        let value: T = parse(&bytes, T::OPERATION)?;
+        value.check()?;
+        Ok(Valid(value))
+    }
+}
+
+/// Parse a JSON request body; an empty body is `{}`. Errors name the field and position.
+pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8], operation: &str) -> Result<T, Reject> {
+    let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
+    } else {
+        bytes
+    };
+    serde_json::from_slice(bytes)
+        .map_err(|e| Reject::bad_request(format!("Invalid {operation} request: {e}.")))
+}
+
+/// A bounded id: non-empty, at most [`crate::wire::MAX_ID_LEN`] characters, no control
+/// characters.
+pub(crate) fn check_id(field: &str, value: &str) -> Result<(), Reject> {
+    use crate::wire::MAX_ID_LEN;
+    if value.is_empty() {
+        return Err(Reject::bad_request(format!("`{field}` must not be empty.")));
+    }
+    if value.chars().count() > MAX_ID_LEN {
+        return Err(Reject::bad_request(format!(
+            "`{field}` is longer than {MAX_ID_LEN} characters."
+        )));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(Reject::bad_request(format!(
+            "`{field}` contains control characters."
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capgate_core::actor::{Actor, ActorKind};
+    use capgate_core::authz::Principal;
+
+    fn who(id: &str, ns: &str) -> Authenticated {
+        Authenticated {
+            principal: Principal {
+                actor: Actor {
+                    id: id.into(),
+                    kind: ActorKind::User,
+                    attributes: serde_json::json!({}),
+                },
+                namespace: ns.into(),
+            },
+            context: serde_json::Value::Null,
+            roles: vec![],
+            surfaces: vec![],
+            expires_at: None,
+        }
+    }
+
+    #[test]
+    fn a_principal_over_its_burst_is_told_when_to_retry_and_others_are_not() {
+        let q = Quotas::new(Rate::new(1, 3), None);
+        for _ in 0..3 {
+            assert!(q.check(&who("u_a", "org_1")).is_ok());
+        }
+        let refused = q.check(&who("u_a", "org_1"));
+        assert!(matches!(refused, Err(secs) if secs >= 1));
+        assert!(q.check(&who("u_b", "org_1")).is_ok());
+        assert_eq!(q.refused(), 1);
+    }
+
+    #[test]
+    fn a_namespace_quota_spans_its_principals() {
+        let q = Quotas::new(None, Rate::new(1, 2));
+        assert!(q.check(&who("u_a", "org_1")).is_ok());
+        assert!(q.check(&who("u_b", "org_1")).is_ok());
+        assert!(q.check(&who("u_c", "org_1")).is_err());
+        assert!(q.check(&who("u_c", "org_2")).is_ok());
+    }
+
+    #[test]
+    fn ids_are_bounded_and_clean() {
+        assert!(check_id("invocationId", "inv_1").is_ok());
+        assert!(check_id("invocationId", &"x".repeat(256)).is_ok());
+        let long = check_id("invocationId", &"x".repeat(257)).err();
+        assert_eq!(
+            long.map(|r| r.status),
+            Some(axum::http::StatusCode::BAD_REQUEST)
+        );
+        assert!(check_id("invocationId", "").is_err());
+        assert!(check_id("invocationId", "a\nb").is_err());
+    }
+}

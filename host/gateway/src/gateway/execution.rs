@@ -1,0 +1,214 @@
+//! The run of an admitted request and its receipt: execute on a task of its own under the
+//! work budget, settle the journal (or leave it pending when the effect is unknown).
+
+use super::admission::{Call, Run};
+use super::{Gateway, LOG};
+use crate::wire::{CapabilityOutcome, InvocationReceipt};
+use capgate_core::error::ErrorCode;
+use capgate_core::journal::{InvocationRecord, InvocationState, Settlement};
+use capgate_core::result::ExecutionResult;
+use capgate_core::runtime::{InvokeRequest, ResumeOptions};
+use std::sync::Arc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+impl Gateway {
+    /// Execute an admitted run on its own task, cancelled when the work budget runs out
+    /// or the request is dropped; answer unknown when it does not finish in time.
+    pub(crate) async fn execute(
+        self: &Arc<Self>,
+        run: Box<Run>,
+        started: Instant,
+    ) -> CapabilityOutcome {
+        let invocation_id = run.invocation_id.clone();
+        let cancel = CancellationToken::new();
+        // Fires if this request future is dropped (client gone) before the run ends.
+        let on_drop = cancel.clone().drop_guard();
+        let gateway = self.clone();
+        let token = cancel.clone();
+        let mut task = tokio::spawn(async move { gateway.execute_and_settle(*run, token).await });
+        let work_deadline = started + self.work_budget();
+        let joined = tokio::select! {
+            joined = &mut task => Some(joined),
+            _ = tokio::time::sleep_until(work_deadline) => {
+                cancel.cancel();
+                // Give a cooperative procedure part of the drain reservation to wind down.
+                let grace = work_deadline + self.audit_drain_timeout / 2;
+                tokio::time::timeout_at(grace, &mut task).await.ok()
+            }
+        };
+        let _ = on_drop.disarm();
+        match joined {
+            Some(Ok(outcome)) => outcome,
+            Some(Err(e)) => {
+                tracing::error!(target: LOG, invocation = %invocation_id, error = %e, "execution task failed");
+                CapabilityOutcome::OutcomeUnknown { invocation_id }
+            }
+            None => {
+                tracing::warn!(target: LOG, invocation = %invocation_id, "execution did not stop in time; outcome unknown");
+                CapabilityOutcome::OutcomeUnknown { invocation_id }
+            }
+        }
+    }
+
+    async fn execute_and_settle(&self, run: Run, cancel: CancellationToken) -> CapabilityOutcome {
+        let actor = run.who.principal.actor.clone();
+        let result = match &run.call {
+            Call::Invoke {
+                capability_id,
+                input,
+                correlation_id,
+            } => {
+                let mut request =
+                    InvokeRequest::new(self.surface, capability_id.clone(), input.clone(), actor)
+                        .namespace(run.who.principal.namespace.clone())
+                        .context(run.who.context.clone())
+                        .cancel(cancel)
+                        .idempotency_key(run.idempotency_key.clone());
+                if let Some(c) = correlation_id {
+                    request = request.correlation_id(c.clone());
+                }
+                self.runtime.invoke(request).await
+            }
+            Call::Resume { approval_id, .. } => {
+                let options = ResumeOptions {
+                    context: run.who.context.clone(),
+                    cancel: Some(cancel),
+                    expected_actor: Some(actor.reference()),
+                    expected_surface: Some(self.surface),
+                    expected_namespace: Some(run.who.principal.namespace.clone()),
+                    actor: Some(actor.clone()),
+                    idempotency_key: Some(run.idempotency_key.clone()),
+                    progress: None,
+                };
+                self.runtime.resume(approval_id, options).await
+            }
+        };
+        let unknown = CapabilityOutcome::OutcomeUnknown {
+            invocation_id: run.invocation_id.clone(),
+        };
+        if result.effect_unknown() {
+            // The procedure was entered: a late or partial effect may still commit. The
+            // claim stays pending; only an operator's reconcile may settle it.
+            tracing::warn!(
+                target: LOG,
+                invocation = %run.invocation_id,
+                execution = %result.execution_id(),
+                "effect status unknown; receipt left pending"
+            );
+            return unknown;
+        }
+        let outcome = outcome_of(&run.invocation_id, result.clone());
+        let Ok(value) = serde_json::to_value(&outcome) else {
+            tracing::error!(target: LOG, invocation = %run.invocation_id, "outcome could not be serialized; receipt left pending");
+            return unknown;
+        };
+        let settlement = match (&result, &run.call) {
+            (ExecutionResult::ApprovalRequired { approval, .. }, _) => {
+                Settlement::approval_required(approval.id.clone(), value)
+            }
+            // The resume found the approval still undecided (a decision raced the
+            // pre-check): nothing ran, so the call keeps waiting for that approval.
+            (
+                ExecutionResult::Failed { error, .. },
+                Call::Resume {
+                    approval_id,
+                    previous_outcome: Some(previous),
+                },
+            ) if error.code() == ErrorCode::ApprovalPending => {
+                Settlement::approval_required(approval_id.clone(), previous.clone())
+            }
+            _ => Settlement::final_outcome(value),
+        };
+        if let Err(e) = self
+            .journal
+            .settle(
+                &run.scope,
+                &run.invocation_id,
+                &run.claim_token,
+                settlement,
+                self.runtime.now(),
+            )
+            .await
+        {
+            // The result is real; the receipt stays pending until reconciled.
+            tracing::error!(target: LOG, invocation = %run.invocation_id, error = %e, "settling the receipt failed");
+        }
+        outcome
+    }
+}
+
+/// The wire outcome of a runtime result (effect-unknown results are handled before).
+pub(crate) fn outcome_of(invocation_id: &str, result: ExecutionResult) -> CapabilityOutcome {
+    let invocation_id = invocation_id.to_string();
+    match result {
+        ExecutionResult::Completed {
+            execution_id,
+            output,
+        } => CapabilityOutcome::Completed {
+            invocation_id,
+            execution_id,
+            output,
+        },
+        ExecutionResult::ApprovalRequired {
+            execution_id,
+            approval,
+        } => CapabilityOutcome::ApprovalRequired {
+            invocation_id,
+            execution_id,
+            approval,
+        },
+        ExecutionResult::Failed {
+            execution_id,
+            error,
+            ..
+        } => CapabilityOutcome::Failed {
+            invocation_id,
+            execution_id,
+            error: error.to_public().into(),
+        },
+        ExecutionResult::Cancelled {
+            execution_id,
+            error,
+            ..
+        } => CapabilityOutcome::Cancelled {
+            invocation_id,
+            execution_id,
+            error: error.to_public().into(),
+        },
+    }
+}
+
+/// The settled outcome of a record, if it reads back as one for this invocation.
+pub(crate) fn stored_outcome(record: &InvocationRecord) -> Option<CapabilityOutcome> {
+    let value = record.outcome.clone()?;
+    match serde_json::from_value::<CapabilityOutcome>(value) {
+        Ok(o) if o.invocation_id() == record.invocation_id => Some(o),
+        Ok(_) | Err(_) => {
+            tracing::error!(target: LOG, invocation = %record.invocation_id, "stored outcome is malformed; treated as unknown");
+            None
+        }
+    }
+}
+
+fn iso(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// The public receipt of a record.
+pub(crate) fn receipt(record: &InvocationRecord) -> InvocationReceipt {
+    InvocationReceipt {
+        invocation_id: record.invocation_id.clone(),
+        capability_id: record.capability_id.clone(),
+        contract_digest: record.contract_digest.clone().unwrap_or_default(),
+        correlation_id: record.correlation_id.clone(),
+        approval_id: record.approval_id.clone(),
+        state: record.state.as_str().to_string(),
+        outcome: match record.state {
+            InvocationState::Settled => stored_outcome(record),
+            InvocationState::Pending => None,
+        },
+        created_at: iso(record.created_at),
+        updated_at: iso(record.updated_at),
+    }
+}
