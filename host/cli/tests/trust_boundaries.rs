@@ -527,3 +527,170 @@ async fn pooled_policy_instances_never_cross_namespaces() {
         "org_2 gets an instance of its own: {eve}"
     );
 }
+
+/// A minimal MCP client over streamable HTTP (JSON-RPC; answers as JSON or as SSE), enough
+/// to list, call and resume as one principal.
+struct Mcp {
+    http: reqwest::Client,
+    url: String,
+    key: String,
+    session: Option<String>,
+    next: u64,
+}
+
+impl Mcp {
+    async fn connect(base: &str, key: &str) -> Mcp {
+        let mut m = Mcp {
+            http: reqwest::Client::new(),
+            url: format!("{base}/mcp"),
+            key: key.to_string(),
+            session: None,
+            next: 1,
+        };
+        let init = m
+            .request(
+                "initialize",
+                json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "trust-boundaries", "version": "0"}}),
+            )
+            .await;
+        assert!(init.get("result").is_some(), "initialize: {init}");
+        m.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
+        m
+    }
+
+    async fn send(&mut self, body: Value) -> Option<Value> {
+        let mut req = self
+            .http
+            .post(&self.url)
+            .bearer_auth(&self.key)
+            .header("accept", "application/json, text/event-stream")
+            .json(&body);
+        if let Some(s) = &self.session {
+            req = req.header("mcp-session-id", s);
+        }
+        let r = req.send().await.expect("send");
+        assert!(r.status().is_success(), "MCP HTTP {}", r.status());
+        if let Some(s) = r
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+        {
+            self.session = Some(s.to_string());
+        }
+        let text = r.text().await.expect("body");
+        let id = body.get("id").cloned()?;
+        text.lines()
+            .map(|l| l.strip_prefix("data:").unwrap_or(l).trim())
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v.get("id") == Some(&id))
+    }
+
+    async fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next;
+        self.next += 1;
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await
+            .unwrap_or_else(|| panic!("no answer to {method}"))
+    }
+
+    async fn call(&mut self, tool: &str, arguments: Value) -> Value {
+        self.request("tools/call", json!({"name": tool, "arguments": arguments}))
+            .await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mcp_resume_is_bound_to_the_requesters_namespace() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = format!("sqlite://{}", dir.path().join("capgate.db").display());
+    // The same user id, in another namespace.
+    let config = deployment(
+        dir.path(),
+        |t| t,
+        &key("dana-org2-key", "u_dana", "org_2", &[], &["mcp"], "org_1"),
+    );
+    let s = Server::start(&config, &store);
+    let mut dana = Mcp::connect(&s.base, DANA).await;
+    let held = dana
+        .call(
+            "orders_refund",
+            json!({"orderId": "ord_42", "amount": 649, "reason": "damaged item"}),
+        )
+        .await;
+    let approval = held["result"]["structuredContent"]["approvalId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("held: {held}"))
+        .to_string();
+    let (status, _) = Caller::new(PRIYA)
+        .post(
+            &format!("{}/approvals/{approval}/decision", s.base),
+            &json!({"decision": "approved"}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let mut other = Mcp::connect(&s.base, "dana-org2-key").await;
+    let refused = other
+        .call("approvals_resume", json!({"approvalId": approval}))
+        .await;
+    assert_ne!(
+        refused["result"]["structuredContent"]["status"], "completed",
+        "{refused}"
+    );
+    let resumed = dana
+        .call("approvals_resume", json!({"approvalId": approval}))
+        .await;
+    assert_eq!(
+        resumed["result"]["structuredContent"]["status"], "completed",
+        "the requester, in her namespace, still can: {resumed}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mcp_honours_a_denying_authorizer_plugin_for_list_call_and_resume() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = format!("sqlite://{}", dir.path().join("capgate.db").display());
+    let wasm = root().join("plugins/target/wasm32-wasip2/release/namespace_gate.wasm");
+    let digest = hex::encode(sha2::Sha256::digest(
+        std::fs::read(&wasm).expect("namespace-gate plugin built"),
+    ));
+    let config = deployment(
+        dir.path(),
+        |t| {
+            t.replace(
+                "authorize = \"authenticated\"",
+                "authorize = { plugin = \"gate\", config = { denyNamespaces = [\"org_2\"] } }",
+            )
+        },
+        &format!("[plugins.gate]\npath = \"namespace_gate.wasm\"\nsha256 = \"{digest}\"\n"),
+    );
+    let s = Server::start(&config, &store);
+    // The HTTP door refuses Eve's namespace...
+    let (status, _) = Caller::new(EVE)
+        .post(&format!("{}/agent/describe", s.base), &json!({}))
+        .await;
+    assert_eq!(status, 403);
+    // ... and so does /mcp, for listing, calling and resuming.
+    let mut eve = Mcp::connect(&s.base, EVE).await;
+    let listed = eve.request("tools/list", json!({})).await;
+    assert!(listed.get("error").is_some(), "tools/list: {listed}");
+    let called = eve.call("customers_search", json!({"query": "acme"})).await;
+    assert!(called.get("error").is_some(), "tools/call: {called}");
+    let resumed = eve
+        .call("approvals_resume", json!({"approvalId": "apr_x"}))
+        .await;
+    assert!(
+        resumed.get("error").is_some(),
+        "approvals_resume: {resumed}"
+    );
+    // org_1 is untouched.
+    let mut dana = Mcp::connect(&s.base, DANA).await;
+    let listed = dana.request("tools/list", json!({})).await;
+    assert!(
+        listed["result"]["tools"]
+            .as_array()
+            .is_some_and(|t| !t.is_empty()),
+        "{listed}"
+    );
+}
