@@ -43,11 +43,16 @@
 //! undecodable body, a refused or lost connection → `Internal` (hidden, "The operation
 //! failed."). Cancellation (the stage-10 deadline or the caller) drops the request at once.
 //!
+//! **Redirects are never followed.** A 3xx answer is an upstream failure like any other
+//! non-2xx status (`Internal`, hidden from the model); the `Location` is not requested, so
+//! neither the input nor the configured static headers (credentials) ever reach a host
+//! other than the configured `url`. The health endpoint is the same: a 3xx is a probe error.
+//!
 //! **Health.** `GET <healthUrl>` answering 2xx with
-//! `{"status": "available" | "unavailable", "target": "…"?, "instanceKey": "…"?}`. A non-2xx,
-//! a network failure or an undecodable body is a probe *error* (→ `health_unknown`), never
-//! "unavailable"; a `target` other than the configured one, or an instance other than the
-//! pinned one, is an identity mismatch.
+//! `{"status": "available" | "unavailable", "target": "…"?, "instanceKey": "…"?}`. A non-2xx
+//! (3xx included), a network failure or an undecodable body is a probe *error*
+//! (→ `health_unknown`), never "unavailable"; a `target` other than the configured one, or
+//! an instance other than the pinned one, is an identity mismatch.
 //!
 //! Plain `http://` works out of the box; `https://` needs the crate's `tls` feature.
 
@@ -177,6 +182,9 @@ impl HttpUpstream {
                     .connect_timeout_ms
                     .unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS),
             ))
+            // Never follow a redirect: it would re-send the input and the static headers
+            // (credentials) to whatever host the `Location` names. A 3xx is a failure.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| HttpUpstreamError::Client(e.to_string()))?;
         let identity = ProviderIdentity::new(HTTP_ADAPTER, config.target);
@@ -236,6 +244,9 @@ impl HttpUpstream {
                     Some(d) => d.error.into_procedure_error(),
                     None => ProcedureError::internal(format!("upstream answered HTTP {s}")),
                 },
+                s if s.is_redirection() => ProcedureError::internal(format!(
+                    "upstream answered HTTP {s}; redirects are not followed"
+                )),
                 s => ProcedureError::internal(format!("upstream answered HTTP {s}")),
             });
         }
@@ -422,6 +433,7 @@ impl HttpHealthProber {
             .send()
             .await
             .map_err(|e| ProbeError::Network(e.to_string()))?;
+        // A 3xx too: redirects are not followed.
         if !resp.status().is_success() {
             return Err(ProbeError::HttpStatus(resp.status().as_u16()));
         }

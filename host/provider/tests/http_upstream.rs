@@ -16,6 +16,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -822,4 +823,90 @@ fn upstream_configuration_is_validated_up_front() {
     }))
     .unwrap();
     assert_eq!(cfg.connect_timeout_ms, Some(500));
+}
+
+/// A backend that counts every request it receives, whatever its method and path, and
+/// would answer it as a healthy, successful upstream: the target of the redirects below.
+fn counting_backend(hits: Arc<AtomicUsize>) -> Backend {
+    Backend::start(Router::new().fallback(move || {
+        hits.fetch_add(1, Ordering::SeqCst);
+        async {
+            Json(json!({ "refundId": "ref_elsewhere", "status": "available", "target": "orders-backend" }))
+        }
+    }))
+}
+
+/// A backend whose every answer redirects to `location` with `status`.
+fn redirecting_backend(status: StatusCode, location: String) -> Backend {
+    Backend::start(
+        Router::new()
+            .fallback(move || async move { (status, [(header::LOCATION, location)], "moved") }),
+    )
+}
+
+const REDIRECTS: [StatusCode; 5] = [
+    StatusCode::MOVED_PERMANENTLY,
+    StatusCode::FOUND,
+    StatusCode::SEE_OTHER,
+    StatusCode::TEMPORARY_REDIRECT,
+    StatusCode::PERMANENT_REDIRECT,
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redirecting_upstream_fails_closed_and_its_target_receives_no_request() {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let target = counting_backend(hits.clone());
+    for status in REDIRECTS {
+        let moved = redirecting_backend(status, target.url("/refund"));
+        let up = HttpUpstream::new(HttpUpstreamConfig {
+            target: "orders-backend".into(),
+            url: moved.url("/refund"),
+            headers: [("x-api-key".to_string(), "svc-secret".to_string())].into(),
+            ..Default::default()
+        })
+        .expect("valid upstream");
+        let sink = Arc::new(MemorySink::new());
+        let r = refund_runtime(up, 0, sink.clone()).invoke(refund(20)).await;
+        assert_eq!(r.status(), "failed", "{status}: {r:?}");
+        let err = r.error().expect("error");
+        assert_eq!(err.code(), ErrorCode::ExecutionFailed, "{status}");
+        assert!(!err.expose_to_model(), "{status}: hidden from the model");
+        assert_eq!(err.to_public().message, "The operation failed.", "{status}");
+        let cause = err.cause().map(ToString::to_string).unwrap_or_default();
+        assert!(
+            cause.contains("redirects are not followed"),
+            "{status}: {cause}"
+        );
+        assert_eq!(
+            data_of(&sink, "capability.failed")["code"],
+            json!("EXECUTION_FAILED")
+        );
+    }
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "neither the input nor the credential header reached the Location"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redirecting_health_endpoint_is_a_probe_error_and_is_not_followed() {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let target = counting_backend(hits.clone());
+    let exact = ProbeTarget {
+        adapter: "http".into(),
+        target: "orders-backend".into(),
+        instance_key: None,
+    };
+    for status in REDIRECTS {
+        let moved = redirecting_backend(status, target.url("/health"));
+        let up = upstream(moved.url("/refund"), Some(moved.url("/health")));
+        let report = probe_health(up.prober(), &exact).await;
+        assert_eq!(
+            (report.classification, report.health),
+            (LivenessClassification::Error, ProviderHealth::HealthUnknown),
+            "{status}"
+        );
+    }
+    assert_eq!(hits.load(Ordering::SeqCst), 0);
 }
