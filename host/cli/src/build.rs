@@ -192,10 +192,15 @@ fn providers(
                     procedure,
                 ))
             }
-            (None, Some(http)) => Arc::new(
-                HttpUpstream::new(http.clone())
-                    .with_context(|| format!("capability `{}`: procedure.http", c.id))?,
-            ),
+            (None, Some(http)) => {
+                // `caFile` is relative to the config file, like every other path in it.
+                let mut http = http.clone();
+                http.ca_file = http.ca_file.map(|p| cfg.relative(p));
+                Arc::new(
+                    HttpUpstream::new(http)
+                        .with_context(|| format!("capability `{}`: procedure.http", c.id))?,
+                )
+            }
             _ => bail!(
                 "capability `{}`: set exactly one of procedure.plugin or procedure.http",
                 c.id

@@ -658,7 +658,18 @@ impl Config {
                             ));
                         }
                     }
-                    _ => {}
+                    (None, Some(http)) => {
+                        // The extra trusted roots must be there and hold a certificate now,
+                        // not at the first call.
+                        if let Some(ca) = http.get("caFile").and_then(|v| v.as_str())
+                            && let Err(e) =
+                                capgate_provider::http::check_ca_file(&self.relative(ca))
+                        {
+                            problems.push(
+                                doc.problem(&format!("{ptr}/procedure/http/caFile"), e.to_string()),
+                            );
+                        }
+                    }
                 }
             }
             for field in ["inputSchema", "outputSchema"] {
@@ -733,8 +744,8 @@ impl Config {
         }
     }
 
-    /// A path relative to the config file's directory.
-    pub fn relative(&self, p: &str) -> PathBuf {
+    /// A path relative to the config file's directory (an absolute path stays as it is).
+    pub fn relative(&self, p: impl AsRef<Path>) -> PathBuf {
         let base = self.path.parent().unwrap_or(Path::new("."));
         base.join(p)
     }

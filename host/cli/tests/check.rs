@@ -3,10 +3,18 @@
 use std::process::Command;
 
 fn check(config: &str) -> (i32, String, String) {
+    check_with(config, &[])
+}
+
+/// [`check`] with more files (name, contents) beside the config file.
+fn check_with(config: &str, files: &[(&str, &str)]) -> (i32, String, String) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("capgate.toml");
     std::fs::write(&path, config).expect("write config");
     std::fs::write(dir.path().join("policy.wasm"), b"not really wasm").expect("write plugin");
+    for (name, contents) in files {
+        std::fs::write(dir.path().join(name), contents).expect("write file");
+    }
     let out = Command::new(env!("CARGO_BIN_EXE_capgate"))
         .args(["check", "--config"])
         .arg(&path)
@@ -97,6 +105,52 @@ fn a_config_with_five_mistakes_reports_all_five_with_locations() {
         assert!(line > 0 && col > 0, "unlocated: {l}");
     }
     assert!(err.contains("nothing was started"), "{err}");
+}
+
+/// Two HTTPS upstreams with extra trusted roots: one file missing, one without a certificate.
+const CA_FILES: &str = r#"
+revision = "r1"
+
+[[capabilities]]
+id = "orders.refund"
+description = "Refund an order"
+expose = { aiSdk = true }
+sideEffect = "write"
+risk = "high"
+procedure = { http = { target = "orders", url = "https://127.0.0.1:9/refund", caFile = "missing.pem" } }
+
+[[capabilities]]
+id = "orders.cancel"
+description = "Cancel an order"
+expose = { aiSdk = true }
+sideEffect = "write"
+risk = "low"
+procedure = { http = { target = "cancel", url = "https://127.0.0.1:9/cancel", caFile = "notes.txt" } }
+
+[gateway]
+authorize = "authenticated"
+routes = [{ path = "/agent", surface = "aiSdk" }]
+"#;
+
+#[test]
+fn an_upstream_ca_file_that_is_missing_or_holds_no_certificate_is_a_located_problem() {
+    let (code, _out, err) = check_with(CA_FILES, &[("notes.txt", "not a certificate\n")]);
+    assert_eq!(code, 1, "{err}");
+    for (needle, file) in [
+        ("cannot read the CA file", "missing.pem"),
+        ("holds no certificate", "notes.txt"),
+    ] {
+        let line = err
+            .lines()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no problem says {needle}:\n{err}"));
+        assert!(line.contains("caFile") && line.contains(file), "{line}");
+        let rest = line.split("capgate.toml:").nth(1).unwrap_or_default();
+        let mut parts = rest.split(':');
+        let line_no: usize = parts.next().unwrap_or("0").parse().unwrap_or(0);
+        let col: usize = parts.next().unwrap_or("0").parse().unwrap_or(0);
+        assert!(line_no > 0 && col > 0, "unlocated: {line}");
+    }
 }
 
 #[test]

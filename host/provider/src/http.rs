@@ -40,16 +40,25 @@
 //! **Errors.** 401 → `Unauthorized` (UNAUTHENTICATED); 403 → `Forbidden` (FORBIDDEN); any
 //! other 4xx whose body is `{"error": {"code", "message", …}}` → `Defined`
 //! (EXECUTION_FAILED shown to the model with that message); every other status, an
-//! undecodable body, a refused or lost connection → `Internal` (hidden, "The operation
-//! failed."). Cancellation (the stage-10 deadline or the caller) drops the request at once.
+//! undecodable body, a refused or lost connection, a failed TLS handshake (e.g. a server
+//! certificate from an untrusted issuer) → `Internal` (hidden, "The operation failed.").
+//! Cancellation (the stage-10 deadline or the caller) drops the request at once.
+//!
+//! **Redirects are never followed.** A 3xx answer is an upstream failure like any other
+//! non-2xx status (`Internal`, hidden from the model); the `Location` is not requested, so
+//! neither the input nor the configured static headers (credentials) ever reach a host
+//! other than the configured `url`. The health endpoint is the same: a 3xx is a probe error.
 //!
 //! **Health.** `GET <healthUrl>` answering 2xx with
-//! `{"status": "available" | "unavailable", "target": "…"?, "instanceKey": "…"?}`. A non-2xx,
-//! a network failure or an undecodable body is a probe *error* (→ `health_unknown`), never
-//! "unavailable"; a `target` other than the configured one, or an instance other than the
-//! pinned one, is an identity mismatch.
+//! `{"status": "available" | "unavailable", "target": "…"?, "instanceKey": "…"?}`. A non-2xx
+//! (3xx included), a network failure or an undecodable body is a probe *error*
+//! (→ `health_unknown`), never "unavailable"; a `target` other than the configured one, or
+//! an instance other than the pinned one, is an identity mismatch.
 //!
-//! Plain `http://` works out of the box; `https://` needs the crate's `tls` feature.
+//! **TLS.** Plain `http://` always works. `https://` (with the `tls` feature, on by default)
+//! uses rustls and trusts the system's root certificates plus the PEM bundle of an
+//! upstream's `caFile`, if any (for a private CA). A build without the feature refuses
+//! `https://` URLs and `caFile` up front with [`HttpUpstreamError::TlsUnavailable`].
 
 use crate::events::RuntimeEvent;
 use crate::health::{ProbeError, ProbeOutcome, ProbeStatus, ProbeTarget, ProviderProber};
@@ -61,6 +70,7 @@ use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Client, StatusCode, Url};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -91,6 +101,11 @@ pub struct HttpUpstreamConfig {
     /// Connect timeout (default [`DEFAULT_CONNECT_TIMEOUT_MS`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_timeout_ms: Option<u64>,
+    /// A PEM bundle of extra trusted root certificates for `https://` (e.g. a private CA),
+    /// trusted in addition to the system's roots. A relative path is opened from the
+    /// working directory; the `capgate` binary resolves it against the config file first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
 }
 
 /// Why an upstream configuration was refused.
@@ -109,13 +124,37 @@ pub enum HttpUpstreamError {
         /// Why.
         reason: String,
     },
-    /// A URL's scheme is not supported by this build.
-    #[error("{field}: scheme `{scheme}` is not supported (https needs the `tls` feature)")]
+    /// A URL's scheme is neither `http` nor `https`.
+    #[error("{field}: scheme `{scheme}` is not supported (use http:// or https://)")]
     UnsupportedScheme {
         /// `url` or `healthUrl`.
         field: &'static str,
         /// The scheme.
         scheme: String,
+    },
+    /// `https://` or a `caFile` in a build without TLS (the `tls` feature is off).
+    #[error(
+        "{field}: this build has no TLS (capgate-provider's `tls` feature is off); use http:// or a build with TLS"
+    )]
+    TlsUnavailable {
+        /// `url`, `healthUrl` or `caFile`.
+        field: &'static str,
+    },
+    /// The `caFile` cannot be read.
+    #[error("cannot read the CA file {}: {reason}", path.display())]
+    CaFileUnreadable {
+        /// The file, as opened.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The `caFile` holds no certificate, or one that is not usable as a trusted root.
+    #[error("the CA file {} {reason}", path.display())]
+    CaFileInvalid {
+        /// The file, as opened.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
     },
     /// A header name or value is invalid (the value is not echoed).
     #[error("headers: `{0}` is not a valid header")]
@@ -134,10 +173,103 @@ fn parse_url(field: &'static str, url: &str) -> Result<Url, HttpUpstreamError> {
     match parsed.scheme() {
         "http" => Ok(parsed),
         "https" if cfg!(feature = "tls") => Ok(parsed),
+        "https" => Err(HttpUpstreamError::TlsUnavailable { field }),
         other => Err(HttpUpstreamError::UnsupportedScheme {
             field,
             scheme: other.to_string(),
         }),
+    }
+}
+
+/// An error with its chain of causes, e.g. `error sending request …: client error (Connect):
+/// invalid peer certificate: UnknownIssuer`, for operators (never shown to the model).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
+}
+
+/// Check a `caFile`: readable, a PEM bundle holding at least one certificate, each usable as
+/// a trusted root. Returns how many certificates it holds. [`HttpUpstream::new`] makes the
+/// same checks; this lets a configuration checker report a bad file at its place.
+pub fn check_ca_file(path: &Path) -> Result<usize, HttpUpstreamError> {
+    read_ca_file(path).map(|certs| certs.len())
+}
+
+#[cfg(feature = "tls")]
+fn read_ca_file(path: &Path) -> Result<Vec<reqwest::Certificate>, HttpUpstreamError> {
+    let invalid = |reason: String| HttpUpstreamError::CaFileInvalid {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let bytes = std::fs::read(path).map_err(|e| HttpUpstreamError::CaFileUnreadable {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    let certs = reqwest::Certificate::from_pem_bundle(&bytes).map_err(|e| {
+        invalid(format!(
+            "is not a PEM certificate bundle: {}",
+            with_causes(&e)
+        ))
+    })?;
+    if certs.is_empty() {
+        return Err(invalid(
+            "holds no certificate (expected PEM `-----BEGIN CERTIFICATE-----` blocks)".into(),
+        ));
+    }
+    // Every certificate must parse as a trust anchor: the check the client makes, here
+    // against these roots alone (so the system's roots are not loaded for it).
+    Client::builder()
+        .tls_certs_only(certs.clone())
+        .build()
+        .map_err(|e| {
+            invalid(format!(
+                "holds a certificate that cannot be a trusted root: {}",
+                with_causes(&e)
+            ))
+        })?;
+    Ok(certs)
+}
+
+#[cfg(not(feature = "tls"))]
+fn read_ca_file(_path: &Path) -> Result<Vec<()>, HttpUpstreamError> {
+    Err(HttpUpstreamError::TlsUnavailable { field: "caFile" })
+}
+
+/// The client's trusted roots: the system's plus the `caFile`'s when a URL is `https://`.
+#[cfg(feature = "tls")]
+fn with_roots(
+    builder: reqwest::ClientBuilder,
+    ca_file: Option<&Path>,
+    speaks_tls: bool,
+) -> Result<reqwest::ClientBuilder, HttpUpstreamError> {
+    let extra = ca_file.map(read_ca_file).transpose()?.unwrap_or_default();
+    Ok(if speaks_tls {
+        builder.tls_certs_merge(extra)
+    } else {
+        // Plain HTTP only: no handshake ever happens, so the system's roots are not loaded
+        // (a host without any, e.g. a minimal container, still reaches http:// upstreams).
+        builder.tls_certs_only(extra)
+    })
+}
+
+#[cfg(not(feature = "tls"))]
+fn with_roots(
+    builder: reqwest::ClientBuilder,
+    ca_file: Option<&Path>,
+    _speaks_tls: bool,
+) -> Result<reqwest::ClientBuilder, HttpUpstreamError> {
+    match ca_file {
+        Some(path) => read_ca_file(path).map(|_| builder),
+        None => Ok(builder),
     }
 }
 
@@ -171,14 +303,20 @@ impl HttpUpstream {
             v.set_sensitive(true);
             headers.insert(n, v);
         }
-        let client = Client::builder()
+        let speaks_tls =
+            url.scheme() == "https" || health_url.as_ref().is_some_and(|u| u.scheme() == "https");
+        let builder = Client::builder()
             .connect_timeout(Duration::from_millis(
                 config
                     .connect_timeout_ms
                     .unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS),
             ))
+            // Never follow a redirect: it would re-send the input and the static headers
+            // (credentials) to whatever host the `Location` names. A 3xx is a failure.
+            .redirect(reqwest::redirect::Policy::none());
+        let client = with_roots(builder, config.ca_file.as_deref(), speaks_tls)?
             .build()
-            .map_err(|e| HttpUpstreamError::Client(e.to_string()))?;
+            .map_err(|e| HttpUpstreamError::Client(with_causes(&e)))?;
         let identity = ProviderIdentity::new(HTTP_ADAPTER, config.target);
         let prober = health_url.map(|url| {
             Arc::new(HttpHealthProber {
@@ -217,10 +355,9 @@ impl HttpUpstream {
             builder = builder.header("idempotency-key", v);
         }
         let _ = run.events.emit(RuntimeEvent::start());
-        let mut resp = builder
-            .send()
-            .await
-            .map_err(|e| ProcedureError::internal(format!("upstream request failed: {e}")))?;
+        let mut resp = builder.send().await.map_err(|e| {
+            ProcedureError::internal(format!("upstream request failed: {}", with_causes(&e)))
+        })?;
         let status = resp.status();
         if !status.is_success() {
             let bytes = read_body(&mut resp).await.unwrap_or_default();
@@ -236,6 +373,9 @@ impl HttpUpstream {
                     Some(d) => d.error.into_procedure_error(),
                     None => ProcedureError::internal(format!("upstream answered HTTP {s}")),
                 },
+                s if s.is_redirection() => ProcedureError::internal(format!(
+                    "upstream answered HTTP {s}; redirects are not followed"
+                )),
                 s => ProcedureError::internal(format!("upstream answered HTTP {s}")),
             });
         }
@@ -421,7 +561,8 @@ impl HttpHealthProber {
             .header(ACCEPT, "application/json")
             .send()
             .await
-            .map_err(|e| ProbeError::Network(e.to_string()))?;
+            .map_err(|e| ProbeError::Network(with_causes(&e)))?;
+        // A 3xx too: redirects are not followed.
         if !resp.status().is_success() {
             return Err(ProbeError::HttpStatus(resp.status().as_u16()));
         }

@@ -1,5 +1,6 @@
 //! The HTTP upstream adapter end to end: a capability driven through
-//! `capgate_core::runtime::Runtime` against a small real axum backend on 127.0.0.1:0.
+//! `capgate_core::runtime::Runtime` against a small real axum backend on 127.0.0.1:0
+//! (over HTTPS too, with a CA and server certificate made at test time).
 //! Real sockets and real time; assertions are about outcomes, never durations.
 
 use axum::Json;
@@ -16,6 +17,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -24,12 +26,24 @@ use tokio::sync::Notify;
 /// runtime) closes every socket it holds, mid-response included.
 struct Backend {
     addr: SocketAddr,
+    scheme: &'static str,
     kill: Option<std::sync::mpsc::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Backend {
     fn start(router: Router) -> Backend {
+        Backend::spawn(router, None)
+    }
+
+    /// The backend over HTTPS, presenting this server certificate (PEM) and key.
+    #[cfg(feature = "tls")]
+    fn start_tls(router: Router, cert_pem: &str, key_pem: &str) -> Backend {
+        Backend::spawn(router, Some((cert_pem.into(), key_pem.into())))
+    }
+
+    fn spawn(router: Router, tls: Option<(Vec<u8>, Vec<u8>)>) -> Backend {
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
         let (kill_tx, kill_rx) = std::sync::mpsc::channel::<()>();
         let thread = std::thread::spawn(move || {
@@ -45,7 +59,22 @@ impl Backend {
                 addr_tx
                     .send(listener.local_addr().expect("addr"))
                     .expect("send addr");
-                axum::serve(listener, router).await.expect("serve");
+                match tls {
+                    None => axum::serve(listener, router).await.expect("serve"),
+                    Some((cert, key)) => {
+                        let config = axum_server::tls_rustls::RustlsConfig::from_pem(cert, key)
+                            .await
+                            .expect("TLS config");
+                        axum_server::from_tcp_rustls(
+                            listener.into_std().expect("std listener"),
+                            config,
+                        )
+                        .expect("TLS server")
+                        .serve(router.into_make_service())
+                        .await
+                        .expect("serve");
+                    }
+                }
             });
             let _ = kill_rx.recv();
             rt.shutdown_background();
@@ -53,13 +82,14 @@ impl Backend {
         let addr = addr_rx.recv().expect("backend address");
         Backend {
             addr,
+            scheme,
             kill: Some(kill_tx),
             thread: Some(thread),
         }
     }
 
     fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
+        format!("{}://{}{path}", self.scheme, self.addr)
     }
 
     /// Kill the backend: every task and socket of it goes away at once.
@@ -811,19 +841,300 @@ fn upstream_configuration_is_validated_up_front() {
             Ok(_) => panic!("{cfg:?} accepted"),
         }
     }
+    #[cfg(feature = "tls")]
+    assert!(
+        HttpUpstream::new(HttpUpstreamConfig {
+            url: "https://example.invalid/".into(),
+            ..base.clone()
+        })
+        .is_ok()
+    );
     #[cfg(not(feature = "tls"))]
     assert!(matches!(
         HttpUpstream::new(HttpUpstreamConfig {
             url: "https://example.invalid/".into(),
-            ..base
+            ..base.clone()
         }),
-        Err(HttpUpstreamError::UnsupportedScheme { .. })
+        Err(HttpUpstreamError::TlsUnavailable { field: "url" })
     ));
     // The configuration is plain serde for the CLI's TOML/JSON.
     let cfg: HttpUpstreamConfig = serde_json::from_value(json!({
         "target": "orders-backend", "url": "http://127.0.0.1:8080/refund",
-        "healthUrl": "http://127.0.0.1:8080/health", "headers": { "x-api-key": "k" }, "connectTimeoutMs": 500
+        "healthUrl": "http://127.0.0.1:8080/health", "headers": { "x-api-key": "k" }, "connectTimeoutMs": 500,
+        "caFile": "certs/ca.pem"
     }))
     .unwrap();
     assert_eq!(cfg.connect_timeout_ms, Some(500));
+    assert_eq!(cfg.ca_file, Some("certs/ca.pem".into()));
+}
+
+/// A backend that counts every request it receives, whatever its method and path, and
+/// would answer it as a healthy, successful upstream: the target of the redirects below.
+fn counting_backend(hits: Arc<AtomicUsize>) -> Backend {
+    Backend::start(Router::new().fallback(move || {
+        hits.fetch_add(1, Ordering::SeqCst);
+        async {
+            Json(json!({ "refundId": "ref_elsewhere", "status": "available", "target": "orders-backend" }))
+        }
+    }))
+}
+
+/// A backend whose every answer redirects to `location` with `status`.
+fn redirecting_backend(status: StatusCode, location: String) -> Backend {
+    Backend::start(
+        Router::new()
+            .fallback(move || async move { (status, [(header::LOCATION, location)], "moved") }),
+    )
+}
+
+const REDIRECTS: [StatusCode; 5] = [
+    StatusCode::MOVED_PERMANENTLY,
+    StatusCode::FOUND,
+    StatusCode::SEE_OTHER,
+    StatusCode::TEMPORARY_REDIRECT,
+    StatusCode::PERMANENT_REDIRECT,
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redirecting_upstream_fails_closed_and_its_target_receives_no_request() {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let target = counting_backend(hits.clone());
+    for status in REDIRECTS {
+        let moved = redirecting_backend(status, target.url("/refund"));
+        let up = HttpUpstream::new(HttpUpstreamConfig {
+            target: "orders-backend".into(),
+            url: moved.url("/refund"),
+            headers: [("x-api-key".to_string(), "svc-secret".to_string())].into(),
+            ..Default::default()
+        })
+        .expect("valid upstream");
+        let sink = Arc::new(MemorySink::new());
+        let r = refund_runtime(up, 0, sink.clone()).invoke(refund(20)).await;
+        assert_eq!(r.status(), "failed", "{status}: {r:?}");
+        let err = r.error().expect("error");
+        assert_eq!(err.code(), ErrorCode::ExecutionFailed, "{status}");
+        assert!(!err.expose_to_model(), "{status}: hidden from the model");
+        assert_eq!(err.to_public().message, "The operation failed.", "{status}");
+        let cause = err.cause().map(ToString::to_string).unwrap_or_default();
+        assert!(
+            cause.contains("redirects are not followed"),
+            "{status}: {cause}"
+        );
+        assert_eq!(
+            data_of(&sink, "capability.failed")["code"],
+            json!("EXECUTION_FAILED")
+        );
+    }
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "neither the input nor the credential header reached the Location"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redirecting_health_endpoint_is_a_probe_error_and_is_not_followed() {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let target = counting_backend(hits.clone());
+    let exact = ProbeTarget {
+        adapter: "http".into(),
+        target: "orders-backend".into(),
+        instance_key: None,
+    };
+    for status in REDIRECTS {
+        let moved = redirecting_backend(status, target.url("/health"));
+        let up = upstream(moved.url("/refund"), Some(moved.url("/health")));
+        let report = probe_health(up.prober(), &exact).await;
+        assert_eq!(
+            (report.classification, report.health),
+            (LivenessClassification::Error, ProviderHealth::HealthUnknown),
+            "{status}"
+        );
+    }
+    assert_eq!(hits.load(Ordering::SeqCst), 0);
+}
+
+/// HTTPS upstreams: a CA and server certificate made at test time, the CA trusted through
+/// `caFile`.
+#[cfg(feature = "tls")]
+mod https {
+    use super::*;
+
+    /// A test CA (named `ca_name`) and a server certificate it signed for 127.0.0.1, made
+    /// fresh per test.
+    struct TestPki {
+        ca_pem: String,
+        cert_pem: String,
+        key_pem: String,
+    }
+
+    fn test_pki(ca_name: &str) -> TestPki {
+        let ca_key = rcgen::KeyPair::generate().expect("CA key");
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, ca_name);
+        ca_params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::CrlSign,
+        ];
+        let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).expect("CA certificate");
+        let server_key = rcgen::KeyPair::generate().expect("server key");
+        let server = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .expect("server params")
+            .signed_by(&server_key, &ca)
+            .expect("server certificate");
+        TestPki {
+            ca_pem: ca.pem(),
+            cert_pem: server.pem(),
+            key_pem: server_key.serialize_pem(),
+        }
+    }
+
+    /// An HTTPS backend answering refunds and health, counting the refunds it received.
+    fn tls_backend(pki: &TestPki, refunds: Arc<AtomicUsize>) -> Backend {
+        let router = Router::new()
+            .route(
+                "/refund",
+                post(move |Json(body): Json<Value>| {
+                    refunds.fetch_add(1, Ordering::SeqCst);
+                    async move {
+                        Json(json!({ "refundId": "ref_tls", "amount": body["input"]["amount"] }))
+                    }
+                }),
+            )
+            .route(
+                "/health",
+                get(|| async {
+                    Json(json!({ "status": "available", "target": "orders-backend" }))
+                }),
+            );
+        Backend::start_tls(router, &pki.cert_pem, &pki.key_pem)
+    }
+
+    fn https_upstream(backend: &Backend, ca_file: Option<std::path::PathBuf>) -> HttpUpstream {
+        HttpUpstream::new(HttpUpstreamConfig {
+            target: "orders-backend".into(),
+            url: backend.url("/refund"),
+            health_url: Some(backend.url("/health")),
+            ca_file,
+            ..Default::default()
+        })
+        .expect("valid upstream")
+    }
+
+    fn exact_target() -> ProbeTarget {
+        ProbeTarget {
+            adapter: "http".into(),
+            target: "orders-backend".into(),
+            instance_key: None,
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_https_upstream_whose_certificate_the_ca_file_vouches_for_completes_a_call() {
+        let pki = test_pki("capgate test CA");
+        let refunds = Arc::new(AtomicUsize::new(0));
+        let backend = tls_backend(&pki, refunds.clone());
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca_file = dir.path().join("ca.pem");
+        std::fs::write(&ca_file, &pki.ca_pem).expect("write CA");
+
+        let up = https_upstream(&backend, Some(ca_file));
+        let report = probe_health(up.prober(), &exact_target()).await;
+        assert_eq!(report.classification, LivenessClassification::Available);
+        let sink = Arc::new(MemorySink::new());
+        let r = refund_runtime(up, 0, sink).invoke(refund(20)).await;
+        assert_eq!(r.status(), "completed", "{r:?}");
+        let ExecutionResult::Completed { output, .. } = &r else {
+            unreachable!()
+        };
+        assert_eq!(output, &json!({ "refundId": "ref_tls", "amount": 20 }));
+        assert_eq!(refunds.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_https_upstream_from_an_unknown_issuer_fails_closed_without_its_ca() {
+        let pki = test_pki("capgate test CA");
+        let refunds = Arc::new(AtomicUsize::new(0));
+        let backend = tls_backend(&pki, refunds.clone());
+        // No caFile (the system's roots only), and a caFile of another CA.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let other_ca = dir.path().join("other-ca.pem");
+        std::fs::write(&other_ca, test_pki("another test CA").ca_pem).expect("write CA");
+        for ca_file in [None, Some(other_ca)] {
+            let up = https_upstream(&backend, ca_file.clone());
+            let report = probe_health(up.prober(), &exact_target()).await;
+            assert_eq!(
+                (report.classification, report.health),
+                (LivenessClassification::Error, ProviderHealth::HealthUnknown),
+                "{ca_file:?}"
+            );
+            let sink = Arc::new(MemorySink::new());
+            let r = refund_runtime(up, 0, sink).invoke(refund(20)).await;
+            assert_eq!(r.status(), "failed", "{ca_file:?}: {r:?}");
+            let err = r.error().expect("error");
+            assert_eq!(err.code(), ErrorCode::ExecutionFailed);
+            assert!(!err.expose_to_model());
+            assert_eq!(err.to_public().message, "The operation failed.");
+            let cause = err.cause().map(ToString::to_string).unwrap_or_default();
+            assert!(cause.contains("UnknownIssuer"), "{ca_file:?}: {cause}");
+        }
+        assert_eq!(refunds.load(Ordering::SeqCst), 0, "no request got through");
+    }
+
+    #[test]
+    fn a_ca_file_that_cannot_be_read_or_holds_no_certificate_is_refused_up_front() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let good = dir.path().join("ca.pem");
+        std::fs::write(&good, test_pki("capgate test CA").ca_pem).expect("write CA");
+        assert_eq!(capgate_provider::http::check_ca_file(&good), Ok(1));
+        let key_only = dir.path().join("key-only.pem");
+        std::fs::write(
+            &key_only,
+            rcgen::KeyPair::generate().expect("key").serialize_pem(),
+        )
+        .expect("write key");
+        let not_pem = dir.path().join("notes.txt");
+        std::fs::write(&not_pem, "trust me\n").expect("write text");
+        let bad_der = dir.path().join("bad.pem");
+        std::fs::write(
+            &bad_der,
+            "-----BEGIN CERTIFICATE-----\naGVsbG8gd29ybGQ=\n-----END CERTIFICATE-----\n",
+        )
+        .expect("write bad certificate");
+        let missing = dir.path().join("missing.pem");
+
+        let with_ca = |url: &str, path: &std::path::Path| {
+            HttpUpstream::new(HttpUpstreamConfig {
+                target: "orders-backend".into(),
+                url: url.into(),
+                ca_file: Some(path.to_path_buf()),
+                ..Default::default()
+            })
+        };
+        let https = "https://127.0.0.1:1/refund";
+        assert!(with_ca(https, &good).is_ok());
+        match with_ca(https, &missing) {
+            Err(e @ HttpUpstreamError::CaFileUnreadable { .. }) => {
+                assert!(e.to_string().contains("missing.pem"), "{e}");
+            }
+            other => panic!("missing file accepted or misreported: {:?}", other.err()),
+        }
+        for path in [&key_only, &not_pem, &bad_der] {
+            match with_ca(https, path) {
+                Err(e @ HttpUpstreamError::CaFileInvalid { .. }) => {
+                    assert_eq!(capgate_provider::http::check_ca_file(path), Err(e.clone()));
+                    assert!(e.to_string().contains(&*path.to_string_lossy()), "{e}");
+                }
+                other => panic!("{}: {:?}", path.display(), other.err()),
+            }
+        }
+        // A plain-http upstream's caFile is checked all the same.
+        assert!(matches!(
+            with_ca("http://127.0.0.1:1/refund", &not_pem),
+            Err(HttpUpstreamError::CaFileInvalid { .. })
+        ));
+    }
 }
