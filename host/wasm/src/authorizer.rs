@@ -1,96 +1,244 @@
 //! Wasm gateway authorizers: a component exporting `capgate:plugin/authorizer`,
 //! implementing core's [`Authorizer`]. Any failure denies. Pooled instances are partitioned
 //! by the principal's namespace.
+//!
+//! Two versions of the interface are served. `authorizer@0.2.0` is told the surface of the
+//! door and is asked about every operation, the approvals API's included (with no surface).
+//! `authorizer@0.1.0` (components built before 0.2.0) keeps its behaviour: it is not told the
+//! surface, and it is not asked about the approvals API's operations, which it cannot
+//! express — the API's own role check stands for them. A component exporting both is bound
+//! to 0.2.0.
 
 use crate::binding::Binding;
-use crate::bindings::{names, wit_authorizer};
+use crate::bindings::{names, wit_authorizer, wit_authorizer_v1};
 use crate::convert;
 use crate::error::{CallError, LoadError};
 use crate::plugin::Plugin;
-use crate::sandbox::{CallOpts, Sandbox};
+use crate::sandbox::{CallOpts, Exports, Sandbox};
+use crate::store::StoreData;
 use async_trait::async_trait;
-use capgate_core::authz::{AuthorizeError, Authorizer, Operation, Principal};
+use capgate_core::authz::{AuthorizeError, AuthorizeRequest, Authorizer, Operation};
 use std::sync::Arc;
+use wasmtime::Store;
+use wasmtime::component::Instance;
 
-/// An authorizer plugin binding.
+/// An authorizer plugin binding, to whichever authorizer interface version the component
+/// exports (0.2.0 preferred).
 pub struct WasmAuthorizer {
-    sandbox: Sandbox<wit_authorizer::GuestIndices>,
+    inner: Inner,
+}
+
+enum Inner {
+    /// `capgate:plugin/authorizer@0.2.0`.
+    Surface(Sandbox<wit_authorizer::GuestIndices>),
+    /// `capgate:plugin/authorizer@0.1.0`.
+    V1(Sandbox<wit_authorizer_v1::GuestIndices>),
+}
+
+impl Exports for wit_authorizer_v1::GuestIndices {
+    type Guest = wit_authorizer_v1::Guest;
+    fn load_guest(
+        &self,
+        store: &mut Store<StoreData>,
+        instance: &Instance,
+    ) -> wasmtime::Result<Self::Guest> {
+        self.load(store, instance)
+    }
 }
 
 impl std::fmt::Debug for WasmAuthorizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WasmAuthorizer")
-            .field("name", &&*self.sandbox.name)
+            .field("name", &self.name())
+            .field("interface", &self.interface())
             .finish_non_exhaustive()
     }
 }
 
-impl Plugin {
-    /// Bind as a gateway authorizer. Refused when the component does not export
-    /// `capgate:plugin/authorizer@0.1.0`.
-    pub fn authorizer(self: &Arc<Self>, binding: Binding) -> Result<WasmAuthorizer, LoadError> {
-        self.require(names::AUTHORIZER)?;
-        let indices =
-            wit_authorizer::GuestIndices::new(&self.pre).map_err(|e| LoadError::Invalid {
-                file: self.file.clone(),
-                reason: format!("{e:#}"),
-            })?;
-        Ok(WasmAuthorizer {
-            sandbox: Sandbox::new(
-                self.clone(),
-                &binding.name,
-                &binding.config,
-                binding.limits,
-                binding.isolation,
-                indices,
-            ),
-        })
+impl WasmAuthorizer {
+    /// The binding's name.
+    pub fn name(&self) -> &str {
+        match &self.inner {
+            Inner::Surface(sb) => &sb.name,
+            Inner::V1(sb) => &sb.name,
+        }
+    }
+
+    /// The export this binding calls: `capgate:plugin/authorizer@0.2.0` (told the surface,
+    /// asked about the approvals API too) or `capgate:plugin/authorizer@0.1.0` (neither).
+    pub fn interface(&self) -> &'static str {
+        match &self.inner {
+            Inner::Surface(_) => names::AUTHORIZER,
+            Inner::V1(_) => names::AUTHORIZER_V1,
+        }
     }
 }
 
-fn operation(o: Operation) -> wit_authorizer::Operation {
-    match o {
-        Operation::Describe => wit_authorizer::Operation::Describe,
-        Operation::Invoke => wit_authorizer::Operation::Invoke,
-        Operation::GetInvocation => wit_authorizer::Operation::GetInvocation,
-        Operation::GetApproval => wit_authorizer::Operation::GetApproval,
-        Operation::ResumeApproval => wit_authorizer::Operation::ResumeApproval,
+impl Plugin {
+    /// Bind as a gateway authorizer: to `capgate:plugin/authorizer@0.2.0` when the component
+    /// exports it, else to `capgate:plugin/authorizer@0.1.0`. Refused when it exports
+    /// neither.
+    pub fn authorizer(self: &Arc<Self>, binding: Binding) -> Result<WasmAuthorizer, LoadError> {
+        let invalid = |e: wasmtime::Error| LoadError::Invalid {
+            file: self.file.clone(),
+            reason: format!("{e:#}"),
+        };
+        let inner = if self.require(names::AUTHORIZER).is_ok() {
+            let indices = wit_authorizer::GuestIndices::new(&self.pre).map_err(invalid)?;
+            Inner::Surface(self.sandbox(binding, indices))
+        } else {
+            match self.require(names::AUTHORIZER_V1) {
+                Ok(()) => {
+                    let indices =
+                        wit_authorizer_v1::GuestIndices::new(&self.pre).map_err(invalid)?;
+                    Inner::V1(self.sandbox(binding, indices))
+                }
+                Err(LoadError::MissingExport {
+                    file, available, ..
+                }) => {
+                    return Err(LoadError::MissingExport {
+                        file,
+                        missing: format!("{}` or `{}", names::AUTHORIZER, names::AUTHORIZER_V1),
+                        available,
+                    });
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        Ok(WasmAuthorizer { inner })
     }
+
+    fn sandbox<I: Exports>(self: &Arc<Self>, binding: Binding, indices: I) -> Sandbox<I> {
+        Sandbox::new(
+            self.clone(),
+            &binding.name,
+            &binding.config,
+            binding.limits,
+            binding.isolation,
+            indices,
+        )
+    }
+}
+
+/// Core's operation in the 0.2.0 interface; `None` for one it cannot express.
+fn operation(o: Operation) -> Option<wit_authorizer::Operation> {
+    use wit_authorizer::Operation as W;
+    Some(match o {
+        Operation::Describe => W::Describe,
+        Operation::Invoke => W::Invoke,
+        Operation::GetInvocation => W::GetInvocation,
+        Operation::GetApproval => W::GetApproval,
+        Operation::ResumeApproval => W::ResumeApproval,
+        Operation::ListApprovals => W::ListApprovals,
+        Operation::ReviewApproval => W::ReviewApproval,
+        Operation::DecideApproval => W::DecideApproval,
+        _ => return None,
+    })
+}
+
+/// What a 0.1.0 authorizer makes of an operation.
+enum V1Operation {
+    /// Ask it.
+    Ask(wit_authorizer_v1::Operation),
+    /// An approvals-API operation: 0.1.0 has no words for it, so it is not asked.
+    NotAsked,
+    /// An operation newer than both interfaces: denied.
+    Unknown,
+}
+
+fn operation_v1(o: Operation) -> V1Operation {
+    use wit_authorizer_v1::Operation as W;
+    V1Operation::Ask(match o {
+        Operation::Describe => W::Describe,
+        Operation::Invoke => W::Invoke,
+        Operation::GetInvocation => W::GetInvocation,
+        Operation::GetApproval => W::GetApproval,
+        Operation::ResumeApproval => W::ResumeApproval,
+        Operation::ListApprovals | Operation::ReviewApproval | Operation::DecideApproval => {
+            return V1Operation::NotAsked;
+        }
+        _ => return V1Operation::Unknown,
+    })
+}
+
+fn deny(name: &str, e: CallError) -> AuthorizeError {
+    AuthorizeError(format!("{name}: {e}"))
+}
+
+fn unknown_operation(name: &str, interface: &str, o: Operation) -> AuthorizeError {
+    AuthorizeError(format!(
+        "{name}: `{interface}` cannot express the operation `{}`; denied",
+        o.as_str()
+    ))
 }
 
 #[async_trait]
 impl Authorizer for WasmAuthorizer {
-    async fn authorize(
-        &self,
-        principal: &Principal,
-        op: Operation,
-        capability_id: Option<&str>,
-        input: Option<&serde_json::Value>,
-    ) -> Result<(), AuthorizeError> {
-        let sb = &self.sandbox;
-        let wit_principal = wit_authorizer::Principal {
-            actor: convert::actor(&principal.actor),
-            namespace: principal.namespace.clone(),
+    async fn authorize(&self, request: &AuthorizeRequest<'_>) -> Result<(), AuthorizeError> {
+        let principal = request.principal;
+        let opts = CallOpts {
+            namespace: &principal.namespace,
+            ..CallOpts::default()
         };
-        let capability_id = capability_id.map(str::to_string);
-        let input = input.map(|v| v.to_string());
-        sb.call(
-            CallOpts {
-                namespace: &principal.namespace,
-                ..CallOpts::default()
-            },
-            |store, guest| {
-                let answer = guest.call_authorize(
-                    &mut *store,
-                    &wit_principal,
-                    operation(op),
-                    capability_id.as_deref(),
-                    input.as_ref(),
-                    &sb.config,
-                )?;
-                Ok(answer.map_err(CallError::Guest))
-            },
-        )
-        .map_err(|e| AuthorizeError(format!("{}: {e}", sb.name)))
+        let capability_id = request.capability_id.map(str::to_string);
+        let input = request.input.map(|v| v.to_string());
+        match &self.inner {
+            Inner::Surface(sb) => {
+                let Some(op) = operation(request.operation) else {
+                    return Err(unknown_operation(
+                        &sb.name,
+                        names::AUTHORIZER,
+                        request.operation,
+                    ));
+                };
+                let wit_request = wit_authorizer::AuthorizeRequest {
+                    principal: wit_authorizer::Principal {
+                        actor: convert::actor(&principal.actor),
+                        namespace: principal.namespace.clone(),
+                    },
+                    operation: op,
+                    surface: request.surface.map(convert::surface),
+                    capability_id,
+                    input,
+                    config: sb.config.clone(),
+                };
+                sb.call(opts, |store, guest| {
+                    let answer = guest.call_authorize(&mut *store, &wit_request)?;
+                    Ok(answer.map_err(CallError::Guest))
+                })
+                .map_err(|e| deny(&sb.name, e))
+            }
+            Inner::V1(sb) => {
+                let op = match operation_v1(request.operation) {
+                    V1Operation::Ask(op) => op,
+                    // The approvals API's operations: a 0.1.0 authorizer is not asked; the
+                    // API's own role check stands.
+                    V1Operation::NotAsked => return Ok(()),
+                    V1Operation::Unknown => {
+                        return Err(unknown_operation(
+                            &sb.name,
+                            names::AUTHORIZER_V1,
+                            request.operation,
+                        ));
+                    }
+                };
+                let wit_principal = wit_authorizer_v1::Principal {
+                    actor: convert::actor(&principal.actor),
+                    namespace: principal.namespace.clone(),
+                };
+                sb.call(opts, |store, guest| {
+                    let answer = guest.call_authorize(
+                        &mut *store,
+                        &wit_principal,
+                        op,
+                        capability_id.as_deref(),
+                        input.as_ref(),
+                        &sb.config,
+                    )?;
+                    Ok(answer.map_err(CallError::Guest))
+                })
+                .map_err(|e| deny(&sb.name, e))
+            }
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! authorizers in Rust, compiled to WebAssembly components for `wasm32-wasip2`.
 //!
 //! The capgate host loads a plugin by the WIT interface it exports
-//! (`capgate:plugin@0.1.0`, see `wit/capgate.wit`), runs each call in a fresh sandbox bounded
+//! (`capgate:plugin@0.2.0`, see `wit/capgate.wit`), runs each call in a fresh sandbox bounded
 //! by fuel, a deadline and a memory cap, and treats every failure — a panic, an `Err`, a
 //! value that does not parse — as a refusal. This crate hides the generated bindings behind
 //! one small trait per plugin kind and an export macro, so a policy is about fifteen lines:
@@ -35,13 +35,43 @@
 //! - [`Policy`] + [`export_policy!`]: allow, deny, hide or require approval.
 //! - [`Redactor`] + [`export_redactor!`]: what of an output (or approval input) leaves the boundary.
 //! - [`Procedure`] + [`export_procedure!`]: the operation itself, with [`ProcedureError`]'s mapping.
-//! - [`Authorizer`] + [`export_authorizer!`]: may this gateway principal do this operation.
+//! - [`Authorizer`] + [`export_authorizer!`]: may this gateway principal do this operation,
+//!   through this door ([`AuthorizeRequest::surface`]; `None` for the human approvals API).
 //! - [`log`]: a line into the host's tracing (capped in size and rate by the host).
 //! - Structured values arrive as JSON text and are parsed on demand
 //!   ([`PolicyRequest::input`], [`PolicyRequest::config`], ...), so a plugin only pays for what it reads.
 //!
 //! A panic inside a plugin is reported to the host log (at `error`) and then traps: the host
 //! fails the call closed.
+//!
+//! # Contract versions
+//!
+//! `capgate:plugin@0.2.0` changed only the gateway authorizer: it is now told the surface of
+//! the door and asked about the approvals API's operations too. Policies, redactors and
+//! procedures export the unchanged 0.1.0 interfaces (`capgate:plugin/policy@0.1.0`, ...),
+//! which 0.2.0 reuses, so they load in every capgate host; authorizers export
+//! `capgate:plugin/authorizer@0.2.0`. The host still loads authorizers built with earlier
+//! versions of this crate (0.1.0 interface: not told the surface, not asked about the
+//! approvals API).
+//!
+//! An authorizer that keeps one tenant off the workflow door:
+//!
+//! ```
+//! use capgate_plugin::{AuthorizeRequest, Authorizer, Surface, export_authorizer};
+//!
+//! struct NoWorkflowForOrg2;
+//!
+//! impl Authorizer for NoWorkflowForOrg2 {
+//!     fn authorize(request: AuthorizeRequest) -> Result<(), String> {
+//!         if request.principal.namespace == "org_2" && request.surface == Some(Surface::Workflow) {
+//!             return Err("org_2 may not use the workflow door".into());
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//!
+//! export_authorizer!(NoWorkflowForOrg2);
+//! ```
 
 #![warn(missing_docs)]
 
@@ -51,47 +81,96 @@ pub use serde_json::{self, Value, json};
 use std::sync::Once;
 
 /// Generated bindings, one module per world. Public only for the export macros.
+///
+/// The WIT resolve holds two versions of `capgate:plugin` (0.2.0 and the frozen 0.1.0 it
+/// reuses), so wit-bindgen puts the version into package module names (`plugin0_1_0`,
+/// `plugin0_2_0`). Each world module re-exports them under those names and under the
+/// unversioned path they had before 0.2.0 (`capgate::plugin`, `exports::capgate::plugin`),
+/// so code that reached into these bindings keeps compiling.
 #[doc(hidden)]
 pub mod bindings {
+    /// The versioned and pre-0.2.0 paths of one world's generated modules.
+    macro_rules! paths {
+        ($export:ident, $exported:ident) => {
+            pub use generated::$export;
+            /// Imported interfaces (`capgate:plugin@0.1.0`).
+            pub mod capgate {
+                pub use super::generated::capgate::plugin0_1_0;
+                pub use super::generated::capgate::plugin0_1_0 as plugin;
+            }
+            /// Exported interfaces.
+            pub mod exports {
+                /// `capgate:plugin`.
+                pub mod capgate {
+                    pub use super::super::generated::exports::capgate::$exported;
+                    pub use super::super::generated::exports::capgate::$exported as plugin;
+                }
+            }
+        };
+    }
     /// The `policy-plugin` world.
     pub mod policy {
-        wit_bindgen::generate!({
-            world: "policy-plugin",
-            path: "../../wit",
-            default_bindings_module: "capgate_plugin::bindings::policy",
-            pub_export_macro: true,
-            export_macro_name: "__export_policy_plugin",
-        });
+        /// What wit-bindgen generated.
+        pub mod generated {
+            wit_bindgen::generate!({
+                world: "policy-plugin",
+                path: "../../wit",
+                // The 0.2.0 worlds import and export 0.1.0 interfaces: generate those too.
+                generate_all,
+                default_bindings_module: "capgate_plugin::bindings::policy",
+                pub_export_macro: true,
+                export_macro_name: "__export_policy_plugin",
+            });
+        }
+        paths!(__export_policy_plugin, plugin0_1_0);
     }
     /// The `redactor-plugin` world.
     pub mod redactor {
-        wit_bindgen::generate!({
-            world: "redactor-plugin",
-            path: "../../wit",
-            default_bindings_module: "capgate_plugin::bindings::redactor",
-            pub_export_macro: true,
-            export_macro_name: "__export_redactor_plugin",
-        });
+        /// What wit-bindgen generated.
+        pub mod generated {
+            wit_bindgen::generate!({
+                world: "redactor-plugin",
+                path: "../../wit",
+                // The 0.2.0 worlds import and export 0.1.0 interfaces: generate those too.
+                generate_all,
+                default_bindings_module: "capgate_plugin::bindings::redactor",
+                pub_export_macro: true,
+                export_macro_name: "__export_redactor_plugin",
+            });
+        }
+        paths!(__export_redactor_plugin, plugin0_1_0);
     }
     /// The `procedure-plugin` world.
     pub mod procedure {
-        wit_bindgen::generate!({
-            world: "procedure-plugin",
-            path: "../../wit",
-            default_bindings_module: "capgate_plugin::bindings::procedure",
-            pub_export_macro: true,
-            export_macro_name: "__export_procedure_plugin",
-        });
+        /// What wit-bindgen generated.
+        pub mod generated {
+            wit_bindgen::generate!({
+                world: "procedure-plugin",
+                path: "../../wit",
+                // The 0.2.0 worlds import and export 0.1.0 interfaces: generate those too.
+                generate_all,
+                default_bindings_module: "capgate_plugin::bindings::procedure",
+                pub_export_macro: true,
+                export_macro_name: "__export_procedure_plugin",
+            });
+        }
+        paths!(__export_procedure_plugin, plugin0_1_0);
     }
     /// The `authorizer-plugin` world.
     pub mod authorizer {
-        wit_bindgen::generate!({
-            world: "authorizer-plugin",
-            path: "../../wit",
-            default_bindings_module: "capgate_plugin::bindings::authorizer",
-            pub_export_macro: true,
-            export_macro_name: "__export_authorizer_plugin",
-        });
+        /// What wit-bindgen generated.
+        pub mod generated {
+            wit_bindgen::generate!({
+                world: "authorizer-plugin",
+                path: "../../wit",
+                // The 0.2.0 worlds import and export 0.1.0 interfaces: generate those too.
+                generate_all,
+                default_bindings_module: "capgate_plugin::bindings::authorizer",
+                pub_export_macro: true,
+                export_macro_name: "__export_authorizer_plugin",
+            });
+        }
+        paths!(__export_authorizer_plugin, plugin0_2_0);
     }
 }
 
@@ -433,19 +512,67 @@ pub trait Procedure {
     }
 }
 
-/// The five gateway operations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What an authorizer is asked about: the gateway's five operations and the approvals API's
+/// three. Wire spelling (serde, [`Operation::as_str`]) is camelCase, as in the capgate
+/// configuration file (`"invoke"`, `"decideApproval"`). Operations may be added in later
+/// contract versions, so a `match` needs a wildcard arm (deny what you do not know).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub enum Operation {
-    /// Tool listing.
+    /// Tool listing (and the contract).
     Describe,
     /// A governed call.
     Invoke,
     /// A receipt lookup.
     GetInvocation,
-    /// An approval lookup.
+    /// An approval lookup by its requester.
     GetApproval,
     /// Continuing after approval.
     ResumeApproval,
+    /// The approvals API: listing approvals for review (no surface).
+    ListApprovals,
+    /// The approvals API: reading one approval for review (no surface).
+    ReviewApproval,
+    /// The approvals API: approving or rejecting (no surface).
+    DecideApproval,
+}
+
+impl Operation {
+    /// The wire spelling, e.g. `getInvocation`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Describe => "describe",
+            Operation::Invoke => "invoke",
+            Operation::GetInvocation => "getInvocation",
+            Operation::GetApproval => "getApproval",
+            Operation::ResumeApproval => "resumeApproval",
+            Operation::ListApprovals => "listApprovals",
+            Operation::ReviewApproval => "reviewApproval",
+            Operation::DecideApproval => "decideApproval",
+        }
+    }
+
+    /// Whether this is one of the human approvals API's operations (asked with no surface).
+    pub fn is_approvals_api(self) -> bool {
+        matches!(
+            self,
+            Operation::ListApprovals | Operation::ReviewApproval | Operation::DecideApproval
+        )
+    }
+}
+
+impl Surface {
+    /// The wire spelling, e.g. `aiSdk`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Surface::Direct => "direct",
+            Surface::AiSdk => "aiSdk",
+            Surface::Mcp => "mcp",
+            Surface::Workflow => "workflow",
+            Surface::Test => "test",
+        }
+    }
 }
 
 /// An authenticated gateway caller.
@@ -453,20 +580,61 @@ pub enum Operation {
 pub struct Principal {
     /// The actor.
     pub actor: Actor,
-    /// Its tenant partition.
+    /// Its tenant partition (never empty).
     pub namespace: String,
 }
 
-/// Gateway authorization: `Ok` allows, `Err` denies (the reason is only logged).
+/// The question put to an authorizer. JSON fields stay text until read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuthorizeRequest {
+    /// Who asks (authenticated by the host).
+    pub principal: Principal,
+    /// What they want to do.
+    pub operation: Operation,
+    /// The door they came through, fixed by the host's route: [`Surface::AiSdk`] for an agent
+    /// route, [`Surface::Mcp`], [`Surface::Workflow`]. `None` for the human approvals API
+    /// (its three operations), which is no model surface.
+    pub surface: Option<Surface>,
+    /// The capability concerned (for lookups: the stored one), if any.
+    pub capability_id: Option<String>,
+    /// The input concerned as JSON text (for lookups: the stored, private one), if any.
+    pub input_json: Option<String>,
+    /// The binding's `config` as JSON text (`null` when none).
+    pub config_json: String,
+}
+
+impl AuthorizeRequest {
+    /// The input (`None` when there is none or it does not parse).
+    pub fn input(&self) -> Option<Value> {
+        self.input_json
+            .as_deref()
+            .and_then(|s| serde_json::from_str(s).ok())
+    }
+    /// One input value by JSON pointer (e.g. `/orgId`).
+    pub fn input_value(&self, pointer: &str) -> Option<Value> {
+        self.input().and_then(|v| v.pointer(pointer).cloned())
+    }
+    /// The binding's config, deserialized into the plugin's own type.
+    pub fn config<T: DeserializeOwned>(&self) -> Result<T, String> {
+        parse_config(&self.config_json)
+    }
+    /// One config value by JSON pointer.
+    pub fn config_value(&self, pointer: &str) -> Option<Value> {
+        parse_or_null(&self.config_json).pointer(pointer).cloned()
+    }
+}
+
+/// Gateway authorization: `Ok` allows, `Err` denies (the reason is only logged, never shown
+/// to the caller). Asked for every operation on every door — agent, MCP and workflow routes
+/// with their surface, the human approvals API with none — so an authorizer can keep a
+/// tenant off a door or an agent away from approval decisions.
+///
+/// Exported as `capgate:plugin/authorizer@0.2.0`. (Components built with capgate-plugin 0.1
+/// export `authorizer@0.1.0`: still loaded, never told the surface, never asked about the
+/// approvals API.)
 pub trait Authorizer {
     /// Decide.
-    fn authorize(
-        principal: Principal,
-        operation: Operation,
-        capability_id: Option<String>,
-        input: Option<Value>,
-        config: Value,
-    ) -> Result<(), String>;
+    fn authorize(request: AuthorizeRequest) -> Result<(), String>;
 }
 
 fn parse_or_null(s: &str) -> Value {
@@ -557,7 +725,7 @@ macro_rules! export_procedure {
     };
 }
 
-/// Export an [`Authorizer`] as the component's `capgate:plugin/authorizer` interface.
+/// Export an [`Authorizer`] as the component's `capgate:plugin/authorizer@0.2.0` interface.
 #[macro_export]
 macro_rules! export_authorizer {
     ($t:ty) => {
@@ -565,13 +733,9 @@ macro_rules! export_authorizer {
         pub struct __CapgateAuthorizerExport;
         impl $crate::bindings::authorizer::exports::capgate::plugin::authorizer::Guest for __CapgateAuthorizerExport {
             fn authorize(
-                principal: $crate::bindings::authorizer::exports::capgate::plugin::authorizer::Principal,
-                operation: $crate::bindings::authorizer::exports::capgate::plugin::authorizer::Operation,
-                capability_id: ::core::option::Option<::std::string::String>,
-                input: ::core::option::Option<::std::string::String>,
-                config: ::std::string::String,
+                request: $crate::bindings::authorizer::exports::capgate::plugin::authorizer::AuthorizeRequest,
             ) -> ::core::result::Result<(), ::std::string::String> {
-                $crate::__glue::authorize::<$t>(principal, operation, capability_id, input, config)
+                $crate::__glue::authorize::<$t>(request)
             }
         }
         $crate::bindings::authorizer::__export_authorizer_plugin!(__CapgateAuthorizerExport with_types_in $crate::bindings::authorizer);
@@ -775,35 +939,29 @@ pub mod __glue {
 
     use crate::bindings::authorizer::exports::capgate::plugin::authorizer as wa;
 
-    /// `authorizer.authorize` → [`Authorizer::authorize`].
-    pub fn authorize<A: Authorizer>(
-        p: wa::Principal,
-        op: wa::Operation,
-        capability_id: Option<String>,
-        input: Option<String>,
-        config: String,
-    ) -> Result<(), String> {
+    /// `authorizer.authorize` (0.2.0) → [`Authorizer::authorize`].
+    pub fn authorize<A: Authorizer>(r: wa::AuthorizeRequest) -> Result<(), String> {
         init();
-        let operation = match op {
+        let operation = match r.operation {
             wa::Operation::Describe => Operation::Describe,
             wa::Operation::Invoke => Operation::Invoke,
             wa::Operation::GetInvocation => Operation::GetInvocation,
             wa::Operation::GetApproval => Operation::GetApproval,
             wa::Operation::ResumeApproval => Operation::ResumeApproval,
+            wa::Operation::ListApprovals => Operation::ListApprovals,
+            wa::Operation::ReviewApproval => Operation::ReviewApproval,
+            wa::Operation::DecideApproval => Operation::DecideApproval,
         };
-        let input = match input {
-            Some(s) => Some(parse_json("input", &s)?),
-            None => None,
-        };
-        A::authorize(
-            Principal {
-                actor: authorizer::actor(p.actor),
-                namespace: p.namespace,
+        A::authorize(AuthorizeRequest {
+            principal: Principal {
+                actor: authorizer::actor(r.principal.actor),
+                namespace: r.principal.namespace,
             },
             operation,
-            capability_id,
-            input,
-            parse_json("config", &config)?,
-        )
+            surface: r.surface.map(authorizer::surface),
+            capability_id: r.capability_id,
+            input_json: r.input,
+            config_json: r.config,
+        })
     }
 }
