@@ -304,7 +304,7 @@ pub async fn build(cfg: &Config) -> anyhow::Result<Deployment> {
     for name in &cfg.runtime.policies {
         builder = builder.policy_arc(policy(cfg, &plugins, name)?);
     }
-    let runtime = builder.build();
+    let runtime = builder.build().context("the runtime")?;
 
     let authorizer_plugin: Option<Arc<dyn Authorizer>> = match cfg
         .gateway

@@ -108,7 +108,8 @@ fn bench(c: &mut Criterion) {
             .build()
             .expect("registry"),
     )
-    .build();
+    .build()
+    .expect("a valid runtime");
     c.bench_function("governed invoke, no policies", |b| {
         b.to_async(&rt).iter(|| {
             let req = InvokeRequest::new(
@@ -161,7 +162,8 @@ fn bench(c: &mut Criterion) {
     )
     .policy(org_isolation)
     .audit_sink(Arc::new(RingSink::default()))
-    .build();
+    .build()
+    .expect("a valid runtime");
     c.bench_function("governed invoke, 2 policies + redactor + audit", |b| {
         b.to_async(&rt).iter(|| {
             let req = InvokeRequest::new(

@@ -66,6 +66,10 @@ pub enum EventPayload {
         /// Every policy's stance, when policies ran.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         policy_decisions: Option<Vec<PolicyStance>>,
+        /// The approval a resume was asked to consume (capgate extension, on resume only),
+        /// so a refused resume links to its approval as an executed one does.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        approval_id: Option<String>,
     },
     /// Stage 8 suspended the call.
     #[serde(rename = "capability.approval_requested", rename_all = "camelCase")]
@@ -160,6 +164,10 @@ pub enum EventPayload {
         /// Policy stances, when a policy batch led to it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         policy_decisions: Option<Vec<PolicyStance>>,
+        /// The approval a resume was asked to consume (capgate extension, on resume only),
+        /// so a refused resume links to its approval as an executed one does.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        approval_id: Option<String>,
     },
     /// Timeout or cancellation.
     #[serde(rename = "capability.cancelled", rename_all = "camelCase")]
@@ -171,6 +179,10 @@ pub enum EventPayload {
         /// Allow-listed adapter metadata (e.g. a provider's stall terminal).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         metadata: Option<serde_json::Value>,
+        /// The approval a resume was asked to consume (capgate extension, on resume only),
+        /// so a refused resume links to its approval as an executed one does.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        approval_id: Option<String>,
     },
 }
 

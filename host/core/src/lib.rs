@@ -37,7 +37,7 @@
 //!     )
 //!     .build()
 //!     .expect("a valid registry");
-//! let runtime = Runtime::builder(registry).build();
+//! let runtime = Runtime::builder(registry).build().expect("a valid runtime");
 //!
 //! let dana = Actor::user("u_dana", json!({ "orgId": "org_1" }));
 //! let small = runtime
@@ -129,7 +129,8 @@ pub mod prelude {
     pub use crate::registry::{CapabilityDef, Registry};
     pub use crate::result::ExecutionResult;
     pub use crate::runtime::{
-        DecideRequest, Decider, DescribeOptions, InvokeRequest, ResumeOptions, Runtime, Scope,
+        DecideRequest, Decider, DescribeOptions, InvokeRequest, ResumeOptions, Runtime,
+        RuntimeBuildError, Scope,
     };
     pub use tokio_util::sync::CancellationToken;
 }

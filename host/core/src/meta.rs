@@ -193,6 +193,41 @@ pub struct CapabilityMeta {
     /// Tool-name overrides.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adapters: Option<AdapterNames>,
+    /// How clients find it: listed to models, or presented by a UI in context (the
+    /// distributed spec's `discovery`). Omitted when `discoverable`, so older digests hold.
+    #[serde(default, skip_serializing_if = "Discovery::is_discoverable")]
+    pub discovery: Discovery,
+}
+
+/// How a capability is found (the distributed spec's `discovery`).
+///
+/// Both kinds are callable on the surfaces they are exposed on and governed the same way;
+/// the difference is only who offers them: a `discoverable` capability is listed to models
+/// (MCP `tools/list`, exported tool sets), a `contextual` one is left out of those lists
+/// because a browser presents it, bound to what the user is looking at.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Discovery {
+    /// Listed by discovery, subject to discovery policies (the default).
+    #[default]
+    Discoverable,
+    /// Not offered in model tool lists; callable where exposed.
+    Contextual,
+}
+
+impl Discovery {
+    /// The wire name (`discoverable`, `contextual`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Discovery::Discoverable => "discoverable",
+            Discovery::Contextual => "contextual",
+        }
+    }
+
+    /// `true` for the default, so serialization can omit it.
+    pub fn is_discoverable(&self) -> bool {
+        *self == Discovery::Discoverable
+    }
 }
 
 impl CapabilityMeta {
@@ -209,7 +244,14 @@ impl CapabilityMeta {
             idempotent: false,
             approval: None,
             adapters: None,
+            discovery: Discovery::Discoverable,
         }
+    }
+
+    /// Builder: how clients find it ([`Discovery`]).
+    pub fn with_discovery(mut self, discovery: Discovery) -> Self {
+        self.discovery = discovery;
+        self
     }
 
     /// Builder: expose on these surfaces.

@@ -182,6 +182,12 @@ pub struct CapabilityDescriptor {
     /// Set when a call will need approval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requires_approval: Option<bool>,
+    /// Whether model tool lists offer it or a UI presents it in context.
+    #[serde(
+        default,
+        skip_serializing_if = "crate::meta::Discovery::is_discoverable"
+    )]
+    pub discovery: crate::meta::Discovery,
 }
 
 /// Options of [`Runtime::resume`].
@@ -205,6 +211,20 @@ pub struct ResumeOptions {
     pub idempotency_key: Option<String>,
     /// Progress callback.
     pub progress: Option<ProgressFn>,
+    /// Correlation id of the resuming request (the spec's `InvocationOptions`); carried by
+    /// the new execution and its events. `None` keeps the one stored with the approval.
+    pub correlation_id: Option<String>,
+}
+
+/// Why [`RuntimeBuilder::build`] refused a configuration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuntimeBuildError {
+    /// `strict_audit(true)` with no audit sink: strict means no record, no execution, and
+    /// there would be no record.
+    #[error(
+        "strict audit needs at least one audit sink (no record, no execution): add an audit sink or turn strict audit off"
+    )]
+    StrictAuditWithoutSink,
 }
 
 /// Why an approvals operation failed.
@@ -377,8 +397,14 @@ impl RuntimeBuilder {
     }
 
     /// Finish. Emits startup warnings through `tracing` (and keeps them for
-    /// [`Runtime::warnings`]).
-    pub fn build(self) -> Runtime {
+    /// [`Runtime::warnings`]); refuses a configuration that could not keep its promises
+    /// ([`RuntimeBuildError`]).
+    pub fn build(self) -> Result<Runtime, RuntimeBuildError> {
+        // Strict audit means "no record, no execution": with nowhere to write the record,
+        // every call would execute unrecorded.
+        if self.audit.strict && self.audit.sinks.is_empty() {
+            return Err(RuntimeBuildError::StrictAuditWithoutSink);
+        }
         let coordinator = self
             .coordinator
             .unwrap_or_else(|| Arc::new(InMemoryApprovalCoordinator::new()));
@@ -419,7 +445,7 @@ impl RuntimeBuilder {
         for w in &warnings {
             tracing::warn!(target: "capgate::runtime", "{w}");
         }
-        Runtime {
+        Ok(Runtime {
             inner: Arc::new(Inner {
                 registry: self.registry,
                 policies: self.policies,
@@ -433,7 +459,7 @@ impl RuntimeBuilder {
                 clock: self.clock,
                 warnings,
             }),
-        }
+        })
     }
 }
 
@@ -465,7 +491,16 @@ impl Runtime {
     /// `capability.requested` and `capability.denied` (reason `hidden`) and answers exactly
     /// like an unknown id (SI-8).
     pub async fn conceal(&self, request: InvokeRequest) -> ExecutionResult {
-        crate::pipeline::conceal(&self.inner, request).await
+        crate::pipeline::conceal(&self.inner, request, crate::audit::DenyReason::Hidden).await
+    }
+
+    /// Refuse a call for a name the adapter could not map to any capability (an MCP tool
+    /// name nobody registered): stage 2 still opens an execution, so the request is
+    /// audited (`capability.requested`, then `capability.denied` with reason `unknown`)
+    /// and answered exactly like any other not-found (SI-8). `request.capability_id` is
+    /// the name as the caller sent it.
+    pub async fn refuse_unknown(&self, request: InvokeRequest) -> ExecutionResult {
+        crate::pipeline::conceal(&self.inner, request, crate::audit::DenyReason::Unknown).await
     }
 
     /// The discovery pipeline: what this actor may see on this surface.

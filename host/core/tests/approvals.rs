@@ -103,7 +103,8 @@ async fn resume_after_expiry_is_approval_expired() {
             .unwrap(),
     )
     .clock(clock.clone())
-    .build();
+    .build()
+    .expect("a valid runtime");
     let id = pending(&rt).await;
     approve(&rt, &id).await;
     clock.advance(chrono::Duration::milliseconds(900_001));
@@ -157,7 +158,8 @@ async fn si5_a_tampered_stored_input_is_approval_input_mismatch() {
             .unwrap(),
     )
     .approvals(coord.clone())
-    .build();
+    .build()
+    .expect("a valid runtime");
     let id = pending(&rt).await;
     approve(&rt, &id).await;
     assert!(coord.tamper(&id, |r| r.request.input["amount"] = json!(6490)));
@@ -197,7 +199,8 @@ async fn si4_self_approval_is_still_refused_at_resume_when_a_store_was_written_d
             .unwrap(),
     )
     .approvals(coord.clone())
-    .build();
+    .build()
+    .expect("a valid runtime");
     let id = pending(&rt).await;
     let decision = capgate_core::approval::Decision {
         status: DecisionStatus::Approved,
@@ -280,7 +283,8 @@ async fn a_schema_tightened_between_approval_and_resume_is_input_invalid() {
             .unwrap(),
     )
     .approvals(coord.clone())
-    .build();
+    .build()
+    .expect("a valid runtime");
     let id = pending(&before).await;
     approve(&before, &id).await;
 
@@ -297,7 +301,8 @@ async fn a_schema_tightened_between_approval_and_resume_is_input_invalid() {
             .unwrap(),
     )
     .approvals(coord)
-    .build();
+    .build()
+    .expect("a valid runtime");
     let r = after.resume(&id, ResumeOptions::default()).await;
     assert_eq!(code(&r), Some(ErrorCode::InputInvalid));
     assert_eq!(c.get(), 0);
@@ -378,6 +383,7 @@ async fn an_inline_handler_approves_in_the_same_call_and_refuses_self_approval()
         )
         .approval_handler(Arc::new(Inline(d)))
         .build()
+        .expect("a valid runtime")
     };
     let approved = make(Some(InlineDecision {
         status: DecisionStatus::Approved,
@@ -481,7 +487,9 @@ async fn an_in_memory_coordinator_for_gated_capabilities_warns_at_startup() {
             }),
     )
     .procedure(c.procedure());
-    let rt = Runtime::builder(Registry::builder().capability(def).build().unwrap()).build();
+    let rt = Runtime::builder(Registry::builder().capability(def).build().unwrap())
+        .build()
+        .expect("a valid runtime");
     assert!(
         rt.warnings()
             .iter()

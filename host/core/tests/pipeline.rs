@@ -153,7 +153,8 @@ async fn every_policy_is_evaluated_after_a_deny() {
     let rt = Runtime::builder(Registry::builder().capability(def).build().unwrap())
         .policy(counting("runtimeLevel", PolicyDecision::allow(), n.clone()))
         .audit_sink(sink.clone())
-        .build();
+        .build()
+        .expect("a valid runtime");
     let r = rt
         .invoke(call("orders.refund", json!({"orderId": "o", "amount": 5})))
         .await;
@@ -233,7 +234,8 @@ async fn policy_failure(p: impl Policy) -> (ExecutionResult, Arc<MemorySink>, Co
             policy_timeout_ms: 50,
             ..Default::default()
         })
-        .build();
+        .build()
+        .expect("a valid runtime");
     let r = rt
         .invoke(call("orders.refund", json!({"orderId": "o", "amount": 5})))
         .await;
@@ -522,7 +524,8 @@ async fn strict_audit_sink_failure_is_audit_unavailable_and_the_procedure_never_
     let rt = Runtime::builder(Registry::builder().capability(def).build().unwrap())
         .audit_sink(Arc::new(FailingSink))
         .strict_audit(true)
-        .build();
+        .build()
+        .expect("a valid runtime");
     let r = rt
         .invoke(call("orders.refund", json!({"orderId": "o", "amount": 5})))
         .await;
@@ -545,7 +548,8 @@ async fn best_effort_audit_keeps_serving_and_counts_lost_events() {
                 e2.fetch_add(1, Ordering::SeqCst);
             })),
         })
-        .build();
+        .build()
+        .expect("a valid runtime");
     let r = rt
         .invoke(call("orders.refund", json!({"orderId": "o", "amount": 5})))
         .await;

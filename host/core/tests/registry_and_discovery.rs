@@ -152,7 +152,8 @@ fn discovery_runtime(policy_timeout_ms: u64, budget_ms: u64) -> (Runtime, Arc<Me
             discovery_budget_ms: budget_ms,
             ..Default::default()
         })
-        .build();
+        .build()
+        .expect("a valid runtime");
     (rt, sink)
 }
 
@@ -228,7 +229,8 @@ async fn discovery_past_its_budget_is_a_timeout_at_stage_discovery() {
             discovery_budget_ms: 30,
             ..Default::default()
         })
-        .build();
+        .build()
+        .expect("a valid runtime");
     let err = rt.describe(Surface::Mcp, opts(None)).await.unwrap_err();
     assert_eq!(err.code(), ErrorCode::Timeout);
     assert_eq!(err.stage(), Some(Stage::Discovery));

@@ -102,7 +102,8 @@ async fn a_type_mapped_to_roles_is_approved_only_by_a_holder_of_one() {
             .unwrap(),
     )
     .approval_type_roles("manager", ["manager"])
-    .build();
+    .build()
+    .expect("a valid runtime");
     let id = pending_in(&rt, "org_1").await;
     let a = rt.approvals();
     let refused = a
@@ -151,7 +152,8 @@ async fn self_confirm(policy_type: Option<&str>) -> Result<ApprovalRecord, Appro
             .unwrap(),
     )
     .self_confirmable_types(["human-confirmation"])
-    .build();
+    .build()
+    .expect("a valid runtime");
     let r = rt.invoke(call("messages.send", json!({}))).await;
     let id = r.approval().expect("approval-required").id.clone();
     rt.approvals()

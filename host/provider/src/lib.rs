@@ -40,7 +40,7 @@
 //!     )
 //!     .build()
 //!     .expect("a valid registry");
-//! let runtime = Runtime::builder(registry).build();
+//! let runtime = Runtime::builder(registry).build().expect("a valid runtime");
 //! let result = runtime
 //!     .invoke(InvokeRequest::new(Surface::AiSdk, "orders.refund", json!({ "amount": 20 }), Actor::user("u_dana", json!({}))))
 //!     .await;

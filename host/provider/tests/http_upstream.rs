@@ -352,7 +352,10 @@ fn refund_runtime(up: HttpUpstream, stall_ms: i64, sink: Arc<MemorySink>) -> Run
         )
         .build()
         .expect("registry");
-    Runtime::builder(registry).audit_sink(sink).build()
+    Runtime::builder(registry)
+        .audit_sink(sink)
+        .build()
+        .expect("a valid runtime")
 }
 
 fn conf(ms: i64) -> ProviderConf {

@@ -35,7 +35,10 @@ fn core_runtime(
         )
         .build()
         .expect("registry");
-    Runtime::builder(registry).audit_sink(sink).build()
+    Runtime::builder(registry)
+        .audit_sink(sink)
+        .build()
+        .expect("a valid runtime")
 }
 
 fn call(progress: Option<ProgressFn>) -> InvokeRequest {

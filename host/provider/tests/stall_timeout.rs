@@ -134,7 +134,7 @@ async fn run_request_and_provider_tunnel_request_carry_the_selected_providers_ef
             )
             .build()
             .unwrap();
-        let core = Runtime::builder(registry).build();
+        let core = Runtime::builder(registry).build().expect("a valid runtime");
         let r = core
             .invoke(InvokeRequest::new(
                 Surface::Direct,

@@ -65,7 +65,10 @@ fn runtime(sink: Arc<MemorySink>) -> Runtime {
         )
         .build()
         .expect("registry");
-    Runtime::builder(registry).audit_sink(sink).build()
+    Runtime::builder(registry)
+        .audit_sink(sink)
+        .build()
+        .expect("a valid runtime")
 }
 
 fn call(input: Value, progress: ProgressFn) -> InvokeRequest {

@@ -19,7 +19,7 @@
 //!     .approvals(Arc::new(store.approvals()))
 //!     .audit_sink(Arc::new(store.audit_sink(AuditSinkOptions::default())?))
 //!     .strict_audit(true)
-//!     .build();
+//!     .build().expect("a valid runtime");
 //! let journal = store.journal(); // for the gateway
 //! let recent = store.audit_log().tail(20).await?; // for `capgate audit tail`
 //! # let _ = (runtime, journal, recent); Ok(()) }

@@ -160,6 +160,7 @@ fn runtime(policies: Vec<Arc<dyn Policy>>, redactor: Arc<dyn Redactor>) -> Runti
     )
     .audit_sink(Arc::new(NullSink))
     .build()
+    .expect("a valid runtime")
 }
 
 fn wasm_runtime(isolation: Isolation) -> Runtime {

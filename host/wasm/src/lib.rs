@@ -36,7 +36,7 @@
 //!     )
 //!     .build()
 //!     .expect("registry");
-//! let runtime = Runtime::builder(registry).build();
+//! let runtime = Runtime::builder(registry).build().expect("a valid runtime");
 //! let dana = Actor::user("u_dana", json!({ "orgId": "org_1" }));
 //! let big = runtime
 //!     .invoke(InvokeRequest::new(Surface::AiSdk, "orders.refund", json!({ "orderId": "ord_42", "amount": 649 }), dana))

@@ -148,7 +148,8 @@ async fn redacted_with(config: serde_json::Value) -> (ExecutionResult, Arc<Memor
             .expect("registry"),
     )
     .audit_sink(sink.clone())
-    .build();
+    .build()
+    .expect("a valid runtime");
     (rt.invoke(refund(20)).await, sink, c)
 }
 

@@ -111,7 +111,8 @@ async fn walkthrough(policies: Vec<Arc<dyn Policy>>, redactor: Arc<dyn Redactor>
             .expect("registry"),
     )
     .audit_sink(sink.clone())
-    .build();
+    .build()
+    .expect("a valid runtime");
     let app_context = json!({"orgId": "org_1"});
 
     // Act 1–2: the model asks; the runtime gates.

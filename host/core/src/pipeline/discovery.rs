@@ -111,5 +111,6 @@ fn descriptor(cap: &crate::registry::Capability, requires_approval: bool) -> Cap
         risk: cap.meta.risk,
         tags: cap.meta.tags.clone(),
         requires_approval: requires_approval.then_some(true),
+        discovery: cap.meta.discovery,
     }
 }

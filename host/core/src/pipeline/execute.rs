@@ -1,13 +1,13 @@
 //! Stages 9–15: execution-phase policies, controls, the procedure under its retry loop,
 //! output validation, redaction, completion. Shared by invoke and resume.
 
-use super::policies::{any_applicable, evaluate_batch};
+use super::policies::{any_applicable, evaluate_batch, refuse};
 use super::{Exec, new_id, panic_message};
 use crate::actor::Actor;
 use crate::approval::ApprovalRef;
-use crate::audit::{DenyReason, EventPayload};
+use crate::audit::EventPayload;
 use crate::error::{CapabilityError, ErrorCode};
-use crate::policy::{Phase, PolicyRequest, Verdict, combine, stances};
+use crate::policy::{Phase, PolicyRequest, combine};
 use crate::procedure::{AgentInvocationInfo, Next, ProcedureCall, ProcedureError, ProgressFn};
 use crate::registry::Capability;
 use crate::result::ExecutionResult;
@@ -50,42 +50,17 @@ pub(crate) async fn execute(exec: Exec<'_>, a: Admitted) -> ExecutionResult {
             approval: a.approval.as_ref(),
         };
         let evaluated = evaluate_batch(rt, cap, &request, deadline).await;
-        let decisions = Some(stances(&evaluated));
-        match combine(&evaluated) {
-            Verdict::Allowed => {}
-            Verdict::Failed { policy, reason } => {
-                let err = CapabilityError::new(ErrorCode::PolicyFailed).with_private_details(
-                    serde_json::json!({ "policy": policy, "reason": reason }),
-                );
-                return exec.denied(DenyReason::PolicyFailed, err, decisions).await;
-            }
-            Verdict::Hidden { policy } => {
-                let err = CapabilityError::not_found()
-                    .with_private_details(serde_json::json!({ "policy": policy }));
-                return exec.denied(DenyReason::Hidden, err, decisions).await;
-            }
-            // Approval cannot be asked for twice: at stage 9 anything but allow denies.
-            Verdict::Denied {
-                policy,
-                code,
-                message,
-            } => {
-                let mut err = CapabilityError::new(ErrorCode::PolicyDenied)
-                    .with_private_details(serde_json::json!({ "policy": policy, "code": code }));
-                if let Some(m) = message {
-                    err = err.with_message(m);
-                }
-                return exec.denied(DenyReason::PolicyDenied, err, decisions).await;
-            }
-            // The approval this call carries (a resume, or an inline decision) satisfies a
-            // fresh require-approval; approval cannot be asked for twice.
-            Verdict::ApprovalRequired(_) if a.approval.is_some() => {}
-            Verdict::ApprovalRequired(_) => {
-                let err = CapabilityError::new(ErrorCode::PolicyDenied).with_private_details(
-                    serde_json::json!({ "reason": "require-approval at the execution phase" }),
-                );
-                return exec.denied(DenyReason::PolicyDenied, err, decisions).await;
-            }
+        let verdict = combine(&evaluated);
+        if let Some(result) = refuse(
+            &exec,
+            Phase::Execution,
+            &evaluated,
+            &verdict,
+            a.approval.is_some(),
+        )
+        .await
+        {
+            return result;
         }
     }
 

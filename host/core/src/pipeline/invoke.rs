@@ -25,8 +25,9 @@ pub(crate) async fn invoke(rt: &Inner, req: InvokeRequest) -> ExecutionResult {
 }
 
 /// Stages 2–3 of a call the adapter must conceal: `capability.requested`, then the
-/// not-found denial an unknown id gets, with nothing evaluated or run.
-pub(crate) async fn conceal(rt: &Inner, req: InvokeRequest) -> ExecutionResult {
+/// not-found denial an unknown id gets (recording the true `reason`), with nothing
+/// evaluated or run.
+pub(crate) async fn conceal(rt: &Inner, req: InvokeRequest, reason: DenyReason) -> ExecutionResult {
     let exec = begin(rt, &req);
     let span = exec.span.clone();
     async {
@@ -35,7 +36,7 @@ pub(crate) async fn conceal(rt: &Inner, req: InvokeRequest) -> ExecutionResult {
             risk: None,
         })
         .await;
-        exec.denied(DenyReason::Hidden, CapabilityError::not_found(), None)
+        exec.denied(reason, CapabilityError::not_found(), None)
             .await
     }
     .instrument(span)
@@ -65,6 +66,7 @@ fn begin<'a>(rt: &'a Inner, req: &InvokeRequest) -> Exec<'a> {
             .map_or_else(missing_actor, |a| a.reference()),
         capability_id: req.capability_id.clone(),
         correlation_id: req.correlation_id.clone(),
+        approval_id: None,
         input_hash: None,
         started: Instant::now(),
         span,
@@ -150,7 +152,7 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
     };
     let evaluated = evaluate_batch(rt, &cap, &request, deadline).await;
     let verdict = crate::policy::combine(&evaluated);
-    if let Some(refused) = refuse(&exec, &evaluated, &verdict).await {
+    if let Some(refused) = refuse(&exec, Phase::Invocation, &evaluated, &verdict, false).await {
         return refused;
     }
     let mut requirement = match verdict {

@@ -34,6 +34,9 @@ pub(crate) struct Exec<'a> {
     pub(crate) actor: ActorRef,
     pub(crate) capability_id: String,
     pub(crate) correlation_id: Option<String>,
+    /// On resume: the approval asked for, carried by every terminal event (even a refusal
+    /// before the approval is consumed).
+    pub(crate) approval_id: Option<String>,
     pub(crate) input_hash: Option<String>,
     pub(crate) started: Instant,
     pub(crate) span: tracing::Span,
@@ -77,7 +80,8 @@ impl Exec<'_> {
         }
     }
 
-    /// Terminal: a failure that is a denial (stages 3, 4, 7): `capability.denied`.
+    /// Terminal: a failure that is a denial (stages 3, 4, 7 and their re-checks on resume):
+    /// `capability.denied`.
     pub(crate) async fn denied(
         &self,
         reason: crate::audit::DenyReason,
@@ -88,6 +92,7 @@ impl Exec<'_> {
             reason,
             public_code: error.to_public().code,
             policy_decisions,
+            approval_id: self.approval_id.clone(),
         })
         .await;
         self.close_span("denied", Some(&error));
@@ -118,6 +123,7 @@ impl Exec<'_> {
                 code: error.code(),
                 duration_ms: self.elapsed_ms(),
                 metadata,
+                approval_id: self.approval_id.clone(),
             })
             .await;
             self.close_span("cancelled", Some(&error));
@@ -134,6 +140,7 @@ impl Exec<'_> {
             attempts,
             executed_before_failure: executed_before_failure.then_some(true),
             policy_decisions,
+            approval_id: self.approval_id.clone(),
         })
         .await;
         self.close_span("failed", Some(&error));

@@ -81,23 +81,37 @@ pub(crate) fn any_applicable(rt: &Inner, cap: &Capability, phase: Phase) -> bool
     applicable(rt, cap, phase).next().is_some()
 }
 
-/// The end of a call whose invocation-phase verdict refuses it (stage 7 on invoke, its
-/// re-check on resume): a failure, deny or hide, each with its error and a
-/// `capability.denied` event. `None` for allow and require-approval, which go on.
+/// The end of a call whose policy verdict refuses it, or `None` when the call goes on.
+///
+/// - Invocation phase (stage 7 on invoke, its re-check on resume): a failure, deny or hide
+///   ends the call with `capability.denied`; allow and require-approval go on (stage 8
+///   decides about approval).
+/// - Execution phase (stage 9): the spec keeps `capability.denied` for stages 3, 4 and 7,
+///   so a failure, deny or hide here ends the call with `capability.failed` carrying the
+///   `policyDecisions`. A require-approval is satisfied by the approval the call carries
+///   (`approved`: a resume, or an inline decision); without one it is POLICY_DENIED, since
+///   approval cannot be asked for after stage 8.
 pub(crate) async fn refuse(
     exec: &Exec<'_>,
+    phase: Phase,
     evaluated: &[Evaluated],
     verdict: &Verdict,
+    approved: bool,
 ) -> Option<ExecutionResult> {
-    let decisions = || (!evaluated.is_empty()).then(|| stances(evaluated));
-    Some(match verdict.clone() {
-        Verdict::Allowed | Verdict::ApprovalRequired(_) => return None,
-        Verdict::Failed { policy, reason } => {
-            let err = CapabilityError::new(ErrorCode::PolicyFailed)
-                .with_private_details(serde_json::json!({ "policy": policy, "reason": reason }));
-            exec.denied(DenyReason::PolicyFailed, err, decisions())
-                .await
-        }
+    let (reason, err) = match verdict.clone() {
+        Verdict::Allowed => return None,
+        Verdict::ApprovalRequired(_) if phase != Phase::Execution || approved => return None,
+        Verdict::ApprovalRequired(_) => (
+            DenyReason::PolicyDenied,
+            CapabilityError::new(ErrorCode::PolicyDenied).with_private_details(
+                serde_json::json!({ "reason": "require-approval at the execution phase" }),
+            ),
+        ),
+        Verdict::Failed { policy, reason } => (
+            DenyReason::PolicyFailed,
+            CapabilityError::new(ErrorCode::PolicyFailed)
+                .with_private_details(serde_json::json!({ "policy": policy, "reason": reason })),
+        ),
         Verdict::Denied {
             policy,
             code,
@@ -108,13 +122,17 @@ pub(crate) async fn refuse(
             if let Some(m) = message {
                 err = err.with_message(m);
             }
-            exec.denied(DenyReason::PolicyDenied, err, decisions())
-                .await
+            (DenyReason::PolicyDenied, err)
         }
-        Verdict::Hidden { policy } => {
-            let err = CapabilityError::not_found()
-                .with_private_details(serde_json::json!({ "policy": policy }));
-            exec.denied(DenyReason::Hidden, err, decisions()).await
-        }
+        Verdict::Hidden { policy } => (
+            DenyReason::Hidden,
+            CapabilityError::not_found()
+                .with_private_details(serde_json::json!({ "policy": policy })),
+        ),
+    };
+    let decisions = (!evaluated.is_empty()).then(|| stances(evaluated));
+    Some(match phase {
+        Phase::Execution => exec.failed(err, 0, false, false, decisions).await,
+        Phase::Invocation | Phase::Discovery => exec.denied(reason, err, decisions).await,
     })
 }

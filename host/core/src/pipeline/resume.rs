@@ -34,7 +34,8 @@ pub(crate) async fn resume(rt: &Inner, approval_id: &str, opts: ResumeOptions) -
         namespace: opts.expected_namespace.clone().unwrap_or_default(),
         actor: opts.expected_actor.clone().unwrap_or_else(missing_actor),
         capability_id: String::new(),
-        correlation_id: None,
+        correlation_id: opts.correlation_id.clone(),
+        approval_id: Some(approval_id.to_string()),
         input_hash: None,
         started: Instant::now(),
         span: span.clone(),
@@ -79,7 +80,9 @@ async fn checks(mut exec: Exec<'_>, approval_id: &str, opts: ResumeOptions) -> E
     exec.capability_id = record.request.capability_id.clone();
     exec.span
         .record("capgate.capability_id", exec.capability_id.as_str());
-    exec.correlation_id = record.request.correlation_id.clone();
+    if exec.correlation_id.is_none() {
+        exec.correlation_id = record.request.correlation_id.clone();
+    }
 
     // 1. Binding guards: not exposed, serialized exactly like an unknown id.
     let actor_ok = opts
@@ -251,7 +254,15 @@ async fn checks(mut exec: Exec<'_>, approval_id: &str, opts: ResumeOptions) -> E
         approval: None,
     };
     let evaluated = evaluate_batch(rt, &cap, &request, deadline).await;
-    if let Some(result) = refuse(&exec, &evaluated, &combine(&evaluated)).await {
+    if let Some(result) = refuse(
+        &exec,
+        Phase::Invocation,
+        &evaluated,
+        &combine(&evaluated),
+        true,
+    )
+    .await
+    {
         return result;
     }
 

@@ -101,6 +101,7 @@ pub fn runtime_with(defs: Vec<CapabilityDef>, sink: Arc<MemorySink>) -> Runtime 
     Runtime::builder(b.build().expect("registry"))
         .audit_sink(sink)
         .build()
+        .expect("a valid runtime")
 }
 
 pub fn call(id: &str, input: Value) -> InvokeRequest {

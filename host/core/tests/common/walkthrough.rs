@@ -166,6 +166,7 @@ pub fn support_runtime(sink: Arc<MemorySink>) -> Runtime {
         .self_confirmable_types(["human-confirmation"])
         .audit_sink(sink)
         .build()
+        .expect("a valid runtime")
 }
 
 pub fn ctx() -> Value {

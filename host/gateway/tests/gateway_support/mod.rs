@@ -351,7 +351,8 @@ impl TestServer {
             .approvals(Arc::new(store.approvals()))
             .audit_sink(Arc::new(audit))
             .strict_audit(true)
-            .build();
+            .build()
+            .expect("a valid runtime");
         let journal: Arc<dyn InvocationJournal> = Arc::new(store.journal());
         let authorizer = Arc::new(RecordingAuthorizer::default());
         let keeper = Doorkeeper::new(authenticator(), authorizer.clone());

@@ -179,6 +179,7 @@ pub fn runtime(approvals: Arc<dyn ApprovalCoordinator>, audit: Arc<dyn AuditSink
         .approvals(approvals)
         .audit_sink(audit)
         .build()
+        .expect("a valid runtime")
 }
 
 /// The actor of a fixture token.

@@ -305,7 +305,8 @@ pub fn runtime(store: &Store, counter: &Counter, strict: bool) -> (Runtime, SqlA
         .approvals(Arc::new(store.approvals()))
         .audit_sink(Arc::new(sink.clone()))
         .strict_audit(strict)
-        .build();
+        .build()
+        .expect("a valid runtime");
     (rt, sink)
 }
 

@@ -142,6 +142,7 @@ pub fn runtime_with_policy(
     )
     .audit_sink(sink)
     .build()
+    .expect("a valid runtime")
 }
 
 pub fn refund(amount: u64) -> InvokeRequest {
