@@ -4,12 +4,15 @@ Run by host/gateway/tests/mcp_python.rs, which owns the server side:
 
     python mcp_client_check.py http URL [--mode legacy|auto]
     python mcp_client_check.py stdio COMMAND [ARGS...]
+    python mcp_client_check.py defaults URL     (a server on default options)
 
 The script speaks a small line protocol with its parent on stdout/stdin: every line it
 prints is one JSON object. `{"event": "approval", "approvalId": ...}` asks the parent to
 decide the approval through the runtime's approvals API; the parent answers with one line
 on stdin. `{"event": "cancelled", ...}` says a call was cancelled mid-flight (the parent
-checks the audit trail). The last line is `{"event": "done", ...}`. Any failed check raises,
+checks the audit trail); `{"event": "concealed", ...}` names the executions of an unknown,
+an unexposed and a hidden tool call, whose audit the parent checks at once (the server
+answers only after the call's events are written). The last line is `{"event": "done", ...}`. Any failed check raises,
 so the exit code is non-zero.
 """
 
@@ -49,6 +52,35 @@ def envelope(result: Any) -> dict[str, Any]:
     check(len(texts) == 1, f"expected one text content, got {result.content!r}")
     check(json.loads(texts[0]) == structured, "text content and structuredContent differ")
     return structured
+
+
+def without_execution_id(result: Any) -> tuple[str, str]:
+    """A tool result's text block and structuredContent, serialized exactly as received,
+    with its own executionId blanked: what tells one refusal from another, if anything."""
+    structured = envelope(result)
+    execution_id = structured.get("executionId")
+    check(isinstance(execution_id, str) and execution_id.startswith("exe_"), f"no executionId: {structured}")
+    text = [c.text for c in result.content if getattr(c, "type", None) == "text"][0]
+    blank = json.dumps({**structured, "executionId": "exe_"}, sort_keys=True)
+    return text.replace(execution_id, "exe_"), blank
+
+
+async def concealed_calls(client: Client) -> dict[str, str]:
+    """SI-8: an unknown, an unexposed and a hidden tool are one and the same answer, byte
+    for byte in the text block and in structuredContent (their execution ids aside), and
+    each opened an execution (stage 2) so each is audited."""
+    answers = {
+        "unknown": await client.call_tool("no_such_tool", {}),
+        "not-exposed": await client.call_tool("internal_export", {}),
+        "hidden": await client.call_tool("vault_read", {}),
+    }
+    shapes = {reason: without_execution_id(r) for reason, r in answers.items()}
+    for reason, r in answers.items():
+        check(r.is_error is True, f"{reason}: isError")
+        check(shapes[reason] == shapes["unknown"], f"{reason} differs from unknown: {shapes[reason]} vs {shapes['unknown']}")
+    env = envelope(answers["unknown"])
+    check(env["error"]["code"] == "CAPABILITY_NOT_FOUND", f"unknown: {env}")
+    return {reason: envelope(r)["executionId"] for reason, r in answers.items()}
 
 
 def http_client(url: str, token: str, mode: str) -> Client:
@@ -111,6 +143,13 @@ async def scenario(client: Client, *, transport: str, actor: str, admin_client: 
     env = envelope(hidden)
     check(hidden.is_error is True and env["error"]["code"] == "CAPABILITY_NOT_FOUND", f"hidden: {env}")
     check("s3cr3t" not in json.dumps(env), "hidden output leaked")
+
+    # Unknown, unexposed and hidden: one answer, each audited by the time it arrives.
+    concealed = await concealed_calls(client)
+    report["concealedExecutions"] = concealed
+    emit(event="concealed", executions=concealed)
+    ack = await read_parent_line()
+    check(ack == "audited", f"parent said {ack!r}")
 
     # A small refund completes; a large one waits for a human.
     small = envelope(await client.call_tool("orders_refund", {"orderId": "ord_1", "amount": 20}))
@@ -186,6 +225,18 @@ async def run_http(url: str, mode: str) -> None:
     emit(event="done", **report)
 
 
+async def run_defaults(url: str) -> None:
+    """A server on default options: no resume tool is listed, and calling it by name is the
+    same concealed not-found as any unknown tool."""
+    async with http_client(url, "tok-dana", "legacy") as dana:
+        tools = await tool_names(dana)
+        check("approvals_resume" not in tools, f"resume tool listed by default: {sorted(tools)}")
+        resume = await dana.call_tool("approvals_resume", {"approvalId": "apr_x"})
+        unknown = await dana.call_tool("no_such_tool", {})
+        check(without_execution_id(resume) == without_execution_id(unknown), "resume tool told apart from unknown")
+    emit(event="done", tools=sorted(tools))
+
+
 async def run_stdio(command: list[str]) -> None:
     # The SDK hands the server a minimal environment; pass the fixture's settings on.
     env = {k: v for k, v in os.environ.items() if k.startswith("CAPGATE_")}
@@ -202,6 +253,8 @@ def main() -> None:
         if "--mode" in args:
             mode = args[args.index("--mode") + 1]
         anyio.run(run_http, args[1], mode)
+    elif len(args) == 2 and args[0] == "defaults":
+        anyio.run(run_defaults, args[1])
     elif len(args) >= 2 and args[0] == "stdio":
         anyio.run(run_stdio, args[1:])
     else:

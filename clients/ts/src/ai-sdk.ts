@@ -99,6 +99,8 @@ export async function toAISDKTools(client: CapgateClient, options: ToAISDKToolsO
   const descriptors = await client.describe(options.scope ? { scope: options.scope } : {}, { signal: options.signal });
   const tools: ToolSet = {};
   for (const d of descriptors) {
+    // Contextual capabilities are presented by a UI in context, never offered to a model.
+    if (d.discovery === "contextual") continue;
     if (options.filter && !options.filter(d)) continue;
     const toolName = d.toolNames.aiSdk;
     const schema = typeof d.inputSchema === "object" && d.inputSchema !== null ? d.inputSchema : { type: "object" };

@@ -55,7 +55,8 @@ export interface PortableCapabilityDescriptor {
   risk: "low" | "medium" | "high" | "critical";
   tags: string[];
   requiresApproval: boolean;
-  discovery: string;
+  /** `contextual` entries are left out of model tool lists (a UI presents them). */
+  discovery: "discoverable" | "contextual";
   toolNames: { aiSdk: string; mcp: string };
   contractDigest: string;
 }
@@ -88,7 +89,10 @@ export interface ResumeApprovalInput {
   approvalId: string;
   /** The ORIGINAL invocation id of the call that asked for approval. */
   invocationId: string;
+  /** Carried into the resumed execution and its audit events. */
   correlationId?: string;
+  /** Checked as on invoke: a stale digest is `CONTRACT_MISMATCH` and nothing runs. */
+  contractDigest?: string;
 }
 
 /** Per-call options. */

@@ -69,8 +69,28 @@ test("a mock model's tool call reaches the gateway as the authenticated actor an
   const requester = (approval as unknown as { actor?: { id?: string } }).actor?.id;
   if (expectActor && requester !== undefined) assert.equal(requester, expectActor);
 
+  // resumeApproval takes the spec's InvocationOptions: a stale contract digest is refused
+  // before anything else, the current one passes.
+  const stale = await client.resumeApproval({
+    approvalId: out.approvalId,
+    invocationId: out.invocationId,
+    correlationId: "ts-integration-resume",
+    contractDigest: "sha256:stale",
+  });
+  assert.equal(stale.status, "failed");
+  assert.ok(stale.status === "failed");
+  assert.equal(stale.error.code, "CONTRACT_MISMATCH");
+  const contract = await client.contract();
+  const digest = contract.find((d) => d.toolNames.aiSdk === call.tool)?.contractDigest;
+  assert.ok(digest, `no contract entry for ${call.tool}`);
+
   // Resuming before a human decided is refused by the runtime, as a governed outcome.
-  const early = await client.resumeApproval({ approvalId: out.approvalId, invocationId: out.invocationId });
+  const early = await client.resumeApproval({
+    approvalId: out.approvalId,
+    invocationId: out.invocationId,
+    correlationId: "ts-integration-resume",
+    contractDigest: digest,
+  });
   assert.equal(early.status, "failed");
   assert.ok(early.status === "failed");
   assert.equal(early.error.code, "APPROVAL_PENDING");

@@ -32,6 +32,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let actor = Actor::new("svc_agent", ActorKind::Service);
     let options = McpOptions {
         approval_url: Some("https://console.example/approvals/{id}".into()),
+        // The Python driver resumes approvals over MCP: this deployment opts in.
+        resume_tool: true,
         ..McpOptions::default()
     };
     serve_stdio(

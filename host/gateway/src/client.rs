@@ -240,20 +240,24 @@ impl CapabilityClient {
     pub async fn resume_approval(
         &self,
         approval_id: &str,
-        invocation_id: &str,
-        correlation_id: Option<&str>,
+        options: InvocationOptions,
     ) -> Result<CapabilityOutcome, ClientError> {
         check_id("approvalId", approval_id)?;
-        check_id("invocationId", invocation_id)?;
-        if let Some(c) = correlation_id {
+        check_id("invocationId", &options.invocation_id)?;
+        if let Some(c) = &options.correlation_id {
             check_id("correlationId", c)?;
+        }
+        if let Some(d) = &options.contract_digest {
+            check_id("contractDigest", d)?;
         }
         let body = ResumeApprovalBody {
             approval_id: approval_id.to_string(),
-            invocation_id: invocation_id.to_string(),
-            correlation_id: correlation_id.map(str::to_string),
+            invocation_id: options.invocation_id.clone(),
+            correlation_id: options.correlation_id,
+            contract_digest: options.contract_digest,
         };
-        self.outcome("resumeApproval", &body, invocation_id).await
+        self.outcome("resumeApproval", &body, &options.invocation_id)
+            .await
     }
 
     /// The portable contract of the gateway's surface.

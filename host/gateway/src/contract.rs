@@ -31,10 +31,6 @@ use serde_json::{Value, json};
 /// The descriptor version this module writes.
 pub const CONTRACT_VERSION: u32 = 1;
 
-/// The only `discovery` mode of this core: listed by `describe` subject to discovery
-/// policies (the reference's `contextual` entries have no counterpart here).
-pub const DISCOVERY_DISCOVERABLE: &str = "discoverable";
-
 /// A capability whose contract could not be canonicalized (e.g. a schema nested deeper
 /// than the canonical JSON limit).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -153,7 +149,7 @@ fn descriptor(cap: &Capability, contract_digest: String) -> PortableCapabilityDe
         risk: cap.meta.risk,
         tags: cap.meta.tags.clone(),
         requires_approval: cap.meta.approval.as_ref().is_some_and(|a| a.required),
-        discovery: DISCOVERY_DISCOVERABLE.to_string(),
+        discovery: cap.meta.discovery,
         tool_names: ToolNames {
             ai_sdk: cap.ai_sdk_tool.clone(),
             mcp: cap.mcp_tool.clone(),
@@ -197,7 +193,9 @@ mod tests {
     }
 
     fn runtime(description: &str) -> Runtime {
-        Runtime::builder(registry(description)).build()
+        Runtime::builder(registry(description))
+            .build()
+            .expect("a valid runtime")
     }
 
     #[test]
@@ -208,7 +206,7 @@ mod tests {
         assert_eq!(d.version, 1);
         assert_eq!(d.path, vec!["orders", "refund"]);
         assert_eq!(d.tool_names.ai_sdk, "orders_refund");
-        assert_eq!(d.discovery, "discoverable");
+        assert_eq!(d.discovery, capgate_core::meta::Discovery::Discoverable);
         assert_eq!(d.contract_digest.len(), 64);
         assert!(!d.requires_approval);
     }
@@ -231,7 +229,8 @@ mod tests {
             .policy(policy_sync("business-hours", |_| {
                 Ok(PolicyDecision::allow())
             }))
-            .build();
+            .build()
+            .expect("a valid runtime");
         let with_policy = export_contract(&governed, Surface::AiSdk, "r1");
         assert_ne!(a[0].contract_digest, with_policy[0].contract_digest);
     }

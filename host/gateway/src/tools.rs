@@ -12,6 +12,7 @@
 //! says so. The export is pure: it lists what `describe` returned and nothing else.
 
 use capgate_core::actor::Surface;
+use capgate_core::meta::Discovery;
 use capgate_core::registry::Registry;
 use capgate_core::runtime::CapabilityDescriptor;
 use serde_json::{Map, Value, json};
@@ -71,12 +72,17 @@ pub fn export_tools(
 }
 
 /// Export descriptors, naming each tool with `name` (for callers that hold tool names some
-/// other way, e.g. a portable contract's `toolNames.aiSdk`).
+/// other way, e.g. a portable contract's `toolNames.aiSdk`). Contextual capabilities are
+/// left out: a UI presents them, a model's tool list does not.
 pub fn export_tools_named(
     descriptors: &[CapabilityDescriptor],
     format: ToolFormat,
     name: impl Fn(&CapabilityDescriptor) -> String,
 ) -> Value {
+    let descriptors: Vec<&CapabilityDescriptor> = descriptors
+        .iter()
+        .filter(|d| d.discovery != Discovery::Contextual)
+        .collect();
     match format {
         ToolFormat::AiSdk => {
             let mut set = Map::new();
@@ -95,7 +101,7 @@ pub fn export_tools_named(
         ToolFormat::OpenAi => Value::Array(
             descriptors
                 .iter()
-                .map(|d| {
+                .map(|&d| {
                     json!({
                         "type": "function",
                         "function": {
@@ -147,6 +153,7 @@ mod tests {
             risk: Risk::High,
             tags: vec![],
             requires_approval: approval,
+            discovery: Default::default(),
         }
     }
 

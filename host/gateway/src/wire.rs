@@ -79,9 +79,14 @@ pub struct ResumeApprovalBody {
     pub approval_id: String,
     /// The ORIGINAL invocation id of the call that asked for approval.
     pub invocation_id: String,
-    /// Correlation id.
+    /// Correlation id of this resume (the spec's `InvocationOptions`), carried into the
+    /// resumed execution and its events; without it the original call's one is kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub correlation_id: Option<String>,
+    /// The contract digest the caller is built against, checked as on invoke: a stale one
+    /// is CONTRACT_MISMATCH and nothing runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contract_digest: Option<String>,
 }
 
 /// What a human must decide, without stored input or actor records.
@@ -315,8 +320,9 @@ pub struct PortableCapabilityDescriptor {
     pub tags: Vec<String>,
     /// Whether calls need approval (static hint, or a discovery policy for this actor).
     pub requires_approval: bool,
-    /// `discoverable`.
-    pub discovery: String,
+    /// `discoverable` (listed to models) or `contextual` (presented by a UI in context;
+    /// callable where exposed, left out of model tool lists).
+    pub discovery: capgate_core::meta::Discovery,
     /// Resolved tool names.
     pub tool_names: ToolNames,
     /// Digest of this capability's contract: its static meta (incl. exposure and input

@@ -290,7 +290,9 @@ async fn approval_flows_through_the_approvals_api_and_resumes_exactly_once() {
     );
 
     // Resuming before a decision is a governed refusal that keeps the call waiting.
-    let early = ok(dana.resume_approval(&approval_id, "inv-a", None).await);
+    let early = ok(dana
+        .resume_approval(&approval_id, InvocationOptions::new("inv-a"))
+        .await);
     assert_eq!(
         early.error().map(|e| e.code.as_str()),
         Some("APPROVAL_PENDING")
@@ -364,13 +366,15 @@ async fn approval_flows_through_the_approvals_api_and_resumes_exactly_once() {
     // Another actor cannot resume it (their scope holds no such approval).
     let eve = ok(s
         .client("tok-eve")
-        .resume_approval(&approval_id, "inv-a", None)
+        .resume_approval(&approval_id, InvocationOptions::new("inv-a"))
         .await);
     assert_eq!(eve.error().map(|e| e.code.as_str()), Some("INTERNAL_ERROR"));
     assert_eq!(s.counters.refunds(), 0);
 
     // The requester resumes under the original invocation id: it runs once.
-    let done = ok(dana.resume_approval(&approval_id, "inv-a", None).await);
+    let done = ok(dana
+        .resume_approval(&approval_id, InvocationOptions::new("inv-a"))
+        .await);
     let CapabilityOutcome::Completed { output, .. } = &done else {
         panic!("expected completed, got {done:?}");
     };
@@ -381,7 +385,9 @@ async fn approval_flows_through_the_approvals_api_and_resumes_exactly_once() {
 
     // A second resume (and a replayed invoke) answer the recorded result: no second run.
     assert_eq!(
-        ok(dana.resume_approval(&approval_id, "inv-a", None).await),
+        ok(dana
+            .resume_approval(&approval_id, InvocationOptions::new("inv-a"))
+            .await),
         done
     );
     assert_eq!(
@@ -414,13 +420,17 @@ async fn a_rejected_approval_settles_the_invocation_as_failed() {
         .send()
         .await);
     assert_eq!(res.status().as_u16(), 200);
-    let out = ok(dana.resume_approval(&approval.id, "inv-r", None).await);
+    let out = ok(dana
+        .resume_approval(&approval.id, InvocationOptions::new("inv-r"))
+        .await);
     assert_eq!(
         out.error().map(|e| e.code.as_str()),
         Some("APPROVAL_REJECTED")
     );
     assert_eq!(
-        ok(dana.resume_approval(&approval.id, "inv-r", None).await),
+        ok(dana
+            .resume_approval(&approval.id, InvocationOptions::new("inv-r"))
+            .await),
         out
     );
     assert_eq!(s.counters.refunds(), 0);
@@ -673,8 +683,9 @@ async fn health_and_readiness() {
 #[tokio::test]
 async fn the_audit_drain_must_fit_inside_the_request_ceiling() {
     let counters = Counters::default();
-    let runtime =
-        capgate_core::runtime::Runtime::builder(gateway_support::registry(&counters)).build();
+    let runtime = capgate_core::runtime::Runtime::builder(gateway_support::registry(&counters))
+        .build()
+        .expect("a valid runtime");
     let config = GatewayConfig::new(
         capgate_core::actor::Surface::AiSdk,
         "r1",

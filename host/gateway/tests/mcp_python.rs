@@ -37,6 +37,10 @@ async fn python_sdk_over_streamable_http_sessions_lists_calls_holds_resumes_and_
     }
     let done = http_round("legacy").await;
     assert_eq!(done["transport"], "http-legacy");
+    assert_eq!(
+        done["concealedExecutions"].as_object().map(|m| m.len()),
+        Some(3)
+    );
     assert_eq!(done["protocolVersion"], "2025-11-25");
     let tools: Vec<&str> = done["tools"]
         .as_array()
@@ -63,12 +67,36 @@ async fn python_sdk_over_streamable_http_sessions_lists_calls_holds_resumes_and_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_default_options_the_resume_tool_is_absent_and_concealed_like_an_unknown_tool() {
+    if !ensure_toolchain("python") {
+        return;
+    }
+    let audit = Arc::new(MemorySink::new());
+    let runtime = fixture::runtime(Arc::new(InMemoryApprovalCoordinator::new()), audit.clone());
+    let url = serve_http(runtime.clone(), capgate_gateway::mcp::McpOptions::default()).await;
+    let mut cmd = Command::new(venv_python());
+    cmd.arg(script()).args(["defaults", &url]);
+    let done = drive(cmd, &InProcess { runtime, audit }).await;
+    let tools: Vec<&str> = done["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(tools, ["jobs_wait", "orders_lookup", "orders_refund"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_on_the_sessionless_protocol_gets_the_same_behaviour() {
     if !ensure_toolchain("python") {
         return;
     }
     let done = http_round("auto").await;
     assert_eq!(done["transport"], "http-auto");
+    assert_eq!(
+        done["concealedExecutions"].as_object().map(|m| m.len()),
+        Some(3)
+    );
     assert_eq!(done["protocolVersion"], "2026-07-28");
 }
 
@@ -83,6 +111,13 @@ struct OutOfProcess {
 impl Referee for OutOfProcess {
     async fn approve(&self, approval_id: &str) {
         approve_on(&self.runtime, approval_id).await;
+    }
+    fn audit_now(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.audit_file)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .collect()
     }
     async fn assert_cancelled_audited(&self) {
         let path = self.audit_file.clone();
@@ -147,5 +182,9 @@ async fn python_sdk_over_stdio_runs_as_the_configured_service_actor() {
     )
     .await;
     assert_eq!(done["transport"], "stdio");
+    assert_eq!(
+        done["concealedExecutions"].as_object().map(|m| m.len()),
+        Some(3)
+    );
     store.close().await;
 }

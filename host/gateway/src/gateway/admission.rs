@@ -47,6 +47,8 @@ pub(crate) enum Call {
     },
     Resume {
         approval_id: String,
+        /// The resume's own correlation id, if it sent one.
+        correlation_id: Option<String>,
         /// The approval-required outcome recorded before the resume claim reopened it.
         previous_outcome: Option<Value>,
     },
@@ -98,6 +100,9 @@ impl WireBody for ResumeApprovalBody {
         check_id("invocationId", &self.invocation_id)?;
         if let Some(c) = &self.correlation_id {
             check_id("correlationId", c)?;
+        }
+        if let Some(d) = &self.contract_digest {
+            check_id("contractDigest", d)?;
         }
         Ok(())
     }
@@ -388,6 +393,26 @@ impl Gateway {
                 ),
             )));
         }
+        // The caller's own digest, checked as on invoke: CONTRACT_MISMATCH for what it can
+        // discover, else the same concealed answer as an unknown approval (SI-8).
+        if let Some(given) = &req.contract_digest
+            && self.digest_of(&record.capability_id) != Some(given.as_str())
+        {
+            let scope = Scope {
+                tags: vec![],
+                ids: vec![record.capability_id.clone()],
+            };
+            if self.describe_for(&who, Some(scope)).await?.is_empty() {
+                return Ok(concealed());
+            }
+            return Ok(Admission::Answer(CapabilityOutcome::preflight(
+                &req.invocation_id,
+                OutcomeError::gateway(
+                    gateway_codes::CONTRACT_MISMATCH,
+                    "The contract digest does not match this deployment; fetch the current contract.",
+                ),
+            )));
+        }
         // Not decided yet: say so without reopening the claim.
         if let Ok(Some(approval)) = self.runtime.approvals().get(&req.approval_id).await
             && approval.effective_status(self.runtime.now()) == ApprovalStatus::Pending
@@ -419,6 +444,7 @@ impl Gateway {
                 idempotency_key: reopened.idempotency_key,
                 call: Call::Resume {
                     approval_id: req.approval_id.clone(),
+                    correlation_id: req.correlation_id.clone(),
                     previous_outcome: record.outcome.clone(),
                 },
             })),

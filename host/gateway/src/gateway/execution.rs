@@ -70,7 +70,11 @@ impl Gateway {
                 }
                 self.runtime.invoke(request).await
             }
-            Call::Resume { approval_id, .. } => {
+            Call::Resume {
+                approval_id,
+                correlation_id,
+                ..
+            } => {
                 let options = ResumeOptions {
                     context: run.who.context.clone(),
                     cancel: Some(cancel),
@@ -80,6 +84,7 @@ impl Gateway {
                     actor: Some(actor.clone()),
                     idempotency_key: Some(run.idempotency_key.clone()),
                     progress: None,
+                    correlation_id: correlation_id.clone(),
                 };
                 self.runtime.resume(approval_id, options).await
             }
@@ -114,6 +119,7 @@ impl Gateway {
                 Call::Resume {
                     approval_id,
                     previous_outcome: Some(previous),
+                    ..
                 },
             ) if error.code() == ErrorCode::ApprovalPending => {
                 Settlement::approval_required(approval_id.clone(), previous.clone())

@@ -6,7 +6,7 @@ use crate::auth::{Authenticated, check_principal};
 use capgate_core::actor::{Actor, ActorKind, Surface};
 use capgate_core::authz::{AuthorizeRequest, Authorizer, Operation, Principal};
 use capgate_core::error::{CapabilityError, ErrorCode, Issue};
-use capgate_core::meta::SideEffect;
+use capgate_core::meta::{Discovery, SideEffect};
 use capgate_core::procedure::ProgressFn;
 use capgate_core::result::ExecutionResult;
 use capgate_core::runtime::{
@@ -25,6 +25,19 @@ use std::time::Duration;
 
 /// Name of the optional tool that resumes an approved call.
 pub const RESUME_TOOL: &str = "approvals_resume";
+
+/// Longest tool name an unknown-tool refusal records as it was sent (longer ones are cut,
+/// so a hostile name cannot bloat the audit).
+const MAX_RECORDED_TOOL_NAME_LEN: usize = 256;
+
+/// `name` cut to at most [`MAX_RECORDED_TOOL_NAME_LEN`] bytes, on a character boundary.
+fn bounded_name(name: &str) -> String {
+    let mut end = name.len().min(MAX_RECORDED_TOOL_NAME_LEN);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    name[..end].to_string()
+}
 
 /// Longest approval id the resume tool accepts.
 const MAX_APPROVAL_ID_LEN: usize = 256;
@@ -172,7 +185,12 @@ impl CapgateMcp {
                 .is_none()
     }
 
+    /// The MCP tool of a described capability; `None` for a contextual one (a UI presents
+    /// it in context; it stays callable by name).
     fn tool_for(&self, d: &CapabilityDescriptor) -> Option<Tool> {
+        if d.discovery == Discovery::Contextual {
+            return None;
+        }
         let cap = self.runtime.registry().get(&d.id)?;
         let requires_approval = d.requires_approval.unwrap_or(false);
         let mut description = d.description.clone();
@@ -256,25 +274,44 @@ impl CapgateMcp {
         )
         .await?;
         let (progress, forwarder) = progress_channel(&context);
-        let result = if let Some(cap) = cap {
-            let mut invoke =
-                InvokeRequest::new(Surface::Mcp, cap.id.clone(), input, caller.principal.actor)
-                    .namespace(caller.principal.namespace)
-                    .context(caller.context)
-                    .cancel(context.ct.clone());
-            if let Some(p) = progress {
-                invoke = invoke.progress(p);
+        let result = match cap {
+            Some(cap) => {
+                let mut invoke =
+                    InvokeRequest::new(Surface::Mcp, cap.id.clone(), input, caller.principal.actor)
+                        .namespace(caller.principal.namespace)
+                        .context(caller.context)
+                        .cancel(context.ct.clone());
+                if let Some(p) = progress {
+                    invoke = invoke.progress(p);
+                }
+                self.runtime.invoke(invoke).await
             }
-            Some(self.runtime.invoke(invoke).await)
-        } else {
-            None
+            // An unknown tool still opens an execution (stage 2), so it is audited and
+            // answered exactly like an unexposed or hidden one (SI-8).
+            None => {
+                let name = bounded_name(&request.name);
+                let invoke =
+                    InvokeRequest::new(Surface::Mcp, name, Value::Null, caller.principal.actor)
+                        .namespace(caller.principal.namespace);
+                self.runtime.refuse_unknown(invoke).await
+            }
         };
         finish_progress(forwarder).await;
-        Ok(match result {
-            Some(r) => self.tool_result(&r),
-            // An unknown tool is the same concealed not-found as an unexposed or hidden one.
-            None => error_result(&CapabilityError::not_found()),
-        })
+        self.drain_audit().await;
+        Ok(self.tool_result(&result))
+    }
+
+    /// Answer after the call's audit events are written, as the HTTP gateway does, so a
+    /// client that reads the audit right after its answer finds them. Bounded by
+    /// [`McpOptions::audit_drain_timeout`]; a sink that cannot keep up is logged, not
+    /// waited for.
+    async fn drain_audit(&self) {
+        let bound = self.options.audit_drain_timeout;
+        match tokio::time::timeout(bound, self.runtime.drain_audit()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(target: "capgate::mcp", error = %e, "audit drain failed"),
+            Err(_) => tracing::error!(target: "capgate::mcp", "audit drain timed out"),
+        }
     }
 
     /// The `approvals_resume` tool: guarded by the caller's namespace, actor and the `mcp`
@@ -315,9 +352,11 @@ impl CapgateMcp {
             actor: Some(me.actor.clone()),
             idempotency_key: None,
             progress,
+            correlation_id: None,
         };
         let result = self.runtime.resume(&approval_id, options).await;
         finish_progress(forwarder).await;
+        self.drain_audit().await;
         Ok(self.tool_result(&result))
     }
 }

@@ -37,6 +37,7 @@ use capgate_core::runtime::Runtime;
 use rmcp::ServiceExt;
 use rmcp::transport::streamable_http_server::session::SessionStore;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// How the MCP server presents itself and which optional behaviour it enables.
 #[derive(Clone)]
@@ -51,8 +52,13 @@ pub struct McpOptions {
     /// `url` = this with `{id}` replaced by the approval id (or, without `{id}`, this with
     /// `/<id>` appended).
     pub approval_url: Option<String>,
-    /// Offer the `approvals_resume` tool (default true).
+    /// Offer the `approvals_resume` tool. Default false: the pipeline spec keeps the resume
+    /// tool absent unless the deployment opts in (an approved call is otherwise resumed by
+    /// the application, not by the model).
     pub resume_tool: bool,
+    /// How long an answer waits for the call's audit events to be written (default 5 s),
+    /// so a client reading the audit right after its answer finds them.
+    pub audit_drain_timeout: Duration,
     /// Streamable HTTP only: keep MCP sessions (the handshake-era protocol) in memory, so
     /// `notifications/cancelled` reaches the running call (default true). Without sessions
     /// every request is served on its own and cancellation is the client dropping the
@@ -74,7 +80,8 @@ impl Default for McpOptions {
             server_version: env!("CARGO_PKG_VERSION").into(),
             instructions: None,
             approval_url: None,
-            resume_tool: true,
+            resume_tool: false,
+            audit_drain_timeout: Duration::from_secs(5),
             stateful_sessions: true,
             session_store: None,
             allowed_hosts: None,

@@ -34,6 +34,7 @@ pub const CONSOLE: &str = "https://console.example/approvals/{id}";
 pub fn options() -> McpOptions {
     McpOptions {
         approval_url: Some(CONSOLE.into()),
+        resume_tool: true,
         ..McpOptions::default()
     }
 }
@@ -100,6 +101,30 @@ pub trait Referee: Send + Sync {
     async fn approve(&self, approval_id: &str);
     /// The audit trail must show `jobs.slow` cancelled with CANCELLED on the mcp surface.
     async fn assert_cancelled_audited(&self);
+    /// The audit events written so far (as JSON), read at once: no waiting.
+    fn audit_now(&self) -> Vec<Value>;
+}
+
+/// The driver's concealed calls (`{reason: executionId}`): each execution must already be
+/// in the audit, as `capability.requested` then `capability.denied` with that reason —
+/// unknown tools included (stage 2 audits every request) — on the mcp surface.
+pub fn assert_concealed_audited(referee: &dyn Referee, executions: &Value) {
+    let events = referee.audit_now();
+    let map = executions
+        .as_object()
+        .unwrap_or_else(|| panic!("concealed executions: {executions}"));
+    assert_eq!(map.len(), 3, "{executions}");
+    for (reason, id) in map {
+        let of: Vec<&Value> = events.iter().filter(|e| e["executionId"] == *id).collect();
+        let types: Vec<&str> = of.iter().filter_map(|e| e["type"].as_str()).collect();
+        assert_eq!(
+            types,
+            ["capability.requested", "capability.denied"],
+            "{reason} ({id}): answered before its audit was written?"
+        );
+        assert_eq!(of[1]["data"]["reason"], reason.as_str(), "{reason}");
+        assert_eq!(of[1]["surface"], "mcp");
+    }
 }
 
 /// The approver of every fixture approval.
@@ -149,6 +174,15 @@ pub async fn eventually(what: &str, mut probe: impl FnMut() -> bool) {
     panic!("timed out waiting for {what}");
 }
 
+/// A memory sink's events as JSON.
+pub fn events_json(audit: &MemorySink) -> Vec<Value> {
+    audit
+        .events()
+        .iter()
+        .filter_map(|e| serde_json::to_value(e).ok())
+        .collect()
+}
+
 /// The in-process referee: the same runtime and its memory audit sink.
 pub struct InProcess {
     /// The runtime the server runs.
@@ -161,6 +195,9 @@ pub struct InProcess {
 impl Referee for InProcess {
     async fn approve(&self, approval_id: &str) {
         approve_on(&self.runtime, approval_id).await;
+    }
+    fn audit_now(&self) -> Vec<Value> {
+        events_json(&self.audit)
     }
     async fn assert_cancelled_audited(&self) {
         let audit = self.audit.clone();
@@ -213,6 +250,10 @@ pub async fn drive(mut command: tokio::process::Command, referee: &dyn Referee) 
                 }
                 Some("cancelled") => {
                     referee.assert_cancelled_audited().await;
+                    Some("audited")
+                }
+                Some("concealed") => {
+                    assert_concealed_audited(referee, &event["executions"]);
                     Some("audited")
                 }
                 Some("done") => {
