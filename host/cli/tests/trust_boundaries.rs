@@ -7,55 +7,11 @@ mod common;
 use common::*;
 use serde_json::{Value, json};
 use sha2::Digest;
-use std::path::{Path, PathBuf};
 
 const DANA: &str = "dana-dev-key";
 const PRIYA: &str = "priya-dev-key";
 const EVE: &str = "eve-dev-key";
 const WORKFLOW: &str = "ops-workflow-key";
-
-/// The example deployment, made self-contained in `dir` (absolute plugin, schema and cache
-/// paths), with `edit` applied to its text and `extra` TOML appended.
-fn deployment(dir: &Path, edit: impl Fn(String) -> String, extra: &str) -> PathBuf {
-    let example = example_config();
-    let here = example.parent().expect("example dir").to_path_buf();
-    let text = std::fs::read_to_string(&example).expect("read the example");
-    let text = text
-        .replace(
-            "pluginDir = \"../../plugins",
-            &format!("pluginDir = \"{}/../../plugins", here.display()),
-        )
-        .replace(
-            "compileCache = \".capgate-cache\"",
-            &format!("compileCache = \"{}/.capgate-cache\"", dir.display()),
-        )
-        .replace("\"schemas/", &format!("\"{}/schemas/", here.display()));
-    let path = dir.join("capgate.toml");
-    std::fs::write(&path, format!("{}\n{extra}\n", edit(text))).expect("write config");
-    path
-}
-
-fn key_hash(key: &str) -> String {
-    hex::encode(sha2::Sha256::digest(key.as_bytes()))
-}
-
-/// One more API key, as TOML.
-fn key(
-    key: &str,
-    id: &str,
-    namespace: &str,
-    roles: &[&str],
-    surfaces: &[&str],
-    org: &str,
-) -> String {
-    format!(
-        "[[gateway.apiKeys]]\nsha256 = \"{}\"\nnamespace = \"{namespace}\"\nroles = {}\nsurfaces = {}\n\
-         actor = {{ id = \"{id}\", kind = \"user\", attributes = {{ orgId = \"{org}\" }} }}\ncontext = {{ orgId = \"{org}\" }}\n",
-        key_hash(key),
-        serde_json::to_string(roles).expect("roles"),
-        serde_json::to_string(surfaces).expect("surfaces"),
-    )
-}
 
 fn refund(invocation_id: &str, order: &str) -> Value {
     json!({
@@ -526,79 +482,6 @@ async fn pooled_policy_instances_never_cross_namespaces() {
         eve.contains("seen 1 call"),
         "org_2 gets an instance of its own: {eve}"
     );
-}
-
-/// A minimal MCP client over streamable HTTP (JSON-RPC; answers as JSON or as SSE), enough
-/// to list, call and resume as one principal.
-struct Mcp {
-    http: reqwest::Client,
-    url: String,
-    key: String,
-    session: Option<String>,
-    next: u64,
-}
-
-impl Mcp {
-    async fn connect(base: &str, key: &str) -> Mcp {
-        let mut m = Mcp {
-            http: reqwest::Client::new(),
-            url: format!("{base}/mcp"),
-            key: key.to_string(),
-            session: None,
-            next: 1,
-        };
-        let init = m
-            .request(
-                "initialize",
-                json!({"protocolVersion": "2025-06-18", "capabilities": {},
-                       "clientInfo": {"name": "trust-boundaries", "version": "0"}}),
-            )
-            .await;
-        assert!(init.get("result").is_some(), "initialize: {init}");
-        m.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-            .await;
-        m
-    }
-
-    async fn send(&mut self, body: Value) -> Option<Value> {
-        let mut req = self
-            .http
-            .post(&self.url)
-            .bearer_auth(&self.key)
-            .header("accept", "application/json, text/event-stream")
-            .json(&body);
-        if let Some(s) = &self.session {
-            req = req.header("mcp-session-id", s);
-        }
-        let r = req.send().await.expect("send");
-        assert!(r.status().is_success(), "MCP HTTP {}", r.status());
-        if let Some(s) = r
-            .headers()
-            .get("mcp-session-id")
-            .and_then(|v| v.to_str().ok())
-        {
-            self.session = Some(s.to_string());
-        }
-        let text = r.text().await.expect("body");
-        let id = body.get("id").cloned()?;
-        text.lines()
-            .map(|l| l.strip_prefix("data:").unwrap_or(l).trim())
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .find(|v| v.get("id") == Some(&id))
-    }
-
-    async fn request(&mut self, method: &str, params: Value) -> Value {
-        let id = self.next;
-        self.next += 1;
-        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
-            .await
-            .unwrap_or_else(|| panic!("no answer to {method}"))
-    }
-
-    async fn call(&mut self, tool: &str, arguments: Value) -> Value {
-        self.request("tools/call", json!({"name": tool, "arguments": arguments}))
-            .await
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
