@@ -155,6 +155,7 @@ fn meta_of(c: &CapabilitySection) -> CapabilityMeta {
     m.idempotent = c.idempotent;
     m.approval = c.approval.clone();
     m.adapters = c.adapters.clone();
+    m.discovery = c.discovery;
     m
 }
 

@@ -202,6 +202,10 @@ pub struct CapabilitySection {
     /// Tool names.
     #[serde(default)]
     pub adapters: Option<AdapterNames>,
+    /// `discoverable` (default: listed to models) or `contextual` (left out of model tool
+    /// lists, presented by a UI; callable where exposed).
+    #[serde(default)]
+    pub discovery: capgate_core::meta::Discovery,
     /// Input schema.
     #[serde(default)]
     pub input_schema: Option<SchemaRef>,

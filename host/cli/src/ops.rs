@@ -72,6 +72,7 @@ pub async fn contract(cfg: Config, surface_name: &str, format: Option<&str>) -> 
                     risk: p.risk,
                     tags: p.tags.clone(),
                     requires_approval: Some(p.requires_approval),
+                    discovery: p.discovery,
                 })
                 .collect();
             export_tools_named(&descriptors, format, |d| {

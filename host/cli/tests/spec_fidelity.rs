@@ -219,3 +219,68 @@ async fn resume_approval_takes_a_contract_digest_and_a_correlation_id() {
         assert_eq!(e["correlationId"], "run-resume", "{e}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_contextual_capability_is_in_the_contract_but_in_no_model_tool_list_and_stays_callable() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = format!("sqlite://{}", dir.path().join("capgate.db").display());
+    let config = deployment(
+        dir.path(),
+        |t| {
+            t.replace(
+                "id = \"messages.draft\"\n",
+                "id = \"messages.draft\"\ndiscovery = \"contextual\"\n",
+            )
+        },
+        "",
+    );
+    let s = Server::start(&config, &store);
+    let dana = Caller::new(DANA);
+
+    let (status, contract) = dana.get(&format!("{}/agent/contract", s.base)).await;
+    assert_eq!(status, 200, "{contract}");
+    let discovery_of = |id: &str| {
+        contract
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|d| d["id"] == id)
+            .map(|d| d["discovery"].clone())
+    };
+    assert_eq!(discovery_of("messages.draft"), Some(json!("contextual")));
+    assert_eq!(discovery_of("messages.send"), Some(json!("discoverable")));
+
+    let (status, tools) = dana
+        .get(&format!("{}/agent/tools?format=ai-sdk", s.base))
+        .await;
+    assert_eq!(status, 200, "{tools}");
+    assert!(tools.get("messages_draft").is_none(), "{tools}");
+    assert!(tools.get("messages_send").is_some(), "{tools}");
+
+    let mut mcp = Mcp::connect(&s.base, DANA).await;
+    let listed = mcp.request("tools/list", json!({})).await;
+    let names: Vec<&str> = listed["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("tools/list: {listed}"))
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(!names.contains(&"messages_draft"), "{names:?}");
+    assert!(names.contains(&"messages_send"), "{names:?}");
+
+    let (status, drafted) = dana
+        .post(
+            &format!("{}/agent/invoke", s.base),
+            &json!({
+                "capabilityId": "messages.draft",
+                "input": {"customerId": "cus_1", "body": "Your refund is on its way."},
+                "invocationId": "inv_draft_1"
+            }),
+        )
+        .await;
+    assert_eq!(status, 200, "{drafted}");
+    assert_eq!(
+        drafted["status"], "completed",
+        "contextual stays callable: {drafted}"
+    );
+}
