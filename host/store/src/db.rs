@@ -4,17 +4,76 @@ use crate::approvals::SqlApprovalCoordinator;
 use crate::audit::{AuditLog, AuditSinkOptions, SqlAuditSink};
 use crate::columns::Columns;
 use crate::journal::SqlInvocationJournal;
-use sqlx::migrate::Migrator;
+use sqlx::SqlSafeStr;
+use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
+use std::borrow::Cow;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/sqlite");
-static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/postgres");
+/// The SQLite migrations, embedded: `(version, file name)`. Listed by hand rather than with
+/// `sqlx::migrate!`, whose proc macro compiles both database drivers a second time in every
+/// build; a test checks this list against `migrations/sqlite/`.
+const SQLITE_FILES: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "0001_initial.sql",
+        include_str!("../migrations/sqlite/0001_initial.sql"),
+    ),
+    (
+        2,
+        "0002_approval_tenancy.sql",
+        include_str!("../migrations/sqlite/0002_approval_tenancy.sql"),
+    ),
+];
+
+/// The Postgres migrations, embedded (see [`SQLITE_FILES`]).
+const POSTGRES_FILES: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "0001_initial.sql",
+        include_str!("../migrations/postgres/0001_initial.sql"),
+    ),
+    (
+        2,
+        "0002_approval_tenancy.sql",
+        include_str!("../migrations/postgres/0002_approval_tenancy.sql"),
+    ),
+];
+
+static SQLITE_MIGRATIONS: LazyLock<Migrator> = LazyLock::new(|| migrator(SQLITE_FILES));
+static POSTGRES_MIGRATIONS: LazyLock<Migrator> = LazyLock::new(|| migrator(POSTGRES_FILES));
+
+/// A migrator over embedded files, each migration exactly as `sqlx::migrate!` would build it
+/// (description from the file name, checksum of the text, `-- no-transaction` honoured), so
+/// databases migrated by either agree.
+fn migrator(files: &'static [(i64, &'static str, &'static str)]) -> Migrator {
+    Migrator::with_migrations(
+        files
+            .iter()
+            .map(|&(version, file, sql)| {
+                Migration::new(
+                    version,
+                    Cow::Owned(description_of(file)),
+                    MigrationType::Simple,
+                    sql.into_sql_str(),
+                    sql.starts_with("-- no-transaction"),
+                )
+            })
+            .collect(),
+    )
+}
+
+/// `0002_approval_tenancy.sql` → `approval tenancy`, as sqlx derives it.
+fn description_of(file: &str) -> String {
+    let stem = file.strip_suffix(".sql").unwrap_or(file);
+    let rest = stem.split_once('_').map_or("", |(_, d)| d);
+    rest.replace('_', " ")
+}
 
 /// Why a store could not be opened, migrated or used.
 #[derive(Debug, thiserror::Error)]
@@ -210,7 +269,7 @@ impl Store {
                 } else {
                     Vec::new()
                 };
-                (&SQLITE_MIGRATIONS, applied)
+                (&*SQLITE_MIGRATIONS, applied)
             }
             Db::Postgres(pool) => {
                 let exists: bool =
@@ -226,7 +285,7 @@ impl Store {
                 } else {
                     Vec::new()
                 };
-                (&POSTGRES_MIGRATIONS, applied)
+                (&*POSTGRES_MIGRATIONS, applied)
             }
         };
         Ok(migrator
@@ -404,4 +463,69 @@ pub async fn migration_status_url(url: &str) -> Result<Vec<MigrationState>, Stor
     let status = store.migration_status().await;
     store.close().await;
     status
+}
+
+#[cfg(test)]
+mod migration_tests {
+    use super::*;
+
+    /// Every `.sql` file of a dialect's directory is embedded, under its version, with its
+    /// current text: adding a migration file without listing it fails here.
+    fn embedded_match_the_directory(dir: &str, files: &[(i64, &str, &str)]) {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+        let mut on_disk: Vec<(i64, String, String)> = std::fs::read_dir(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|name| name.ends_with(".sql"))
+            .map(|name| {
+                let version = name
+                    .split('_')
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or_else(|| panic!("{name}: no version prefix"));
+                let text = std::fs::read_to_string(path.join(&name))
+                    .unwrap_or_else(|e| panic!("{name}: {e}"));
+                (version, name, text)
+            })
+            .collect();
+        on_disk.sort();
+        let embedded: Vec<(i64, String, String)> = files
+            .iter()
+            .map(|&(v, name, text)| (v, name.to_string(), text.to_string()))
+            .collect();
+        assert_eq!(
+            embedded, on_disk,
+            "{dir}: embedded migrations differ from the files"
+        );
+    }
+
+    #[test]
+    fn the_embedded_migrations_are_exactly_the_migration_files() {
+        embedded_match_the_directory("migrations/sqlite", SQLITE_FILES);
+        embedded_match_the_directory("migrations/postgres", POSTGRES_FILES);
+    }
+
+    #[test]
+    fn descriptions_and_checksums_are_what_sqlx_derives_from_the_files() {
+        let m = migrator(SQLITE_FILES);
+        let described: Vec<(i64, &str)> = m
+            .migrations
+            .iter()
+            .map(|m| (m.version, m.description.as_ref()))
+            .collect();
+        assert_eq!(described, [(1, "initial"), (2, "approval tenancy")]);
+        // sqlx's checksum is SHA-384 of the file's text: a database migrated with
+        // `sqlx::migrate!` validates against these.
+        for files in [SQLITE_FILES, POSTGRES_FILES] {
+            for (migration, (_, name, sql)) in migrator(files).migrations.iter().zip(files) {
+                use sha2::Digest;
+                assert_eq!(
+                    migration.checksum.as_ref(),
+                    sha2::Sha384::digest(sql.as_bytes()).as_slice(),
+                    "{name}"
+                );
+            }
+        }
+    }
 }
