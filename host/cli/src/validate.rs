@@ -153,6 +153,10 @@ pub fn validate(path: &Path) -> Result<Checked, Refused> {
     let (Some(authenticator), Some(authorizer), Some((provider_runtime, provider_ids))) =
         (authenticator, authorizer, providers)
     else {
+        // Whatever could not be built has its problem; never refuse with none.
+        if v.problems.is_empty() {
+            v.problem("", "the deployment could not be assembled");
+        }
         return Err(refused(v.problems));
     };
     if !v.problems.is_empty() {
@@ -201,7 +205,7 @@ fn pick<T: Clone>(map: &BTreeMap<String, T>, names: &[String]) -> Vec<T> {
 
 /// In file order (line, then column), each problem once.
 fn sorted(mut problems: Vec<Problem>) -> Vec<Problem> {
-    problems.sort_by(|a, b| (a.line, a.column).cmp(&(b.line, b.column)));
+    problems.sort_by_key(|p| (p.line, p.column));
     let mut seen = std::collections::HashSet::new();
     problems.retain(|p| seen.insert(p.to_string()));
     problems
@@ -307,8 +311,7 @@ impl Validation<'_> {
         self.problems.push(p);
     }
 
-    /// The configured authorizer, when it can be built (the plugin one is bound in
-    /// [`Validation::authorizer`]).
+    /// The configured authorizer: `"authenticated"`, or the plugin bound as an authorizer.
     fn authorizer(
         &mut self,
         plugins: &BTreeMap<String, Arc<Plugin>>,
