@@ -149,9 +149,38 @@ pub fn validate(path: &Path) -> Result<Checked, Refused> {
         },
     );
     let authorizer = v.authorizer(&plugins);
-    let providers = v.providers(&plugins);
-    let (Some(authenticator), Some(authorizer), Some((provider_runtime, provider_ids))) =
-        (authenticator, authorizer, providers)
+    // The capabilities, as far as their procedures could be built; the registry's own
+    // checks (SI-11 retries, tool names, …) run whatever else is wrong.
+    let assembled = v.providers(&plugins).map(|(provider_runtime, ids)| {
+        let schema = |s: &Option<crate::config::SchemaRef>| {
+            s.as_ref().and_then(|s| config.resolve_schema(s).ok())
+        };
+        let capabilities: Vec<CapabilityParts> = config
+            .capabilities
+            .iter()
+            .zip(ids)
+            .map(|(c, provider)| CapabilityParts {
+                id: c.id.clone(),
+                meta: meta_of(c),
+                input_schema: schema(&c.input_schema),
+                output_schema: schema(&c.output_schema),
+                policies: pick(&policies, &c.policies),
+                redactors: pick(&redactors, &c.redactors),
+                provider,
+            })
+            .collect();
+        (provider_runtime, capabilities)
+    });
+    if let Some((provider_runtime, capabilities)) = &assembled
+        && let Err(e) = registry_of(capabilities, provider_runtime)
+    {
+        for p in &e.problems {
+            let problem = registry_problem(&config, &doc, p);
+            v.problems.push(problem);
+        }
+    }
+    let (Some(authenticator), Some(authorizer), Some((provider_runtime, capabilities))) =
+        (authenticator, authorizer, assembled)
     else {
         // Whatever could not be built has its problem; never refuse with none.
         if v.problems.is_empty() {
@@ -161,21 +190,6 @@ pub fn validate(path: &Path) -> Result<Checked, Refused> {
     };
     if !v.problems.is_empty() {
         return Err(refused(v.problems));
-    }
-    let mut capabilities = Vec::new();
-    for (c, provider) in config.capabilities.iter().zip(provider_ids) {
-        let schema = |s: &Option<crate::config::SchemaRef>| {
-            s.as_ref().and_then(|s| config.resolve_schema(s).ok())
-        };
-        capabilities.push(CapabilityParts {
-            id: c.id.clone(),
-            meta: meta_of(c),
-            input_schema: schema(&c.input_schema),
-            output_schema: schema(&c.output_schema),
-            policies: pick(&policies, &c.policies),
-            redactors: pick(&redactors, &c.redactors),
-            provider,
-        });
     }
     let runtime_policies = pick(&policies, &config.runtime.policies);
     let checked = Checked {
@@ -320,7 +334,7 @@ impl Validation<'_> {
             None => {
                 self.problem(
                     "/gateway/authorize",
-                    "gateway.authorize is not set, and the gateway never runs without an authorizer: add to [gateway] \
+                    "is not set, and the gateway never runs without an authorizer: add to [gateway] \
                      `authorize = \"authenticated\"` (any authenticated caller may use every operation) \
                      or `authorize = { plugin = \"NAME\" }` (a Wasm authorizer plugin decides per operation)",
                 );
@@ -745,26 +759,7 @@ impl Validation<'_> {
 impl Checked {
     /// The capability registry of the deployment.
     pub fn registry(&self) -> Result<Registry, RegistryError> {
-        let mut registry = Registry::builder();
-        for c in &self.capabilities {
-            let mut def = CapabilityDef::new(c.id.clone(), c.meta.clone()).procedure(
-                ProviderProcedure::new(self.provider_runtime.clone(), c.provider.clone()),
-            );
-            if let Some(s) = &c.input_schema {
-                def = def.input_schema(s.clone());
-            }
-            if let Some(s) = &c.output_schema {
-                def = def.output_schema(s.clone());
-            }
-            for p in &c.policies {
-                def = def.policy_arc(p.clone());
-            }
-            for r in &c.redactors {
-                def = def.redactor_arc(r.clone());
-            }
-            registry.push(def);
-        }
-        registry.build()
+        registry_of(&self.capabilities, &self.provider_runtime)
     }
 
     /// The governed runtime over these approvals and this audit.
@@ -892,7 +887,7 @@ impl Checked {
                 return e
                     .problems
                     .iter()
-                    .map(|p| self.registry_problem(p))
+                    .map(|p| registry_problem(&self.config, doc, p))
                     .collect();
             }
         };
@@ -924,39 +919,68 @@ impl Checked {
                         doc.problem("/gateway/maxBodyBytes", e.to_string())
                     }
                     GatewayConfigError::Contract(c) => {
-                        doc.problem(&self.capability_pointer(&c.capability, false), e.to_string())
+                        doc.problem(
+                        &capability_pointer(&self.config, &c.capability, false),
+                        e.to_string(),
+                    )
                     }
                 });
             }
         }
         out
     }
+}
 
-    /// `/capabilities/N` of a capability id (the second declaration for a duplicate).
-    fn capability_pointer(&self, id: &str, second: bool) -> String {
-        let mut hits = self
-            .config
-            .capabilities
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| c.id == id)
-            .map(|(i, _)| i);
-        let first = hits.next();
-        let index = if second { hits.next().or(first) } else { first };
-        index.map_or_else(
-            || "/capabilities".to_string(),
-            |i| format!("/capabilities/{i}"),
-        )
+/// The registry of these capabilities, each procedure through the provider runtime.
+fn registry_of(
+    capabilities: &[CapabilityParts],
+    provider_runtime: &ProviderRuntime,
+) -> Result<Registry, RegistryError> {
+    let mut registry = Registry::builder();
+    for c in capabilities {
+        let mut def = CapabilityDef::new(c.id.clone(), c.meta.clone()).procedure(
+            ProviderProcedure::new(provider_runtime.clone(), c.provider.clone()),
+        );
+        if let Some(s) = &c.input_schema {
+            def = def.input_schema(s.clone());
+        }
+        if let Some(s) = &c.output_schema {
+            def = def.output_schema(s.clone());
+        }
+        for p in &c.policies {
+            def = def.policy_arc(p.clone());
+        }
+        for r in &c.redactors {
+            def = def.redactor_arc(r.clone());
+        }
+        registry.push(def);
     }
+    registry.build()
+}
 
-    /// A registry problem at its place: `meta.retry.backoffMs` → `retry/backoffMs`.
-    fn registry_problem(&self, p: &RegistryProblem) -> Problem {
-        let duplicate = p.field == "id" && p.message.contains("declared twice");
-        let at = self.capability_pointer(&p.capability, duplicate);
-        let field = p.field.strip_prefix("meta.").unwrap_or(&p.field);
-        let pointer = format!("{at}/{}", field.replace('.', "/"));
-        self.doc.problem(&pointer, p.message.clone())
-    }
+/// `/capabilities/N` of a capability id (the second declaration for a duplicate).
+fn capability_pointer(cfg: &Config, id: &str, second: bool) -> String {
+    let mut hits = cfg
+        .capabilities
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.id == id)
+        .map(|(i, _)| i);
+    let first = hits.next();
+    let index = if second { hits.next().or(first) } else { first };
+    index.map_or_else(
+        || "/capabilities".to_string(),
+        |i| format!("/capabilities/{i}"),
+    )
+}
+
+/// A registry problem at its place: `meta.retry.backoffMs` → `retry/backoffMs`.
+fn registry_problem(cfg: &Config, doc: &Located, p: &RegistryProblem) -> Problem {
+    let duplicate = p.field == "id" && p.message.contains("declared twice");
+    let at = capability_pointer(cfg, &p.capability, duplicate);
+    let field = p.field.strip_prefix("meta.").unwrap_or(&p.field);
+    let pointer = format!("{at}/{}", field.replace('.', "/"));
+    doc.problem(&pointer, p.message.clone())
 }
 
 /// The runtime's clock, for credential expiry at the doors.

@@ -401,7 +401,7 @@ procedure = { http = { target = "orders", url = "http://127.0.0.1:9/cancel" } }
         (
             "no authorizer",
             SERVABLE.replace("authorize = \"authenticated\"\n", ""),
-            "gateway.authorize is not set",
+            "gateway.authorize: is not set",
         ),
         (
             "no way to authenticate",
@@ -520,4 +520,23 @@ fn a_capability_only_on_a_surface_no_route_serves_has_no_gateway_budget() {
     assert!(config.contains("expose = { mcp = true }"));
     let (code, _out, err) = check(&config);
     assert_eq!(code, 0, "{err}");
+}
+
+#[test]
+fn a_missing_authorizer_and_a_registry_problem_are_reported_in_one_run() {
+    let config = SERVABLE
+        .replace("authorize = \"authenticated\"\n", "")
+        .replace(
+            "risk = \"high\"",
+            "risk = \"high\"\nretry = { maxAttempts = 2 }",
+        );
+    let (code, _out, err) = check(&config);
+    assert_eq!(code, 1, "{err}");
+    for needle in ["gateway.authorize", "SI-11"] {
+        assert!(
+            err.lines()
+                .any(|l| l.contains("capgate.toml:") && l.contains(needle)),
+            "no located problem says {needle}:\n{err}"
+        );
+    }
 }
