@@ -540,3 +540,33 @@ fn a_missing_authorizer_and_a_registry_problem_are_reported_in_one_run() {
         );
     }
 }
+
+#[test]
+fn a_binding_to_a_plugin_without_that_export_is_located_at_the_binding() {
+    let (dir, text) = example();
+    let dir = dir.canonicalize().expect("example dir");
+    // refundLimit bound to the redactor component: it exports no policy.
+    let broken = text
+        .replace(
+            "pluginDir = \"../../plugins",
+            &format!("pluginDir = \"{}/../../plugins", dir.display()),
+        )
+        .replace(
+            "compileCache = \".capgate-cache\"",
+            &format!("compileCache = \"{}/.capgate-cache\"", dir.display()),
+        )
+        .replace("\"schemas/", &format!("\"{}/schemas/", dir.display()))
+        .replace(
+            "[policies.refundLimit]\nplugin = \"refund-limit\"",
+            "[policies.refundLimit]\nplugin = \"pii-redactor\"",
+        );
+    assert!(broken.contains("plugin = \"pii-redactor\"\nconfig = { maxAmount"));
+    let (code, _out, err) = check(&broken);
+    assert_eq!(code, 1, "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("does not export"))
+        .unwrap_or_else(|| panic!("no problem says `does not export`:\n{err}"));
+    assert!(line.contains("policies.refundLimit.plugin"), "{line}");
+    assert_located(line);
+}
