@@ -256,8 +256,8 @@ impl Default for GatewaySection {
             listen: "127.0.0.1:8080".into(),
             routes: Vec::new(),
             authorize: None,
-            request_timeout_ms: 25_000,
-            audit_drain_timeout_ms: 5_000,
+            request_timeout_ms: millis(capgate_gateway::gateway::DEFAULT_REQUEST_TIMEOUT),
+            audit_drain_timeout_ms: millis(capgate_gateway::gateway::DEFAULT_AUDIT_DRAIN_TIMEOUT),
             max_body_bytes: 1 << 20,
             api_keys: Vec::new(),
             jwt: None,
@@ -266,6 +266,11 @@ impl Default for GatewaySection {
             rate_limit: RateLimitSection::default(),
         }
     }
+}
+
+/// A duration as whole milliseconds (saturating).
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// `[[gateway.routes]]`
@@ -385,7 +390,7 @@ pub struct ApprovalTypeSection {
     pub roles: Vec<String>,
 }
 
-/// `[mcp]`
+/// `[mcp]`: the MCP server, at `/mcp` under `serve` and over stdio under `capgate mcp`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct McpSection {
@@ -395,6 +400,11 @@ pub struct McpSection {
     pub stdio_namespace: Option<String>,
     /// The application context its calls carry.
     pub stdio_context: serde_json::Value,
+    /// Offer the `approvals_resume` tool (default false: the deployment opts in).
+    pub resume_tool: bool,
+    /// Accepted `Host` header values at `/mcp` (DNS-rebinding protection). Absent: loopback
+    /// names only; an empty list accepts any host.
+    pub allowed_hosts: Option<Vec<String>>,
 }
 
 const TOP_KEYS: &[&str] = &[
@@ -430,6 +440,10 @@ fn part<T: DeserializeOwned>(
                     _ => {}
                 }
             }
+            if doc.is_overflow(&at) {
+                // Already one located problem of its own (`Located::overflow_problems`).
+                return None;
+            }
             let msg = e.inner().to_string();
             // serde reports an unknown field at its parent; point at the field itself.
             if let Some(field) = msg
@@ -448,8 +462,10 @@ fn part<T: DeserializeOwned>(
 }
 
 impl Config {
-    /// Read and check a configuration file: every problem, located, or the config.
-    pub fn load(path: &Path) -> Result<Config, Vec<Problem>> {
+    /// Read and check a configuration file (syntax, types, references, value ranges):
+    /// every problem, located, or the config with its located document (for the checks of
+    /// [`crate::validate`], which locate their problems in it too).
+    pub fn load(path: &Path) -> Result<(Config, Located), Vec<Problem>> {
         let text = std::fs::read_to_string(path).map_err(|e| {
             vec![Problem {
                 file: path.to_path_buf(),
@@ -460,7 +476,7 @@ impl Config {
             }]
         })?;
         let doc = Located::parse(path, text).map_err(|p| vec![p])?;
-        let mut problems = Vec::new();
+        let mut problems = doc.overflow_problems();
         let mut cfg = Config {
             path: path.to_path_buf(),
             ..Default::default()
@@ -526,8 +542,9 @@ impl Config {
             }
         }
         cfg.check_references(&doc, &mut problems);
+        cfg.check_values(&doc, &mut problems);
         if problems.is_empty() {
-            Ok(cfg)
+            Ok((cfg, doc))
         } else {
             Err(problems)
         }
@@ -770,16 +787,6 @@ impl Config {
                 serde_json::from_str(&text)
                     .map_err(|e| format!("schema file {} is not JSON: {e}", full.display()))
             }
-        }
-    }
-
-    /// The SQLite/Postgres URL with a relative SQLite path resolved against the config file.
-    pub fn store_url(&self) -> String {
-        match self.store.url.strip_prefix("sqlite://") {
-            Some(p) if !p.starts_with('/') && !p.starts_with(":memory:") => {
-                format!("sqlite://{}", self.relative(p).display())
-            }
-            _ => self.store.url.clone(),
         }
     }
 }

@@ -48,6 +48,8 @@ pub struct Located {
     text: String,
     /// JSON pointer → byte offset of the key (or value for array items).
     spans: HashMap<String, usize>,
+    /// JSON pointers of integers that do not fit in 64 bits (they read as `null`).
+    overflow: Vec<String>,
 }
 
 impl Located {
@@ -64,14 +66,37 @@ impl Located {
                 message: format!("not valid TOML: {}", e.message().trim()),
             }
         })?;
-        let mut spans = HashMap::new();
-        let json = table_to_json(parsed.get_ref(), "", &mut spans);
+        let mut walk = Walk::default();
+        let json = table_to_json(parsed.get_ref(), "", &mut walk);
         Ok(Located {
             file: file.to_path_buf(),
             json,
             text,
-            spans,
+            spans: walk.spans,
+            overflow: walk.overflow,
         })
+    }
+
+    /// One located problem for every integer that does not fit in a signed 64-bit integer
+    /// (the largest TOML integer), instead of a puzzling type error later.
+    pub fn overflow_problems(&self) -> Vec<Problem> {
+        self.overflow
+            .iter()
+            .map(|p| {
+                self.problem(
+                    p,
+                    format!(
+                        "this integer does not fit in 64 bits (the largest is {})",
+                        i64::MAX
+                    ),
+                )
+            })
+            .collect()
+    }
+
+    /// Is this pointer an integer [`Located::overflow_problems`] already reports?
+    pub fn is_overflow(&self, pointer: &str) -> bool {
+        self.overflow.iter().any(|p| p == pointer)
     }
 
     /// A problem at a JSON pointer (falls back to the nearest located parent).
@@ -133,39 +158,51 @@ pub fn seg(s: &str) -> String {
     s.replace('~', "~0").replace('/', "~1")
 }
 
-fn table_to_json(
-    t: &DeTable<'_>,
-    at: &str,
-    spans: &mut HashMap<String, usize>,
-) -> serde_json::Value {
+/// What walking the document collects beside the JSON.
+#[derive(Default)]
+struct Walk {
+    spans: HashMap<String, usize>,
+    overflow: Vec<String>,
+}
+
+fn table_to_json(t: &DeTable<'_>, at: &str, walk: &mut Walk) -> serde_json::Value {
     let mut map = serde_json::Map::new();
     for (k, v) in t.iter() {
         let key = k.get_ref().to_string();
         let path = format!("{at}/{}", seg(&key));
-        spans.insert(path.clone(), k.span().start);
-        map.insert(key, value_to_json(v.get_ref(), &path, spans));
+        walk.spans.insert(path.clone(), k.span().start);
+        map.insert(key, value_to_json(v.get_ref(), &path, walk));
     }
     serde_json::Value::Object(map)
 }
 
-fn value_to_json(
-    v: &DeValue<'_>,
-    at: &str,
-    spans: &mut HashMap<String, usize>,
-) -> serde_json::Value {
+fn value_to_json(v: &DeValue<'_>, at: &str, walk: &mut Walk) -> serde_json::Value {
     use serde_json::Value as J;
     match v {
         DeValue::String(s) => J::String(s.to_string()),
-        DeValue::Integer(i) => i64::from_str_radix(
-            i.as_str()
-                .replace('_', "")
+        DeValue::Integer(i) => {
+            let text = i.as_str().replace('_', "");
+            let (negative, digits) = match text.strip_prefix('-') {
+                Some(d) => (true, d),
+                None => (false, text.trim_start_matches('+')),
+            };
+            let digits = digits
                 .trim_start_matches("0x")
                 .trim_start_matches("0o")
-                .trim_start_matches("0b"),
-            i.radix(),
-        )
-        .map(J::from)
-        .unwrap_or(J::Null),
+                .trim_start_matches("0b");
+            let signed = if negative {
+                format!("-{digits}")
+            } else {
+                digits.to_string()
+            };
+            match i64::from_str_radix(&signed, i.radix()) {
+                Ok(n) => J::from(n),
+                Err(_) => {
+                    walk.overflow.push(at.to_string());
+                    J::Null
+                }
+            }
+        }
         DeValue::Float(f) => f
             .as_str()
             .replace('_', "")
@@ -180,11 +217,11 @@ fn value_to_json(
                 .enumerate()
                 .map(|(i, item)| {
                     let path = format!("{at}/{i}");
-                    spans.insert(path.clone(), item.span().start);
-                    value_to_json(item.get_ref(), &path, spans)
+                    walk.spans.insert(path.clone(), item.span().start);
+                    value_to_json(item.get_ref(), &path, walk)
                 })
                 .collect(),
         ),
-        DeValue::Table(t) => table_to_json(t, at, spans),
+        DeValue::Table(t) => table_to_json(t, at, walk),
     }
 }

@@ -14,6 +14,9 @@ mod config;
 mod located;
 mod ops;
 mod serve;
+mod store;
+mod validate;
+mod values;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -44,7 +47,8 @@ enum Command {
         /// Listen address (overrides gateway.listen; `127.0.0.1:0` picks a free port).
         #[arg(long)]
         listen: Option<String>,
-        /// Store URL (overrides store.url), e.g. postgres://user:pass@host/db for replicas.
+        /// Store URL (overrides store.url), e.g. postgres://user:pass@host/db for replicas. A
+        /// relative sqlite:// path is relative to the current directory.
         #[arg(long, env = "CAPGATE_STORE")]
         store: Option<String>,
     },
@@ -59,7 +63,8 @@ enum Command {
         /// The configuration file.
         #[arg(long, short)]
         config: PathBuf,
-        /// Store URL (overrides store.url).
+        /// Store URL (overrides store.url; a relative sqlite:// path is relative to the current
+        /// directory, and created if missing).
         #[arg(long, env = "CAPGATE_STORE")]
         store: Option<String>,
     },
@@ -78,7 +83,10 @@ enum Command {
         #[command(subcommand)]
         command: InvocationsCommand,
     },
-    /// Validate a configuration file: unknown keys, bad references, schemas, plugin digests.
+    /// Validate a configuration file: exactly what `serve` (and every command with --config)
+    /// refuses — unknown keys, bad references and values, schemas, plugin digests and exports,
+    /// retries (SI-11), upstreams, routes, capabilities that cannot finish inside the gateway's
+    /// time budget.
     ///
     /// Every problem is reported with file:line:column and its key path, all at once.
     ///
@@ -97,7 +105,8 @@ enum Command {
     ///
     /// Example: capgate migrate --store postgres://postgres:postgres@127.0.0.1:5432/capgate
     Migrate {
-        /// Store URL (`sqlite://FILE` or `postgres://…`).
+        /// Store URL (`sqlite://FILE`, created if missing and relative to the current directory,
+        /// or `postgres://…`).
         #[arg(long, env = "CAPGATE_STORE")]
         store: String,
     },
@@ -157,7 +166,8 @@ enum ApprovalsCommand {
         /// Only this capability.
         #[arg(long)]
         capability: Option<String>,
-        /// Store URL (overrides store.url).
+        /// Store URL (overrides store.url; a relative sqlite:// path is relative to the current
+        /// directory). The database must exist.
         #[arg(long, env = "CAPGATE_STORE")]
         store: Option<String>,
     },
@@ -168,7 +178,8 @@ enum ApprovalsCommand {
         /// The configuration file.
         #[arg(long, short)]
         config: PathBuf,
-        /// Store URL (overrides store.url).
+        /// Store URL (overrides store.url; a relative sqlite:// path is relative to the current
+        /// directory). The database must exist.
         #[arg(long, env = "CAPGATE_STORE")]
         store: Option<String>,
     },
@@ -199,7 +210,8 @@ struct DecideArgs {
     /// The configuration file.
     #[arg(long, short)]
     config: PathBuf,
-    /// Store URL (overrides store.url).
+    /// Store URL (overrides store.url; a relative sqlite:// path is relative to the current
+    /// directory). The database must exist.
     #[arg(long, env = "CAPGATE_STORE")]
     store: Option<String>,
 }
@@ -240,7 +252,8 @@ enum InvocationsCommand {
         /// nothing).
         #[arg(long, default_value_t = 168)]
         older_than_hours: u64,
-        /// Store URL.
+        /// Store URL (a relative sqlite:// path is relative to the current directory); the
+        /// database must exist.
         #[arg(long, env = "CAPGATE_STORE")]
         store: String,
     },
@@ -267,7 +280,8 @@ enum AuditCommand {
     ///
     /// Example: capgate audit tail --store sqlite://capgate.db -n 20
     Tail {
-        /// Store URL.
+        /// Store URL (a relative sqlite:// path is relative to the current directory); the
+        /// database must exist.
         #[arg(long, env = "CAPGATE_STORE")]
         store: String,
         /// How many events.
@@ -282,7 +296,8 @@ enum AuditCommand {
     ///
     /// Example: capgate audit query --store sqlite://capgate.db --capability orders.refund --since 2026-11-29T00:00:00Z
     Query {
-        /// Store URL.
+        /// Store URL (a relative sqlite:// path is relative to the current directory); the
+        /// database must exist.
         #[arg(long, env = "CAPGATE_STORE")]
         store: String,
         /// Events of one execution (`executionId`).
@@ -329,33 +344,23 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(2)
-        }
+        Err(e) => match e.downcast_ref::<validate::Refused>() {
+            // The same lines and the same exit status as `capgate check`.
+            Some(refused) => {
+                refused.report();
+                ExitCode::from(1)
+            }
+            None => {
+                eprintln!("error: {e:#}");
+                ExitCode::from(2)
+            }
+        },
     }
 }
 
-fn load_config(path: &std::path::Path, store: Option<String>) -> anyhow::Result<config::Config> {
-    match config::Config::load(path) {
-        Ok(mut cfg) => {
-            if let Some(url) = store {
-                cfg.store.url = url;
-            }
-            Ok(cfg)
-        }
-        Err(problems) => {
-            for p in &problems {
-                eprintln!("{p}");
-            }
-            anyhow::bail!(
-                "{} problem(s) in {}; nothing was started. `capgate check --config {}` lists them.",
-                problems.len(),
-                path.display(),
-                path.display()
-            )
-        }
-    }
+/// Every command with `--config` starts here: the one validation path of `check`.
+fn load(path: &std::path::Path) -> anyhow::Result<validate::Checked> {
+    Ok(validate::validate(path)?)
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -365,8 +370,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             listen,
             store,
         } => {
-            let cfg = load_config(&config, store)?;
-            runtime()?.block_on(serve::serve(cfg, listen))?;
+            let checked = load(&config)?;
+            runtime()?.block_on(serve::serve(checked, store, listen))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Mcp {
@@ -374,8 +379,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             config,
             store,
         } => {
-            let cfg = load_config(&config, store)?;
-            runtime()?.block_on(ops::mcp_stdio(cfg))?;
+            let checked = load(&config)?;
+            runtime()?.block_on(ops::mcp_stdio(checked, store))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Contract { command } => {
@@ -387,8 +392,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     format,
                 } => (config, surface, Some(format)),
             };
-            let cfg = load_config(&config, None)?;
-            runtime()?.block_on(ops::contract(cfg, &surface, format.as_deref()))?;
+            ops::contract(&load(&config)?, &surface, format.as_deref())?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Approvals { command } => {
@@ -400,12 +404,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     capability,
                     store,
                 } => rt.block_on(ops::approvals_list(
-                    load_config(&config, store)?,
+                    &load(&config)?,
+                    store.as_deref(),
                     &status,
                     capability,
                 ))?,
                 ApprovalsCommand::Show { id, config, store } => {
-                    rt.block_on(ops::approvals_show(load_config(&config, store)?, &id))?
+                    rt.block_on(ops::approvals_show(&load(&config)?, store.as_deref(), &id))?
                 }
                 ApprovalsCommand::Approve(args) => decide(&rt, args, true)?,
                 ApprovalsCommand::Reject(args) => decide(&rt, args, false)?,
@@ -499,7 +504,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// `capgate approvals approve|reject`.
 fn decide(rt: &tokio::runtime::Runtime, a: DecideArgs, approve: bool) -> anyhow::Result<()> {
     rt.block_on(ops::approvals_decide(
-        load_config(&a.config, a.store)?,
+        &load(&a.config)?,
+        a.store.as_deref(),
         &a.id,
         approve,
         &a.approver,
@@ -514,55 +520,19 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("could not start the async runtime")
 }
 
-/// `capgate check`: exit 0 when the file is sound, 1 with every located problem otherwise.
+/// `capgate check`: exit 0 when `serve` would accept the file, 1 with every located problem
+/// otherwise (exactly what `serve` prints and refuses).
 fn check(path: &std::path::Path) -> ExitCode {
-    let problems = match config::Config::load(path) {
-        Ok(cfg) => check_plugin_files(&cfg),
-        Err(p) => p,
-    };
-    if problems.is_empty() {
-        println!("{}: ok", path.display());
-        return ExitCode::SUCCESS;
-    }
-    for p in &problems {
-        eprintln!("{p}");
-    }
-    eprintln!(
-        "\n{} problem(s) in {}; nothing was started. Fix them and run `capgate check --config {}` again.",
-        problems.len(),
-        path.display(),
-        path.display()
-    );
-    ExitCode::from(1)
-}
-
-/// Every plugin file must exist and match its pinned digest.
-fn check_plugin_files(cfg: &config::Config) -> Vec<located::Problem> {
-    let mut out = Vec::new();
-    for (name, p) in &cfg.plugins {
-        let file = cfg.plugin_dir().join(&p.path);
-        let problem = |message: String| located::Problem {
-            file: cfg.path.clone(),
-            line: 0,
-            column: 0,
-            key: format!("plugins.{name}"),
-            message,
-        };
-        match std::fs::read(&file) {
-            Err(e) => out.push(problem(format!("cannot read {}: {e}", file.display()))),
-            Ok(bytes) => {
-                let actual = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
-                if !actual.eq_ignore_ascii_case(&p.sha256) {
-                    out.push(problem(format!(
-                        "{} has sha256 {actual}, but the configuration pins {}; rebuild the plugin or update the pin",
-                        file.display(),
-                        p.sha256
-                    )));
-                }
-            }
+    match validate::validate(path) {
+        Ok(_) => {
+            println!("{}: ok", path.display());
+            ExitCode::SUCCESS
+        }
+        Err(refused) => {
+            refused.report();
+            ExitCode::from(1)
         }
     }
-    out
 }
 
 fn plugin_test(plugin: &std::path::Path, cases: &std::path::Path) -> anyhow::Result<ExitCode> {
@@ -580,13 +550,15 @@ fn plugin_test(plugin: &std::path::Path, cases: &std::path::Path) -> anyhow::Res
 }
 
 async fn migrate(url: &str) -> anyhow::Result<ExitCode> {
-    let report = capgate_store::migrate_url(url)
+    let url = store::StoreUrl::from_command_line(url)?;
+    url.require(store::Access::Create)?;
+    let report = capgate_store::migrate_url(url.url())
         .await
-        .with_context(|| format!("could not migrate {}", redact_url(url)))?;
+        .with_context(|| format!("could not migrate {}", url.display()))?;
     if report.applied.is_empty() {
         println!(
             "{}: up to date ({} migrations)",
-            redact_url(url),
+            url.display(),
             report.status.len()
         );
     }
@@ -597,9 +569,9 @@ async fn migrate(url: &str) -> anyhow::Result<ExitCode> {
 }
 
 async fn audit_tail(url: &str, lines: u32, follow: bool) -> anyhow::Result<ExitCode> {
-    let store = capgate_store::Store::open(url)
-        .await
-        .with_context(|| format!("could not open the store {}", redact_url(url)))?;
+    let store = store::StoreUrl::from_command_line(url)?
+        .open(store::Access::Existing)
+        .await?;
     let log = store.audit_log();
     let mut last = 0i64;
     let print =
@@ -624,9 +596,9 @@ async fn audit_tail(url: &str, lines: u32, follow: bool) -> anyhow::Result<ExitC
 }
 
 async fn audit_query(url: &str, query: &capgate_store::AuditQuery) -> anyhow::Result<ExitCode> {
-    let store = capgate_store::Store::open(url)
-        .await
-        .with_context(|| format!("could not open the store {}", redact_url(url)))?;
+    let store = store::StoreUrl::from_command_line(url)?
+        .open(store::Access::Existing)
+        .await?;
     let rows = store.audit_log().query(query).await?;
     for row in rows {
         match row.event {
@@ -636,18 +608,4 @@ async fn audit_query(url: &str, query: &capgate_store::AuditQuery) -> anyhow::Re
     }
     store.close().await;
     Ok(ExitCode::SUCCESS)
-}
-
-/// A URL without its password, for messages.
-pub(crate) fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let creds = &url[s + 3..at];
-            match creds.split_once(':') {
-                Some((user, _)) => format!("{}{}:***{}", &url[..s + 3], user, &url[at..]),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
-    }
 }

@@ -1,10 +1,11 @@
 //! Operator commands over a deployment or its store: MCP over stdio, the portable contract,
 //! approvals from the shell, and invocation receipts (show, reconcile).
 
-use crate::build::build;
-use crate::config::Config;
+use crate::build::{Deployment, build};
+use crate::store::{Access, StoreUrl};
+use crate::validate::Checked;
 use anyhow::{Context, anyhow, bail};
-use capgate_core::actor::{Actor, ActorKind, ActorRef, Surface};
+use capgate_core::actor::{ActorKind, ActorRef, Surface};
 use capgate_core::approval::{ApprovalFilter, ApprovalStatus, DecisionStatus};
 use capgate_core::journal::{InvocationJournal, Settlement, scope_hash};
 use capgate_core::runtime::{CapabilityDescriptor, DecideRequest, Decider};
@@ -15,35 +16,29 @@ fn surface(s: &str) -> anyhow::Result<Surface> {
         .map_err(|_| anyhow!("unknown surface `{s}` (expected aiSdk, mcp or workflow)"))
 }
 
+/// The deployment of a command with a configuration file, over its store (`--store` when
+/// given, else `store.url`).
+async fn deployment(
+    checked: &Checked,
+    store: Option<&str>,
+    access: Access,
+) -> anyhow::Result<Deployment> {
+    let cfg = &checked.config;
+    let url = StoreUrl::for_config(store, &cfg.store.url, &cfg.path)?;
+    build(checked, url.open(access).await?, &url.display()).await
+}
+
 /// `capgate mcp --stdio`.
-pub async fn mcp_stdio(cfg: Config) -> anyhow::Result<()> {
-    let (Some(actor), Some(namespace)) = (&cfg.mcp.stdio_actor, &cfg.mcp.stdio_namespace) else {
-        bail!(
-            "{}: `capgate mcp --stdio` runs as a configured service actor; add\n    [mcp]\n    stdioActor = {{ id = \"svc_agent\", kind = \"service\" }}\n    stdioNamespace = \"org_1\"",
-            cfg.path.display()
-        );
-    };
-    let actor = Actor {
-        id: actor.id.clone(),
-        kind: actor.kind,
-        attributes: if actor.attributes.is_null() {
-            serde_json::json!({})
-        } else {
-            actor.attributes.clone()
-        },
-    };
-    let d = build(&cfg).await?;
-    let options = capgate_gateway::mcp::McpOptions {
-        approval_url: cfg.gateway.approval_console_url.clone(),
-        ..Default::default()
-    };
+pub async fn mcp_stdio(checked: Checked, store: Option<String>) -> anyhow::Result<()> {
+    let (actor, namespace, context) = checked.stdio_identity()?;
+    let d = deployment(&checked, store.as_deref(), Access::Create).await?;
     let result = capgate_gateway::mcp::serve_stdio(
         d.runtime.clone(),
         actor,
-        namespace.clone(),
-        cfg.mcp.stdio_context.clone(),
-        crate::serve::authorizer(&cfg, &d)?,
-        options,
+        namespace,
+        context,
+        checked.authorizer(),
+        checked.mcp_options(),
     )
     .await;
     let _ = d.runtime.drain_audit().await;
@@ -52,10 +47,14 @@ pub async fn mcp_stdio(cfg: Config) -> anyhow::Result<()> {
 }
 
 /// `capgate contract export|tools`.
-pub async fn contract(cfg: Config, surface_name: &str, format: Option<&str>) -> anyhow::Result<()> {
+pub fn contract(checked: &Checked, surface_name: &str, format: Option<&str>) -> anyhow::Result<()> {
     let s = surface(surface_name)?;
-    let d = build(&cfg).await?;
-    let contract = capgate_gateway::contract::export_contract(&d.runtime, s, &cfg.revision);
+    // The contract is the configuration's alone: no store is opened.
+    let runtime = checked
+        .scratch_runtime()
+        .context("the capability registry")?;
+    let contract =
+        capgate_gateway::contract::export_contract(&runtime, s, &checked.config.revision);
     let out = match format {
         None => serde_json::to_value(&contract)?,
         Some(f) => {
@@ -88,7 +87,6 @@ pub async fn contract(cfg: Config, surface_name: &str, format: Option<&str>) -> 
         }
     };
     println!("{}", serde_json::to_string_pretty(&out)?);
-    d.store.close().await;
     Ok(())
 }
 
@@ -105,7 +103,8 @@ fn status_filter(s: &str) -> anyhow::Result<Option<ApprovalStatus>> {
 
 /// `capgate approvals list`.
 pub async fn approvals_list(
-    cfg: Config,
+    checked: &Checked,
+    store: Option<&str>,
     status: &str,
     capability: Option<String>,
 ) -> anyhow::Result<()> {
@@ -114,7 +113,7 @@ pub async fn approvals_list(
         capability_id: capability,
         ..Default::default()
     };
-    let d = build(&cfg).await?;
+    let d = deployment(checked, store, Access::Existing).await?;
     let list = d.runtime.approvals().list(&filter).await?;
     if list.is_empty() {
         eprintln!("no {status} approvals");
@@ -135,8 +134,12 @@ pub async fn approvals_list(
 }
 
 /// `capgate approvals show`.
-pub async fn approvals_show(cfg: Config, id: &str) -> anyhow::Result<()> {
-    let d = build(&cfg).await?;
+pub async fn approvals_show(
+    checked: &Checked,
+    store: Option<&str>,
+    id: &str,
+) -> anyhow::Result<()> {
+    let d = deployment(checked, store, Access::Existing).await?;
     let record = d.runtime.approvals().get(id).await?.ok_or_else(|| {
         anyhow!("no approval `{id}` (`capgate approvals list --status all` lists them)")
     })?;
@@ -147,13 +150,14 @@ pub async fn approvals_show(cfg: Config, id: &str) -> anyhow::Result<()> {
 
 /// `capgate approvals approve|reject`.
 pub async fn approvals_decide(
-    cfg: Config,
+    checked: &Checked,
+    store: Option<&str>,
     id: &str,
     approve: bool,
     approver: &str,
     comment: Option<String>,
 ) -> anyhow::Result<()> {
-    let d = build(&cfg).await?;
+    let d = deployment(checked, store, Access::Existing).await?;
     let record = d
         .runtime
         .approvals()
@@ -201,7 +205,8 @@ pub struct ScopeArgs {
     /// The surface of the route it came through (aiSdk, mcp, workflow).
     #[arg(long)]
     surface: String,
-    /// Store URL.
+    /// Store URL (a relative sqlite:// path is relative to the current directory); the
+    /// database must exist.
     #[arg(long, env = "CAPGATE_STORE")]
     store: String,
 }
@@ -227,15 +232,11 @@ impl ScopeArgs {
 }
 
 async fn journal(scope: &ScopeArgs) -> anyhow::Result<(capgate_store::Store, String)> {
-    let store = capgate_store::Store::open(&scope.store)
-        .await
-        .with_context(|| {
-            format!(
-                "could not open the store {}",
-                crate::redact_url(&scope.store)
-            )
-        })?;
-    Ok((store, scope.scope()?))
+    let hash = scope.scope()?;
+    let store = StoreUrl::from_command_line(&scope.store)?
+        .open(Access::Existing)
+        .await?;
+    Ok((store, hash))
 }
 
 /// `capgate invocations show`.
@@ -315,9 +316,9 @@ pub async fn invocations_reconcile(
 
 /// `capgate invocations purge`.
 pub async fn invocations_purge(url: &str, older_than_hours: u64) -> anyhow::Result<()> {
-    let store = capgate_store::Store::open(url)
-        .await
-        .with_context(|| format!("could not open the store {}", crate::redact_url(url)))?;
+    let store = StoreUrl::from_command_line(url)?
+        .open(Access::Existing)
+        .await?;
     let horizon = std::time::Duration::from_secs(older_than_hours.saturating_mul(3600));
     let purged = store
         .journal()

@@ -3,193 +3,37 @@
 //! at `/approvals`, and `/healthz` + `/readyz`.
 
 use crate::build::{Deployment, build};
-use crate::config::{Config, JwtSection};
-use anyhow::{Context, anyhow, bail};
-use async_trait::async_trait;
-use capgate_core::actor::{Actor, Surface};
-use capgate_core::authz::{AuthorizeError, AuthorizeRequest, Authorizer};
-use capgate_gateway::auth::{
-    ApiKeyEntry, ApiKeys, BuiltinAuthenticator, JwtAuthenticator, JwtConfig, JwtKey,
-    SharedAuthenticator,
-};
-use capgate_gateway::door::{Doorkeeper, Quotas, Rate};
-use std::sync::Arc;
+use crate::store::{Access, StoreUrl};
+use crate::validate::Checked;
+use anyhow::Context;
+use capgate_core::actor::Surface;
 use std::time::Duration;
 
-/// `authorize = "authenticated"`: the explicit opt-in that any authenticated principal may
-/// use every gateway operation (the runtime's policies remain the authority over what runs).
-struct AuthenticatedOnly;
-
-#[async_trait]
-impl Authorizer for AuthenticatedOnly {
-    async fn authorize(&self, _request: &AuthorizeRequest<'_>) -> Result<(), AuthorizeError> {
-        Ok(())
-    }
-}
-
-/// The gateway never runs without an authorizer: say what to write when there is none.
-pub fn require_authorizer(cfg: &Config) -> anyhow::Result<()> {
-    if cfg.gateway.authorize.is_some() {
-        return Ok(());
-    }
-    bail!(
-        "{}: gateway.authorize is not set, and the gateway never runs without an authorizer.\n\
-             Add to [gateway] either\n    authorize = \"authenticated\"   # any authenticated caller may use every operation\n\
-             or\n    authorize = {{ plugin = \"NAME\" }}   # a Wasm authorizer plugin decides per operation",
-        cfg.path.display()
-    )
-}
-
-/// The configured authorizer.
-pub fn authorizer(cfg: &Config, d: &Deployment) -> anyhow::Result<Arc<dyn Authorizer>> {
-    require_authorizer(cfg)?;
-    match &cfg.gateway.authorize {
-        Some(serde_json::Value::String(s)) if s == "authenticated" => {
-            Ok(Arc::new(AuthenticatedOnly))
-        }
-        _ => d
-            .authorizer_plugin
-            .clone()
-            .ok_or_else(|| anyhow!("gateway.authorize: the authorizer plugin was not loaded")),
-    }
-}
-
-fn jwt(cfg: &Config, j: &JwtSection) -> anyhow::Result<JwtAuthenticator> {
-    let key = match (&j.hs256_secret_env, &j.rs256_public_key, &j.jwks) {
-        (Some(var), None, None) => {
-            let secret = std::env::var(var).with_context(|| {
-                format!("gateway.jwt.hs256SecretEnv: the environment variable {var} is not set")
-            })?;
-            if secret.len() < 32 {
-                bail!("gateway.jwt.hs256SecretEnv: {var} must hold at least 32 bytes");
-            }
-            JwtKey::hs256(secret.as_bytes())
-                .with_context(|| format!("gateway.jwt.hs256SecretEnv: {var}"))?
-        }
-        (None, Some(pem), None) => {
-            let path = cfg.relative(pem);
-            let bytes = std::fs::read(&path)
-                .with_context(|| format!("gateway.jwt.rs256PublicKey: {}", path.display()))?;
-            JwtKey::rs256_pem(&bytes).with_context(|| {
-                format!(
-                    "gateway.jwt.rs256PublicKey: {} (expected an RSA public key, `-----BEGIN PUBLIC KEY-----`)",
-                    path.display()
-                )
-            })?
-        }
-        (None, None, Some(jwks)) => {
-            let path = cfg.relative(jwks);
-            let bytes = std::fs::read(&path)
-                .with_context(|| format!("gateway.jwt.jwks: {}", path.display()))?;
-            JwtKey::jwks(&bytes).with_context(|| format!("gateway.jwt.jwks: {}", path.display()))?
-        }
-        _ => bail!("gateway.jwt: set exactly one of hs256SecretEnv, rs256PublicKey or jwks"),
-    };
-    Ok(JwtAuthenticator::new(JwtConfig {
-        key,
-        issuer: j.issuer.clone(),
-        audience: j.audience.clone(),
-        actor_id_claim: "sub".into(),
-        actor_kind_claim: None,
-        namespace_claim: j.namespace_claim.clone().unwrap_or_else(|| "org".into()),
-        attributes_claim: "attributes".into(),
-        roles_claim: "roles".into(),
-        surfaces_claim: j
-            .surfaces_claim
-            .clone()
-            .unwrap_or_else(|| "surfaces".into()),
-    }))
-}
-
-/// API keys and JWT, as configured.
-pub fn authenticator(cfg: &Config) -> anyhow::Result<SharedAuthenticator> {
-    let mut keys = ApiKeys::new();
-    for k in &cfg.gateway.api_keys {
-        let attributes = if k.actor.attributes.is_null() {
-            serde_json::json!({})
-        } else {
-            k.actor.attributes.clone()
-        };
-        keys.insert_hashed(
-            k.sha256.clone(),
-            ApiKeyEntry {
-                actor: Actor {
-                    id: k.actor.id.clone(),
-                    kind: k.actor.kind,
-                    attributes,
-                },
-                namespace: k.namespace.clone(),
-                roles: k.roles.clone(),
-                surfaces: k.surfaces.clone(),
-                context: k.context.clone(),
-            },
-        );
-    }
-    let jwt = cfg.gateway.jwt.as_ref().map(|j| jwt(cfg, j)).transpose()?;
-    if keys.is_empty() && jwt.is_none() {
-        bail!(
-            "{}: no way to authenticate: add [[gateway.apiKeys]] (`capgate keys hash KEY` prints the hash) or [gateway.jwt]",
-            cfg.path.display()
-        );
-    }
-    Ok(Arc::new(BuiltinAuthenticator {
-        api_keys: keys,
-        jwt,
-    }))
-}
-
-/// The doorkeeper every door of the deployment shares: its authenticator, authorizer and
-/// rate limits.
-pub fn doorkeeper(cfg: &Config, d: &Deployment) -> anyhow::Result<Doorkeeper> {
-    let r = &cfg.gateway.rate_limit;
-    let quotas = Quotas::new(
-        Rate::new(r.principal_per_second, r.principal_burst),
-        Rate::new(r.namespace_per_second, r.namespace_burst),
-    );
-    Ok(Doorkeeper::new(authenticator(cfg)?, authorizer(cfg, d)?)
-        .quotas(Arc::new(quotas))
-        .clock(Arc::new(RuntimeClock(d.runtime.clone()))))
-}
-
-/// The runtime's clock, for credential expiry at the doors.
-struct RuntimeClock(capgate_core::runtime::Runtime);
-
-impl capgate_core::clock::Clock for RuntimeClock {
-    fn now(&self) -> chrono::DateTime<chrono::Utc> {
-        self.0.now()
-    }
-}
-
 /// Build the whole HTTP application of a deployment.
-pub fn app(cfg: &Config, d: &Deployment) -> anyhow::Result<axum::Router> {
-    let keeper = doorkeeper(cfg, d)?;
+pub fn app(checked: &Checked, d: &Deployment) -> anyhow::Result<axum::Router> {
+    let cfg = &checked.config;
+    let keeper = checked.doorkeeper(&d.runtime);
     let mut app = axum::Router::new();
-    let gateway_for = |surface: Surface| capgate_gateway::gateway::GatewayConfig {
-        surface,
-        revision: cfg.revision.clone(),
-        runtime: d.runtime.clone(),
-        journal: d.journal.clone(),
-        doorkeeper: keeper.clone(),
-        request_timeout: Duration::from_millis(cfg.gateway.request_timeout_ms),
-        audit_drain_timeout: Duration::from_millis(cfg.gateway.audit_drain_timeout_ms),
-        max_body_bytes: cfg.gateway.max_body_bytes,
+    let gateway_for = |surface: Surface| {
+        checked.gateway_config(
+            surface,
+            d.runtime.clone(),
+            d.journal.clone(),
+            keeper.clone(),
+        )
     };
     for r in &cfg.gateway.routes {
         let router = capgate_gateway::gateway::capability_router(gateway_for(r.surface))
             .with_context(|| format!("gateway route {}", r.path))?;
         app = app.nest(&r.path, router);
     }
-    let mcp_options = capgate_gateway::mcp::McpOptions {
-        approval_url: cfg.gateway.approval_console_url.clone(),
-        ..Default::default()
-    };
     app = app
         .nest_service(
             "/mcp",
             capgate_gateway::mcp::streamable_http_router(
                 d.runtime.clone(),
                 keeper.clone(),
-                mcp_options,
+                checked.mcp_options(),
             ),
         )
         .merge(capgate_gateway::approvals_api::approvals_router(
@@ -203,13 +47,21 @@ pub fn app(cfg: &Config, d: &Deployment) -> anyhow::Result<axum::Router> {
     Ok(app)
 }
 
-/// `capgate serve`.
-pub async fn serve(cfg: Config, listen: Option<String>) -> anyhow::Result<()> {
-    // Refuse a missing authorizer before anything is opened or created.
-    require_authorizer(&cfg)?;
-    let deployment = build(&cfg).await?;
-    let app = app(&cfg, &deployment)?;
+/// `capgate serve`: a [`Checked`] deployment over its store (created if missing), behind
+/// one listener.
+pub async fn serve(
+    checked: Checked,
+    store: Option<String>,
+    listen: Option<String>,
+) -> anyhow::Result<()> {
+    let cfg = &checked.config;
+    let url = StoreUrl::for_config(store.as_deref(), &cfg.store.url, &cfg.path)?;
     let addr = listen.unwrap_or_else(|| cfg.gateway.listen.clone());
+    if let Err(e) = crate::values::check_listen(&addr) {
+        anyhow::bail!("--listen: {e}");
+    }
+    let deployment = build(&checked, url.open(Access::Create).await?, &url.display()).await?;
+    let app = app(&checked, &deployment)?;
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
         .with_context(|| {

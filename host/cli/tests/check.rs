@@ -213,3 +213,360 @@ fn a_broken_copy_of_the_example_fails_with_located_errors() {
         );
     }
 }
+
+// ---- `check` refuses exactly what `serve` refuses --------------------------------------
+
+/// A deployment `serve` runs: two HTTP capabilities, an API key, one route. Every broken
+/// variant below changes one thing.
+const SERVABLE: &str = r#"
+revision = "r1"
+
+[[capabilities]]
+id = "orders.refund"
+description = "Refund an order"
+expose = { aiSdk = true }
+sideEffect = "write"
+risk = "high"
+procedure = { http = { target = "orders", url = "http://127.0.0.1:9/refund" } }
+
+[[capabilities]]
+id = "orders.lookup"
+description = "Look an order up"
+expose = { aiSdk = true }
+sideEffect = "read"
+risk = "low"
+procedure = { http = { target = "lookup", url = "http://127.0.0.1:9/lookup" } }
+
+[gateway]
+authorize = "authenticated"
+routes = [{ path = "/agent", surface = "aiSdk" }]
+
+[[gateway.apiKeys]]
+sha256 = "0d3b4f6a1b2c5e8f9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f"
+namespace = "org_1"
+surfaces = ["aiSdk"]
+actor = { id = "u_dana", kind = "user" }
+"#;
+
+/// What one process did.
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    /// The `file:line:column: key: message` lines.
+    fn located(&self) -> Vec<&str> {
+        self.stderr
+            .lines()
+            .filter(|l| l.contains("capgate.toml:"))
+            .collect()
+    }
+}
+
+/// Run the binary with a deadline: a `serve` that wrongly starts is killed after `secs` and
+/// reported with whatever it printed.
+fn run_for(args: &[&std::ffi::OsStr], secs: u64) -> Run {
+    use std::io::Read;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_capgate"))
+        .args(args)
+        .env("CAPGATE_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run capgate");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    let code = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status.code();
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut stdout = String::new();
+    let mut stderr = String::new();
+    if let Some(mut o) = child.stdout.take() {
+        let _ = o.read_to_string(&mut stdout);
+    }
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut stderr);
+    }
+    Run {
+        code,
+        stdout,
+        stderr,
+    }
+}
+
+/// `capgate check` and `capgate serve` on the same file (in its own directory, whose
+/// default store would be `capgate.db` there).
+/// `serve` is given `serve_secs` to refuse before it is killed.
+fn check_and_serve(
+    config: &str,
+    serve_secs: u64,
+) -> (Run, Run, std::path::PathBuf, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("capgate.toml");
+    std::fs::write(&path, config).expect("write config");
+    let check = run_for(
+        &["check".as_ref(), "--config".as_ref(), path.as_os_str()],
+        60,
+    );
+    let serve = run_for(
+        &[
+            "serve".as_ref(),
+            "--listen".as_ref(),
+            "127.0.0.1:0".as_ref(),
+            "--config".as_ref(),
+            path.as_os_str(),
+        ],
+        serve_secs,
+    );
+    let db = dir.path().join("capgate.db");
+    (check, serve, db, dir)
+}
+
+fn assert_located(line: &str) {
+    let rest = line.split("capgate.toml:").nth(1).unwrap_or_default();
+    let mut parts = rest.split(':');
+    let line_no: usize = parts.next().unwrap_or("0").parse().unwrap_or(0);
+    let col: usize = parts.next().unwrap_or("0").parse().unwrap_or(0);
+    assert!(line_no > 0 && col > 0, "unlocated: {line}");
+}
+
+#[test]
+fn the_servable_config_passes_check_and_serve_listens() {
+    let (check, serve, db, _dir) = check_and_serve(SERVABLE, 10);
+    assert_eq!(check.code, Some(0), "{}", check.stderr);
+    // Still running at the deadline: it was serving.
+    assert_eq!(serve.code, None, "{}", serve.stderr);
+    assert!(serve.stdout.contains("listening on"), "{}", serve.stdout);
+    assert!(db.is_file(), "serve creates its SQLite store");
+}
+
+#[test]
+fn serve_refuses_every_config_check_refuses_with_the_same_located_problems() {
+    let second_refund = r#"
+[[capabilities]]
+id = "orders.cancel"
+description = "Cancel an order"
+expose = { aiSdk = true }
+sideEffect = "write"
+risk = "low"
+procedure = { http = { target = "orders", url = "http://127.0.0.1:9/cancel" } }
+"#;
+    let cases: Vec<(&str, String, &str)> = vec![
+        (
+            "a retried write that is not idempotent (SI-11)",
+            SERVABLE.replace(
+                "risk = \"high\"",
+                "risk = \"high\"\nretry = { maxAttempts = 2 }",
+            ),
+            "SI-11",
+        ),
+        (
+            "a negative stall timeout",
+            SERVABLE.replace(
+                "url = \"http://127.0.0.1:9/refund\" }",
+                "url = \"http://127.0.0.1:9/refund\" }, responseStallTimeoutMs = -1",
+            ),
+            "responseStallTimeoutMs",
+        ),
+        (
+            "an integer beyond 64 bits",
+            SERVABLE.replace(
+                "risk = \"high\"",
+                "risk = \"high\"\ntimeoutMs = 99999999999999999999",
+            ),
+            "does not fit in 64 bits",
+        ),
+        (
+            "a timeout beyond any clock",
+            SERVABLE.replace(
+                "risk = \"high\"",
+                "risk = \"high\"\napproval = { required = true, expiresInMs = 9000000000000000000 }",
+            ),
+            "expiresInMs",
+        ),
+        (
+            "two capabilities on one upstream target",
+            SERVABLE.replace("[gateway]", &format!("{second_refund}\n[gateway]")),
+            "already uses the procedure provider",
+        ),
+        (
+            "no authorizer",
+            SERVABLE.replace("authorize = \"authenticated\"\n", ""),
+            "gateway.authorize: is not set",
+        ),
+        (
+            "no way to authenticate",
+            SERVABLE
+                .split("[[gateway.apiKeys]]")
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+            "no way to authenticate",
+        ),
+        (
+            "a route on a path capgate serves itself",
+            SERVABLE.replace("path = \"/agent\"", "path = \"/mcp\""),
+            "served by capgate itself",
+        ),
+        (
+            "one path mounted twice",
+            SERVABLE.replace(
+                "routes = [{ path = \"/agent\", surface = \"aiSdk\" }]",
+                "routes = [{ path = \"/agent\", surface = \"aiSdk\" }, { path = \"/agent\", surface = \"workflow\" }]",
+            ),
+            "mounted twice",
+        ),
+        (
+            "an empty revision",
+            SERVABLE.replace("revision = \"r1\"", "revision = \"\""),
+            "revision",
+        ),
+        (
+            "a rate limit whose burst switches it off",
+            SERVABLE.replace(
+                "[[gateway.apiKeys]]",
+                "[gateway.rateLimit]\nprincipalPerSecond = 10\nprincipalBurst = 0\n\n[[gateway.apiKeys]]",
+            ),
+            "principalBurst",
+        ),
+        (
+            "a capability that cannot finish inside the gateway's budget",
+            SERVABLE.replace(
+                "routes = [",
+                "requestTimeoutMs = 20000\nroutes = [",
+            ),
+            "outcome-unknown",
+        ),
+    ];
+    for (what, config, needle) in cases {
+        let (check, serve, db, _dir) = check_and_serve(&config, 60);
+        assert_eq!(check.code, Some(1), "{what}: check:\n{}", check.stderr);
+        let located = check.located();
+        assert!(
+            located.iter().any(|l| l.contains(needle)),
+            "{what}: no located problem says `{needle}`:\n{}",
+            check.stderr
+        );
+        located.iter().for_each(|l| assert_located(l));
+        assert_eq!(serve.code, Some(1), "{what}: serve:\n{}", serve.stderr);
+        assert!(
+            !serve.stdout.contains("listening"),
+            "{what}: serve listened:\n{}",
+            serve.stdout
+        );
+        assert_eq!(
+            serve.located(),
+            located,
+            "{what}: serve and check disagree:\ncheck:\n{}\nserve:\n{}",
+            check.stderr,
+            serve.stderr
+        );
+        assert!(
+            !db.exists(),
+            "{what}: serve created its store before refusing"
+        );
+    }
+}
+
+#[test]
+fn the_default_timeouts_fit_the_default_gateway_budget() {
+    // Neither capability sets timeoutMs, the gateway sets no timeouts: 30 s per attempt
+    // must fit the default 45 s − 5 s budget.
+    assert!(!SERVABLE.contains("timeoutMs") && !SERVABLE.contains("TimeoutMs"));
+    let (code, _out, err) = check(SERVABLE);
+    assert_eq!(code, 0, "{err}");
+}
+
+#[test]
+fn a_capability_whose_retries_outlast_the_gateway_budget_is_located_at_its_retry() {
+    let config = SERVABLE.replace(
+        "risk = \"low\"",
+        "risk = \"low\"\ntimeoutMs = 15000\nretry = { maxAttempts = 2, backoffMs = 1000 }",
+    );
+    let (code, _out, err) = check(&config);
+    assert_eq!(code, 1, "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("orders.lookup"))
+        .unwrap_or_else(|| panic!("nothing about orders.lookup:\n{err}"));
+    // 3 × 15 000 + 1 000 + 2 000 = 48 000 > 45 000 − 5 000.
+    assert!(line.contains("capabilities.1.retry"), "{line}");
+    assert!(line.contains("48000 ms"), "{line}");
+    assert!(line.contains("40000 ms"), "{line}");
+    assert_located(line);
+    // The same capability with one retry fits: 2 × 15 000 + 1 000 = 31 000.
+    let fits = config.replace("maxAttempts = 2", "maxAttempts = 1");
+    let (code, _out, err) = check(&fits);
+    assert_eq!(code, 0, "{err}");
+}
+
+#[test]
+fn a_capability_only_on_a_surface_no_route_serves_has_no_gateway_budget() {
+    let config = SERVABLE
+        .replace("risk = \"low\"", "risk = \"low\"\ntimeoutMs = 100000")
+        .replace(
+            "id = \"orders.lookup\"\ndescription = \"Look an order up\"\nexpose = { aiSdk = true }",
+            "id = \"orders.lookup\"\ndescription = \"Look an order up\"\nexpose = { mcp = true }",
+        );
+    assert!(config.contains("expose = { mcp = true }"));
+    let (code, _out, err) = check(&config);
+    assert_eq!(code, 0, "{err}");
+}
+
+#[test]
+fn a_missing_authorizer_and_a_registry_problem_are_reported_in_one_run() {
+    let config = SERVABLE
+        .replace("authorize = \"authenticated\"\n", "")
+        .replace(
+            "risk = \"high\"",
+            "risk = \"high\"\nretry = { maxAttempts = 2 }",
+        );
+    let (code, _out, err) = check(&config);
+    assert_eq!(code, 1, "{err}");
+    for needle in ["gateway.authorize", "SI-11"] {
+        assert!(
+            err.lines()
+                .any(|l| l.contains("capgate.toml:") && l.contains(needle)),
+            "no located problem says {needle}:\n{err}"
+        );
+    }
+}
+
+#[test]
+fn a_binding_to_a_plugin_without_that_export_is_located_at_the_binding() {
+    let (dir, text) = example();
+    let dir = dir.canonicalize().expect("example dir");
+    // refundLimit bound to the redactor component: it exports no policy.
+    let broken = text
+        .replace(
+            "pluginDir = \"../../plugins",
+            &format!("pluginDir = \"{}/../../plugins", dir.display()),
+        )
+        .replace(
+            "compileCache = \".capgate-cache\"",
+            &format!("compileCache = \"{}/.capgate-cache\"", dir.display()),
+        )
+        .replace("\"schemas/", &format!("\"{}/schemas/", dir.display()))
+        .replace(
+            "[policies.refundLimit]\nplugin = \"refund-limit\"",
+            "[policies.refundLimit]\nplugin = \"pii-redactor\"",
+        );
+    assert!(broken.contains("plugin = \"pii-redactor\"\nconfig = { maxAmount"));
+    let (code, _out, err) = check(&broken);
+    assert_eq!(code, 1, "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("does not export"))
+        .unwrap_or_else(|| panic!("no problem says `does not export`:\n{err}"));
+    assert!(line.contains("policies.refundLimit.plugin"), "{line}");
+    assert_located(line);
+}

@@ -491,7 +491,9 @@ routes = [{ path = "/agent", surface = "aiSdk" }]
         .output()
         .expect("run capgate");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    // A configuration problem: exit 1 and located, exactly as `capgate check` reports it.
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("capgate.toml:"), "{err}");
     assert!(err.contains("gateway.authorize"), "{err}");
     assert!(
         err.contains("authorize = \"authenticated\""),

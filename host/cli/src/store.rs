@@ -1,0 +1,266 @@
+//! Where the store is: one rule for every command.
+//!
+//! - `store.url` in a configuration file is relative to **that file's directory**.
+//! - `--store` (or `CAPGATE_STORE`) on the command line is relative to the **current
+//!   directory**, like every path a command line takes.
+//!
+//! `serve`, `mcp` and `migrate` may create a SQLite database ([`Access::Create`]); every
+//! other command only opens one that exists ([`Access::Existing`]), so a mistyped path is
+//! an error that says what to do, never a new empty database and an empty answer.
+
+use anyhow::{Context, bail};
+use capgate_store::Store;
+use std::path::{Path, PathBuf};
+
+/// How a command uses the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// `serve`, `mcp`, `migrate`: a SQLite file that does not exist yet is created.
+    Create,
+    /// Every other command: the database must already be there.
+    Existing,
+}
+
+/// Where a store URL was written, which decides what a relative SQLite path is relative to.
+#[derive(Debug, Clone)]
+enum Origin {
+    /// `--store` or `CAPGATE_STORE`: the current directory.
+    CommandLine { cwd: PathBuf },
+    /// `store.url` in this configuration file: the file's directory.
+    ConfigFile { file: PathBuf },
+}
+
+/// What a store URL points at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Kind {
+    /// A SQLite file, with the URL's query (`?mode=…`) if any.
+    SqliteFile {
+        path: PathBuf,
+        query: Option<String>,
+    },
+    /// An in-memory SQLite database.
+    SqliteMemory,
+    /// A Postgres server.
+    Postgres,
+}
+
+fn kind(url: &str) -> Result<Kind, String> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok(Kind::Postgres);
+    }
+    let Some(rest) = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+    else {
+        return Err(format!(
+            "`{}` is not a store URL (expected sqlite://FILE or postgres://USER:PASSWORD@HOST/DB)",
+            redact_url(url)
+        ));
+    };
+    let (path, query) = match rest.split_once('?') {
+        Some((p, q)) => (p, Some(q.to_string())),
+        None => (rest, None),
+    };
+    if path == ":memory:" || query.as_deref().is_some_and(|q| q.contains("mode=memory")) {
+        return Ok(Kind::SqliteMemory);
+    }
+    if path.is_empty() {
+        return Err(format!(
+            "`{url}` names no database file (e.g. sqlite://capgate.db)"
+        ));
+    }
+    Ok(Kind::SqliteFile {
+        path: PathBuf::from(path),
+        query,
+    })
+}
+
+/// Is this a store URL capgate can open? (Nothing is resolved or touched.)
+pub fn check_url(url: &str) -> Result<(), String> {
+    kind(url).map(|_| ())
+}
+
+/// A store URL with its SQLite path resolved by the rule of this module.
+#[derive(Debug, Clone)]
+pub struct StoreUrl {
+    /// As written.
+    written: String,
+    /// With an absolute SQLite path.
+    resolved: String,
+    /// The SQLite file, when it is one.
+    file: Option<PathBuf>,
+    origin: Origin,
+}
+
+impl StoreUrl {
+    /// `--store URL` (or `CAPGATE_STORE`): a relative SQLite path is relative to the
+    /// current directory.
+    pub fn from_command_line(url: &str) -> anyhow::Result<StoreUrl> {
+        let cwd = std::env::current_dir().context("cannot read the current directory")?;
+        StoreUrl::resolve(url, Origin::CommandLine { cwd })
+            .map_err(|e| anyhow::anyhow!("--store: {e}"))
+    }
+
+    /// `store.url` of a configuration file: a relative SQLite path is relative to the file's
+    /// directory.
+    pub fn from_config_file(url: &str, file: &Path) -> anyhow::Result<StoreUrl> {
+        let file = std::path::absolute(file)
+            .with_context(|| format!("cannot resolve {}", file.display()))?;
+        StoreUrl::resolve(url, Origin::ConfigFile { file: file.clone() })
+            .map_err(|e| anyhow::anyhow!("{}: store.url: {e}", file.display()))
+    }
+
+    /// The store of a command with a configuration file: `--store` when given, else the
+    /// file's `store.url`.
+    pub fn for_config(
+        command_line: Option<&str>,
+        config_url: &str,
+        config_file: &Path,
+    ) -> anyhow::Result<StoreUrl> {
+        match command_line {
+            Some(url) => StoreUrl::from_command_line(url),
+            None => StoreUrl::from_config_file(config_url, config_file),
+        }
+    }
+
+    fn resolve(url: &str, origin: Origin) -> Result<StoreUrl, String> {
+        let (resolved, file) = match kind(url)? {
+            Kind::SqliteFile { path, query } => {
+                let base = match &origin {
+                    Origin::CommandLine { cwd } => cwd.as_path(),
+                    Origin::ConfigFile { file } => file.parent().unwrap_or(Path::new("/")),
+                };
+                let full = base.join(path);
+                let resolved = match query {
+                    Some(q) => format!("sqlite://{}?{q}", full.display()),
+                    None => format!("sqlite://{}", full.display()),
+                };
+                (resolved, Some(full))
+            }
+            Kind::SqliteMemory | Kind::Postgres => (url.to_string(), None),
+        };
+        Ok(StoreUrl {
+            written: url.to_string(),
+            resolved,
+            file,
+            origin,
+        })
+    }
+
+    /// The URL to open (SQLite path absolute).
+    pub fn url(&self) -> &str {
+        &self.resolved
+    }
+
+    /// The URL for messages: the resolved one, password hidden.
+    pub fn display(&self) -> String {
+        redact_url(&self.resolved)
+    }
+
+    /// Where the relative path was taken from, for messages.
+    fn rule(&self) -> String {
+        match &self.origin {
+            Origin::CommandLine { cwd } => format!(
+                "--store {} is relative to the current directory ({})",
+                redact_url(&self.written),
+                cwd.display()
+            ),
+            Origin::ConfigFile { file } => format!(
+                "store.url {} in {} is relative to that file's directory",
+                redact_url(&self.written),
+                file.display()
+            ),
+        }
+    }
+
+    /// Refuse what `access` does not allow, before anything is opened: a SQLite database
+    /// that does not exist (for [`Access::Existing`]), or one in a missing directory.
+    pub fn require(&self, access: Access) -> anyhow::Result<()> {
+        let Some(file) = &self.file else {
+            return Ok(());
+        };
+        if file.is_file() {
+            return Ok(());
+        }
+        if file.exists() {
+            bail!(
+                "{} is not a SQLite database file\n  note: {}",
+                file.display(),
+                self.rule()
+            );
+        }
+        match access {
+            Access::Existing => bail!(
+                "no SQLite database at {}\n  note: {}\n  help: point --store (or store.url) at the database `capgate serve` writes; \
+                 to start an empty one on purpose, run `capgate migrate --store {}`",
+                file.display(),
+                self.rule(),
+                self.display()
+            ),
+            Access::Create => match file.parent() {
+                Some(dir) if !dir.is_dir() => bail!(
+                    "cannot create the SQLite database {}: the directory {} does not exist\n  note: {}",
+                    file.display(),
+                    dir.display(),
+                    self.rule()
+                ),
+                _ => Ok(()),
+            },
+        }
+    }
+
+    /// Open the store (SQLite is migrated at open), after [`StoreUrl::require`].
+    pub async fn open(&self, access: Access) -> anyhow::Result<Store> {
+        self.require(access)?;
+        Store::open(&self.resolved)
+            .await
+            .with_context(|| format!("could not open the store {}", self.display()))
+    }
+}
+
+/// A URL without its password, for messages.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            match creds.split_once(':') {
+                Some((user, _)) => format!("{}{}:***{}", &url[..s + 3], user, &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_relative_sqlite_path_in_a_config_file_is_relative_to_the_file() {
+        let s = StoreUrl::from_config_file(
+            "sqlite://state/x.db?mode=rwc",
+            Path::new("/etc/cg/capgate.toml"),
+        )
+        .expect("url");
+        assert_eq!(s.url(), "sqlite:///etc/cg/state/x.db?mode=rwc");
+    }
+
+    #[test]
+    fn an_absolute_sqlite_path_and_other_urls_stay_as_written() {
+        let s = StoreUrl::from_config_file("sqlite:///var/x.db", Path::new("/etc/capgate.toml"))
+            .expect("url");
+        assert_eq!(s.url(), "sqlite:///var/x.db");
+        let p = StoreUrl::from_config_file("postgres://u:p@h/db", Path::new("/etc/capgate.toml"))
+            .expect("url");
+        assert_eq!(p.url(), "postgres://u:p@h/db");
+        assert_eq!(p.display(), "postgres://u:***@h/db");
+    }
+
+    #[test]
+    fn an_unknown_scheme_or_an_empty_path_is_refused() {
+        assert!(check_url("mysql://h/db").is_err());
+        assert!(check_url("sqlite://").is_err());
+        assert!(check_url("sqlite::memory:").is_ok());
+    }
+}

@@ -1,0 +1,285 @@
+//! The value checks of a parsed configuration: numbers in their ranges (so nothing
+//! overflows or makes every call fail), route paths that can be mounted, a listen address,
+//! a store URL, a consistent `[mcp]` table. Each problem is located; all are reported
+//! together with the type and reference problems of [`Config::load`].
+
+use crate::config::Config;
+use crate::located::{Located, Problem, seg};
+use capgate_core::actor::ActorKind;
+
+/// The longest duration any `…Ms` setting may hold: 365 days. Far beyond any sensible
+/// timeout, and far enough from the limits of the clocks that nothing overflows.
+pub const MAX_MS: u64 = 365 * 24 * 3_600_000;
+
+/// The longest replay horizon: ten years.
+pub const MAX_REPLAY_HORIZON_HOURS: u64 = 10 * 365 * 24;
+
+/// The largest plugin memory cap: a 32-bit Wasm memory cannot grow past 4 GiB.
+pub const MAX_MEMORY_MB: u64 = 4096;
+
+/// Paths `serve` mounts itself; a route may not take them (or anything beneath them).
+pub const RESERVED_PATHS: &[&str] = &["/mcp", "/approvals", "/healthz", "/readyz"];
+
+/// A duration setting: positive (unless `zero_ok`) and at most [`MAX_MS`].
+fn ms(doc: &Located, out: &mut Vec<Problem>, pointer: &str, value: u64, zero_ok: bool) {
+    if value == 0 && !zero_ok {
+        out.push(doc.problem(pointer, "must be a positive number of milliseconds"));
+    } else if value > MAX_MS {
+        out.push(doc.problem(
+            pointer,
+            format!("must be at most {MAX_MS} milliseconds (365 days), got {value}"),
+        ));
+    }
+}
+
+impl Config {
+    /// Ranges and shapes of values (see the module docs).
+    pub(crate) fn check_values(&self, doc: &Located, out: &mut Vec<Problem>) {
+        let r = &self.runtime;
+        ms(doc, out, "/runtime/timeoutMs", r.timeout_ms, false);
+        ms(
+            doc,
+            out,
+            "/runtime/policyTimeoutMs",
+            r.policy_timeout_ms,
+            false,
+        );
+        ms(
+            doc,
+            out,
+            "/runtime/approvalExpiresInMs",
+            r.approval_expires_in_ms,
+            false,
+        );
+        for (name, p) in &self.plugins {
+            let at = format!("/plugins/{}", seg(name));
+            if let Some(t) = p.timeout_ms {
+                ms(doc, out, &format!("{at}/timeoutMs"), t, false);
+            }
+            if let Some(mb) = p.memory_mb
+                && !(1..=MAX_MEMORY_MB).contains(&mb)
+            {
+                out.push(doc.problem(
+                    &format!("{at}/memoryMb"),
+                    format!("must be between 1 and {MAX_MEMORY_MB} (MiB), got {mb}"),
+                ));
+            }
+        }
+        for (i, c) in self.capabilities.iter().enumerate() {
+            let at = format!("/capabilities/{i}");
+            if let Some(t) = c.timeout_ms {
+                ms(doc, out, &format!("{at}/timeoutMs"), t, false);
+            }
+            if let Some(e) = c.approval.as_ref().and_then(|a| a.expires_in_ms) {
+                ms(doc, out, &format!("{at}/approval/expiresInMs"), e, false);
+            }
+            if let Some(b) = c.retry.as_ref().and_then(|r| r.backoff_ms) {
+                ms(doc, out, &format!("{at}/retry/backoffMs"), b, false);
+            }
+            let stall = c.procedure.response_stall_timeout_ms;
+            if capgate_provider::stall::validate_stall_timeout_ms(stall).is_err()
+                || u64::try_from(stall).is_ok_and(|v| v > MAX_MS)
+            {
+                out.push(doc.problem(
+                    &format!("{at}/procedure/responseStallTimeoutMs"),
+                    format!(
+                        "must be 0 (the default, {} ms) or a positive number of milliseconds up to {MAX_MS}, got {stall}",
+                        capgate_provider::stall::DEFAULT_RESPONSE_STALL_TIMEOUT_MS
+                    ),
+                ));
+            }
+            if let Some(t) = c.procedure.http.as_ref().and_then(|h| h.connect_timeout_ms) {
+                ms(
+                    doc,
+                    out,
+                    &format!("{at}/procedure/http/connectTimeoutMs"),
+                    t,
+                    false,
+                );
+            }
+        }
+        self.check_gateway_values(doc, out);
+        self.check_mcp(doc, out);
+        if let Err(e) = crate::store::check_url(&self.store.url) {
+            out.push(doc.problem("/store/url", e));
+        }
+        if let Some(jsonl) = &self.audit.jsonl {
+            let path = self.relative(jsonl);
+            match path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                Some(dir) if !dir.is_dir() => out.push(doc.problem(
+                    "/audit/jsonl",
+                    format!(
+                        "the directory {} does not exist (the path is relative to this file)",
+                        dir.display()
+                    ),
+                )),
+                _ if path.is_dir() => out.push(doc.problem(
+                    "/audit/jsonl",
+                    format!("{} is a directory, not a file", path.display()),
+                )),
+                _ => {}
+            }
+        }
+    }
+
+    fn check_gateway_values(&self, doc: &Located, out: &mut Vec<Problem>) {
+        let g = &self.gateway;
+        ms(
+            doc,
+            out,
+            "/gateway/requestTimeoutMs",
+            g.request_timeout_ms,
+            false,
+        );
+        ms(
+            doc,
+            out,
+            "/gateway/auditDrainTimeoutMs",
+            g.audit_drain_timeout_ms,
+            true,
+        );
+        if g.max_body_bytes == 0 {
+            out.push(doc.problem("/gateway/maxBodyBytes", "must be positive"));
+        }
+        if !(1..=MAX_REPLAY_HORIZON_HOURS).contains(&g.replay_horizon_hours) {
+            out.push(doc.problem(
+                "/gateway/replayHorizonHours",
+                format!(
+                    "must be between 1 and {MAX_REPLAY_HORIZON_HOURS} hours, got {}",
+                    g.replay_horizon_hours
+                ),
+            ));
+        }
+        if let Err(e) = check_listen(&g.listen) {
+            out.push(doc.problem("/gateway/listen", e));
+        }
+        let rl = &g.rate_limit;
+        for (rate, burst, rate_key, burst_key) in [
+            (
+                rl.principal_per_second,
+                rl.principal_burst,
+                "principalPerSecond",
+                "principalBurst",
+            ),
+            (
+                rl.namespace_per_second,
+                rl.namespace_burst,
+                "namespacePerSecond",
+                "namespaceBurst",
+            ),
+        ] {
+            if (rate == 0) != (burst == 0) {
+                let zero = if rate == 0 { rate_key } else { burst_key };
+                out.push(doc.problem(
+                    &format!("/gateway/rateLimit/{zero}"),
+                    format!(
+                        "0 here switches the limit off although the other is set; set both {rate_key} and {burst_key} to 0 to switch it off, or both to positive numbers"
+                    ),
+                ));
+            }
+        }
+        let mut seen: Vec<&str> = Vec::new();
+        for (i, r) in g.routes.iter().enumerate() {
+            let at = format!("/gateway/routes/{i}/path");
+            if seen.contains(&r.path.as_str()) {
+                out.push(doc.problem(
+                    &at,
+                    format!(
+                        "`{}` is mounted twice; each route needs its own path",
+                        r.path
+                    ),
+                ));
+            }
+            seen.push(&r.path);
+            let bad_segment = r.path.split('/').skip(1).any(|s| {
+                !s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '~'))
+            });
+            // Empty segments (`//`, a trailing `/`) are reported by the reference checks.
+            if r.path.starts_with('/') && bad_segment {
+                out.push(doc.problem(
+                    &at,
+                    "may contain only ASCII letters, digits, `-`, `_`, `.` and `~` between slashes",
+                ));
+            }
+            if let Some(reserved) = RESERVED_PATHS
+                .iter()
+                .find(|p| r.path == **p || r.path.starts_with(&format!("{p}/")))
+            {
+                out.push(doc.problem(
+                    &at,
+                    format!(
+                        "`{reserved}` is served by capgate itself ({}); pick another path",
+                        match *reserved {
+                            "/mcp" => "MCP",
+                            "/approvals" => "the human approvals API",
+                            _ => "health checks",
+                        }
+                    ),
+                ));
+            }
+        }
+    }
+
+    fn check_mcp(&self, doc: &Located, out: &mut Vec<Problem>) {
+        let m = &self.mcp;
+        match (&m.stdio_actor, &m.stdio_namespace) {
+            (Some(_), None) => out.push(doc.problem(
+                "/mcp/stdioActor",
+                "needs `stdioNamespace` too (the namespace its calls run in)",
+            )),
+            (None, Some(_)) => out.push(doc.problem(
+                "/mcp/stdioNamespace",
+                "needs `stdioActor` too (the service actor of `capgate mcp --stdio`)",
+            )),
+            _ => {}
+        }
+        if let Some(a) = &m.stdio_actor {
+            if a.id.trim().is_empty() {
+                out.push(doc.problem("/mcp/stdioActor/id", "must not be empty"));
+            }
+            if a.kind == ActorKind::Anonymous {
+                out.push(doc.problem(
+                    "/mcp/stdioActor/kind",
+                    "anonymous actors are rejected; use a service actor",
+                ));
+            }
+        }
+        if m.stdio_namespace
+            .as_ref()
+            .is_some_and(|n| n.trim().is_empty())
+        {
+            out.push(doc.problem("/mcp/stdioNamespace", "must not be empty"));
+        }
+        if !m.stdio_context.is_null() && !m.stdio_context.is_object() {
+            out.push(doc.problem("/mcp/stdioContext", "must be a table"));
+        }
+        for (i, h) in m.allowed_hosts.iter().flatten().enumerate() {
+            if h.trim().is_empty() || h.contains(['/', ' ']) {
+                out.push(doc.problem(
+                    &format!("/mcp/allowedHosts/{i}"),
+                    "must be a host name, optionally with a port (e.g. `capgate.example` or `capgate.example:8080`)",
+                ));
+            }
+        }
+    }
+}
+
+/// `HOST:PORT` (an IP address or a name) with a port from 0 to 65535.
+pub fn check_listen(addr: &str) -> Result<(), String> {
+    if addr.parse::<std::net::SocketAddr>().is_ok() {
+        return Ok(());
+    }
+    match addr.rsplit_once(':') {
+        Some((host, port))
+            if !host.is_empty()
+                && !host.contains(['[', ']', '/'])
+                && port.parse::<u16>().is_ok() =>
+        {
+            Ok(())
+        }
+        _ => Err(format!(
+            "`{addr}` is not a listen address (HOST:PORT, e.g. `127.0.0.1:8080` or `0.0.0.0:8080`)"
+        )),
+    }
+}
