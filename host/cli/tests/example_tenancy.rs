@@ -182,7 +182,11 @@ async fn eve_of_org_2_can_neither_refund_nor_read_org_1s_order_and_the_audit_say
             )
             .await;
         assert_eq!(checked["status"], "completed", "{checked}");
-        assert_eq!(checked["output"]["maxRefund"].as_f64(), Some(649.0), "{checked}");
+        assert_eq!(
+            checked["output"]["maxRefund"].as_f64(),
+            Some(649.0),
+            "{checked}"
+        );
         let (_, done) = dana
             .post(
                 &agent,
@@ -391,7 +395,12 @@ async fn dana_confirms_her_own_message_send_through_the_requester_door_and_resum
         assert_eq!(stored["decision"]["via"], "requester", "{stored}");
         let approved = audit(
             store,
-            &["--type", "capability.approved", "--capability", "messages.send"],
+            &[
+                "--type",
+                "capability.approved",
+                "--capability",
+                "messages.send",
+            ],
         );
         assert_eq!(approved.len(), 1, "{approved:?}");
         assert_eq!(approved[0]["actor"]["id"], "u_dana", "{approved:?}");
@@ -420,10 +429,7 @@ async fn dana_cannot_decide_her_own_refund_that_needs_a_manager_and_eve_cannot_s
     assert_eq!(status, 403, "{body}");
     for decision in ["approved", "rejected"] {
         let (status, body) = dana
-            .post(
-                &format!("{one}/decision"),
-                &json!({ "decision": decision }),
-            )
+            .post(&format!("{one}/decision"), &json!({ "decision": decision }))
             .await;
         assert_eq!(status, 403, "{decision}: {body}");
         assert!(body.to_string().contains("approver"), "{body}");
@@ -474,10 +480,7 @@ async fn no_model_door_offers_a_way_to_decide_an_approval() {
                 &json!({"decision": "approved"}),
             )
             .await;
-        assert!(
-            [401, 404, 405, 406].contains(&status),
-            "{route}: {status}"
-        );
+        assert!([401, 404, 405, 406].contains(&status), "{route}: {status}");
     }
     let (_, record) = Caller::new(PRIYA)
         .get(&format!("{}/approvals/{id}", s.base))

@@ -144,9 +144,8 @@ async fn the_requester_confirms_their_own_human_confirmation_and_it_is_recorded_
     assert_eq!(approved["approver"]["id"], "u_dana", "{approved}");
     assert_eq!(f.sent.get(), 0, "deciding executes nothing");
 
-    let resumed = f
-        .rt
-        .resume(
+    let resumed =
+        f.rt.resume(
             &id,
             ResumeOptions {
                 expected_actor: Some(dana().reference()),
@@ -163,15 +162,14 @@ async fn the_requester_confirms_their_own_human_confirmation_and_it_is_recorded_
 async fn the_requester_may_decline_their_own_confirmation_and_nothing_runs() {
     let f = standard();
     let id = send_held(&f.rt).await;
-    let decided = f
-        .rt
-        .approvals()
-        .decide(
-            &id,
-            as_requester(dana().reference(), ORG, DecisionStatus::Rejected),
-        )
-        .await
-        .unwrap();
+    let decided =
+        f.rt.approvals()
+            .decide(
+                &id,
+                as_requester(dana().reference(), ORG, DecisionStatus::Rejected),
+            )
+            .await
+            .unwrap();
     assert_eq!(decided.status, ApprovalStatus::Rejected);
     assert_eq!(data_of(&f.sink, "capability.rejected")["via"], "requester");
     let resumed = f.rt.resume(&id, ResumeOptions::default()).await;
@@ -361,16 +359,12 @@ async fn a_requester_who_is_no_human_user_cannot_confirm_their_own_call() {
 async fn an_approvers_decision_still_records_no_via() {
     let f = standard();
     let id = send_held(&f.rt).await;
-    let decided = f
-        .rt
-        .approvals()
-        .decide(&id, decide_as(priya(), ORG, &["approver"]))
-        .await
-        .unwrap();
-    assert_eq!(
-        decided.decision.map(|d| d.via),
-        Some(DecidedVia::Approver)
-    );
+    let decided =
+        f.rt.approvals()
+            .decide(&id, decide_as(priya(), ORG, &["approver"]))
+            .await
+            .unwrap();
+    assert_eq!(decided.decision.map(|d| d.via), Some(DecidedVia::Approver));
     let approved = data_of(&f.sink, "capability.approved");
     assert!(approved.get("via").is_none(), "{approved}");
 }

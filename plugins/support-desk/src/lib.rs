@@ -130,9 +130,12 @@ fn order_of_actor(
 }
 
 /// A customer of the actor's organisation; `CUSTOMER_NOT_FOUND` when no organisation has it.
-fn customer_of_actor<'a>(call: &ProcedureCall, customer_id: &'a str) -> Result<&'a str, ProcedureError> {
-    let owner =
-        customer_org(customer_id).ok_or_else(|| defined("CUSTOMER_NOT_FOUND", "No such customer."))?;
+fn customer_of_actor<'a>(
+    call: &ProcedureCall,
+    customer_id: &'a str,
+) -> Result<&'a str, ProcedureError> {
+    let owner = customer_org(customer_id)
+        .ok_or_else(|| defined("CUSTOMER_NOT_FOUND", "No such customer."))?;
     same_org(call, owner, customer_id)?;
     Ok(customer_id)
 }
