@@ -584,7 +584,7 @@ pub enum Decider {
 pub enum RequesterAccess {
     /// They may confirm or decline it themselves. The record's input is redacted for
     /// review, exactly as an approver would see it.
-    Confirmable(ApprovalRecord),
+    Confirmable(Box<ApprovalRecord>),
     /// It is theirs, but only an approver can decide it (a type that is not
     /// self-confirmable, an untyped policy requirement, or a requester who is no `user`).
     NeedsApprover,
@@ -649,9 +649,9 @@ impl Approvals<'_> {
             return Ok(Some(RequesterAccess::NeedsApprover));
         }
         let now = self.rt.clock.now();
-        Ok(Some(RequesterAccess::Confirmable(
+        Ok(Some(RequesterAccess::Confirmable(Box::new(
             self.for_review(record, now).await,
-        )))
+        ))))
     }
 
     /// Records matching a filter, newest first, inputs redacted for review.

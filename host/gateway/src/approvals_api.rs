@@ -277,7 +277,7 @@ impl ApprovalsApi {
                 let decider = Decider::Requester {
                     namespace: who.principal.namespace.clone(),
                 };
-                Ok((record, decider))
+                Ok((*record, decider))
             }
         }
     }
