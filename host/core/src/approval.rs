@@ -116,14 +116,16 @@ pub struct Decision {
     /// for records decided before namespaces were recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approver_namespace: Option<String>,
-    /// How the decision was made: by an approver through the approvals API, or by an
-    /// operator from the shell on someone's behalf.
+    /// How the decision was made: by an approver through the approvals API, by the
+    /// requester confirming their own self-confirmable request, or by an operator from the
+    /// shell on someone's behalf.
     #[serde(default)]
     pub via: DecidedVia,
 }
 
-/// Who stood behind a decision: an authenticated approver, or an operator acting from the
-/// shell (`capgate approvals approve --as ID`), recorded so the audit trail says which.
+/// Who stood behind a decision: an authenticated approver, the requester confirming their
+/// own call through the requester door, or an operator acting from the shell
+/// (`capgate approvals approve --as ID`), recorded so the audit trail says which.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DecidedVia {
@@ -132,6 +134,9 @@ pub enum DecidedVia {
     Approver,
     /// An operator's shell action on behalf of the named approver.
     Operator,
+    /// The human who requested the call, confirming (or declining) it themselves: only
+    /// possible when every type of the approval is self-confirmable.
+    Requester,
 }
 
 impl DecidedVia {
@@ -140,6 +145,7 @@ impl DecidedVia {
         match self {
             DecidedVia::Approver => "approver",
             DecidedVia::Operator => "operator",
+            DecidedVia::Requester => "requester",
         }
     }
 }

@@ -97,8 +97,9 @@ pub enum EventPayload {
         /// shell decision).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         namespace: Option<String>,
-        /// `operator` when an operator decided from the shell on the approver's behalf
-        /// (capgate extension; absent for an approver's own decision).
+        /// `operator` when an operator decided from the shell on the approver's behalf,
+        /// `requester` when the requester confirmed their own call (capgate extension;
+        /// absent for an approver's own decision).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         via: Option<String>,
     },
@@ -116,8 +117,9 @@ pub enum EventPayload {
         /// shell decision).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         namespace: Option<String>,
-        /// `operator` when an operator decided from the shell on the approver's behalf
-        /// (capgate extension; absent for an approver's own decision).
+        /// `operator` when an operator decided from the shell on the approver's behalf,
+        /// `requester` when the requester confirmed their own call (capgate extension;
+        /// absent for an approver's own decision).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         via: Option<String>,
     },

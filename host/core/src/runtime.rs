@@ -2,7 +2,7 @@
 //! approvals, audit, defaults, clock) shared by every request, and the options of its three
 //! entry points: [`Runtime::invoke`], [`Runtime::describe`], [`Runtime::resume`].
 
-use crate::actor::{Actor, ActorRef, Surface};
+use crate::actor::{Actor, ActorKind, ActorRef, Surface};
 use crate::approval::{
     ApprovalCoordinator, ApprovalFilter, ApprovalHandler, ApprovalRecord, ApprovalRequest,
     ApprovalStoreError, DecidedVia, Decision, DecisionStatus, InMemoryApprovalCoordinator,
@@ -242,7 +242,21 @@ pub enum ApprovalsError {
     Forbidden(String),
 }
 
+/// Why the requester door refuses the requester's own approval.
+const NEEDS_APPROVER: &str = "Only an approver can decide this approval: its requester may confirm it only when every type it carries is self-confirmable (SI-4).";
+
 impl Inner {
+    /// Whether a request may be decided by its own requester: every requirement was typed,
+    /// and every type is self-confirmable.
+    pub(crate) fn is_self_confirmable(&self, request: &ApprovalRequest) -> bool {
+        !request.untyped
+            && !request.types.is_empty()
+            && request
+                .types
+                .iter()
+                .all(|t| self.self_confirmable.contains(t))
+    }
+
     /// SI-4: is `approver` deciding their own request, and is that refused? Only a
     /// request whose every requirement was typed, with every type self-confirmable, may be
     /// decided by its requester.
@@ -254,13 +268,14 @@ impl Inner {
         if !self.reject_self_approval || approver_id != request.actor.id {
             return false;
         }
-        let confirmable = !request.untyped
-            && !request.types.is_empty()
-            && request
-                .types
-                .iter()
-                .all(|t| self.self_confirmable.contains(t));
-        !confirmable
+        !self.is_self_confirmable(request)
+    }
+
+    /// The requester door: may the requester decide this request without the approver
+    /// role? Only a human (`user`) requester — a service or agent confirming its own call
+    /// would be no human confirmation — and only a self-confirmable request.
+    pub(crate) fn requester_may_decide(&self, request: &ApprovalRequest) -> bool {
+        request.actor.kind == ActorKind::User && self.is_self_confirmable(request)
     }
 
     /// The roles that may decide an approval of these types: for each configured type, one
@@ -586,9 +601,28 @@ pub enum Decider {
         /// The approver's roles.
         roles: Vec<String>,
     },
+    /// The human who requested the call, confirming or declining it themselves without
+    /// the approver role (the requester door): decides only their own approval (same
+    /// namespace, same actor id and kind; anything else reads as not found), only when it
+    /// is self-confirmable and they are a `user`. Recorded as `via: requester`.
+    Requester {
+        /// The requester's tenant partition.
+        namespace: String,
+    },
     /// An operator at the shell, deciding on the approver's behalf across namespaces
     /// (recorded as such in the decision and its event). Self-decisions are still refused.
     Operator,
+}
+
+/// What the requester door finds when a requester asks for one of their own approvals.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RequesterAccess {
+    /// They may confirm or decline it themselves. The record's input is redacted for
+    /// review, exactly as an approver would see it.
+    Confirmable(Box<ApprovalRecord>),
+    /// It is theirs, but only an approver can decide it (a type that is not
+    /// self-confirmable, an untyped policy requirement, or a requester who is no `user`).
+    NeedsApprover,
 }
 
 /// The approvals API of a runtime (reading redacts the stored input for reviewers).
@@ -634,6 +668,27 @@ impl Approvals<'_> {
         }))
     }
 
+    /// One approval through the requester door: `None` unless `requester` requested it in
+    /// `namespace` (another's approval reads exactly like a missing one); otherwise whether
+    /// they may decide it themselves.
+    pub async fn get_as_requester(
+        &self,
+        id: &str,
+        namespace: &str,
+        requester: &ActorRef,
+    ) -> Result<Option<RequesterAccess>, ApprovalsError> {
+        let Some(record) = self.get_for_requester(id, namespace, requester).await? else {
+            return Ok(None);
+        };
+        if !self.rt.requester_may_decide(&record.request) {
+            return Ok(Some(RequesterAccess::NeedsApprover));
+        }
+        let now = self.rt.clock.now();
+        Ok(Some(RequesterAccess::Confirmable(Box::new(
+            self.for_review(record, now).await,
+        ))))
+    }
+
     /// Records matching a filter, newest first, inputs redacted for review.
     pub async fn list(
         &self,
@@ -652,8 +707,9 @@ impl Approvals<'_> {
     /// `capability.rejected` with the approver as the envelope actor. Executes nothing.
     ///
     /// Refused before anything is written: another namespace's approval (as not found), a
-    /// self-decision (SI-4, unless every type is self-confirmable), and a type whose
-    /// configured roles the approver lacks.
+    /// self-decision (SI-4, unless every type is self-confirmable), a type whose
+    /// configured roles the approver lacks, and, for [`Decider::Requester`], anything but
+    /// the requester's own self-confirmable approval (someone else's reads as not found).
     pub async fn decide(
         &self,
         id: &str,
@@ -672,6 +728,8 @@ impl Approvals<'_> {
         let now = self.rt.clock.now();
         let not_found = || ApprovalsError::Store(ApprovalStoreError::NotFound(id.to_string()));
         let current = self.rt.coordinator.get(id).await?.ok_or_else(not_found)?;
+        let own = request.approver.id == current.request.actor.id
+            && request.approver.kind == current.request.actor.kind;
         let (namespace, via) = match &request.decider {
             Decider::Approver { namespace, roles } => {
                 if *namespace != current.request.namespace {
@@ -684,10 +742,17 @@ impl Approvals<'_> {
                 }
                 (Some(namespace.clone()), DecidedVia::Approver)
             }
+            Decider::Requester { namespace } => {
+                if *namespace != current.request.namespace || !own {
+                    return Err(not_found());
+                }
+                if !self.rt.requester_may_decide(&current.request) {
+                    return Err(ApprovalsError::Forbidden(NEEDS_APPROVER.into()));
+                }
+                (Some(namespace.clone()), DecidedVia::Requester)
+            }
             Decider::Operator => (None, DecidedVia::Operator),
         };
-        let own = request.approver.id == current.request.actor.id
-            && request.approver.kind == current.request.actor.kind;
         if own
             && request.status == DecisionStatus::Approved
             && self
@@ -707,7 +772,7 @@ impl Approvals<'_> {
             via,
         };
         let record = self.rt.coordinator.decide(id, decision, now).await?;
-        let via = (via == DecidedVia::Operator).then(|| via.as_str().to_string());
+        let via = (via != DecidedVia::Approver).then(|| via.as_str().to_string());
         let payload = match request.status {
             DecisionStatus::Approved => EventPayload::Approved {
                 approval_id: id.to_string(),

@@ -8,8 +8,9 @@
 //! | `POST /approvals/{id}/decision` `{"decision": "approved"\|"rejected", "comment"?}` | the decided [`ApprovalView`] |
 //!
 //! Every request passes the same door as the capability routes ([`crate::door`]):
-//! authenticated (`401`), within quota (`429`), holding the configured role and authorized
-//! by the deployment's authorizer for the operation (`listApprovals`, `reviewApproval`,
+//! authenticated (`401`), within quota (`429`), holding the configured role (or, for one
+//! approval, admitted by the requester door below) and authorized by the deployment's
+//! authorizer for the operation (`listApprovals`, `reviewApproval`,
 //! `decideApproval`, told no surface: this is no model door) (`403` otherwise). The decider
 //! is the authenticated principal, never a body field.
 //!
@@ -22,6 +23,18 @@
 //! roles (`[approvals.types.manager] roles = ["manager"]`) can only be approved by a holder
 //! of one of them (`403` with the reason). Deciding executes nothing: the requester resumes
 //! the call afterwards, with their own fresh credentials.
+//!
+//! **The requester door.** A caller without the role may still `GET /approvals/{id}` and
+//! decide an approval they requested themselves (same namespace, same actor id and kind,
+//! a `user`) when every type it carries is self-confirmable (`selfConfirmableTypes`, e.g.
+//! `human-confirmation`): the human confirming their own call. The authorizer is asked
+//! exactly as for an approver (`reviewApproval`, `decideApproval`), and the decision is
+//! recorded as `via: requester` (core's [`Decider::Requester`]). Their own approval of any
+//! other type is `403` (an approver must decide it); anyone else's approval, and a missing
+//! one, is `404`, so the door tells a requester nothing about approvals that are not
+//! theirs. Listing stays for approvers. No model door reaches any of this: the door is a
+//! human's credential used outside `/agent`, `/workflow` and `/mcp`, none of which can
+//! decide an approval.
 //!
 //! What an approver sees of the stored input: the input after the capability's redactors'
 //! `redact_approval_input` (the core's [`Approvals`](capgate_core::runtime::Approvals)
@@ -46,7 +59,7 @@ use capgate_core::approval::{
 };
 use capgate_core::authz::Operation;
 use capgate_core::meta::{Risk, SideEffect};
-use capgate_core::runtime::{ApprovalsError, DecideRequest, Decider, Runtime};
+use capgate_core::runtime::{ApprovalsError, DecideRequest, Decider, RequesterAccess, Runtime};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -215,6 +228,60 @@ impl ApprovalsApi {
             .await
     }
 
+    /// Who the caller is to approval `id`, with the record, once the role or the requester
+    /// door admits them and the authorizer allows `operation`.
+    async fn standing(
+        &self,
+        who: &Authenticated,
+        id: &str,
+        operation: Operation,
+    ) -> Result<(ApprovalRecord, Decider), Reject> {
+        if who.has_role(&self.role) {
+            let record = in_namespace(self, who, id).await?;
+            self.approver(who, operation, Some(&record)).await?;
+            let decider = Decider::Approver {
+                namespace: who.principal.namespace.clone(),
+                roles: who.roles.clone(),
+            };
+            return Ok((record, decider));
+        }
+        check_id("id", id)?;
+        let access = self
+            .runtime
+            .approvals()
+            .get_as_requester(
+                id,
+                &who.principal.namespace,
+                &who.principal.actor.reference(),
+            )
+            .await
+            .map_err(store_error)?;
+        match access {
+            None => Err(not_found()),
+            Some(RequesterAccess::NeedsApprover) => {
+                tracing::info!(target: LOG, actor = %who.principal.actor.id, approval = %id, "requester door refused: not self-confirmable");
+                Err(Reject::forbidden_because(
+                    "Only an approver can review or decide this approval; its requester may confirm only approvals of a self-confirmable type.",
+                ))
+            }
+            Some(RequesterAccess::Confirmable(record)) => {
+                self.doorkeeper
+                    .authorize(
+                        who,
+                        Door::Approvals,
+                        operation,
+                        Some(record.request.capability_id.as_str()),
+                        None,
+                    )
+                    .await?;
+                let decider = Decider::Requester {
+                    namespace: who.principal.namespace.clone(),
+                };
+                Ok((*record, decider))
+            }
+        }
+    }
+
     fn view(&self, who: &Authenticated, record: ApprovalRecord) -> ApprovalView {
         let own = record.request.actor.id == who.principal.actor.id
             && record.request.actor.kind == who.principal.actor.kind;
@@ -327,12 +394,7 @@ async fn one(
     Caller(who): Caller,
     Path(id): Path<String>,
 ) -> Result<Response, Reject> {
-    if !who.has_role(&api.role) {
-        return Err(Reject::forbidden());
-    }
-    let record = in_namespace(&api, &who, &id).await?;
-    api.approver(&who, Operation::ReviewApproval, Some(&record))
-        .await?;
+    let (record, _) = api.standing(&who, &id, Operation::ReviewApproval).await?;
     Ok(Json(api.view(&who, record)).into_response())
 }
 
@@ -342,12 +404,7 @@ async fn decide(
     Path(id): Path<String>,
     Valid(body): Valid<DecisionBody>,
 ) -> Result<Response, Reject> {
-    if !who.has_role(&api.role) {
-        return Err(Reject::forbidden());
-    }
-    let record = in_namespace(&api, &who, &id).await?;
-    api.approver(&who, Operation::DecideApproval, Some(&record))
-        .await?;
+    let (_, decider) = api.standing(&who, &id, Operation::DecideApproval).await?;
     let decided = api
         .runtime
         .approvals()
@@ -357,10 +414,7 @@ async fn decide(
                 status: body.decision,
                 approver: who.principal.actor.reference(),
                 comment: body.comment,
-                decider: Decider::Approver {
-                    namespace: who.principal.namespace.clone(),
-                    roles: who.roles.clone(),
-                },
+                decider,
             },
         )
         .await

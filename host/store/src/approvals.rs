@@ -203,6 +203,7 @@ impl RawApproval {
                 let via = match self.decided_via.as_deref() {
                     None | Some("approver") => DecidedVia::Approver,
                     Some("operator") => DecidedVia::Operator,
+                    Some("requester") => DecidedVia::Requester,
                     Some(other) => return Err(bad(format!("unknown decided_via `{other}`"))),
                 };
                 Some(Decision {

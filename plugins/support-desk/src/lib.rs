@@ -3,13 +3,24 @@
 //! id. It is deterministic and keeps no state (a fresh instance per call): ids are derived
 //! from the call's idempotency key, so a retried or replayed call names the same refund.
 //!
-//! - `customers.search {query}` → matching customers (with emails and phones, for the
-//!   redactor to mask);
+//! - `customers.search {query}` → matching customers of the actor's organisation (with
+//!   emails and phones, for the redactor to mask);
 //! - `orders.checkEligibility {orderId}` → `{orderId, eligible, maxRefund}`;
 //! - `orders.refund {orderId, amount, reason?}` → `{refundId, amount, status, gatewayRef}`
 //!   (`gatewayRef` is internal: the example redacts it);
 //! - `messages.draft {customerId, body}` → `{draftId, customerId, body}`;
 //! - `messages.send {customerId, body}` → `{messageId, status}`.
+//!
+//! **Tenancy is enforced here**, where the data lives (spec stage 11: "middleware decides
+//! whether the operation may happen"). Every customer and order belongs to an organisation;
+//! the actor the call runs as (from the gateway's credential, never from the model) must
+//! carry that organisation as its `orgId` attribute, and a refund also needs the
+//! `orders:refund` permission in its `permissions` attribute — re-checked on every call,
+//! resumed ones included, exactly as the application would for a button click. Another
+//! organisation's record, or a missing permission, is `forbidden` (FORBIDDEN, the reason
+//! private); a record that exists nowhere is a defined error the model may act on. The
+//! governance policies in front (orgIsolation) cannot do this: they never see which
+//! organisation owns an order.
 
 use capgate_plugin::{Procedure, ProcedureCall, ProcedureError, Value, export_procedure};
 use serde_json::json;
@@ -40,7 +51,7 @@ const CUSTOMERS: &[(&str, &str, &str, &str, &str)] = &[
     ),
 ];
 
-/// Orders: id, customer, total.
+/// Orders: id, customer, total. An order belongs to its customer's organisation.
 const ORDERS: &[(&str, &str, f64)] = &[
     ("ord_42", "cus_1", 649.0),
     ("ord_43", "cus_2", 120.0),
@@ -54,6 +65,79 @@ fn defined(code: &str, message: &str) -> ProcedureError {
         data: None,
         retryable: false,
     }
+}
+
+/// The organisation the actor acts for (`attributes.orgId`); an actor without one may touch
+/// no tenant's data.
+fn actor_org(call: &ProcedureCall) -> Result<String, ProcedureError> {
+    call.actor
+        .attribute("/orgId")
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .filter(|org| !org.is_empty())
+        .ok_or_else(|| ProcedureError::Forbidden(format!("actor `{}` has no orgId", call.actor.id)))
+}
+
+/// The actor's organisation must own the record.
+fn same_org(call: &ProcedureCall, owner: &str, record: &str) -> Result<(), ProcedureError> {
+    let mine = actor_org(call)?;
+    if mine == owner {
+        Ok(())
+    } else {
+        Err(ProcedureError::Forbidden(format!(
+            "actor `{}` of `{mine}` may not touch `{record}` of `{owner}`",
+            call.actor.id
+        )))
+    }
+}
+
+/// The actor must hold `permission` in its `permissions` attribute.
+fn permitted(call: &ProcedureCall, permission: &str) -> Result<(), ProcedureError> {
+    let held = call.actor.attribute("/permissions").is_some_and(|p| {
+        p.as_array()
+            .is_some_and(|list| list.iter().any(|v| v.as_str() == Some(permission)))
+    });
+    if held {
+        Ok(())
+    } else {
+        Err(ProcedureError::Forbidden(format!(
+            "actor `{}` lacks `{permission}`",
+            call.actor.id
+        )))
+    }
+}
+
+/// The organisation of a customer.
+fn customer_org(customer_id: &str) -> Option<&'static str> {
+    CUSTOMERS
+        .iter()
+        .find(|(id, ..)| *id == customer_id)
+        .map(|(.., org)| *org)
+}
+
+/// An order (customer, total) and its organisation, checked against the actor's;
+/// `ORDER_NOT_FOUND` when no organisation has it.
+fn order_of_actor(
+    call: &ProcedureCall,
+    order_id: &str,
+) -> Result<(&'static str, &'static str, f64), ProcedureError> {
+    let Some((id, customer, total)) = ORDERS.iter().find(|(id, ..)| *id == order_id) else {
+        return Err(defined("ORDER_NOT_FOUND", "No such order."));
+    };
+    let owner = customer_org(customer)
+        .ok_or_else(|| ProcedureError::Internal(format!("order `{id}` has no customer")))?;
+    same_org(call, owner, id)?;
+    Ok((id, customer, *total))
+}
+
+/// A customer of the actor's organisation; `CUSTOMER_NOT_FOUND` when no organisation has it.
+fn customer_of_actor<'a>(
+    call: &ProcedureCall,
+    customer_id: &'a str,
+) -> Result<&'a str, ProcedureError> {
+    let owner = customer_org(customer_id)
+        .ok_or_else(|| defined("CUSTOMER_NOT_FOUND", "No such customer."))?;
+    same_org(call, owner, customer_id)?;
+    Ok(customer_id)
 }
 
 fn str_field<'a>(input: &'a Value, key: &str) -> Result<&'a str, ProcedureError> {
@@ -79,8 +163,10 @@ impl Procedure for SupportDesk {
         match call.capability.id.as_str() {
             "customers.search" => {
                 let query = str_field(input, "query")?.to_lowercase();
+                let org = actor_org(&call)?;
                 let found: Vec<Value> = CUSTOMERS
                     .iter()
+                    .filter(|(.., owner)| *owner == org)
                     .filter(|(id, name, email, _, _)| {
                         query.is_empty()
                             || name.to_lowercase().contains(&query)
@@ -95,12 +181,10 @@ impl Procedure for SupportDesk {
             }
             "orders.checkEligibility" => {
                 let order_id = str_field(input, "orderId")?;
-                match ORDERS.iter().find(|(id, _, _)| *id == order_id) {
-                    Some((id, customer, total)) => Ok(json!({
-                        "orderId": id, "customerId": customer, "eligible": true, "maxRefund": total
-                    })),
-                    None => Err(defined("ORDER_NOT_FOUND", "No such order.")),
-                }
+                let (id, customer, total) = order_of_actor(&call, order_id)?;
+                Ok(json!({
+                    "orderId": id, "customerId": customer, "eligible": true, "maxRefund": total
+                }))
             }
             "orders.refund" => {
                 let order_id = str_field(input, "orderId")?;
@@ -108,10 +192,9 @@ impl Procedure for SupportDesk {
                     .get("amount")
                     .and_then(Value::as_f64)
                     .ok_or_else(|| ProcedureError::Internal("input has no amount".into()))?;
-                let Some((_, _, total)) = ORDERS.iter().find(|(id, _, _)| *id == order_id) else {
-                    return Err(defined("ORDER_NOT_FOUND", "No such order."));
-                };
-                if amount > *total {
+                let (_, _, total) = order_of_actor(&call, order_id)?;
+                permitted(&call, "orders:refund")?;
+                if amount > total {
                     return Err(defined(
                         "REFUND_TOO_LARGE",
                         "The refund exceeds the order total.",
@@ -127,11 +210,11 @@ impl Procedure for SupportDesk {
             }
             "messages.draft" => Ok(json!({
                 "draftId": format!("drf_{}", stable_suffix(&call)),
-                "customerId": str_field(input, "customerId")?,
+                "customerId": customer_of_actor(&call, str_field(input, "customerId")?)?,
                 "body": str_field(input, "body")?,
             })),
             "messages.send" => {
-                str_field(input, "customerId")?;
+                customer_of_actor(&call, str_field(input, "customerId")?)?;
                 str_field(input, "body")?;
                 Ok(
                     json!({ "messageId": format!("msg_{}", stable_suffix(&call)), "status": "sent" }),
