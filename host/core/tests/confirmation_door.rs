@@ -64,7 +64,8 @@ fn fixture(self_confirmable: &[&str], extra_policy_type: Option<Option<&str>>) -
     .self_confirmable_types(self_confirmable.iter().copied())
     .approval_type_roles("manager", ["manager"])
     .audit_sink(sink.clone())
-    .build();
+    .build()
+    .expect("a valid runtime");
     Fixture {
         rt,
         sink,
