@@ -37,6 +37,7 @@ on_both_backends!(
     audit_events_are_queryable_by_execution_capability_actor_and_tailed_in_order,
     migrate_is_idempotent_and_reports_every_migration,
     a_failing_write_among_concurrent_ones_fails_alone,
+    every_way_of_deciding_reads_back_as_recorded,
 );
 
 fn scope() -> String {
@@ -759,6 +760,39 @@ async fn decide_and_consume_evaluate_expiry_against_the_callers_clock(db: &TestD
         .await
         .expect("consume");
     assert_eq!(consumed.consumed_by_execution_id.as_deref(), Some("exe_1"));
+}
+
+/// The decision's `via` (approver, operator, the requester confirming their own call)
+/// survives the round trip through the store.
+async fn every_way_of_deciding_reads_back_as_recorded(db: &TestDb) {
+    use capgate_core::approval::{DecidedVia, Decision, DecisionStatus};
+    let store = db.open().await;
+    let counter = Counter::default();
+    let (rt, _sink) = runtime(&store, &counter, true);
+    let coordinator = store.approvals();
+    for via in [
+        DecidedVia::Approver,
+        DecidedVia::Operator,
+        DecidedVia::Requester,
+    ] {
+        let r = rt.invoke(refund(649.0)).await;
+        let id = r.approval().expect("approval-required").id.clone();
+        let now = Utc::now();
+        let decision = Decision {
+            status: DecisionStatus::Approved,
+            approver: common::priya(),
+            comment: None,
+            decided_at: now,
+            approver_namespace: Some("org_1".into()),
+            via,
+        };
+        coordinator
+            .decide(&id, decision, now)
+            .await
+            .expect("decided");
+        let read = coordinator.get(&id).await.expect("get").expect("stored");
+        assert_eq!(read.decision.map(|d| d.via), Some(via), "{via:?}");
+    }
 }
 
 /// SQLite commits concurrent writes in groups: one statement failing (a duplicate id) must
