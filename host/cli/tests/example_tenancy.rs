@@ -17,8 +17,6 @@ mod common;
 
 use common::*;
 use serde_json::{Value, json};
-use sha2::Digest;
-use std::path::{Path, PathBuf};
 
 const DANA: &str = "dana-dev-key";
 const PRIYA: &str = "priya-dev-key";
@@ -26,34 +24,15 @@ const EVE: &str = "eve-dev-key";
 const WORKFLOW: &str = "ops-workflow-key";
 const OLGA: &str = "olga-test-key";
 
-/// The example deployment, self-contained in `dir` (absolute plugin, schema and cache
-/// paths), plus `extra` TOML.
-fn deployment(dir: &Path, extra: &str) -> PathBuf {
-    let example = example_config();
-    let here = example.parent().expect("example dir").to_path_buf();
-    let text = std::fs::read_to_string(&example).expect("read the example");
-    let text = text
-        .replace(
-            "pluginDir = \"../../plugins",
-            &format!("pluginDir = \"{}/../../plugins", here.display()),
-        )
-        .replace(
-            "compileCache = \".capgate-cache\"",
-            &format!("compileCache = \"{}/.capgate-cache\"", dir.display()),
-        )
-        .replace("\"schemas/", &format!("\"{}/schemas/", here.display()));
-    let path = dir.join("capgate.toml");
-    std::fs::write(&path, format!("{text}\n{extra}\n")).expect("write config");
-    path
-}
-
 /// org_2's manager and approver, for the approvals Eve asks for.
 fn olga_key() -> String {
-    format!(
-        "[[gateway.apiKeys]]\nsha256 = \"{}\"\nnamespace = \"org_2\"\nroles = [\"approver\", \"manager\"]\n\
-         actor = {{ id = \"u_olga\", kind = \"user\", attributes = {{ orgId = \"org_2\" }} }}\n\
-         context = {{ orgId = \"org_2\" }}\n",
-        hex::encode(sha2::Sha256::digest(OLGA.as_bytes()))
+    key(
+        OLGA,
+        "u_olga",
+        "org_2",
+        &["approver", "manager"],
+        &[],
+        "org_2",
     )
 }
 
@@ -286,7 +265,7 @@ async fn the_workflow_key_refunds_its_own_organisations_orders_only() {
 async fn an_approval_from_eves_own_manager_does_not_open_org_1s_order_to_her() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = format!("sqlite://{}", dir.path().join("capgate.db").display());
-    let config = deployment(dir.path(), &olga_key());
+    let config = deployment(dir.path(), |t| t, &olga_key());
     let s = Server::start(&config, &store);
     let eve = Caller::new(EVE);
     let (_, held) = eve
