@@ -281,3 +281,60 @@ fn pooled_instance_is_recycled_after_a_trap() {
         );
     }
 }
+
+/// Two looping policies of one call, each allowed 2 s by its own binding, under a batch
+/// budget (`policyTimeoutMs`) of 150 ms: the batch ends at its shared deadline, not at the
+/// sum (4 s) or either (2 s) of the per-plugin limits, and fails closed.
+#[tokio::test]
+async fn a_batch_of_looping_policies_is_cut_at_the_shared_batch_deadline() {
+    let limits = Limits::default()
+        .with_fuel(None)
+        .with_timeout(Duration::from_secs(2));
+    let first = load("hostile_infinite_loop")
+        .policy(Binding::new("spinFirst").limits(limits.clone()))
+        .expect("bind spinFirst");
+    let second = load("hostile_infinite_loop")
+        .policy(Binding::new("spinSecond").limits(limits))
+        .expect("bind spinSecond");
+    let c = Counter::default();
+    let sink = Arc::new(MemorySink::new());
+    let def = CapabilityDef::new("orders.refund", refund_meta())
+        .input_schema(refund_schema())
+        .policy(first)
+        .policy(second)
+        .procedure(c.procedure());
+    let rt = Runtime::builder(
+        Registry::builder()
+            .capability(def)
+            .build()
+            .expect("registry"),
+    )
+    .audit_sink(sink.clone())
+    .defaults(capgate_core::runtime::Defaults {
+        policy_timeout_ms: 150,
+        ..Default::default()
+    })
+    .build()
+    .expect("a valid runtime");
+
+    let started = Instant::now();
+    let r = rt.invoke(refund(20)).await;
+    let took = started.elapsed();
+    assert_eq!(code(&r), Some(ErrorCode::PolicyFailed), "{r:?}");
+    assert_eq!(c.get(), 0, "nothing runs after a failed batch");
+    // Every stance of the batch is a failure, each bounded by what was left of 150 ms.
+    let decisions = data_of(&sink, "capability.denied")["policyDecisions"].clone();
+    let failed: Vec<&str> = decisions
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|d| d["type"] == "error")
+        .filter_map(|d| d["policy"].as_str())
+        .collect();
+    assert_eq!(failed, ["spinFirst", "spinSecond"], "{decisions}");
+    assert!(
+        took < Duration::from_secs(2),
+        "the batch waited for a per-plugin limit: {took:?}"
+    );
+    good_plugin_still_works().await;
+}
