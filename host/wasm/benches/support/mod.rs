@@ -1,0 +1,139 @@
+//! What the Wasm benches share: the example's plugins loaded from
+//! `plugins/target/wasm32-wasip2/release` (run `cargo xtask build-plugins` first), and the
+//! customer-support refund as a runtime with Wasm or native policies and redactor.
+#![allow(dead_code)]
+
+use capgate_core::audit::{AuditEvent, AuditSink, AuditSinkError};
+use capgate_core::prelude::*;
+use capgate_wasm::{Binding, Isolation, PluginDir, WasmHost, sha256_hex};
+use serde_json::json;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Where `cargo xtask build-plugins` puts the guest plugins.
+pub fn wasm_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../plugins/target/wasm32-wasip2/release")
+}
+
+/// A plugin file name and the SHA-256 it is pinned to.
+pub fn pinned(name: &str) -> (String, String) {
+    let file = format!("{name}.wasm");
+    let path = wasm_dir().join(&file);
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}: run `cargo xtask build-plugins` first",
+            path.display()
+        )
+    });
+    (file, sha256_hex(&bytes))
+}
+
+/// The process-wide Wasm host.
+pub fn host() -> WasmHost {
+    WasmHost::shared().expect("host")
+}
+
+/// Load a built plugin by its stem (`refund_limit`).
+pub fn plugin(name: &str) -> Arc<capgate_wasm::Plugin> {
+    let (file, digest) = pinned(name);
+    let dir = PluginDir::open(wasm_dir()).expect("plugin dir");
+    host().load(&dir, &file, &digest).expect("load")
+}
+
+/// An audit sink that records nothing but still receives every event.
+pub struct NullSink;
+
+#[async_trait::async_trait]
+impl AuditSink for NullSink {
+    fn name(&self) -> &str {
+        "null"
+    }
+    async fn emit(&self, _event: &AuditEvent) -> Result<(), AuditSinkError> {
+        Ok(())
+    }
+}
+
+/// The refund-limit policy written natively.
+pub fn refund_limit_native() -> impl Policy {
+    policy_sync("refundLimit", |req| {
+        let amount = req.input.and_then(|i| i["amount"].as_f64()).unwrap_or(0.0);
+        Ok(if amount > 500.0 {
+            PolicyDecision::require_approval(format!("Refund of ${amount} exceeds $500"))
+        } else {
+            PolicyDecision::allow()
+        })
+    })
+}
+
+/// `orders.refund` with these policies and redactor, audited to [`NullSink`].
+pub fn runtime(policies: Vec<Arc<dyn Policy>>, redactor: Arc<dyn Redactor>) -> Runtime {
+    let mut def = CapabilityDef::new(
+        "orders.refund",
+        CapabilityMeta::new("Refund an order", SideEffect::Write, Risk::High).exposed_on([Surface::AiSdk]),
+    )
+    .input_schema(json!({
+        "type": "object",
+        "properties": {"orderId": {"type": "string"}, "amount": {"type": "number"}},
+        "required": ["orderId", "amount"]
+    }))
+    .redactor_arc(redactor)
+    .procedure(handler(|call| async move {
+        Ok(json!({"refundId": "ref_77", "amount": call.input["amount"], "gatewayRef": "gw_1", "email": "dana@example.com"}))
+    }));
+    for p in policies {
+        def = def.policy_arc(p);
+    }
+    Runtime::builder(
+        Registry::builder()
+            .capability(def)
+            .build()
+            .expect("registry"),
+    )
+    .audit_sink(Arc::new(NullSink))
+    .build()
+    .expect("a valid runtime")
+}
+
+/// The refund with the example's Wasm plugins (org isolation, refund limit, PII redactor).
+pub fn wasm_runtime(isolation: Isolation) -> Runtime {
+    let org = plugin("org_isolation")
+        .policy(
+            Binding::new("orgIsolation")
+                .config(json!({"contextPath": "/orgId"}))
+                .isolation(isolation),
+        )
+        .expect("bind");
+    let limit = plugin("refund_limit")
+        .policy(
+            Binding::new("refundLimit")
+                .config(json!({"maxAmount": 500}))
+                .isolation(isolation),
+        )
+        .expect("bind");
+    let red = plugin("pii_redactor")
+        .redactor(
+            Binding::new("pii")
+                .config(json!({"paths": ["/gatewayRef"]}))
+                .isolation(isolation),
+        )
+        .expect("bind");
+    runtime(vec![Arc::new(org), Arc::new(limit)], Arc::new(red))
+}
+
+/// The same refund with native equivalents of the plugins.
+pub fn native_runtime() -> Runtime {
+    let org: Arc<dyn Policy> = Arc::new(policy_sync("orgIsolation", |req| {
+        Ok(if req.actor.attributes["orgId"] == req.context["orgId"] {
+            PolicyDecision::allow()
+        } else {
+            PolicyDecision::deny("other org")
+        })
+    }));
+    let red: Arc<dyn Redactor> = Arc::new(redactor_fn("pii", |mut out| {
+        if let Some(o) = out.as_object_mut() {
+            o.remove("gatewayRef");
+        }
+        Ok(out)
+    }));
+    runtime(vec![org, Arc::new(refund_limit_native())], red)
+}
