@@ -126,6 +126,13 @@ pub struct PluginSection {
     /// `fresh` (default) or `pooled`.
     #[serde(default)]
     pub isolation: Option<String>,
+    /// Fresh isolation: ready instances kept instantiated ahead of calls (default 8; 0 turns
+    /// the reserve off).
+    #[serde(default)]
+    pub reserve: Option<u32>,
+    /// Refill the reserve when this many or fewer are left (default: half of `reserve`).
+    #[serde(default)]
+    pub reserve_refill_at: Option<u32>,
 }
 
 /// `[policies.NAME]` / `[redactors.NAME]`
@@ -407,6 +414,9 @@ pub struct McpSection {
     pub allowed_hosts: Option<Vec<String>>,
 }
 
+/// The largest `reserve` one plugin may ask for (each ready instance holds a pool slot).
+const MAX_RESERVE: u32 = 64;
+
 const TOP_KEYS: &[&str] = &[
     "revision",
     "runtime",
@@ -620,6 +630,31 @@ impl Config {
                     &format!("/plugins/{}/isolation", seg(name)),
                     format!("`{iso}` is not an isolation mode (expected `fresh` or `pooled`)"),
                 ));
+            }
+            if p.reserve.is_some_and(|r| r > MAX_RESERVE) {
+                problems.push(doc.problem(
+                    &format!("/plugins/{}/reserve", seg(name)),
+                    format!("at most {MAX_RESERVE} ready instances per plugin"),
+                ));
+            }
+            if p.isolation.as_deref() == Some("pooled")
+                && (p.reserve.is_some() || p.reserve_refill_at.is_some())
+            {
+                problems.push(doc.problem(
+                    &format!("/plugins/{}/reserve", seg(name)),
+                    "a reserve applies to fresh isolation only (pooled instances are reused); remove `reserve` or use `isolation = \"fresh\"`",
+                ));
+            }
+            if let Some(at) = p.reserve_refill_at {
+                let size = p
+                    .reserve
+                    .unwrap_or(capgate_wasm::ReserveOptions::default().size);
+                if at >= size {
+                    problems.push(doc.problem(
+                        &format!("/plugins/{}/reserveRefillAt", seg(name)),
+                        format!("must be below `reserve` ({size}): the reserve refills when it falls to this many"),
+                    ));
+                }
             }
         }
         // References and schemas are checked on the raw entries, so a capability with a

@@ -40,7 +40,9 @@ use capgate_provider::{
     HttpUpstream, ProcedureProvider, Provider, ProviderConf, ProviderIdentity, ProviderProcedure,
     ProviderRegistry, runtime::ProviderRuntime,
 };
-use capgate_wasm::{Binding, Isolation, Limits, LoadError, Plugin, PluginDir, WasmHost};
+use capgate_wasm::{
+    Binding, Isolation, Limits, LoadError, Plugin, PluginDir, ReserveOptions, WasmHost,
+};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -261,6 +263,22 @@ fn binding_of(name: &str, b: &BindingSection, p: Option<&PluginSection>) -> Bind
         .config(b.config.clone())
         .limits(limits_of(p, Limits::default()))
         .isolation(isolation_of(p))
+        .reserve(reserve_of(p))
+}
+
+fn reserve_of(p: Option<&PluginSection>) -> ReserveOptions {
+    let default = ReserveOptions::default();
+    match p.map(|p| (p.reserve, p.reserve_refill_at)) {
+        Some((Some(size), at)) => ReserveOptions {
+            size,
+            refill_at: at.unwrap_or(size / 2),
+        },
+        Some((None, Some(at))) => ReserveOptions {
+            refill_at: at,
+            ..default
+        },
+        _ => default,
+    }
 }
 
 fn meta_of(c: &CapabilitySection) -> CapabilityMeta {

@@ -30,9 +30,9 @@ pub struct WasmAuthorizer {
 
 enum Inner {
     /// `capgate:plugin/authorizer@0.2.0`.
-    Surface(Sandbox<wit_authorizer::GuestIndices>),
+    Surface(Arc<Sandbox<wit_authorizer::GuestIndices>>),
     /// `capgate:plugin/authorizer@0.1.0`.
-    V1(Sandbox<wit_authorizer_v1::GuestIndices>),
+    V1(Arc<Sandbox<wit_authorizer_v1::GuestIndices>>),
 }
 
 impl Exports for wit_authorizer_v1::GuestIndices {
@@ -108,13 +108,14 @@ impl Plugin {
         Ok(WasmAuthorizer { inner })
     }
 
-    fn sandbox<I: Exports>(self: &Arc<Self>, binding: Binding, indices: I) -> Sandbox<I> {
+    fn sandbox<I: Exports>(self: &Arc<Self>, binding: Binding, indices: I) -> Arc<Sandbox<I>> {
         Sandbox::new(
             self.clone(),
             &binding.name,
             &binding.config,
             binding.limits,
             binding.isolation,
+            binding.reserve,
             indices,
         )
     }
@@ -202,10 +203,13 @@ impl Authorizer for WasmAuthorizer {
                     input,
                     config: sb.config.clone(),
                 };
-                sb.call(opts, |store, guest| {
-                    let answer = guest.call_authorize(&mut *store, &wit_request)?;
-                    Ok(answer.map_err(CallError::Guest))
+                sb.call(opts, move |store, guest| {
+                    Box::pin(async move {
+                        let answer = guest.call_authorize(store, &wit_request).await?;
+                        Ok(answer.map_err(CallError::Guest))
+                    })
                 })
+                .await
                 .map_err(|e| deny(&sb.name, e))
             }
             Inner::V1(sb) => {
@@ -226,17 +230,23 @@ impl Authorizer for WasmAuthorizer {
                     actor: convert::actor(&principal.actor),
                     namespace: principal.namespace.clone(),
                 };
-                sb.call(opts, |store, guest| {
-                    let answer = guest.call_authorize(
-                        &mut *store,
-                        &wit_principal,
-                        op,
-                        capability_id.as_deref(),
-                        input.as_ref(),
-                        &sb.config,
-                    )?;
-                    Ok(answer.map_err(CallError::Guest))
+                let config = sb.config.clone();
+                sb.call(opts, move |store, guest| {
+                    Box::pin(async move {
+                        let answer = guest
+                            .call_authorize(
+                                store,
+                                &wit_principal,
+                                op,
+                                capability_id.as_deref(),
+                                input.as_ref(),
+                                &config,
+                            )
+                            .await?;
+                        Ok(answer.map_err(CallError::Guest))
+                    })
                 })
+                .await
                 .map_err(|e| deny(&sb.name, e))
             }
         }

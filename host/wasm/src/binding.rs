@@ -1,6 +1,6 @@
 //! How a plugin is bound: a name for audit, its `config`, limits, isolation and namespace.
 
-use crate::limits::{Isolation, Limits};
+use crate::limits::{Isolation, Limits, ReserveOptions};
 use serde::{Deserialize, Serialize};
 
 /// One binding of a plugin to an interface, as the configuration file describes it.
@@ -21,6 +21,9 @@ pub struct Binding {
     /// The tenant partition this binding serves; pooled instances never cross it.
     #[serde(default)]
     pub namespace: String,
+    /// Fresh isolation: how many ready instances to keep instantiated ahead of calls.
+    #[serde(default)]
+    pub reserve: ReserveOptions,
 }
 
 impl Binding {
@@ -32,6 +35,7 @@ impl Binding {
             limits: Limits::default(),
             isolation: Isolation::Fresh,
             namespace: String::new(),
+            reserve: ReserveOptions::default(),
         }
     }
     /// Builder: the `config` JSON.
@@ -47,6 +51,11 @@ impl Binding {
     /// Builder: isolation.
     pub fn isolation(mut self, isolation: Isolation) -> Self {
         self.isolation = isolation;
+        self
+    }
+    /// Builder: the reserve of ready instances (fresh isolation).
+    pub fn reserve(mut self, reserve: ReserveOptions) -> Self {
+        self.reserve = reserve;
         self
     }
     /// Builder: namespace.

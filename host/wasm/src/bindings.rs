@@ -27,6 +27,9 @@ mod generated {
             }
         ",
         world: "capgate:host/all",
+        // Every guest call is `call_async`, so a guest that runs past the inline slice
+        // can yield at an epoch tick and move off the caller's thread.
+        exports: { default: async },
     });
 }
 

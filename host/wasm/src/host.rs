@@ -1,14 +1,19 @@
 //! The process-wide Wasm host: one [`Engine`] (component model, pooling allocator, epoch
-//! interruption, fuel), the epoch ticker thread, the reaper thread that drops finished
-//! instances off the request path, and the linker every plugin is pre-linked against.
+//! interruption, fuel), the epoch ticker thread, the upkeep thread (drops finished instances
+//! and refills the bindings' reserves of ready instances, off the request path), the slow
+//! lane (where a guest call that outlives its inline slice finishes, so it never holds a
+//! request thread), and the linker every plugin is pre-linked against.
 
 use crate::bindings;
+use crate::error::CallError;
 use crate::error::LoadError;
 use crate::store::StoreData;
 use sha2::{Digest, Sha256};
+use std::future::Future;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::task::Poll;
 use std::thread::{JoinHandle, Thread};
 use std::time::Duration;
 use wasmtime::component::{HasSelf, Linker};
@@ -30,12 +35,25 @@ pub struct HostOptions {
     /// Bytes of each linear memory kept resident (reset with `memset`, not `madvise`) when a
     /// slot is reused: the biggest win for fresh-instance calls.
     pub keep_resident_bytes: usize,
-    /// Finished instances queued for the reaper thread before drops happen inline.
+    /// Finished instances queued for the upkeep thread before drops happen inline.
     pub reaper_queue: usize,
-    /// How often the reaper drops what was queued. Callers never wake it (a futex wake per
-    /// call cost more than the drop it saved); it wakes on this period, or early when the
-    /// queue is half full.
+    /// How often the upkeep thread drops what was queued when nothing wakes it. Callers do
+    /// not wake it per call (a futex wake per call cost more than the drop it saved): it
+    /// wakes on this period, early when the queue is half full, and when a reserve falls to
+    /// its refill mark.
     pub reaper_period: Duration,
+    /// How long a guest call may run on the caller's thread. A call still running after it
+    /// yields at the next epoch tick and finishes on the slow lane, so a Tokio worker is
+    /// never held by guest code for much more than this.
+    pub inline_slice: Duration,
+    /// Threads of the slow lane (0: one per available core). Started on first use.
+    pub slow_lane_threads: usize,
+    /// Nice value of the slow lane's and the upkeep thread's threads (Linux; 0 leaves them
+    /// at the process's priority). Above 0, a guest that loops, or a refill, yields the CPU
+    /// to request threads whenever they are runnable.
+    pub background_nice: i32,
+    /// Most ready instances all reserves together may hold (each holds a pool slot).
+    pub max_reserved: usize,
 }
 
 impl Default for HostOptions {
@@ -48,24 +66,59 @@ impl Default for HostOptions {
             keep_resident_bytes: 2 << 20,
             reaper_queue: 256,
             reaper_period: Duration::from_millis(1),
+            inline_slice: Duration::from_millis(1),
+            slow_lane_threads: 0,
+            background_nice: 10,
+            max_reserved: 250,
         }
     }
 }
 
 pub(crate) type Reaped = Box<dyn Send>;
 
-/// Finished stores waiting for the reaper thread.
-#[derive(Default)]
-pub(crate) struct ReapQueue {
-    items: Mutex<Vec<Reaped>>,
+/// A binding whose reserve the upkeep thread keeps full.
+pub(crate) trait Refill: Send + Sync {
+    /// Instantiate ready instances up to the binding's reserve size, while `room` (which
+    /// counts each one against the host's `max_reserved`) allows.
+    fn top_up(&self, room: &dyn Fn() -> bool);
 }
 
-impl ReapQueue {
+/// Work for the upkeep thread: finished stores to drop, reserves to refill.
+#[derive(Default)]
+pub(crate) struct Upkeep {
+    reaped: Mutex<Vec<Reaped>>,
+    bindings: Mutex<Vec<Weak<dyn Refill>>>,
+    refill: AtomicBool,
+    reserved: AtomicUsize,
+}
+
+impl Upkeep {
     /// Everything queued so far (dropped by the caller, outside the lock).
     fn take(&self) -> Vec<Reaped> {
-        match self.items.lock() {
+        match self.reaped.lock() {
             Ok(mut items) => std::mem::take(&mut *items),
             Err(_) => Vec::new(),
+        }
+    }
+
+    /// Top up every registered reserve; forget bindings that were dropped.
+    fn refill(&self, max_reserved: usize) {
+        let bindings: Vec<Arc<dyn Refill>> = match self.bindings.lock() {
+            Ok(mut b) => {
+                b.retain(|w| w.strong_count() > 0);
+                b.iter().filter_map(Weak::upgrade).collect()
+            }
+            Err(_) => return,
+        };
+        let room = || {
+            self.reserved
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    (n < max_reserved).then_some(n + 1)
+                })
+                .is_ok()
+        };
+        for b in bindings {
+            b.top_up(&room);
         }
     }
 }
@@ -75,8 +128,9 @@ pub(crate) struct HostInner {
     pub(crate) linker: Linker<StoreData>,
     pub(crate) options: HostOptions,
     pub(crate) compat: String,
-    reaper: Arc<ReapQueue>,
-    reaper_thread: Option<Thread>,
+    upkeep: Arc<Upkeep>,
+    upkeep_thread: Option<Thread>,
+    slow_lane: OnceLock<Result<tokio::runtime::Runtime, String>>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -84,11 +138,19 @@ pub(crate) struct HostInner {
 impl Drop for HostInner {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = &self.reaper_thread {
+        if let Some(t) = &self.upkeep_thread {
             t.unpark();
         }
+        if let Some(Ok(rt)) = self.slow_lane.take() {
+            rt.shutdown_background();
+        }
+        // The upkeep thread may hold the last reference (a binding it was refilling): it
+        // must not join itself. It sees `stop` and ends on its own.
+        let me = std::thread::current().id();
         for t in self.threads.drain(..) {
-            let _ = t.join();
+            if t.thread().id() != me {
+                let _ = t.join();
+            }
         }
     }
 }
@@ -162,28 +224,34 @@ impl WasmHost {
                 .map_err(|e| LoadError::Engine(format!("cannot start the epoch ticker: {e}")))?,
         );
 
-        // The reaper: dropping a store returns its slot to the pool (memory reset); doing it
-        // here lets the caller have its answer first. It drains the queue on a timer, so a
-        // call never pays for waking it.
-        let reaper = Arc::new(ReapQueue::default());
-        let queue = reaper.clone();
-        let stop_reaper = stop.clone();
+        // The upkeep thread: dropping a store returns its slot to the pool (memory reset);
+        // doing it here lets the caller have its answer first. It drains the queue on a
+        // timer, so a call never pays for waking it, and refills reserves when asked.
+        let upkeep = Arc::new(Upkeep::default());
+        let work = upkeep.clone();
+        let stop_upkeep = stop.clone();
         let period = options.reaper_period.max(Duration::from_micros(50));
-        let reaper_handle = std::thread::Builder::new()
-            .name("capgate-wasm-reaper".into())
+        let nice = options.background_nice;
+        let max_reserved = options.max_reserved;
+        let upkeep_handle = std::thread::Builder::new()
+            .name("capgate-wasm-upkeep".into())
             .spawn(move || {
+                lower_priority(nice);
                 loop {
-                    let stopping = stop_reaper.load(Ordering::Relaxed);
-                    drop(queue.take());
+                    let stopping = stop_upkeep.load(Ordering::Relaxed);
+                    drop(work.take());
                     if stopping {
                         break;
+                    }
+                    if work.refill.swap(false, Ordering::AcqRel) {
+                        work.refill(max_reserved);
                     }
                     std::thread::park_timeout(period);
                 }
             })
-            .map_err(|e| LoadError::Engine(format!("cannot start the reaper: {e}")))?;
-        let reaper_thread = Some(reaper_handle.thread().clone());
-        threads.push(reaper_handle);
+            .map_err(|e| LoadError::Engine(format!("cannot start the upkeep thread: {e}")))?;
+        let upkeep_thread = Some(upkeep_handle.thread().clone());
+        threads.push(upkeep_handle);
 
         Ok(WasmHost {
             inner: Arc::new(HostInner {
@@ -191,8 +259,9 @@ impl WasmHost {
                 linker,
                 options,
                 compat,
-                reaper,
-                reaper_thread,
+                upkeep,
+                upkeep_thread,
+                slow_lane: OnceLock::new(),
                 stop,
                 threads,
             }),
@@ -214,11 +283,11 @@ impl WasmHost {
         &self.inner.compat
     }
 
-    /// Hand something (a finished store) to the reaper thread; drop it here if the queue is
+    /// Hand something (a finished store) to the upkeep thread; drop it here if the queue is
     /// full so memory stays bounded.
     pub(crate) fn reap(&self, item: Reaped) {
         let limit = self.inner.options.reaper_queue.max(1);
-        let Ok(mut queue) = self.inner.reaper.items.lock() else {
+        let Ok(mut queue) = self.inner.upkeep.reaped.lock() else {
             drop(item);
             return;
         };
@@ -230,9 +299,71 @@ impl WasmHost {
         queue.push(item);
         let half_full = queue.len() == limit.div_ceil(2);
         drop(queue);
-        if half_full && let Some(t) = &self.inner.reaper_thread {
+        if half_full {
+            self.wake_upkeep();
+        }
+    }
+
+    fn wake_upkeep(&self) {
+        if let Some(t) = &self.inner.upkeep_thread {
             t.unpark();
         }
+    }
+
+    /// Keep this binding's reserve full from now on.
+    pub(crate) fn register(&self, binding: Weak<dyn Refill>) {
+        if let Ok(mut b) = self.inner.upkeep.bindings.lock() {
+            b.push(binding);
+        }
+    }
+
+    /// A reserve fell to its refill mark.
+    pub(crate) fn want_refill(&self) {
+        self.inner.upkeep.refill.store(true, Ordering::Release);
+        self.wake_upkeep();
+    }
+
+    /// `n` ready instances left a reserve (taken by a call, failed, or dropped).
+    pub(crate) fn reserved_released(&self, n: usize) {
+        let _ = self
+            .inner
+            .upkeep
+            .reserved
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
+                Some(r.saturating_sub(n))
+            });
+    }
+
+    /// Ready instances held by all reserves together.
+    pub fn reserved_instances(&self) -> usize {
+        self.inner.upkeep.reserved.load(Ordering::Acquire)
+    }
+
+    /// Run a guest future on this thread for the inline slice; if it is still running (it
+    /// yielded at an epoch tick past the slice), finish it on the slow lane so the caller's
+    /// thread is free. The caller awaits it either way.
+    pub(crate) async fn run_off_worker<T: Send + 'static>(
+        &self,
+        work: impl Future<Output = T> + Send + 'static,
+    ) -> Result<T, CallError> {
+        let mut work = Box::pin(work);
+        let first = std::future::poll_fn(|cx| match work.as_mut().poll(cx) {
+            Poll::Ready(v) => Poll::Ready(Some(v)),
+            Poll::Pending => Poll::Ready(None),
+        })
+        .await;
+        if let Some(v) = first {
+            return Ok(v);
+        }
+        let lane = self
+            .inner
+            .slow_lane
+            .get_or_init(|| slow_lane(&self.inner.options))
+            .as_ref()
+            .map_err(|e| CallError::Trap(format!("the slow lane is unavailable: {e}")))?;
+        lane.spawn(work)
+            .await
+            .map_err(|e| CallError::Trap(format!("plugin call aborted on the slow lane: {e}")))
     }
 
     /// Whole ticks for a budget: rounded up, plus one for the tick in progress.
@@ -243,13 +374,44 @@ impl WasmHost {
     }
 }
 
+/// The slow lane: a small multi-thread runtime of background-priority threads.
+fn slow_lane(o: &HostOptions) -> Result<tokio::runtime::Runtime, String> {
+    let threads = match o.slow_lane_threads {
+        0 => std::thread::available_parallelism().map_or(1, usize::from),
+        n => n,
+    };
+    let nice = o.background_nice;
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name("capgate-wasm-slow")
+        .on_thread_start(move || lower_priority(nice))
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+/// Lower the calling thread's priority (Linux: a per-thread nice value).
+fn lower_priority(nice: i32) {
+    #[cfg(target_os = "linux")]
+    if nice > 0 {
+        // SAFETY: `gettid` has no preconditions; `setpriority` on the calling thread's id
+        // changes only that thread's nice value. A failure leaves the priority as it was.
+        unsafe {
+            let tid = libc::gettid();
+            let _ = libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = nice;
+}
+
 fn engine_config(o: &HostOptions) -> Result<Config, LoadError> {
     let mut pool = PoolingAllocationConfig::new();
     pool.total_component_instances(o.max_instances)
         .total_core_instances(o.max_instances.saturating_mul(8))
         .total_memories(o.max_instances.saturating_mul(2))
         .total_tables(o.max_instances.saturating_mul(4))
-        .total_stacks(0)
+        // One fiber stack per call in flight (every call is `call_async`).
+        .total_stacks(o.max_instances)
         .max_memory_size(o.max_memory_bytes)
         // componentize-py components hold 38 core instances; leave room.
         .max_core_instances_per_component(64)
@@ -266,6 +428,7 @@ fn engine_config(o: &HostOptions) -> Result<Config, LoadError> {
         .consume_fuel(true)
         .concurrency_support(false)
         .max_wasm_stack(o.max_wasm_stack)
+        .async_stack_size(o.max_wasm_stack + (512 << 10))
         .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     Ok(config)
 }

@@ -108,6 +108,47 @@ impl Isolation {
     }
 }
 
+/// A fresh-isolation binding's reserve: instances instantiated ahead of time by the host's
+/// upkeep thread, so a call takes one that is ready instead of instantiating on the request
+/// path. Each serves exactly one call, as an instance made for it would. Pooled bindings
+/// have none. A burst that empties it instantiates inline, as without one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct ReserveOptions {
+    /// Ready instances kept (0: no reserve). Each holds a pool slot and the guest's
+    /// initialised memory, so size it to the plugin: a JavaScript or Python component's
+    /// memory is megabytes.
+    pub size: u32,
+    /// Refill when this many or fewer are left (one background refill per crossing).
+    pub refill_at: u32,
+}
+
+impl Default for ReserveOptions {
+    fn default() -> Self {
+        ReserveOptions {
+            size: 8,
+            refill_at: 4,
+        }
+    }
+}
+
+impl ReserveOptions {
+    /// No reserve: every fresh call instantiates on the request path.
+    pub fn disabled() -> Self {
+        ReserveOptions {
+            size: 0,
+            refill_at: 0,
+        }
+    }
+    /// A reserve of `size`, refilled when half of it is used.
+    pub fn of(size: u32) -> Self {
+        ReserveOptions {
+            size,
+            refill_at: size / 2,
+        }
+    }
+}
+
 mod millis {
     use serde::{Deserialize, Deserializer, Serializer};
     use std::time::Duration;

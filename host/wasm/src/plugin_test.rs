@@ -459,7 +459,9 @@ fn run_policy_case(policy: &crate::WasmPolicy, case: &Case) -> CaseResult {
         approval: approval.as_ref(),
     };
     let started = Instant::now();
-    let outcome = policy.evaluate_raw(&request, None);
+    // Cases run one at a time from synchronous code: drive the call here (a guest that
+    // outlives the inline slice finishes on the host's slow lane, awaited the same way).
+    let outcome = futures::executor::block_on(policy.evaluate_raw(&request, None));
     let duration = started.elapsed();
     let detail = check_decision(&case.expect, &outcome);
     CaseResult {
@@ -578,11 +580,13 @@ fn run_redactor_case(redactor: &crate::WasmRedactor, case: &Case) -> CaseResult 
         );
     };
     let started = Instant::now();
-    let outcome = if case.kind == CaseKind::RedactorApprovalInput {
-        redactor.redact_approval_input_raw(&capability, value)
-    } else {
-        redactor.redact_output_raw(&capability, value)
-    };
+    let outcome = futures::executor::block_on(async {
+        if case.kind == CaseKind::RedactorApprovalInput {
+            redactor.redact_approval_input_raw(&capability, value).await
+        } else {
+            redactor.redact_output_raw(&capability, value).await
+        }
+    });
     let duration = started.elapsed();
     let expects_error = case.expect.get("error").and_then(Value::as_bool) == Some(true);
     let detail = match (&outcome, expects_error) {

@@ -14,8 +14,9 @@ use capgate_core::policy::{
 };
 use std::sync::Arc;
 
-/// A policy plugin binding. Calls run synchronously on the calling task, bounded by the
-/// binding's deadline (never past core's batch deadline) and fuel.
+/// A policy plugin binding. A call runs on the calling task for at most the host's inline
+/// slice and then off it (the slow lane), bounded by the binding's deadline (never past
+/// core's batch deadline) and fuel.
 pub struct WasmPolicy {
     sandbox: Arc<Sandbox<wit_policy::GuestIndices>>,
     phases: Vec<Phase>,
@@ -42,14 +43,15 @@ impl Plugin {
             reason: format!("{e:#}"),
         })?;
         Ok(WasmPolicy {
-            sandbox: Arc::new(Sandbox::new(
+            sandbox: Sandbox::new(
                 self.clone(),
                 &binding.name,
                 &binding.config,
                 binding.limits,
                 binding.isolation,
+                binding.reserve,
                 indices,
-            )),
+            ),
             phases: DEFAULT_PHASES.to_vec(),
             namespace: binding.namespace,
         })
@@ -73,9 +75,14 @@ impl WasmPolicy {
         self.sandbox.idle(pool_key(&self.namespace, namespace))
     }
 
+    /// The reserve's hits, misses and ready instances (fresh isolation).
+    pub fn reserve_stats(&self) -> crate::ReserveStats {
+        self.sandbox.reserve_stats()
+    }
+
     /// Evaluate without the trait's error mapping: the sandbox's own reason on failure.
     /// Used by `capgate plugin test` and the tests.
-    pub fn evaluate_raw(
+    pub async fn evaluate_raw(
         &self,
         request: &PolicyRequest<'_>,
         deadline: Option<std::time::Instant>,
@@ -98,17 +105,20 @@ impl WasmPolicy {
                 deadline,
                 ..CallOpts::default()
             },
-            |store, guest| {
-                let answer = guest.call_evaluate(&mut *store, &wit_request)?;
-                Ok(match answer {
-                    Ok(d) => convert::decision(d).and_then(|d| {
-                        d.validate().map_err(CallError::Malformed)?;
-                        Ok(d)
-                    }),
-                    Err(e) => Err(CallError::Guest(e)),
+            move |store, guest| {
+                Box::pin(async move {
+                    let answer = guest.call_evaluate(store, &wit_request).await?;
+                    Ok(match answer {
+                        Ok(d) => convert::decision(d).and_then(|d| {
+                            d.validate().map_err(CallError::Malformed)?;
+                            Ok(d)
+                        }),
+                        Err(e) => Err(CallError::Guest(e)),
+                    })
                 })
             },
         )
+        .await
     }
 }
 
@@ -139,6 +149,7 @@ impl Policy for WasmPolicy {
         deadline: tokio::time::Instant,
     ) -> Result<PolicyDecision, PolicyError> {
         self.evaluate_raw(request, Some(deadline.into_std()))
+            .await
             .map_err(policy_error)
     }
 }

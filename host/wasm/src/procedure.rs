@@ -15,10 +15,12 @@ use capgate_core::procedure::{Procedure, ProcedureCall, ProcedureError};
 use std::sync::Arc;
 
 struct Inner {
-    sandbox: Sandbox<(
-        wit_procedure::GuestIndices,
-        Option<wit_health::GuestIndices>,
-    )>,
+    sandbox: Arc<
+        Sandbox<(
+            wit_procedure::GuestIndices,
+            Option<wit_health::GuestIndices>,
+        )>,
+    >,
     capability: CapabilityInfo,
     namespace: String,
 }
@@ -66,6 +68,7 @@ impl Plugin {
                     &binding.config,
                     binding.limits,
                     binding.isolation,
+                    binding.reserve,
                     (indices, health),
                 ),
                 capability,
@@ -76,7 +79,7 @@ impl Plugin {
 }
 
 impl Inner {
-    fn invoke(&self, call: &ProcedureCall) -> Result<serde_json::Value, ProcedureError> {
+    async fn invoke(&self, call: ProcedureCall) -> Result<serde_json::Value, ProcedureError> {
         let sb = &self.sandbox;
         let agent = &call.agent;
         let wit_call = wit_procedure::Call {
@@ -91,18 +94,20 @@ impl Inner {
             approval: agent.approval.as_ref().map(convert::approval),
             config: sb.config.clone(),
         };
-        let result = sb.call(
-            CallOpts {
-                namespace: pool_key(&self.namespace, &agent.namespace),
-                deadline: None,
-                progress: call.progress.clone(),
-                cancel: Some(call.cancel.clone()),
-            },
-            |store, (guest, _)| {
-                let answer = guest.call_invoke(&mut *store, &wit_call)?;
-                Ok(Ok(answer.map(|s| sb.parse_output(&s))))
-            },
-        );
+        let result = sb
+            .call(
+                CallOpts {
+                    namespace: pool_key(&self.namespace, &agent.namespace),
+                    deadline: None,
+                    progress: call.progress.clone(),
+                    cancel: Some(call.cancel.clone()),
+                },
+                move |store, (guest, _)| {
+                    Box::pin(async move { Ok(Ok(guest.call_invoke(store, &wit_call).await?)) })
+                },
+            )
+            .await
+            .map(|answer| answer.map(|s| sb.parse_output(&s)));
         match result {
             Ok(Ok(Ok(v))) => Ok(v),
             Ok(Ok(Err(e))) | Err(e) => Err(match e {
@@ -125,25 +130,30 @@ impl Inner {
         }
     }
 
-    fn health(&self) -> Result<(), String> {
+    async fn health(&self) -> Result<(), String> {
         let sb = &self.sandbox;
         if sb.indices.1.is_none() {
             return Ok(());
         }
+        let config = sb.config.clone();
         sb.call(
             CallOpts {
                 namespace: &self.namespace,
                 ..CallOpts::default()
             },
-            |store, (_, health)| {
-                let Some(guest) = health else {
-                    return Ok(Ok(()));
-                };
-                Ok(guest
-                    .call_check(&mut *store, &sb.config)?
-                    .map_err(CallError::Guest))
+            move |store, (_, health)| {
+                Box::pin(async move {
+                    let Some(guest) = health else {
+                        return Ok(Ok(()));
+                    };
+                    Ok(guest
+                        .call_check(store, &config)
+                        .await?
+                        .map_err(CallError::Guest))
+                })
             },
         )
+        .await
         .map_err(|e| e.to_string())
     }
 }
@@ -151,19 +161,13 @@ impl Inner {
 impl WasmProcedure {
     /// The provider health probe: `Ok` when the component exports no `health`.
     pub async fn health(&self) -> Result<(), String> {
-        let inner = self.inner.clone();
-        tokio::task::spawn_blocking(move || inner.health())
-            .await
-            .map_err(|e| format!("health probe aborted: {e}"))?
+        self.inner.health().await
     }
 }
 
 #[async_trait]
 impl Procedure for WasmProcedure {
     async fn call(&self, call: ProcedureCall) -> Result<serde_json::Value, ProcedureError> {
-        let inner = self.inner.clone();
-        tokio::task::spawn_blocking(move || inner.invoke(&call))
-            .await
-            .map_err(|e| ProcedureError::Internal(format!("procedure plugin aborted: {e}")))?
+        self.inner.invoke(call).await
     }
 }

@@ -45,21 +45,27 @@ impl Plugin {
                 reason: format!("{e:#}"),
             })?;
         Ok(WasmRedactor {
-            sandbox: Arc::new(Sandbox::new(
+            sandbox: Sandbox::new(
                 self.clone(),
                 &binding.name,
                 &binding.config,
                 binding.limits,
                 binding.isolation,
+                binding.reserve,
                 indices,
-            )),
+            ),
             namespace: binding.namespace,
         })
     }
 }
 
 impl WasmRedactor {
-    fn run(
+    /// The reserve's hits, misses and ready instances (fresh isolation).
+    pub fn reserve_stats(&self) -> crate::ReserveStats {
+        self.sandbox.reserve_stats()
+    }
+
+    async fn run(
         &self,
         which: Which,
         capability: &CapabilityInfo,
@@ -69,44 +75,51 @@ impl WasmRedactor {
         let sb = &self.sandbox;
         let cap = convert::capability(capability);
         let text = value.to_string();
-        sb.call(
-            CallOpts {
-                namespace: pool_key(&self.namespace, namespace),
-                ..CallOpts::default()
-            },
-            |store, guest| {
-                let answer = match which {
-                    Which::Output => {
-                        guest.call_redact_output(&mut *store, &cap, &text, &sb.config)?
-                    }
-                    Which::ApprovalInput => {
-                        guest.call_redact_approval_input(&mut *store, &cap, &text, &sb.config)?
-                    }
-                };
-                Ok(match answer {
-                    Ok(s) => sb.parse_output(&s),
-                    Err(e) => Err(CallError::Guest(e)),
-                })
-            },
-        )
+        let config = sb.config.clone();
+        let answer = sb
+            .call(
+                CallOpts {
+                    namespace: pool_key(&self.namespace, namespace),
+                    ..CallOpts::default()
+                },
+                move |store, guest| {
+                    Box::pin(async move {
+                        let answer = match which {
+                            Which::Output => {
+                                guest
+                                    .call_redact_output(store, &cap, &text, &config)
+                                    .await?
+                            }
+                            Which::ApprovalInput => {
+                                guest
+                                    .call_redact_approval_input(store, &cap, &text, &config)
+                                    .await?
+                            }
+                        };
+                        Ok(answer.map_err(CallError::Guest))
+                    })
+                },
+            )
+            .await?;
+        sb.parse_output(&answer)
     }
 
     /// Redact an output, with the sandbox's own reason on failure (tests, `plugin test`).
-    pub fn redact_output_raw(
+    pub async fn redact_output_raw(
         &self,
         capability: &CapabilityInfo,
         output: &serde_json::Value,
     ) -> Result<serde_json::Value, CallError> {
-        self.run(Which::Output, capability, "", output)
+        self.run(Which::Output, capability, "", output).await
     }
 
     /// Redact an approval input, with the sandbox's own reason on failure.
-    pub fn redact_approval_input_raw(
+    pub async fn redact_approval_input_raw(
         &self,
         capability: &CapabilityInfo,
         input: &serde_json::Value,
     ) -> Result<serde_json::Value, CallError> {
-        self.run(Which::ApprovalInput, capability, "", input)
+        self.run(Which::ApprovalInput, capability, "", input).await
     }
 }
 
@@ -122,6 +135,7 @@ impl Redactor for WasmRedactor {
         output: serde_json::Value,
     ) -> Result<serde_json::Value, RedactError> {
         self.run(Which::Output, capability, namespace, &output)
+            .await
             .map_err(|e| RedactError(format!("{}: {e}", self.sandbox.name)))
     }
     async fn redact_approval_input(
@@ -131,6 +145,7 @@ impl Redactor for WasmRedactor {
         input: serde_json::Value,
     ) -> Result<serde_json::Value, RedactError> {
         self.run(Which::ApprovalInput, capability, namespace, &input)
+            .await
             .map_err(|e| RedactError(format!("{}: {e}", self.sandbox.name)))
     }
 }

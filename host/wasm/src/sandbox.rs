@@ -1,20 +1,25 @@
-//! One binding's call machinery: get an instance (fresh from the `InstancePre`, or warm from
-//! the binding's per-namespace pool), arm fuel and the deadline, run the call, classify any
-//! failure, and hand the finished store to the reaper.
+//! One binding's call machinery: get an instance (a ready one from the binding's reserve, a
+//! warm one from its per-namespace pool, or instantiated now), arm fuel and the deadline, run
+//! the call off the caller's thread once it outlives the inline slice, classify any failure,
+//! and hand the finished store to the upkeep thread.
 
 use crate::error::CallError;
-use crate::limits::{Isolation, Limits};
+use crate::host::Refill;
+use crate::limits::{Isolation, Limits, ReserveOptions};
 use crate::plugin::Plugin;
 use crate::store::{LogBucket, LogCtx, StoreData};
 use capgate_core::CancellationToken;
 use capgate_core::procedure::ProgressFn;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use wasmtime::component::Instance;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
-/// A binding's name, config, limits and instance pool.
+/// A binding's name, config, limits, instance pool and (fresh isolation) instance reserve.
 pub(crate) struct Sandbox<I: Exports> {
     pub(crate) plugin: Arc<Plugin>,
     pub(crate) name: Arc<str>,
@@ -25,13 +30,14 @@ pub(crate) struct Sandbox<I: Exports> {
     pub(crate) config: String,
     bucket: Arc<LogBucket>,
     pool: Mutex<HashMap<String, Vec<Warm<I::Guest>>>>,
+    reserve: Reserve<I::Guest>,
 }
 
-/// The exports a binding calls, looked up once per instance (a pooled instance keeps them,
-/// so a warm call skips the lookup and type check).
-pub(crate) trait Exports: Send + Sync {
+/// The exports a binding calls, looked up once per instance (a pooled or reserved instance
+/// keeps them, so its call skips the lookup and type check).
+pub(crate) trait Exports: Send + Sync + 'static {
     /// The typed export functions of one instance.
-    type Guest: Clone + Send;
+    type Guest: Clone + Send + 'static;
     /// Look them up in a fresh instance.
     fn load_guest(
         &self,
@@ -120,6 +126,58 @@ impl std::error::Error for CancelledByCaller {}
 /// instance; `Err` (inner) is a well-formed refusal by a healthy instance.
 pub(crate) type Body<R> = wasmtime::Result<Result<R, CallError>>;
 
+/// What a call body is: a future borrowing the store and the guest's exports.
+pub(crate) type BodyFuture<'a, R> = Pin<Box<dyn Future<Output = Body<R>> + Send + 'a>>;
+
+/// Pre-instantiated, never-called instances of a fresh-isolation binding, refilled by the
+/// host's upkeep thread so a call takes a ready instance instead of instantiating on the
+/// request path. Each is called once and retired: isolation is the same as instantiating.
+struct Reserve<G> {
+    ready: Mutex<Vec<Ready<G>>>,
+    options: ReserveOptions,
+    /// Set when a refill was asked for and not yet done (one wake per refill, not per call).
+    refill_asked: AtomicBool,
+    /// When a background instantiation last failed: refills pause for a second, and calls
+    /// instantiate inline (and report the failure themselves).
+    failed_at: Mutex<Option<Instant>>,
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+struct Ready<G> {
+    store: Store<StoreData>,
+    guest: G,
+}
+
+/// Counters of a fresh-isolation binding's reserve: calls that took a ready instance, and
+/// calls that had to instantiate inline (the reserve was empty or is disabled). Pooled
+/// bindings count neither.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReserveStats {
+    /// Calls served by a pre-instantiated instance.
+    pub hits: u64,
+    /// Calls that instantiated on the request path.
+    pub misses: u64,
+    /// Ready instances right now.
+    pub ready: usize,
+}
+
+/// How one instance ran: it could not be instantiated, or the body ran to an outcome.
+enum Ran<G, R> {
+    NotInstantiated(Store<StoreData>, wasmtime::Error),
+    Done(Store<StoreData>, G, Body<R>),
+}
+
+/// Set on drop: a caller that stops waiting (the batch deadline passed, the request was
+/// dropped) makes its guest stop at the next epoch tick, wherever it runs.
+struct AbandonOnDrop(Arc<AtomicBool>);
+
+impl Drop for AbandonOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 impl<I: Exports> Sandbox<I> {
     pub(crate) fn new(
         plugin: Arc<Plugin>,
@@ -127,9 +185,14 @@ impl<I: Exports> Sandbox<I> {
         config: &serde_json::Value,
         limits: Limits,
         isolation: Isolation,
+        reserve: ReserveOptions,
         indices: I,
-    ) -> Self {
-        Sandbox {
+    ) -> Arc<Self> {
+        let reserve = match isolation {
+            Isolation::Fresh => reserve,
+            Isolation::Pooled { .. } => ReserveOptions::disabled(),
+        };
+        let sandbox = Arc::new(Sandbox {
             bucket: Arc::new(LogBucket::new(limits.log_lines_per_second)),
             plugin,
             name: Arc::from(name),
@@ -138,7 +201,21 @@ impl<I: Exports> Sandbox<I> {
             indices,
             config: config.to_string(),
             pool: Mutex::new(HashMap::new()),
+            reserve: Reserve {
+                ready: Mutex::new(Vec::new()),
+                options: reserve,
+                refill_asked: AtomicBool::new(false),
+                failed_at: Mutex::new(None),
+                hits: AtomicU64::new(0),
+                misses: AtomicU64::new(0),
+            },
+        });
+        if sandbox.reserve.options.size > 0 {
+            let weak: Weak<dyn Refill> = Arc::downgrade(&(sandbox.clone() as Arc<dyn Refill>));
+            sandbox.plugin.host.register(weak);
+            sandbox.ask_refill();
         }
+        sandbox
     }
 
     fn new_store(&self) -> Store<StoreData> {
@@ -184,12 +261,75 @@ impl<I: Exports> Sandbox<I> {
             .unwrap_or(0)
     }
 
-    /// Run `body` in an instance under the binding's limits.
-    pub(crate) fn call<R>(
-        &self,
+    /// The reserve's counters.
+    pub(crate) fn reserve_stats(&self) -> ReserveStats {
+        ReserveStats {
+            hits: self.reserve.hits.load(Ordering::Relaxed),
+            misses: self.reserve.misses.load(Ordering::Relaxed),
+            ready: self.reserve.ready.lock().map_or(0, |r| r.len()),
+        }
+    }
+
+    /// Take a ready instance, asking for a refill when the reserve falls to its mark.
+    fn take_ready(&self) -> Option<Ready<I::Guest>> {
+        let options = self.reserve.options;
+        if options.size == 0 {
+            self.reserve.misses.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        let (ready, left) = match self.reserve.ready.lock() {
+            Ok(mut r) => {
+                let ready = r.pop();
+                (ready, r.len())
+            }
+            Err(_) => (None, 0),
+        };
+        if ready.is_some() {
+            self.plugin.host.reserved_released(1);
+            self.reserve.hits.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.reserve.misses.fetch_add(1, Ordering::Relaxed);
+        }
+        if left <= options.refill_at as usize {
+            self.ask_refill();
+        }
+        ready
+    }
+
+    fn ask_refill(&self) {
+        if !self.reserve.refill_asked.swap(true, Ordering::AcqRel) {
+            self.plugin.host.want_refill();
+        }
+    }
+
+    /// Instantiate one instance for the reserve (on the upkeep thread), bounded by the
+    /// binding's fuel and deadline like any instantiation.
+    fn instantiate_ready(&self) -> Result<Ready<I::Guest>, wasmtime::Error> {
+        let mut store = self.new_store();
+        store.set_fuel(self.limits.fuel.unwrap_or(u64::MAX))?;
+        store.epoch_deadline_trap();
+        store.set_epoch_deadline(self.plugin.host.ticks_for(self.limits.timeout));
+        let instance = self.plugin.pre.instantiate(&mut store)?;
+        let guest = self.indices.load_guest(&mut store, &instance)?;
+        Ok(Ready { store, guest })
+    }
+
+    /// Run `body` in an instance under the binding's limits, without holding the caller's
+    /// thread: the guest runs inline for at most the host's inline slice, then yields and
+    /// finishes on the host's slow lane. It is stopped at the earlier of the binding's
+    /// timeout and `opts.deadline`, when the caller's cancellation fires, or at the next
+    /// epoch tick after the caller stops waiting.
+    pub(crate) async fn call<R, B>(
+        self: &Arc<Self>,
         opts: CallOpts<'_>,
-        body: impl FnOnce(&mut Store<StoreData>, &I::Guest) -> Body<R>,
-    ) -> Result<R, CallError> {
+        body: B,
+    ) -> Result<R, CallError>
+    where
+        R: Send + 'static,
+        B: for<'a> FnOnce(&'a mut Store<StoreData>, &'a I::Guest) -> BodyFuture<'a, R>
+            + Send
+            + 'static,
+    {
         let now = Instant::now();
         let budget = match opts.deadline {
             Some(d) => self.limits.timeout.min(d.saturating_duration_since(now)),
@@ -201,60 +341,75 @@ impl<I: Exports> Sandbox<I> {
         let fuel = self.limits.fuel.unwrap_or(u64::MAX);
         let host = &self.plugin.host;
 
-        let warm = match self.isolation {
-            Isolation::Pooled { .. } => self.take_warm(opts.namespace),
-            Isolation::Fresh => None,
+        let (store, guest, uses) = match self.isolation {
+            Isolation::Pooled { .. } => match self.take_warm(opts.namespace) {
+                Some(w) => (Some(w.store), Some(w.guest), w.uses),
+                None => (None, None, 0),
+            },
+            Isolation::Fresh => match self.take_ready() {
+                Some(r) => (Some(r.store), Some(r.guest), 0),
+                None => (None, None, 0),
+            },
         };
-        let reused = warm.is_some();
-        let (mut store, guest, uses) = match warm {
-            Some(w) => (w.store, Some(w.guest), w.uses),
-            None => (self.new_store(), None, 0),
-        };
+        let reused = uses > 0;
+        let mut store = store.unwrap_or_else(|| self.new_store());
         store.data_mut().begin_call();
         store.data_mut().progress = opts.progress;
         if let Err(e) = store.set_fuel(fuel) {
+            host.reap(Box::new(store));
             return Err(CallError::Instantiate(e.to_string()));
         }
-        match opts.cancel {
-            Some(cancel) => {
-                let end = now + budget;
-                store.epoch_deadline_callback(move |_| {
-                    if cancel.is_cancelled() {
-                        Err(wasmtime::Error::new(CancelledByCaller))
-                    } else if Instant::now() >= end {
-                        Err(wasmtime::Error::from(Trap::Interrupt))
-                    } else {
-                        Ok(UpdateDeadline::Continue(1))
+
+        // Every epoch tick past the inline slice yields (the caller then moves the call to
+        // the slow lane); the budget's end traps; cancellation and abandonment stop it.
+        let end = now + budget;
+        let inline_until = now + host.inner.options.inline_slice;
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let stop = abandoned.clone();
+        let cancel = opts.cancel;
+        store.epoch_deadline_callback(move |_| {
+            if stop.load(Ordering::Relaxed) || cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
+                return Err(wasmtime::Error::new(CancelledByCaller));
+            }
+            let t = Instant::now();
+            if t >= end {
+                Err(wasmtime::Error::from(Trap::Interrupt))
+            } else if t >= inline_until {
+                Ok(UpdateDeadline::Yield(1))
+            } else {
+                Ok(UpdateDeadline::Continue(1))
+            }
+        });
+        store.set_epoch_deadline(1);
+        let _abandon = AbandonOnDrop(abandoned);
+
+        let me = self.clone();
+        let work = async move {
+            let guest = match guest {
+                Some(g) => g,
+                None => {
+                    let loaded = match me.plugin.pre.instantiate_async(&mut store).await {
+                        Ok(instance) => me.indices.load_guest(&mut store, &instance),
+                        Err(e) => Err(e),
+                    };
+                    match loaded {
+                        Ok(g) => g,
+                        Err(e) => return Ran::NotInstantiated(store, e),
                     }
-                });
-                store.set_epoch_deadline(1);
-            }
-            None => {
-                store.epoch_deadline_trap();
-                store.set_epoch_deadline(host.ticks_for(budget));
-            }
-        }
-
-        let guest = match guest {
-            Some(g) => g,
-            None => match self
-                .plugin
-                .pre
-                .instantiate(&mut store)
-                .and_then(|instance| self.indices.load_guest(&mut store, &instance))
-            {
-                Ok(g) => g,
-                Err(e) => {
-                    let err = self.classify(&e, &store, budget, true);
-                    host.reap(Box::new(store));
-                    return Err(err);
                 }
-            },
+            };
+            let outcome = body(&mut store, &guest).await;
+            Ran::Done(store, guest, outcome)
         };
+        let ran = host.run_off_worker(work).await?;
 
-        let outcome = body(&mut store, &guest);
-        match outcome {
-            Ok(result) => {
+        match ran {
+            Ran::NotInstantiated(store, e) => {
+                let err = self.classify(&e, &store, budget, true);
+                host.reap(Box::new(store));
+                Err(err)
+            }
+            Ran::Done(store, guest, Ok(result)) => {
                 match self.isolation {
                     Isolation::Pooled { max_uses, max_idle } => self.give_back(
                         opts.namespace,
@@ -270,7 +425,7 @@ impl<I: Exports> Sandbox<I> {
                 }
                 result
             }
-            Err(e) => {
+            Ran::Done(store, _, Err(e)) => {
                 // After a trap an instance can never be entered again: retire it.
                 let err = self.classify(&e, &store, budget, false);
                 tracing::debug!(
@@ -326,5 +481,54 @@ impl<I: Exports> Sandbox<I> {
         self.check_size(s)?;
         serde_json::from_str(s)
             .map_err(|e| CallError::Malformed(format!("output is not JSON: {e}")))
+    }
+}
+
+impl<I: Exports> Refill for Sandbox<I> {
+    fn top_up(&self, room: &dyn Fn() -> bool) {
+        let paused = self
+            .reserve
+            .failed_at
+            .lock()
+            .ok()
+            .and_then(|f| *f)
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(1));
+        // Cleared first: a call that takes the last instance while this runs asks again.
+        self.reserve.refill_asked.store(false, Ordering::Release);
+        if paused {
+            return;
+        }
+        let size = self.reserve.options.size as usize;
+        loop {
+            let have = self.reserve.ready.lock().map_or(size, |r| r.len());
+            if have >= size || !room() {
+                return;
+            }
+            match self.instantiate_ready() {
+                Ok(ready) => match self.reserve.ready.lock() {
+                    Ok(mut r) => r.push(ready),
+                    Err(_) => return,
+                },
+                Err(e) => {
+                    self.plugin.host.reserved_released(1);
+                    tracing::debug!(
+                        target: "capgate::plugin",
+                        plugin = &*self.name,
+                        "reserve instantiation failed, pausing refills: {e:#}"
+                    );
+                    if let Ok(mut f) = self.reserve.failed_at.lock() {
+                        *f = Some(Instant::now());
+                    }
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl<I: Exports> Drop for Sandbox<I> {
+    fn drop(&mut self) {
+        let ready = self.reserve.ready.get_mut().map_or(0, |r| r.len());
+        self.plugin.host.reserved_released(ready);
     }
 }

@@ -4,7 +4,7 @@
 mod common;
 
 use capgate_core::prelude::*;
-use capgate_wasm::{Binding, CallError, Isolation, Limits};
+use capgate_wasm::{Binding, CallError, Isolation, Limits, ReserveOptions};
 use common::*;
 use serde_json::json;
 use std::sync::Arc;
@@ -196,10 +196,12 @@ fn counter_request_calls(policy: &capgate_wasm::WasmPolicy, n: usize) -> Vec<Str
         approval: None,
     };
     (0..n)
-        .map(|_| match policy.evaluate_raw(&req, None) {
-            Ok(PolicyDecision::Deny { code: Some(c), .. }) => c,
-            other => panic!("unexpected {other:?}"),
-        })
+        .map(
+            |_| match futures::executor::block_on(policy.evaluate_raw(&req, None)) {
+                Ok(PolicyDecision::Deny { code: Some(c), .. }) => c,
+                other => panic!("unexpected {other:?}"),
+            },
+        )
         .collect()
 }
 
@@ -211,6 +213,41 @@ fn counter_sees_one_on_every_call_in_fresh_mode() {
     let seen = counter_request_calls(&policy, 25);
     assert!(seen.iter().all(|c| c == "calls=1"), "{seen:?}");
     assert_eq!(policy.idle_instances(), 0);
+}
+
+/// The reserve serves fresh calls with ready, never-called instances: each still sees a
+/// first call, and with the reserve off every call instantiates inline (a miss).
+#[test]
+fn fresh_calls_take_never_used_instances_from_the_reserve() {
+    let policy = load("hostile_counter")
+        .policy(Binding::new("counter").reserve(ReserveOptions::of(3)))
+        .expect("bind");
+    let filled = Instant::now();
+    while policy.reserve_stats().ready < 3 {
+        assert!(
+            filled.elapsed() < Duration::from_secs(30),
+            "the reserve was never filled: {:?}",
+            policy.reserve_stats()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let seen = counter_request_calls(&policy, 10);
+    assert!(seen.iter().all(|c| c == "calls=1"), "{seen:?}");
+    let stats = policy.reserve_stats();
+    assert!(stats.hits >= 3, "{stats:?}");
+    assert_eq!(stats.hits + stats.misses, 10, "{stats:?}");
+
+    let inline = load("hostile_counter")
+        .policy(Binding::new("counter").reserve(ReserveOptions::disabled()))
+        .expect("bind");
+    let seen = counter_request_calls(&inline, 4);
+    assert!(seen.iter().all(|c| c == "calls=1"), "{seen:?}");
+    let stats = inline.reserve_stats();
+    assert_eq!(
+        (stats.hits, stats.misses, stats.ready),
+        (0, 4, 0),
+        "{stats:?}"
+    );
 }
 
 /// Pooled mode is documented as weaker: guest state survives between the calls one
@@ -272,7 +309,7 @@ fn pooled_instance_is_recycled_after_a_trap() {
         approval: None,
     };
     for _ in 0..3 {
-        let err = policy.evaluate_raw(&req, None).expect_err("panics");
+        let err = futures::executor::block_on(policy.evaluate_raw(&req, None)).expect_err("panics");
         assert!(matches!(err, CallError::Trap(_)), "{err:?}");
         assert_eq!(
             policy.idle_instances(),
@@ -337,4 +374,43 @@ async fn a_batch_of_looping_policies_is_cut_at_the_shared_batch_deadline() {
         "the batch waited for a per-plugin limit: {took:?}"
     );
     good_plugin_still_works().await;
+}
+
+/// A guest that loops never holds the caller's thread: on a single-threaded runtime, another
+/// task wakes and runs while the looping call is still in flight (before, the loop held the
+/// only thread until its deadline, and the other task saw the call already finished).
+#[test]
+fn a_looping_guest_does_not_hold_the_callers_thread() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let spin = hostile(
+            "hostile_infinite_loop",
+            Limits::default()
+                .with_fuel(None)
+                .with_timeout(Duration::from_secs(2)),
+        );
+        let c = Counter::default();
+        let sink = Arc::new(MemorySink::new());
+        let core = runtime_with_policy(spin, &c, sink.clone());
+        let finished = std::sync::atomic::AtomicBool::new(false);
+        let call = async {
+            let r = core.invoke(refund(20)).await;
+            finished.store(true, std::sync::atomic::Ordering::SeqCst);
+            r
+        };
+        let other = async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            finished.load(std::sync::atomic::Ordering::SeqCst)
+        };
+        let (r, call_was_finished) = tokio::join!(call, other);
+        assert!(
+            !call_was_finished,
+            "the other task only ran after the looping call ended"
+        );
+        assert_eq!(code(&r), Some(ErrorCode::PolicyFailed), "{r:?}");
+        assert_eq!(c.get(), 0);
+    });
 }
