@@ -5,7 +5,7 @@
 
 use capgate_core::audit::{AuditEvent, AuditSink, AuditSinkError};
 use capgate_core::prelude::*;
-use capgate_wasm::{Binding, Isolation, PluginDir, WasmHost, sha256_hex};
+use capgate_wasm::{Binding, Isolation, PluginDir, ReserveOptions, WasmHost, sha256_hex};
 use serde_json::json;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -96,28 +96,75 @@ pub fn runtime(policies: Vec<Arc<dyn Policy>>, redactor: Arc<dyn Redactor>) -> R
 
 /// The refund with the example's Wasm plugins (org isolation, refund limit, PII redactor).
 pub fn wasm_runtime(isolation: Isolation) -> Runtime {
-    let org = plugin("org_isolation")
-        .policy(
-            Binding::new("orgIsolation")
-                .config(json!({"contextPath": "/orgId"}))
-                .isolation(isolation),
-        )
-        .expect("bind");
-    let limit = plugin("refund_limit")
-        .policy(
-            Binding::new("refundLimit")
-                .config(json!({"maxAmount": 500}))
-                .isolation(isolation),
-        )
-        .expect("bind");
-    let red = plugin("pii_redactor")
-        .redactor(
-            Binding::new("pii")
-                .config(json!({"paths": ["/gatewayRef"]}))
-                .isolation(isolation),
-        )
-        .expect("bind");
-    runtime(vec![Arc::new(org), Arc::new(limit)], Arc::new(red))
+    wasm_runtime_with(isolation, ReserveOptions::default())
+}
+
+/// [`wasm_runtime`] with a reserve other than the default (fresh isolation).
+pub fn wasm_runtime_with(isolation: Isolation, reserve: ReserveOptions) -> Runtime {
+    wasm_runtime_probed(isolation, reserve).0
+}
+
+/// The reserves' counters of the three plugins of a [`wasm_runtime_probed`], summed.
+pub struct ReserveProbe {
+    policies: Vec<Arc<capgate_wasm::WasmPolicy>>,
+    redactor: Arc<capgate_wasm::WasmRedactor>,
+}
+
+impl ReserveProbe {
+    /// Hits, misses and ready instances of all three plugins together.
+    pub fn stats(&self) -> capgate_wasm::ReserveStats {
+        let mut all = self.redactor.reserve_stats();
+        for p in &self.policies {
+            let s = p.reserve_stats();
+            all.hits += s.hits;
+            all.misses += s.misses;
+            all.ready += s.ready;
+        }
+        all
+    }
+}
+
+/// [`wasm_runtime_with`], and a probe of its plugins' reserves.
+pub fn wasm_runtime_probed(
+    isolation: Isolation,
+    reserve: ReserveOptions,
+) -> (Runtime, ReserveProbe) {
+    let org = Arc::new(
+        plugin("org_isolation")
+            .policy(
+                Binding::new("orgIsolation")
+                    .config(json!({"contextPath": "/orgId"}))
+                    .isolation(isolation)
+                    .reserve(reserve),
+            )
+            .expect("bind"),
+    );
+    let limit = Arc::new(
+        plugin("refund_limit")
+            .policy(
+                Binding::new("refundLimit")
+                    .config(json!({"maxAmount": 500}))
+                    .isolation(isolation)
+                    .reserve(reserve),
+            )
+            .expect("bind"),
+    );
+    let red = Arc::new(
+        plugin("pii_redactor")
+            .redactor(
+                Binding::new("pii")
+                    .config(json!({"paths": ["/gatewayRef"]}))
+                    .isolation(isolation)
+                    .reserve(reserve),
+            )
+            .expect("bind"),
+    );
+    let probe = ReserveProbe {
+        policies: vec![org.clone(), limit.clone()],
+        redactor: red.clone(),
+    };
+    let policies: Vec<Arc<dyn Policy>> = vec![org, limit];
+    (runtime(policies, red), probe)
 }
 
 /// The same refund with native equivalents of the plugins.
