@@ -22,11 +22,25 @@ fn main() -> anyhow::Result<()> {
         Some("build-plugins") => plugins::build_plugins(&root),
         Some("test") => test(&root, &args[1..]),
         Some("demo") => demo(&root, &args[1..]),
-        Some("load") => load::load(&args[1..]),
-        Some("example-config") => example::render(&root).map(|_| ()),
+        Some("load") => {
+            // A plain `error: …` like cargo's, without anyhow's backtrace: these are
+            // usage and connection errors, each saying what to do next.
+            if let Err(e) = load::load(&args[1..]) {
+                eprintln!("error: {e:#}");
+                std::process::exit(1);
+            }
+            Ok(())
+        }
+        Some("example-config") => match args.get(1).map(String::as_str) {
+            None => example::render(&root).map(|_| ()),
+            Some("--load") => example::render_load(&root).map(|_| ()),
+            Some(other) => bail!(
+                "unexpected argument '{other}' for example-config\n\nUsage: cargo xtask example-config [--load]\n  --load  also write capgate.load.toml: rate limits off, store capgate-load.db (for `cargo xtask load`)"
+            ),
+        },
         _ => {
             eprintln!(
-                "usage: cargo xtask <command>\n\n  demo            build the plugins, pin them, serve the customer-support example\n  example-config  write examples/customer-support/capgate.toml (plugins pinned)\n  load            load-test a running gateway (see xtask/src/load.rs)\n  test            set up everything and run the whole test suite\n  build-plugins   build the Wasm guest plugins"
+                "usage: cargo xtask <command>\n\n  demo            build the plugins, pin them, serve the customer-support example\n  example-config  write examples/customer-support/capgate.toml (plugins pinned);\n                  --load writes capgate.load.toml for `cargo xtask load` instead\n  load            load-test a running gateway (`cargo xtask load --help`)\n  test            set up everything and run the whole test suite\n  build-plugins   build the Wasm guest plugins"
             );
             std::process::exit(2)
         }

@@ -1,7 +1,8 @@
 //! The durable [`AuditSink`] and the read side of the audit table.
 //!
 //! Events go through a bounded queue to one writer task that inserts them in batches
-//! (bounded size, bounded delay). `capability.started` is written through: `emit` returns
+//! (bounded size, bounded delay). On SQLite each batch is one job of the store's group
+//! writer, so it shares its commit with the journal's and approvals' waiting statements. `capability.started` is written through: `emit` returns
 //! only once that event (and everything queued before it, so table order is pipeline
 //! order) is committed, or with the error that kept it out; strict audit depends on it.
 //! A full queue drops the event, counts it and returns an error; a failed batch counts its
@@ -13,13 +14,14 @@ use async_trait::async_trait;
 use capgate_core::audit::{AuditEvent, AuditSink, AuditSinkError};
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
+use sqlx::error::BoxDynError;
 use sqlx::postgres::PgRow;
-use sqlx::sqlite::SqliteRow;
+use sqlx::sqlite::{SqliteArguments, SqliteRow};
 use sqlx::types::Json;
-use sqlx::{Postgres, QueryBuilder, Row, Sqlite};
+use sqlx::{Arguments, Postgres, QueryBuilder, Row};
 use std::fmt::Display;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
@@ -371,27 +373,58 @@ impl Writer {
 const INSERT_HEAD: &str = "INSERT INTO capgate_audit_events (type, at, surface, actor_id, actor_kind, \
      execution_id, capability_id, correlation_id, input_hash, data) ";
 
+/// Most rows in one SQLite INSERT (10 parameters each, well under SQLite's 32 766).
+const SQLITE_ROWS_PER_INSERT: usize = 64;
+
+/// The SQLite INSERT of `n` rows (1..=[`SQLITE_ROWS_PER_INSERT`]), built once per size so
+/// each is one prepared statement in the writer connection's cache.
+fn sqlite_insert_sql(n: usize) -> &'static str {
+    static SQL: OnceLock<Vec<String>> = OnceLock::new();
+    let all = SQL.get_or_init(|| {
+        (1..=SQLITE_ROWS_PER_INSERT)
+            .map(|n| {
+                let row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+                format!("{INSERT_HEAD}VALUES {}", vec![row; n].join(", "))
+            })
+            .collect()
+    });
+    all[n.clamp(1, SQLITE_ROWS_PER_INSERT) - 1].as_str()
+}
+
+/// One row's ten values, in the column order of [`INSERT_HEAD`].
+fn sqlite_row_args(args: &mut SqliteArguments, r: &AuditRow) -> Result<(), BoxDynError> {
+    args.add(r.ty)?;
+    args.add(micros(r.at))?;
+    args.add(r.surface)?;
+    args.add(r.actor_id.clone())?;
+    args.add(r.actor_kind)?;
+    args.add(r.execution_id.clone())?;
+    args.add(r.capability_id.clone())?;
+    args.add(r.correlation_id.clone())?;
+    args.add(r.input_hash.clone())?;
+    args.add(r.data.to_string())?;
+    Ok(())
+}
+
 async fn insert(store: &Store, rows: &[AuditRow]) -> Result<(), String> {
     match &*store.db {
-        Db::Sqlite { writer, .. } => {
-            let mut qb = QueryBuilder::<Sqlite>::new(INSERT_HEAD);
-            qb.push_values(rows, |mut b, r| {
-                b.push_bind(r.ty)
-                    .push_bind(micros(r.at))
-                    .push_bind(r.surface)
-                    .push_bind(r.actor_id.clone())
-                    .push_bind(r.actor_kind)
-                    .push_bind(r.execution_id.clone())
-                    .push_bind(r.capability_id.clone())
-                    .push_bind(r.correlation_id.clone())
-                    .push_bind(r.input_hash.clone())
-                    .push_bind(r.data.to_string());
-            });
-            qb.build()
-                .execute(writer)
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string())
+        // Through the store's group writer: the batch commits in the same transaction as
+        // whatever journal and approval statements are waiting (one commit, one set of WAL
+        // pages, no second task contending for the one writer connection), and is
+        // acknowledged only after that commit. Chunks of at most `SQLITE_ROWS_PER_INSERT`
+        // rows, each one statement, in order.
+        Db::Sqlite { group, .. } => {
+            for chunk in rows.chunks(SQLITE_ROWS_PER_INSERT) {
+                let mut args = SqliteArguments::default();
+                for r in chunk {
+                    sqlite_row_args(&mut args, r).map_err(|e| e.to_string())?;
+                }
+                group
+                    .execute(sqlite_insert_sql(chunk.len()), args)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok(())
         }
         Db::Postgres(pool) => {
             let mut qb = QueryBuilder::<Postgres>::new(INSERT_HEAD);

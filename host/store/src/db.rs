@@ -361,6 +361,11 @@ impl Store {
     }
 }
 
+/// Every SQLite pool here skips sqlx's ping before handing out a connection
+/// (`test_before_acquire(false)`): the database is in-process, so there is no peer that can
+/// have hung up, and the ping is one more round trip to the connection's worker thread (two
+/// context switches) before every batch the group writer commits and every read. A
+/// connection whose worker thread died fails its next statement instead.
 async fn open_sqlite(url: &str, options: &StoreOptions) -> Result<Store, StoreError> {
     let base = SqliteConnectOptions::from_str(url)
         .map_err(|e| StoreError::Url(e.to_string()))?
@@ -371,6 +376,7 @@ async fn open_sqlite(url: &str, options: &StoreOptions) -> Result<Store, StoreEr
         let pool = SqlitePoolOptions::new()
             .max_connections(1)
             .min_connections(1)
+            .test_before_acquire(false)
             .idle_timeout(None)
             .max_lifetime(None)
             .acquire_timeout(options.acquire_timeout)
@@ -398,12 +404,14 @@ async fn open_sqlite(url: &str, options: &StoreOptions) -> Result<Store, StoreEr
     let writer = SqlitePoolOptions::new()
         .max_connections(1)
         .min_connections(1)
+        .test_before_acquire(false)
         .acquire_timeout(options.acquire_timeout)
         .connect_with(writer_options)
         .await
         .map_err(connect_err)?;
     let readers = SqlitePoolOptions::new()
         .max_connections(options.max_connections.unwrap_or(4).max(1))
+        .test_before_acquire(false)
         .acquire_timeout(options.acquire_timeout)
         .connect_with(base.read_only(true).create_if_missing(false))
         .await

@@ -38,6 +38,7 @@ on_both_backends!(
     migrate_is_idempotent_and_reports_every_migration,
     a_failing_write_among_concurrent_ones_fails_alone,
     every_way_of_deciding_reads_back_as_recorded,
+    concurrent_audit_events_are_all_written_in_order_and_drained_when_the_sink_is_dropped,
 );
 
 fn scope() -> String {
@@ -969,6 +970,107 @@ async fn audit_events_are_queryable_by_execution_capability_actor_and_tailed_in_
     let follow = log.follow(tail[0].id, 100).await.expect("follow");
     assert_eq!(follow.len(), 1);
     assert_eq!(follow[0].id, tail[1].id);
+}
+
+/// Event `i` of emitter `t`: its own execution id, `i` in the correlation id, and every
+/// fifth one a `capability.started` (written through: `emit` waits for its commit).
+fn numbered_event(t: usize, i: usize) -> capgate_core::audit::AuditEvent {
+    use capgate_core::audit::{AuditEvent, EventPayload};
+    AuditEvent {
+        timestamp: Utc::now(),
+        surface: Surface::AiSdk,
+        actor: common::priya(),
+        execution_id: Some(format!("exe_{t}")),
+        capability_id: Some("orders.refund".into()),
+        correlation_id: Some(i.to_string()),
+        input_hash: None,
+        payload: if i % 5 == 4 {
+            EventPayload::Started {
+                attempt: 1,
+                approval_id: None,
+            }
+        } else {
+            EventPayload::Requested {
+                side_effect: None,
+                risk: None,
+            }
+        },
+    }
+}
+
+/// Many emitters at once, their audit batches sharing commits with journal claims (on
+/// SQLite both go through the one group writer): every event is written, each emitter's in
+/// the order it emitted them, and the ones still queued when the last handle of the sink
+/// is dropped (no flush) are written too.
+async fn concurrent_audit_events_are_all_written_in_order_and_drained_when_the_sink_is_dropped(
+    db: &TestDb,
+) {
+    const EMITTERS: usize = 16;
+    const EACH: usize = 60;
+    let store = db.open().await;
+    let sink = std::sync::Arc::new(store.audit_sink(AuditSinkOptions::default()).expect("sink"));
+    let journal = store.journal();
+    let tasks: Vec<_> = (0..EMITTERS)
+        .map(|t| {
+            let (sink, journal) = (sink.clone(), journal.clone());
+            tokio::spawn(async move {
+                for i in 0..EACH {
+                    sink.emit(&numbered_event(t, i)).await.expect("emit");
+                    if i % 10 == 0 {
+                        let claimed = journal
+                            .claim(
+                                claim_req(&format!("inv_{t}_{i}"), json!({"i": i})),
+                                Utc::now(),
+                            )
+                            .await
+                            .expect("claim");
+                        assert!(matches!(claimed, ClaimOutcome::Admitted { .. }));
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("emitter");
+    }
+    assert_eq!(sink.stats().lost(), 0);
+    // No flush: the writer must write what is queued once every handle is gone.
+    drop(sink);
+    let log = store.audit_log();
+    let everything = AuditQuery {
+        capability_id: Some("orders.refund".into()),
+        limit: Some(10_000),
+        ..AuditQuery::default()
+    };
+    let mut written = 0;
+    for _ in 0..1500 {
+        written = log.query(&everything).await.expect("query").len();
+        if written >= EMITTERS * EACH {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        written,
+        EMITTERS * EACH,
+        "every event is written, none twice"
+    );
+    for t in 0..EMITTERS {
+        let events = log.for_execution(&format!("exe_{t}")).await.expect("audit");
+        let order: Vec<usize> = events
+            .iter()
+            .map(|e| {
+                let event = e.event.as_ref().expect("well-formed");
+                event
+                    .correlation_id
+                    .as_deref()
+                    .and_then(|c| c.parse().ok())
+                    .expect("numbered")
+            })
+            .collect();
+        assert_eq!(order, (0..EACH).collect::<Vec<_>>(), "emitter {t}'s order");
+        assert!(events.windows(2).all(|w| w[0].id < w[1].id));
+    }
 }
 
 async fn migrate_is_idempotent_and_reports_every_migration(db: &TestDb) {
