@@ -20,6 +20,7 @@
 //! taskset -c 0 cargo bench -p capgate-wasm --bench percall       # pinned to one core
 //! cargo bench -p capgate-wasm --bench percall -- --warmup 2000 --calls 10000   # quicker
 //! cargo bench -p capgate-wasm --bench percall -- --only invoke --think-us 200
+//! cargo bench -p capgate-wasm --bench percall -- --only policy --plugins native --plugins pooled
 //! ```
 //!
 //! Figures compare only within one run on one machine: read the ratios to `native`.
@@ -45,6 +46,8 @@ struct Plan {
     think: Duration,
     /// Run only these workloads (all when empty).
     only: Vec<String>,
+    /// Run only these plugin kinds (all when empty; the first row is the ratios' base).
+    plugins: Vec<String>,
 }
 
 impl Plan {
@@ -56,6 +59,7 @@ impl Plan {
             calls: 100_000,
             think: Duration::ZERO,
             only: Vec::new(),
+            plugins: Vec::new(),
         };
         let mut args = std::env::args().skip(1);
         while let Some(a) = args.next() {
@@ -77,10 +81,19 @@ impl Plan {
                     }
                     plan.only.push(w);
                 }
+                "--plugins" => {
+                    let p = args.next().ok_or("--plugins needs a kind")?;
+                    if !PLUGINS.contains(&p.as_str()) {
+                        return Err(format!(
+                            "unknown plugins `{p}` (expected one of {PLUGINS:?})"
+                        ));
+                    }
+                    plan.plugins.push(p);
+                }
                 "--bench" => {}
                 other => {
                     return Err(format!(
-                        "unknown argument `{other}` (expected --warmup N, --calls N, --think-us N, --only WORKLOAD)"
+                        "unknown argument `{other}` (expected --warmup N, --calls N, --think-us N, --only WORKLOAD, --plugins KIND)"
                     ));
                 }
             }
@@ -90,6 +103,7 @@ impl Plan {
 }
 
 const WORKLOADS: [&str; 3] = ["policy", "invoke", "approval"];
+const PLUGINS: [&str; 4] = ["native", "fresh", "fresh-inline", "pooled"];
 
 /// Nearest-rank percentile of sorted samples.
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -304,7 +318,10 @@ fn main() {
             continue;
         }
         let mut native_p50 = None;
-        for plugins in ["native", "fresh", "fresh-inline", "pooled"] {
+        for plugins in PLUGINS {
+            if !plan.plugins.is_empty() && !plan.plugins.iter().any(|p| p == plugins) {
+                continue;
+            }
             let (s, stats) = rt.block_on(async {
                 if workload == "policy" {
                     let (policy, wasm) = one_policy(plugins);
