@@ -48,13 +48,16 @@
 //! # Core concepts
 //!
 //! - [`WasmHost`]: one per process — the `Engine` (component model, pooling allocator, epoch
-//!   interruption, fuel), the epoch ticker thread and the reaper thread.
+//!   interruption, fuel), the epoch ticker thread, the upkeep thread (retires finished
+//!   instances, refills reserves) and the slow lane (where a guest call that outlives its
+//!   inline slice finishes).
 //! - [`PluginDir`]: where components are read from, through cap-std (no path escapes it),
 //!   with an optional compiled-code cache keyed by digest and engine compatibility hash.
 //! - [`Plugin`]: a component checked against its SHA-256 pin, compiled, pre-linked
 //!   (`InstancePre`); it knows its exports and refuses bindings it cannot serve.
 //! - [`Binding`]: name, `config`, [`Limits`] (fuel, deadline, memory, output size, log rate)
-//!   and [`Isolation`] (fresh per call by default, pooled on request) for one use of a plugin.
+//!   and [`Isolation`] (fresh per call by default, pooled on request) for one use of a plugin;
+//!   a fresh binding's [`ReserveOptions`] say how many instances to keep ready ahead of calls.
 //! - [`WasmPolicy`], [`WasmRedactor`], [`WasmProcedure`], [`WasmAuthorizer`]: core's traits.
 //! - [`CallError`]: every way a call can fail; each trait maps it fail-closed.
 //! - [`plugin_test`]: the `capgate plugin test` runner.
@@ -64,15 +67,20 @@
 //! Core calls [`WasmPolicy::evaluate`](capgate_core::policy::Policy::evaluate) with what is
 //! left of the batch deadline. The binding takes the earlier of that and its own timeout,
 //! turns it into whole epoch ticks (plus one: the epoch is engine-wide), and gets an
-//! instance: in fresh mode a new `Store` (empty WASI context: no files, environment,
-//! sockets; clocks frozen) instantiated from the `InstancePre` in a pooling-allocator slot;
-//! in pooled mode a warm instance of the binding's namespace. Fuel and the deadline are
-//! armed before instantiation, so start-up code counts too. The request crosses as WIT
+//! instance: in fresh mode a never-called one from the binding's reserve (instantiated ahead
+//! by the upkeep thread), or, when the reserve is empty, a new `Store` (empty WASI context:
+//! no files, environment, sockets; clocks frozen) instantiated now from the `InstancePre`
+//! in a pooling-allocator slot; in pooled mode a warm instance of the binding's namespace.
+//! Fuel and the deadline are armed before instantiation, so start-up code counts too. The
+//! guest runs under `call_async` on the caller's task for at most the inline slice (1 ms);
+//! past it, it yields at the next epoch tick and finishes on the slow lane, so guest code
+//! never holds a Tokio worker, and a caller that stops waiting stops the guest at the next
+//! tick. The request crosses as WIT
 //! records with JSON text; the answer is checked (size caps, decision shape, JSON). Any trap
 //! — deadline, fuel, the `ResourceLimiter`'s memory cap, stack overflow, a panic — becomes a
 //! [`CallError`] and then a `PolicyError`, so core answers POLICY_FAILED and audits
 //! `policy-failed`; a trapped instance is never entered again. The finished `Store` goes to
-//! the reaper thread, so the caller has its answer before the slot is reset.
+//! the upkeep thread, so the caller has its answer before the slot is reset.
 
 #![warn(missing_docs)]
 
