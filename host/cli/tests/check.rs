@@ -107,6 +107,40 @@ fn a_config_with_five_mistakes_reports_all_five_with_locations() {
     assert!(err.contains("nothing was started"), "{err}");
 }
 
+/// A reserve too large, one on a pooled plugin, and a refill mark not below the size: each
+/// is a located problem of its own key.
+#[test]
+fn bad_reserve_settings_are_located_problems() {
+    let plugin = "[plugins.limits]\npath = \"policy.wasm\"";
+    let with = |extra: &str| GOOD.replace(plugin, &format!("{plugin}\n{extra}"));
+    for (extra, key, says) in [
+        ("reserve = 65", "reserve", "at most 64"),
+        (
+            "isolation = \"pooled\"\nreserve = 2",
+            "reserve",
+            "fresh isolation only",
+        ),
+        (
+            "reserve = 4\nreserveRefillAt = 4",
+            "reserveRefillAt",
+            "below `reserve` (4)",
+        ),
+        (
+            "reserveRefillAt = 8",
+            "reserveRefillAt",
+            "below `reserve` (8)",
+        ),
+    ] {
+        let (code, _out, err) = check(&with(extra));
+        assert_eq!(code, 1, "{extra}: {err}");
+        assert!(
+            err.lines()
+                .any(|l| l.contains("capgate.toml:") && l.contains(key) && l.contains(says)),
+            "{extra}: no located problem at {key} saying {says}:\n{err}"
+        );
+    }
+}
+
 /// Two HTTPS upstreams with extra trusted roots: one file missing, one without a certificate.
 const CA_FILES: &str = r#"
 revision = "r1"
