@@ -32,7 +32,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use capgate_core::policy::{CapabilityInfo, PolicyRequest};
 use capgate_core::prelude::*;
-use capgate_wasm::{Binding, Isolation, ReserveOptions};
+use capgate_wasm::{Isolation, ReserveOptions};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -255,18 +255,7 @@ impl PolicyCall {
 
 /// One policy of each kind, and for Wasm a way to wait for a warm reserve.
 fn one_policy(plugins: &str) -> (Arc<dyn Policy>, Option<Arc<capgate_wasm::WasmPolicy>>) {
-    let bind = |isolation: Isolation, reserve: ReserveOptions| {
-        Arc::new(
-            plugin("refund_limit")
-                .policy(
-                    Binding::new("refundLimit")
-                        .config(json!({"maxAmount": 500}))
-                        .isolation(isolation)
-                        .reserve(reserve),
-                )
-                .expect("bind"),
-        )
-    };
+    let bind = refund_limit_wasm;
     let wasm = match plugins {
         "native" => return (Arc::new(refund_limit_native()), None),
         "fresh" => bind(Isolation::Fresh, ReserveOptions::default()),

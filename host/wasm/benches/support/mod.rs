@@ -124,6 +124,23 @@ impl ReserveProbe {
     }
 }
 
+/// The example's refund-limit policy as a Wasm binding (`maxAmount` 500).
+pub fn refund_limit_wasm(
+    isolation: Isolation,
+    reserve: ReserveOptions,
+) -> Arc<capgate_wasm::WasmPolicy> {
+    Arc::new(
+        plugin("refund_limit")
+            .policy(
+                Binding::new("refundLimit")
+                    .config(json!({"maxAmount": 500}))
+                    .isolation(isolation)
+                    .reserve(reserve),
+            )
+            .expect("bind"),
+    )
+}
+
 /// [`wasm_runtime_with`], and a probe of its plugins' reserves.
 pub fn wasm_runtime_probed(
     isolation: Isolation,
@@ -139,16 +156,7 @@ pub fn wasm_runtime_probed(
             )
             .expect("bind"),
     );
-    let limit = Arc::new(
-        plugin("refund_limit")
-            .policy(
-                Binding::new("refundLimit")
-                    .config(json!({"maxAmount": 500}))
-                    .isolation(isolation)
-                    .reserve(reserve),
-            )
-            .expect("bind"),
-    );
+    let limit = refund_limit_wasm(isolation, reserve);
     let red = Arc::new(
         plugin("pii_redactor")
             .redactor(
