@@ -36,6 +36,43 @@ pub struct Config {
     pub mcp: McpSection,
     /// `[approvals]`
     pub approvals: ApprovalsSection,
+    /// `[telemetry]`: metrics and traces.
+    pub telemetry: TelemetrySection,
+}
+
+/// `[telemetry]`: how a platform team watches capgate.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct TelemetrySection {
+    /// `[telemetry.metrics]`: Prometheus metrics (off when absent).
+    pub metrics: Option<MetricsSection>,
+}
+
+/// `[telemetry.metrics]`: the Prometheus exposition.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct MetricsSection {
+    /// On unless `false` (the table's presence turns metrics on).
+    pub enabled: bool,
+    /// Serve on this address of its own (e.g. `127.0.0.1:9464`) rather than on the
+    /// gateway's listener, so scrapes never share a port with agents.
+    pub listen: Option<String>,
+    /// The path (default `/metrics`).
+    pub path: String,
+    /// Hex SHA-256 of a bearer token scrapes must send (`capgate keys hash TOKEN` prints
+    /// it); absent: no authentication (bind `listen` to a private address).
+    pub bearer_token_sha256: Option<String>,
+}
+
+impl Default for MetricsSection {
+    fn default() -> Self {
+        MetricsSection {
+            enabled: true,
+            listen: None,
+            path: "/metrics".into(),
+            bearer_token_sha256: None,
+        }
+    }
 }
 
 /// `[runtime]`
@@ -429,6 +466,7 @@ const TOP_KEYS: &[&str] = &[
     "gateway",
     "mcp",
     "approvals",
+    "telemetry",
 ];
 
 /// Deserialize one part, locating the error inside it.
@@ -512,6 +550,7 @@ impl Config {
         cfg.gateway = part(&doc, "/gateway", &mut problems).unwrap_or_default();
         cfg.mcp = part(&doc, "/mcp", &mut problems).unwrap_or_default();
         cfg.approvals = part(&doc, "/approvals", &mut problems).unwrap_or_default();
+        cfg.telemetry = part(&doc, "/telemetry", &mut problems).unwrap_or_default();
         let names = |section: &str| -> Vec<String> {
             doc.json
                 .get(section)

@@ -12,6 +12,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod build;
 mod config;
 mod located;
+mod metrics;
 mod ops;
 mod serve;
 mod store;

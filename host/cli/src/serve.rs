@@ -7,6 +7,8 @@ use crate::store::{Access, StoreUrl};
 use crate::validate::Checked;
 use anyhow::Context;
 use capgate_core::actor::Surface;
+use capgate_gateway::gateway::{FnProbe, ReadinessProbe};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Build the whole HTTP application of a deployment.
@@ -41,10 +43,63 @@ pub fn app(checked: &Checked, d: &Deployment) -> anyhow::Result<axum::Router> {
             keeper.clone(),
             "approver",
         ))
-        .merge(capgate_gateway::gateway::health_router(
-            capgate_gateway::gateway::JournalProbe(d.journal.clone()),
+        .merge(capgate_gateway::gateway::readiness_router(
+            readiness_checks(cfg, d),
         ));
     Ok(app)
+}
+
+/// What `/readyz` checks: the store answers, the audit writer runs, and (with plugins) the
+/// Wasm host still bounds calls.
+fn readiness_checks(
+    cfg: &crate::config::Config,
+    d: &Deployment,
+) -> Vec<(String, Arc<dyn ReadinessProbe>)> {
+    let audit = d.audit.clone();
+    let mut checks: Vec<(String, Arc<dyn ReadinessProbe>)> = vec![
+        (
+            "store".into(),
+            Arc::new(capgate_gateway::gateway::JournalProbe(d.journal.clone())),
+        ),
+        (
+            "audit".into(),
+            Arc::new(FnProbe(move || {
+                if audit.is_writing() {
+                    Ok(())
+                } else {
+                    Err("the audit writer has stopped".to_owned())
+                }
+            })),
+        ),
+    ];
+    if !cfg.plugins.is_empty() {
+        checks.push((
+            "plugins".into(),
+            Arc::new(FnProbe(|| {
+                capgate_wasm::WasmHost::shared()
+                    .map_err(|e| e.to_string())
+                    .and_then(|h| h.is_healthy())
+            })),
+        ));
+    }
+    checks
+}
+
+/// `[telemetry.metrics]`, when on: the router serving the exposition, and the layer that
+/// counts HTTP requests.
+fn metrics_router(
+    cfg: &crate::config::Config,
+    d: &Deployment,
+) -> anyhow::Result<Option<axum::Router>> {
+    let Some(m) = cfg.telemetry.metrics.as_ref().filter(|m| m.enabled) else {
+        return Ok(None);
+    };
+    let source = crate::metrics::Exposition::install(d)?;
+    Ok(Some(capgate_gateway::metrics::metrics_router(
+        &m.path,
+        source,
+        m.bearer_token_sha256.clone(),
+    )))
 }
 
 /// `capgate serve`: a [`Checked`] deployment over its store (created if missing), behind
@@ -61,7 +116,33 @@ pub async fn serve(
         anyhow::bail!("--listen: {e}");
     }
     let deployment = build(&checked, url.open(Access::Create).await?, &url.display()).await?;
-    let app = app(&checked, &deployment)?;
+    let mut app = app(&checked, &deployment)?;
+    let metrics = metrics_router(cfg, &deployment)?;
+    let mut metrics_server = None;
+    if let Some(router) = metrics {
+        app = app.layer(axum::middleware::from_fn(
+            capgate_gateway::metrics::track_http,
+        ));
+        let m = cfg.telemetry.metrics.as_ref();
+        match m.and_then(|m| m.listen.as_deref()) {
+            None => app = app.merge(router),
+            Some(addr) => {
+                let listener = tokio::net::TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("cannot listen for metrics on {addr} (is another process using it? change [telemetry.metrics] listen)"))?;
+                let local = listener.local_addr().context("metrics listener address")?;
+                println!(
+                    "capgate: metrics on http://{local}{}",
+                    m.map_or("", |m| m.path.as_str())
+                );
+                metrics_server = Some(tokio::spawn(async move {
+                    if let Err(e) = axum::serve(listener, router).await {
+                        tracing::error!("the metrics listener failed: {e}");
+                    }
+                }));
+            }
+        }
+    }
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
         .with_context(|| {
@@ -95,6 +176,9 @@ pub async fn serve(
         })
         .await;
     purger.abort();
+    if let Some(m) = metrics_server {
+        m.abort();
+    }
     served.context("the server failed")?;
     let _ = deployment.runtime.drain_audit().await;
     let stats = deployment.audit.stats();

@@ -153,6 +153,9 @@ impl Config {
         if let Err(e) = check_listen(&g.listen) {
             out.push(doc.problem("/gateway/listen", e));
         }
+        if let Some(m) = &self.telemetry.metrics {
+            self.check_metrics(m, doc, out);
+        }
         let rl = &g.rate_limit;
         for (rate, burst, rate_key, burst_key) in [
             (
@@ -218,6 +221,59 @@ impl Config {
                     ),
                 ));
             }
+        }
+    }
+
+    fn check_metrics(
+        &self,
+        m: &crate::config::MetricsSection,
+        doc: &Located,
+        out: &mut Vec<Problem>,
+    ) {
+        const AT: &str = "/telemetry/metrics";
+        if let Some(listen) = &m.listen {
+            if let Err(e) = check_listen(listen) {
+                out.push(doc.problem(&format!("{AT}/listen"), e));
+            } else if *listen == self.gateway.listen {
+                out.push(doc.problem(
+                    &format!("{AT}/listen"),
+                    "is the gateway's own listen address: leave `listen` out to serve metrics on the gateway's listener, or pick another port",
+                ));
+            }
+        }
+        let path = &m.path;
+        let valid = path.starts_with('/')
+            && path.len() > 1
+            && path[1..].split('/').all(|s| {
+                !s.is_empty()
+                    && s.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '~'))
+            });
+        if !valid {
+            out.push(doc.problem(
+                &format!("{AT}/path"),
+                format!("`{path}` is not a path (like `/metrics`: ASCII letters, digits, `-`, `_`, `.`, `~` between slashes)"),
+            ));
+        } else if m.listen.is_none() {
+            let taken = RESERVED_PATHS
+                .iter()
+                .copied()
+                .chain(self.gateway.routes.iter().map(|r| r.path.as_str()))
+                .find(|p| path == p || path.starts_with(&format!("{p}/")));
+            if let Some(taken) = taken {
+                out.push(doc.problem(
+                    &format!("{AT}/path"),
+                    format!("`{taken}` is already served on the gateway's listener; pick another path or give metrics a `listen` address of their own"),
+                ));
+            }
+        }
+        if let Some(h) = &m.bearer_token_sha256
+            && !(h.len() == 64 && h.chars().all(|c| c.is_ascii_hexdigit()))
+        {
+            out.push(doc.problem(
+                &format!("{AT}/bearerTokenSha256"),
+                "must be 64 hex digits (the SHA-256 of the token: `capgate keys hash TOKEN` prints it)",
+            ));
         }
     }
 

@@ -96,6 +96,7 @@ pub mod clock;
 pub mod error;
 pub mod journal;
 pub mod meta;
+pub mod metrics;
 mod pipeline;
 pub mod policy;
 pub mod procedure;
@@ -120,7 +121,8 @@ pub mod prelude {
     pub use crate::error::{CapabilityError, ErrorCode, PublicError, Stage};
     pub use crate::meta::{ApprovalConfig, CapabilityMeta, Expose, RetryConfig, Risk, SideEffect};
     pub use crate::policy::{
-        Phase, Policy, PolicyDecision, PolicyError, PolicyRequest, policy_fn, policy_sync,
+        Phase, Policy, PolicyDecision, PolicyError, PolicyRequest, SharedJson, policy_fn,
+        policy_sync,
     };
     pub use crate::procedure::{
         Middleware, Next, Procedure, ProcedureCall, ProcedureError, handler, middleware,

@@ -162,6 +162,44 @@ pub struct PolicyRequest<'a> {
     pub execution_id: &'a str,
     /// The approval, in the execution phase after a resume.
     pub approval: Option<&'a ApprovalRef>,
+    /// The JSON text of `input`, `context` and the actor's attributes, serialized at most
+    /// once per batch however many sandboxed policies ask for it (issue 15: the shared parts
+    /// of a request are lowered once per call, not once per policy). Read it through
+    /// [`PolicyRequest::input_json`] and its siblings. One per request: a `SharedJson` filled
+    /// for one request would answer for another. Native policies ignore it.
+    pub shared: &'a SharedJson,
+}
+
+/// Lazily serialized JSON text of the values every policy of a batch receives. Sandboxed
+/// policies (Wasm) take these values as text; with several of them in one batch, serializing
+/// once and copying the text is cheaper than serializing per policy.
+#[derive(Debug, Default)]
+pub struct SharedJson {
+    input: std::sync::OnceLock<Option<String>>,
+    context: std::sync::OnceLock<String>,
+    attributes: std::sync::OnceLock<String>,
+}
+
+impl PolicyRequest<'_> {
+    /// The input as JSON text (`None` in discovery), serialized once per request.
+    pub fn input_json(&self) -> Option<&str> {
+        self.shared
+            .input
+            .get_or_init(|| self.input.map(|v| v.to_string()))
+            .as_deref()
+    }
+
+    /// The context as JSON text, serialized once per request.
+    pub fn context_json(&self) -> &str {
+        self.shared.context.get_or_init(|| self.context.to_string())
+    }
+
+    /// The actor's attributes as JSON text, serialized once per request.
+    pub fn attributes_json(&self) -> &str {
+        self.shared
+            .attributes
+            .get_or_init(|| self.actor.attributes.to_string())
+    }
 }
 
 /// Why a policy could not decide. Every variant fails the batch closed (POLICY_FAILED).

@@ -772,6 +772,10 @@ impl Approvals<'_> {
             via,
         };
         let record = self.rt.coordinator.decide(id, decision, now).await?;
+        crate::metrics::approval(match request.status {
+            DecisionStatus::Approved => crate::metrics::ApprovalEvent::Approved,
+            DecisionStatus::Rejected => crate::metrics::ApprovalEvent::Rejected,
+        });
         let via = (via != DecidedVia::Approver).then(|| via.as_str().to_string());
         let payload = match request.status {
             DecisionStatus::Approved => EventPayload::Approved {

@@ -4,7 +4,7 @@ mod common;
 
 use capgate_core::prelude::*;
 use common::*;
-use serde_json::json;
+use serde_json::{Value, json};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -677,4 +677,42 @@ async fn every_run_yields_exactly_one_terminal_event() {
             .collect();
         assert_eq!(terminal.len(), 1, "{:?}", sink.types());
     }
+}
+
+#[tokio::test]
+async fn the_policies_of_one_batch_share_one_serialization_of_the_request() {
+    // Sandboxed policies take input, context and attributes as JSON text; a batch serializes
+    // each once, and every policy of it reads the same text (issue 15, item 3).
+    let seen: Arc<Mutex<Vec<(usize, String)>>> = Arc::default();
+    let recorder = |name: &'static str, seen: Arc<Mutex<Vec<(usize, String)>>>| {
+        policy_sync(name, move |req| {
+            let input = req.input_json().expect("an invocation has input");
+            seen.lock()
+                .unwrap()
+                .push((input.as_ptr() as usize, input.to_owned()));
+            assert_eq!(req.context_json(), req.context.to_string());
+            assert_eq!(req.attributes_json(), req.actor.attributes.to_string());
+            Ok(PolicyDecision::Allow)
+        })
+    };
+    let c = Counter::default();
+    let def = refund_def(&c)
+        .policy(recorder("first", seen.clone()))
+        .policy(recorder("second", seen.clone()));
+    let rt = runtime_with(vec![def], Arc::new(MemorySink::new()));
+    let input = json!({"orderId": "o", "amount": 5});
+    let r = rt.invoke(call("orders.refund", input.clone())).await;
+    assert_eq!(r.status(), "completed", "{r:?}");
+
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 2, "both policies ran once");
+    assert_eq!(
+        seen[0].0, seen[1].0,
+        "one serialization, shared by the batch"
+    );
+    assert_eq!(
+        serde_json::from_str::<Value>(&seen[0].1).unwrap(),
+        input,
+        "the text is the validated input"
+    );
 }

@@ -19,6 +19,7 @@ pub mod contract;
 pub mod door;
 pub mod gateway;
 pub mod mcp;
+pub mod metrics;
 pub mod tools;
 pub mod wire;
 

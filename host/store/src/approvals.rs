@@ -316,63 +316,69 @@ fn unique_violation(e: &sqlx::Error) -> bool {
 #[async_trait]
 impl ApprovalCoordinator for SqlApprovalCoordinator {
     async fn create(&self, request: ApprovalRequest) -> Result<ApprovalRecord, ApprovalStoreError> {
-        validate_request(&request)?;
-        let mut request = request;
-        request.requested_at = trunc(request.requested_at);
-        request.expires_at = trunc(request.expires_at);
-        let r = &request;
-        let result = match &*self.store.db {
-            Db::Sqlite { group, .. } => match sqlite_args!(
-                &r.id,
-                &r.capability_id,
-                r.surface.as_str(),
-                encode("actor", &r.actor)?,
-                encode("input", &r.input)?,
-                &r.input_hash,
-                encode("reasons", &r.reasons)?,
-                encode("types", &r.types)?,
-                r.risk.as_str(),
-                r.side_effect.as_str(),
-                micros(r.requested_at),
-                micros(r.expires_at),
-                &r.execution_id,
-                &r.correlation_id,
-                &r.namespace,
-                i64::from(r.untyped),
-            ) {
-                Ok(args) => group.execute(INSERT, args).await.map(|_| ()),
-                Err(e) => Err(e),
-            },
-            Db::Postgres(pool) => sqlx::query(INSERT)
-                .bind(&r.id)
-                .bind(&r.capability_id)
-                .bind(r.surface.as_str())
-                .bind(Json(&r.actor))
-                .bind(Json(&r.input))
-                .bind(&r.input_hash)
-                .bind(Json(&r.reasons))
-                .bind(Json(&r.types))
-                .bind(r.risk.as_str())
-                .bind(r.side_effect.as_str())
-                .bind(r.requested_at)
-                .bind(r.expires_at)
-                .bind(&r.execution_id)
-                .bind(&r.correlation_id)
-                .bind(&r.namespace)
-                .bind(r.untyped)
-                .execute(pool)
-                .await
-                .map(|_| ()),
-        };
-        match result {
-            Ok(_) => Ok(ApprovalRecord::pending(request)),
-            Err(e) if unique_violation(&e) => Err(ApprovalStoreError::Duplicate(request.id)),
-            Err(e) => Err(backend(e)),
-        }
+        crate::metrics::timed(self.store.backend(), "approvals.create", async move {
+            validate_request(&request)?;
+            let mut request = request;
+            request.requested_at = trunc(request.requested_at);
+            request.expires_at = trunc(request.expires_at);
+            let r = &request;
+            let result = match &*self.store.db {
+                Db::Sqlite { group, .. } => match sqlite_args!(
+                    &r.id,
+                    &r.capability_id,
+                    r.surface.as_str(),
+                    encode("actor", &r.actor)?,
+                    encode("input", &r.input)?,
+                    &r.input_hash,
+                    encode("reasons", &r.reasons)?,
+                    encode("types", &r.types)?,
+                    r.risk.as_str(),
+                    r.side_effect.as_str(),
+                    micros(r.requested_at),
+                    micros(r.expires_at),
+                    &r.execution_id,
+                    &r.correlation_id,
+                    &r.namespace,
+                    i64::from(r.untyped),
+                ) {
+                    Ok(args) => group.execute(INSERT, args).await.map(|_| ()),
+                    Err(e) => Err(e),
+                },
+                Db::Postgres(pool) => sqlx::query(INSERT)
+                    .bind(&r.id)
+                    .bind(&r.capability_id)
+                    .bind(r.surface.as_str())
+                    .bind(Json(&r.actor))
+                    .bind(Json(&r.input))
+                    .bind(&r.input_hash)
+                    .bind(Json(&r.reasons))
+                    .bind(Json(&r.types))
+                    .bind(r.risk.as_str())
+                    .bind(r.side_effect.as_str())
+                    .bind(r.requested_at)
+                    .bind(r.expires_at)
+                    .bind(&r.execution_id)
+                    .bind(&r.correlation_id)
+                    .bind(&r.namespace)
+                    .bind(r.untyped)
+                    .execute(pool)
+                    .await
+                    .map(|_| ()),
+            };
+            match result {
+                Ok(_) => Ok(ApprovalRecord::pending(request)),
+                Err(e) if unique_violation(&e) => Err(ApprovalStoreError::Duplicate(request.id)),
+                Err(e) => Err(backend(e)),
+            }
+        })
+        .await
     }
 
     async fn get(&self, id: &str) -> Result<Option<ApprovalRecord>, ApprovalStoreError> {
-        self.fetch(id).await
+        crate::metrics::timed(self.store.backend(), "approvals.get", async move {
+            self.fetch(id).await
+        })
+        .await
     }
 
     async fn decide(
@@ -381,51 +387,54 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
         decision: Decision,
         now: DateTime<Utc>,
     ) -> Result<ApprovalRecord, ApprovalStoreError> {
-        let status = match decision.status {
-            DecisionStatus::Approved => "approved",
-            DecisionStatus::Rejected => "rejected",
-        };
-        let now = trunc(now);
-        let decided_at = trunc(decision.decided_at);
-        let raw = match &*self.store.db {
-            Db::Sqlite { group, .. } => group
-                .fetch_optional(
-                    DECIDE,
-                    sqlite_args!(
-                        id,
-                        status,
-                        encode("approver", &decision.approver)?,
-                        micros(decided_at),
-                        &decision.comment,
-                        micros(now),
-                        &decision.approver_namespace,
-                        decision.via.as_str(),
+        crate::metrics::timed(self.store.backend(), "approvals.decide", async move {
+            let status = match decision.status {
+                DecisionStatus::Approved => "approved",
+                DecisionStatus::Rejected => "rejected",
+            };
+            let now = trunc(now);
+            let decided_at = trunc(decision.decided_at);
+            let raw = match &*self.store.db {
+                Db::Sqlite { group, .. } => group
+                    .fetch_optional(
+                        DECIDE,
+                        sqlite_args!(
+                            id,
+                            status,
+                            encode("approver", &decision.approver)?,
+                            micros(decided_at),
+                            &decision.comment,
+                            micros(now),
+                            &decision.approver_namespace,
+                            decision.via.as_str(),
+                        )
+                        .map_err(backend)?,
                     )
-                    .map_err(backend)?,
-                )
-                .await
-                .map_err(backend)?
-                .map(|r| read_row(&r))
-                .transpose()?,
-            Db::Postgres(pool) => sqlx::query(DECIDE)
-                .bind(id)
-                .bind(status)
-                .bind(Json(&decision.approver))
-                .bind(decided_at)
-                .bind(&decision.comment)
-                .bind(now)
-                .bind(&decision.approver_namespace)
-                .bind(decision.via.as_str())
-                .fetch_optional(pool)
-                .await
-                .map_err(backend)?
-                .map(|r| read_row(&r))
-                .transpose()?,
-        };
-        match raw {
-            Some(raw) => raw.validate(),
-            None => Err(self.refusal(id, "pending", now).await),
-        }
+                    .await
+                    .map_err(backend)?
+                    .map(|r| read_row(&r))
+                    .transpose()?,
+                Db::Postgres(pool) => sqlx::query(DECIDE)
+                    .bind(id)
+                    .bind(status)
+                    .bind(Json(&decision.approver))
+                    .bind(decided_at)
+                    .bind(&decision.comment)
+                    .bind(now)
+                    .bind(&decision.approver_namespace)
+                    .bind(decision.via.as_str())
+                    .fetch_optional(pool)
+                    .await
+                    .map_err(backend)?
+                    .map(|r| read_row(&r))
+                    .transpose()?,
+            };
+            match raw {
+                Some(raw) => raw.validate(),
+                None => Err(self.refusal(id, "pending", now).await),
+            }
+        })
+        .await
     }
 
     async fn mark_consumed(
@@ -434,31 +443,38 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
         execution_id: &str,
         now: DateTime<Utc>,
     ) -> Result<ApprovalRecord, ApprovalStoreError> {
-        let now = trunc(now);
-        let raw = match &*self.store.db {
-            Db::Sqlite { group, .. } => group
-                .fetch_optional(
-                    CONSUME,
-                    sqlite_args!(id, execution_id, micros(now)).map_err(backend)?,
-                )
-                .await
-                .map_err(backend)?
-                .map(|r| read_row(&r))
-                .transpose()?,
-            Db::Postgres(pool) => sqlx::query(CONSUME)
-                .bind(id)
-                .bind(execution_id)
-                .bind(now)
-                .fetch_optional(pool)
-                .await
-                .map_err(backend)?
-                .map(|r| read_row(&r))
-                .transpose()?,
-        };
-        match raw {
-            Some(raw) => raw.validate(),
-            None => Err(self.refusal(id, "approved", now).await),
-        }
+        crate::metrics::timed(
+            self.store.backend(),
+            "approvals.mark_consumed",
+            async move {
+                let now = trunc(now);
+                let raw = match &*self.store.db {
+                    Db::Sqlite { group, .. } => group
+                        .fetch_optional(
+                            CONSUME,
+                            sqlite_args!(id, execution_id, micros(now)).map_err(backend)?,
+                        )
+                        .await
+                        .map_err(backend)?
+                        .map(|r| read_row(&r))
+                        .transpose()?,
+                    Db::Postgres(pool) => sqlx::query(CONSUME)
+                        .bind(id)
+                        .bind(execution_id)
+                        .bind(now)
+                        .fetch_optional(pool)
+                        .await
+                        .map_err(backend)?
+                        .map(|r| read_row(&r))
+                        .transpose()?,
+                };
+                match raw {
+                    Some(raw) => raw.validate(),
+                    None => Err(self.refusal(id, "approved", now).await),
+                }
+            },
+        )
+        .await
     }
 
     async fn list(
@@ -466,44 +482,47 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
         filter: &ApprovalFilter,
         now: DateTime<Utc>,
     ) -> Result<Vec<ApprovalRecord>, ApprovalStoreError> {
-        let now = trunc(now);
-        let status = filter.status.map(ApprovalStatus::as_str);
-        let limit = filter.effective_limit() as i64;
-        let offset = i64::from(filter.offset.unwrap_or(0));
-        let raws = match &*self.store.db {
-            Db::Sqlite { readers, .. } => sqlx::query(LIST_SQLITE)
-                .bind(status)
-                .bind(micros(now))
-                .bind(&filter.capability_id)
-                .bind(&filter.actor_id)
-                .bind(filter.requested_after.map(micros))
-                .bind(filter.requested_before.map(micros))
-                .bind(limit)
-                .bind(offset)
-                .bind(&filter.namespace)
-                .fetch_all(readers)
-                .await
-                .map_err(backend)?
-                .iter()
-                .map(|r| read_row(r))
-                .collect::<Result<Vec<_>, _>>()?,
-            Db::Postgres(pool) => sqlx::query(LIST_POSTGRES)
-                .bind(status)
-                .bind(now)
-                .bind(&filter.capability_id)
-                .bind(&filter.actor_id)
-                .bind(filter.requested_after)
-                .bind(filter.requested_before)
-                .bind(limit)
-                .bind(offset)
-                .bind(&filter.namespace)
-                .fetch_all(pool)
-                .await
-                .map_err(backend)?
-                .iter()
-                .map(|r| read_row(r))
-                .collect::<Result<Vec<_>, _>>()?,
-        };
-        raws.into_iter().map(RawApproval::validate).collect()
+        crate::metrics::timed(self.store.backend(), "approvals.list", async move {
+            let now = trunc(now);
+            let status = filter.status.map(ApprovalStatus::as_str);
+            let limit = filter.effective_limit() as i64;
+            let offset = i64::from(filter.offset.unwrap_or(0));
+            let raws = match &*self.store.db {
+                Db::Sqlite { readers, .. } => sqlx::query(LIST_SQLITE)
+                    .bind(status)
+                    .bind(micros(now))
+                    .bind(&filter.capability_id)
+                    .bind(&filter.actor_id)
+                    .bind(filter.requested_after.map(micros))
+                    .bind(filter.requested_before.map(micros))
+                    .bind(limit)
+                    .bind(offset)
+                    .bind(&filter.namespace)
+                    .fetch_all(readers)
+                    .await
+                    .map_err(backend)?
+                    .iter()
+                    .map(|r| read_row(r))
+                    .collect::<Result<Vec<_>, _>>()?,
+                Db::Postgres(pool) => sqlx::query(LIST_POSTGRES)
+                    .bind(status)
+                    .bind(now)
+                    .bind(&filter.capability_id)
+                    .bind(&filter.actor_id)
+                    .bind(filter.requested_after)
+                    .bind(filter.requested_before)
+                    .bind(limit)
+                    .bind(offset)
+                    .bind(&filter.namespace)
+                    .fetch_all(pool)
+                    .await
+                    .map_err(backend)?
+                    .iter()
+                    .map(|r| read_row(r))
+                    .collect::<Result<Vec<_>, _>>()?,
+            };
+            raws.into_iter().map(RawApproval::validate).collect()
+        })
+        .await
     }
 }

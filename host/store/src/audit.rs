@@ -163,6 +163,22 @@ impl SqlAuditSink {
         })
     }
 
+    /// Events waiting for the writer right now.
+    pub fn queued(&self) -> usize {
+        self.tx.max_capacity() - self.tx.capacity()
+    }
+
+    /// Publish [`Self::stats`] and [`Self::queued`] as metrics (`capgate_audit_*`).
+    pub fn record_metrics(&self) {
+        crate::metrics::record_audit(self.stats(), self.queued());
+    }
+
+    /// Whether the writer task is still running (it ends only when every handle is
+    /// dropped; a closed queue means it died): what `/readyz` asks of the audit sink.
+    pub fn is_writing(&self) -> bool {
+        !self.tx.is_closed()
+    }
+
     /// The counters so far.
     pub fn stats(&self) -> AuditSinkStats {
         let c = &self.counters;

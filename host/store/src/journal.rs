@@ -299,68 +299,71 @@ impl InvocationJournal for SqlInvocationJournal {
         request: ClaimRequest,
         now: DateTime<Utc>,
     ) -> Result<ClaimOutcome, JournalError> {
-        let now = trunc(now);
-        // An existing row is reported as it is; a row that vanishes between the insert
-        // and the read (a purge) is claimed again.
-        for _ in 0..3 {
-            let token = new_claim_token();
-            let r = &request;
-            let inserted = match &*self.store.db {
-                Db::Sqlite { group, .. } => group
-                    .fetch_optional(
-                        CLAIM,
-                        sqlite_args!(
-                            &r.scope,
-                            &r.invocation_id,
-                            &token,
-                            &r.capability_id,
-                            encode("input", &r.input)?,
-                            &r.input_hash,
-                            &r.idempotency_key,
-                            &r.correlation_id,
-                            &r.contract_digest,
-                            micros(now),
+        crate::metrics::timed(self.store.backend(), "journal.claim", async move {
+            let now = trunc(now);
+            // An existing row is reported as it is; a row that vanishes between the insert
+            // and the read (a purge) is claimed again.
+            for _ in 0..3 {
+                let token = new_claim_token();
+                let r = &request;
+                let inserted = match &*self.store.db {
+                    Db::Sqlite { group, .. } => group
+                        .fetch_optional(
+                            CLAIM,
+                            sqlite_args!(
+                                &r.scope,
+                                &r.invocation_id,
+                                &token,
+                                &r.capability_id,
+                                encode("input", &r.input)?,
+                                &r.input_hash,
+                                &r.idempotency_key,
+                                &r.correlation_id,
+                                &r.contract_digest,
+                                micros(now),
+                            )
+                            .map_err(backend)?,
                         )
-                        .map_err(backend)?,
-                    )
-                    .await
-                    .map_err(backend)?
-                    .is_some(),
-                Db::Postgres(pool) => sqlx::query(CLAIM)
-                    .bind(&r.scope)
-                    .bind(&r.invocation_id)
-                    .bind(&token)
-                    .bind(&r.capability_id)
-                    .bind(Json(&r.input))
-                    .bind(&r.input_hash)
-                    .bind(&r.idempotency_key)
-                    .bind(&r.correlation_id)
-                    .bind(&r.contract_digest)
-                    .bind(now)
-                    .fetch_optional(pool)
-                    .await
-                    .map_err(backend)?
-                    .is_some(),
-            };
-            if inserted {
-                // The row is exactly what was just inserted: no need to read it back.
-                return Ok(ClaimOutcome::Admitted {
-                    claim_token: token.clone(),
-                    record: request.into_record(token, now),
-                });
+                        .await
+                        .map_err(backend)?
+                        .is_some(),
+                    Db::Postgres(pool) => sqlx::query(CLAIM)
+                        .bind(&r.scope)
+                        .bind(&r.invocation_id)
+                        .bind(&token)
+                        .bind(&r.capability_id)
+                        .bind(Json(&r.input))
+                        .bind(&r.input_hash)
+                        .bind(&r.idempotency_key)
+                        .bind(&r.correlation_id)
+                        .bind(&r.contract_digest)
+                        .bind(now)
+                        .fetch_optional(pool)
+                        .await
+                        .map_err(backend)?
+                        .is_some(),
+                };
+                if inserted {
+                    // The row is exactly what was just inserted: no need to read it back.
+                    return Ok(ClaimOutcome::Admitted {
+                        claim_token: token.clone(),
+                        record: request.into_record(token, now),
+                    });
+                }
+                if let Some(existing) = self.fetch(GET, &r.scope, &r.invocation_id).await? {
+                    return Ok(if existing.binds(&r.capability_id, &r.input_hash) {
+                        ClaimOutcome::Existing(existing)
+                    } else {
+                        ClaimOutcome::Conflict
+                    });
+                }
             }
-            if let Some(existing) = self.fetch(GET, &r.scope, &r.invocation_id).await? {
-                return Ok(if existing.binds(&r.capability_id, &r.input_hash) {
-                    ClaimOutcome::Existing(existing)
-                } else {
-                    ClaimOutcome::Conflict
-                });
-            }
-        }
-        Err(JournalError::Backend(format!(
-            "invocation `{}` kept disappearing while being claimed",
-            request.invocation_id
-        )))
+            Err(JournalError::Backend(format!(
+                "invocation `{}` kept disappearing while being claimed",
+                request.invocation_id
+            )))
+        })
+        .await
     }
 
     async fn claim_resume(
@@ -370,41 +373,44 @@ impl InvocationJournal for SqlInvocationJournal {
         approval_id: &str,
         now: DateTime<Utc>,
     ) -> Result<ResumeClaim, JournalError> {
-        let now = trunc(now);
-        let token = new_claim_token();
-        let raw = match &*self.store.db {
-            Db::Sqlite { group, .. } => group
-                .fetch_optional(
-                    CLAIM_RESUME,
-                    sqlite_args!(scope, invocation_id, approval_id, &token, micros(now))
-                        .map_err(backend)?,
-                )
-                .await
-                .map_err(backend)?
-                .map(|r| read_row(&r))
-                .transpose()?,
-            Db::Postgres(pool) => sqlx::query(CLAIM_RESUME)
-                .bind(scope)
-                .bind(invocation_id)
-                .bind(approval_id)
-                .bind(&token)
-                .bind(now)
-                .fetch_optional(pool)
-                .await
-                .map_err(backend)?
-                .map(|r| read_row(&r))
-                .transpose()?,
-        };
-        if let Some(raw) = raw {
-            return Ok(ResumeClaim::Admitted {
-                claim_token: token,
-                record: raw.validate()?,
-            });
-        }
-        Ok(match self.fetch(GET, scope, invocation_id).await? {
-            Some(r) => ResumeClaim::NotResumable(r),
-            None => ResumeClaim::NotFound,
+        crate::metrics::timed(self.store.backend(), "journal.claim_resume", async move {
+            let now = trunc(now);
+            let token = new_claim_token();
+            let raw = match &*self.store.db {
+                Db::Sqlite { group, .. } => group
+                    .fetch_optional(
+                        CLAIM_RESUME,
+                        sqlite_args!(scope, invocation_id, approval_id, &token, micros(now))
+                            .map_err(backend)?,
+                    )
+                    .await
+                    .map_err(backend)?
+                    .map(|r| read_row(&r))
+                    .transpose()?,
+                Db::Postgres(pool) => sqlx::query(CLAIM_RESUME)
+                    .bind(scope)
+                    .bind(invocation_id)
+                    .bind(approval_id)
+                    .bind(&token)
+                    .bind(now)
+                    .fetch_optional(pool)
+                    .await
+                    .map_err(backend)?
+                    .map(|r| read_row(&r))
+                    .transpose()?,
+            };
+            if let Some(raw) = raw {
+                return Ok(ResumeClaim::Admitted {
+                    claim_token: token,
+                    record: raw.validate()?,
+                });
+            }
+            Ok(match self.fetch(GET, scope, invocation_id).await? {
+                Some(r) => ResumeClaim::NotResumable(r),
+                None => ResumeClaim::NotFound,
+            })
         })
+        .await
     }
 
     async fn settle(
@@ -415,8 +421,11 @@ impl InvocationJournal for SqlInvocationJournal {
         settlement: Settlement,
         now: DateTime<Utc>,
     ) -> Result<InvocationRecord, JournalError> {
-        self.finish(scope, invocation_id, claim_token, settlement, false, now)
-            .await
+        crate::metrics::timed(self.store.backend(), "journal.settle", async move {
+            self.finish(scope, invocation_id, claim_token, settlement, false, now)
+                .await
+        })
+        .await
     }
 
     async fn reconcile(
@@ -427,6 +436,7 @@ impl InvocationJournal for SqlInvocationJournal {
         settlement: Settlement,
         now: DateTime<Utc>,
     ) -> Result<InvocationRecord, JournalError> {
+        crate::metrics::timed(self.store.backend(), "journal.reconcile", async move {
         let record = self
             .finish(
                 scope,
@@ -439,6 +449,7 @@ impl InvocationJournal for SqlInvocationJournal {
             .await?;
         tracing::warn!(target: "capgate::journal", invocation_id, "pending invocation settled by reconcile");
         Ok(record)
+    }).await
     }
 
     async fn get(
@@ -446,7 +457,10 @@ impl InvocationJournal for SqlInvocationJournal {
         scope: &str,
         invocation_id: &str,
     ) -> Result<Option<InvocationRecord>, JournalError> {
-        self.fetch(GET, scope, invocation_id).await
+        crate::metrics::timed(self.store.backend(), "journal.get", async move {
+            self.fetch(GET, scope, invocation_id).await
+        })
+        .await
     }
 
     async fn find_approval(
@@ -454,25 +468,35 @@ impl InvocationJournal for SqlInvocationJournal {
         scope: &str,
         approval_id: &str,
     ) -> Result<Option<InvocationRecord>, JournalError> {
-        self.fetch(FIND_APPROVAL, scope, approval_id).await
+        crate::metrics::timed(self.store.backend(), "journal.find_approval", async move {
+            self.fetch(FIND_APPROVAL, scope, approval_id).await
+        })
+        .await
     }
 
     async fn purge_settled_before(&self, cutoff: DateTime<Utc>) -> Result<u64, JournalError> {
-        let cutoff = trunc(cutoff);
-        let done = match &*self.store.db {
-            Db::Sqlite { writer, .. } => sqlx::query(PURGE)
-                .bind(micros(cutoff))
-                .execute(writer)
-                .await
-                .map_err(backend)?
-                .rows_affected(),
-            Db::Postgres(pool) => sqlx::query(PURGE)
-                .bind(cutoff)
-                .execute(pool)
-                .await
-                .map_err(backend)?
-                .rows_affected(),
-        };
-        Ok(done)
+        crate::metrics::timed(
+            self.store.backend(),
+            "journal.purge_settled_before",
+            async move {
+                let cutoff = trunc(cutoff);
+                let done = match &*self.store.db {
+                    Db::Sqlite { writer, .. } => sqlx::query(PURGE)
+                        .bind(micros(cutoff))
+                        .execute(writer)
+                        .await
+                        .map_err(backend)?
+                        .rows_affected(),
+                    Db::Postgres(pool) => sqlx::query(PURGE)
+                        .bind(cutoff)
+                        .execute(pool)
+                        .await
+                        .map_err(backend)?
+                        .rows_affected(),
+                };
+                Ok(done)
+            },
+        )
+        .await
     }
 }

@@ -51,6 +51,7 @@ mod columns;
 mod db;
 mod group;
 mod journal;
+pub mod metrics;
 mod time;
 
 pub use approvals::SqlApprovalCoordinator;

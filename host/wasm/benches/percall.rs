@@ -236,6 +236,7 @@ impl PolicyCall {
     }
 
     async fn evaluate(&self, policy: &dyn Policy) {
+        let shared = SharedJson::default();
         let req = PolicyRequest {
             phase: capgate_core::policy::Phase::Invocation,
             capability: &self.info,
@@ -246,6 +247,7 @@ impl PolicyCall {
             input: Some(&self.input),
             execution_id: "exe_1",
             approval: None,
+            shared: &shared,
         };
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         let d = policy.evaluate(&req, deadline).await;

@@ -108,6 +108,7 @@ fn measure(host: &WasmHost, rt: &tokio::runtime::Runtime, lang: &Lang) -> Row {
     let actor = Actor::user("u_dana", json!({"orgId": "org_1"}));
     let input = json!({"orderId": "ord_42", "amount": 649});
     let ctx = serde_json::Value::Null;
+    let shared = SharedJson::default();
     let req = PolicyRequest {
         phase: Phase::Invocation,
         capability: &info,
@@ -118,6 +119,7 @@ fn measure(host: &WasmHost, rt: &tokio::runtime::Runtime, lang: &Lang) -> Row {
         input: Some(&input),
         execution_id: "exe_1",
         approval: None,
+        shared: &shared,
     };
     let per_call = |isolation: Isolation, calls: usize| {
         let policy = compiled

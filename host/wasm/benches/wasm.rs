@@ -33,6 +33,7 @@ fn policy_call(c: &mut Criterion) {
     let actor = Actor::user("u_dana", json!({"orgId": "org_1"}));
     let input = json!({"orderId": "ord_42", "amount": 649});
     let ctx = serde_json::Value::Null;
+    let shared = SharedJson::default();
     let req = PolicyRequest {
         phase: Phase::Invocation,
         capability: &info,
@@ -43,6 +44,7 @@ fn policy_call(c: &mut Criterion) {
         input: Some(&input),
         execution_id: "exe_1",
         approval: None,
+        shared: &shared,
     };
     let p = plugin("refund_limit");
     let config = json!({"maxAmount": 500});

@@ -276,6 +276,20 @@ impl WasmHost {
         &self.inner.engine
     }
 
+    /// Whether the host can still bound calls: its epoch ticker (deadlines and the inline
+    /// slice) and upkeep thread (retiring instances, refilling reserves) are running. A
+    /// host whose threads died would let guests run past their deadlines: `/readyz` says
+    /// so instead of serving.
+    pub fn is_healthy(&self) -> Result<(), String> {
+        let names = ["epoch ticker", "upkeep thread"];
+        for (thread, name) in self.inner.threads.iter().zip(names) {
+            if thread.is_finished() {
+                return Err(format!("the Wasm host's {name} has stopped"));
+            }
+        }
+        Ok(())
+    }
+
     /// The options in force.
     pub fn options(&self) -> &HostOptions {
         &self.inner.options
@@ -433,6 +447,12 @@ fn engine_config(o: &HostOptions) -> Result<Config, LoadError> {
         .max_wasm_stack(o.max_wasm_stack)
         .async_stack_size(o.max_wasm_stack + (512 << 10))
         .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    // `CAPGATE_WASM_PROFILER=perfmap`: wasmtime writes /tmp/perf-PID.map, so `perf report`
+    // names the guest's own functions instead of `[JIT]` addresses. Not part of the
+    // compatibility hash: it changes no code, only what is published about it.
+    if std::env::var_os("CAPGATE_WASM_PROFILER").is_some_and(|v| v == "perfmap") {
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     Ok(config)
 }
 

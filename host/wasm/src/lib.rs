@@ -91,6 +91,7 @@ mod convert;
 mod error;
 mod host;
 mod limits;
+pub mod metrics;
 mod plugin;
 pub mod plugin_test;
 mod policy;

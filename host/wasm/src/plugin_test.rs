@@ -15,7 +15,7 @@ use crate::limits::Limits;
 use capgate_core::actor::{Actor, ActorKind, ActorRef, Surface};
 use capgate_core::approval::ApprovalRef;
 use capgate_core::meta::{Risk, SideEffect};
-use capgate_core::policy::{CapabilityInfo, Phase, PolicyDecision, PolicyRequest};
+use capgate_core::policy::{CapabilityInfo, Phase, PolicyDecision, PolicyRequest, SharedJson};
 use serde_json::{Map, Value};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -447,6 +447,7 @@ fn run_policy_case(policy: &crate::WasmPolicy, case: &Case) -> CaseResult {
                     .unwrap_or(ActorKind::User),
             },
         });
+    let shared = SharedJson::default();
     let request = PolicyRequest {
         phase,
         capability: &capability,
@@ -457,6 +458,7 @@ fn run_policy_case(policy: &crate::WasmPolicy, case: &Case) -> CaseResult {
         input: req.get("input"),
         execution_id: &execution_id,
         approval: approval.as_ref(),
+        shared: &shared,
     };
     let started = Instant::now();
     // Cases run one at a time from synchronous code: drive the call here (a guest that

@@ -3,7 +3,7 @@
 //! (POLICY_FAILED, audit reason `policy-failed`).
 
 use crate::binding::Binding;
-use crate::bindings::{names, wit_policy};
+use crate::bindings::{names, wit, wit_policy};
 use crate::convert;
 use crate::error::{CallError, LoadError};
 use crate::plugin::Plugin;
@@ -92,9 +92,13 @@ impl WasmPolicy {
             phase: convert::phase(request.phase),
             surface: convert::surface(request.surface),
             capability: convert::capability(request.capability),
-            actor: convert::actor(request.actor),
-            input: request.input.map(|v| v.to_string()),
-            context: request.context.to_string(),
+            actor: wit::Actor {
+                id: request.actor.id.clone(),
+                kind: convert::actor_kind(request.actor.kind),
+                attributes: request.attributes_json().to_owned(),
+            },
+            input: request.input_json().map(str::to_owned),
+            context: request.context_json().to_owned(),
             execution_id: request.execution_id.to_string(),
             approval: request.approval.map(convert::approval),
             config: sb.config.clone(),

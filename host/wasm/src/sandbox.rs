@@ -215,6 +215,9 @@ impl<I: Exports> Sandbox<I> {
             sandbox.plugin.host.register(weak);
             sandbox.ask_refill();
         }
+        let weak: Weak<dyn crate::metrics::Gauges> =
+            Arc::downgrade(&(sandbox.clone() as Arc<dyn crate::metrics::Gauges>));
+        crate::metrics::register(weak);
         sandbox
     }
 
@@ -254,6 +257,14 @@ impl<I: Exports> Sandbox<I> {
     }
 
     /// Idle pooled instances, per namespace (tests and metrics).
+    /// Warm pooled instances across every namespace.
+    fn idle_total(&self) -> usize {
+        self.pool
+            .lock()
+            .map(|p| p.values().map(Vec::len).sum())
+            .unwrap_or(0)
+    }
+
     pub(crate) fn idle(&self, namespace: &str) -> usize {
         self.pool
             .lock()
@@ -336,6 +347,7 @@ impl<I: Exports> Sandbox<I> {
             None => self.limits.timeout,
         };
         if budget.is_zero() {
+            crate::metrics::plugin_call(&self.name, "deadline", 0);
             return Err(CallError::Deadline(Duration::ZERO));
         }
         let fuel = self.limits.fuel.unwrap_or(u64::MAX);
@@ -406,10 +418,12 @@ impl<I: Exports> Sandbox<I> {
         match ran {
             Ran::NotInstantiated(store, e) => {
                 let err = self.classify(&e, &store, budget, true);
+                self.observe(&store, fuel, Err(&err));
                 host.reap(Box::new(store));
                 Err(err)
             }
             Ran::Done(store, guest, Ok(result)) => {
+                self.observe(&store, fuel, result.as_ref().map(|_| ()));
                 match self.isolation {
                     Isolation::Pooled { max_uses, max_idle } => self.give_back(
                         opts.namespace,
@@ -428,6 +442,7 @@ impl<I: Exports> Sandbox<I> {
             Ran::Done(store, _, Err(e)) => {
                 // After a trap an instance can never be entered again: retire it.
                 let err = self.classify(&e, &store, budget, false);
+                self.observe(&store, fuel, Err(&err));
                 tracing::debug!(
                     target: "capgate::plugin",
                     plugin = &*self.name,
@@ -438,6 +453,12 @@ impl<I: Exports> Sandbox<I> {
                 Err(err)
             }
         }
+    }
+
+    /// Count the call by result and the fuel it burned (`capgate_plugin_*` metrics).
+    fn observe(&self, store: &Store<StoreData>, fuel: u64, result: Result<(), &CallError>) {
+        let used = fuel.saturating_sub(store.get_fuel().unwrap_or(0));
+        crate::metrics::plugin_call(&self.name, crate::metrics::result_label(result), used);
     }
 
     fn classify(
@@ -481,6 +502,13 @@ impl<I: Exports> Sandbox<I> {
         self.check_size(s)?;
         serde_json::from_str(s)
             .map_err(|e| CallError::Malformed(format!("output is not JSON: {e}")))
+    }
+}
+
+impl<I: Exports> crate::metrics::Gauges for Sandbox<I> {
+    fn report(&self) {
+        let r = self.reserve_stats();
+        crate::metrics::report(&self.name, r.ready, self.idle_total(), r.hits, r.misses);
     }
 }
 

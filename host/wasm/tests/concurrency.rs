@@ -46,6 +46,7 @@ async fn eight_tasks_of_ten_thousand_calls_complete_without_error_or_cross_talk(
                 if i % 2 == 0 {
                     let amount = 501 + t * CALLS + i;
                     let input = json!({"orderId": "o", "amount": amount});
+                    let shared = SharedJson::default();
                     let req = PolicyRequest {
                         phase: Phase::Invocation,
                         capability: &info,
@@ -56,6 +57,7 @@ async fn eight_tasks_of_ten_thousand_calls_complete_without_error_or_cross_talk(
                         input: Some(&input),
                         execution_id: "exe_x",
                         approval: None,
+                        shared: &shared,
                     };
                     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
                     match policy.evaluate(&req, deadline).await {

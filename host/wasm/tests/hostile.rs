@@ -184,6 +184,7 @@ fn counter_request_calls(policy: &capgate_wasm::WasmPolicy, n: usize) -> Vec<Str
     };
     let actor = dana();
     let input = json!({"amount": 1});
+    let shared = SharedJson::default();
     let req = PolicyRequest {
         phase: Phase::Invocation,
         capability: &info,
@@ -194,6 +195,7 @@ fn counter_request_calls(policy: &capgate_wasm::WasmPolicy, n: usize) -> Vec<Str
         input: Some(&input),
         execution_id: "exe_1",
         approval: None,
+        shared: &shared,
     };
     (0..n)
         .map(
@@ -297,6 +299,7 @@ fn pooled_instance_is_recycled_after_a_trap() {
         tags: vec![],
     };
     let actor = dana();
+    let shared = SharedJson::default();
     let req = PolicyRequest {
         phase: Phase::Invocation,
         capability: &info,
@@ -307,6 +310,7 @@ fn pooled_instance_is_recycled_after_a_trap() {
         input: None,
         execution_id: "exe_1",
         approval: None,
+        shared: &shared,
     };
     for _ in 0..3 {
         let err = futures::executor::block_on(policy.evaluate_raw(&req, None)).expect_err("panics");

@@ -6,7 +6,7 @@ use crate::actor::Surface;
 use crate::audit::{AuditEvent, EventPayload};
 use crate::canonical::sha256_hex;
 use crate::error::{CapabilityError, ErrorCode, Stage};
-use crate::policy::{Phase, PolicyRequest, Verdict, combine};
+use crate::policy::{Phase, PolicyRequest, SharedJson, Verdict, combine};
 use crate::runtime::{CapabilityDescriptor, DescribeOptions, Inner};
 use futures::StreamExt;
 use std::time::Duration;
@@ -40,6 +40,7 @@ pub(crate) async fn describe(
     let namespace = opts.namespace.as_str();
     let evaluate = |cap: std::sync::Arc<crate::registry::Capability>| {
         async move {
+            let shared = SharedJson::default();
             let request = PolicyRequest {
                 phase: Phase::Discovery,
                 capability: &cap.info,
@@ -50,6 +51,7 @@ pub(crate) async fn describe(
                 input: None,
                 execution_id: "",
                 approval: None,
+                shared: &shared,
             };
             // Not clamped to the budget: running out of budget is a TIMEOUT of the whole
             // describe, never a silently shorter list.

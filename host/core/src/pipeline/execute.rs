@@ -7,7 +7,7 @@ use crate::actor::Actor;
 use crate::approval::ApprovalRef;
 use crate::audit::EventPayload;
 use crate::error::{CapabilityError, ErrorCode};
-use crate::policy::{Phase, PolicyRequest, combine};
+use crate::policy::{Phase, PolicyRequest, SharedJson, combine};
 use crate::procedure::{AgentInvocationInfo, Next, ProcedureCall, ProcedureError, ProgressFn};
 use crate::registry::Capability;
 use crate::result::ExecutionResult;
@@ -38,6 +38,7 @@ pub(crate) async fn execute(exec: Exec<'_>, a: Admitted) -> ExecutionResult {
     if any_applicable(rt, cap, Phase::Execution) {
         let deadline =
             tokio::time::Instant::now() + Duration::from_millis(rt.defaults.policy_timeout_ms);
+        let shared = SharedJson::default();
         let request = PolicyRequest {
             phase: Phase::Execution,
             capability: &cap.info,
@@ -48,6 +49,7 @@ pub(crate) async fn execute(exec: Exec<'_>, a: Admitted) -> ExecutionResult {
             input: Some(&a.input),
             execution_id: &exec.execution_id,
             approval: a.approval.as_ref(),
+            shared: &shared,
         };
         let evaluated = evaluate_batch(rt, cap, &request, deadline).await;
         let verdict = combine(&evaluated);

@@ -7,7 +7,7 @@ use crate::approval::{ApprovalRef, ApprovalRequest, DecisionStatus};
 use crate::audit::{DenyReason, EventPayload};
 use crate::canonical::input_hash;
 use crate::error::{CapabilityError, ErrorCode};
-use crate::policy::{ApprovalRequirement, Phase, PolicyRequest, Verdict};
+use crate::policy::{ApprovalRequirement, Phase, PolicyRequest, SharedJson, Verdict};
 use crate::registry::Capability;
 use crate::result::ExecutionResult;
 use crate::runtime::{Inner, InvokeRequest};
@@ -21,7 +21,20 @@ use tracing::Instrument;
 pub(crate) async fn invoke(rt: &Inner, req: InvokeRequest) -> ExecutionResult {
     let exec = begin(rt, &req);
     let span = exec.span.clone();
-    stages(exec, req).instrument(span).await
+    let (started, surface) = (exec.started, req.surface);
+    let capability = capability_label(rt, &req.capability_id);
+    let result = stages(exec, req).instrument(span).await;
+    crate::metrics::call_finished(&capability, surface, &result, started.elapsed());
+    result
+}
+
+/// The metrics label of a requested id: the registry's id, or a constant for an id it does
+/// not have (request data never becomes a label).
+fn capability_label(rt: &Inner, id: &str) -> String {
+    rt.registry
+        .get(id)
+        .map_or(crate::metrics::UNKNOWN_CAPABILITY, |c| c.id.as_str())
+        .to_owned()
 }
 
 /// Stages 2–3 of a call the adapter must conceal: `capability.requested`, then the
@@ -30,7 +43,8 @@ pub(crate) async fn invoke(rt: &Inner, req: InvokeRequest) -> ExecutionResult {
 pub(crate) async fn conceal(rt: &Inner, req: InvokeRequest, reason: DenyReason) -> ExecutionResult {
     let exec = begin(rt, &req);
     let span = exec.span.clone();
-    async {
+    let (started, surface) = (exec.started, req.surface);
+    let result = async {
         exec.emit(EventPayload::Requested {
             side_effect: None,
             risk: None,
@@ -40,7 +54,10 @@ pub(crate) async fn conceal(rt: &Inner, req: InvokeRequest, reason: DenyReason) 
             .await
     }
     .instrument(span)
-    .await
+    .await;
+    let capability = capability_label(rt, &req.capability_id);
+    crate::metrics::call_finished(&capability, surface, &result, started.elapsed());
+    result
 }
 
 /// Stage 2: the execution identity and its root span.
@@ -139,6 +156,7 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
     // ── Stage 7: invocation-phase policies (all evaluated, then combined) ──
     let deadline =
         tokio::time::Instant::now() + Duration::from_millis(rt.defaults.policy_timeout_ms);
+    let shared = SharedJson::default();
     let request = PolicyRequest {
         phase: Phase::Invocation,
         capability: &cap.info,
@@ -149,6 +167,7 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
         input: Some(&input),
         execution_id: &exec.execution_id,
         approval: None,
+        shared: &shared,
     };
     let evaluated = evaluate_batch(rt, &cap, &request, deadline).await;
     let verdict = crate::policy::combine(&evaluated);
@@ -336,6 +355,7 @@ async fn approval_gate(
 
         match rt.coordinator.create(request).await {
             Ok(record) => {
+                crate::metrics::approval(crate::metrics::ApprovalEvent::Created);
                 if !announced {
                     exec.emit(requested).await;
                 }

@@ -48,6 +48,7 @@ pub(crate) async fn evaluate_batch(
             capgate.decision = tracing::field::Empty,
         );
         async move {
+            let started = std::time::Instant::now();
             let guarded = AssertUnwindSafe(p.evaluate(request, deadline)).catch_unwind();
             let outcome = match tokio::time::timeout_at(deadline, guarded).await {
                 Err(_) => Err(PolicyError::Timeout(budget_ms)),
@@ -58,14 +59,8 @@ pub(crate) async fn evaluate_batch(
                     .map(|()| d)
                     .map_err(PolicyError::InvalidDecision),
             };
-            let span = tracing::Span::current();
-            span.record(
-                "capgate.decision",
-                match &outcome {
-                    Ok(d) => d.kind(),
-                    Err(_) => "error",
-                },
-            );
+            crate::metrics::policy_evaluated(&name, request.phase, &outcome, started.elapsed());
+            tracing::Span::current().record("capgate.decision", crate::metrics::stance(&outcome));
             Evaluated {
                 policy: name,
                 outcome,

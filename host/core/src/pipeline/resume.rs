@@ -8,7 +8,7 @@ use crate::approval::{ApprovalRef, ApprovalStatus, ApprovalStoreError};
 use crate::audit::DenyReason;
 use crate::canonical::input_hash;
 use crate::error::{CapabilityError, ErrorCode, Stage};
-use crate::policy::{Phase, PolicyRequest, combine};
+use crate::policy::{Phase, PolicyRequest, SharedJson, combine};
 use crate::result::ExecutionResult;
 use crate::runtime::{Inner, ResumeOptions};
 use std::time::Instant;
@@ -40,7 +40,13 @@ pub(crate) async fn resume(rt: &Inner, approval_id: &str, opts: ResumeOptions) -
         started: Instant::now(),
         span: span.clone(),
     };
-    checks(exec, approval_id, opts).instrument(span).await
+    let started = exec.started;
+    let mut labels = (crate::metrics::UNKNOWN_CAPABILITY.to_owned(), exec.surface);
+    let result = checks(exec, approval_id, opts, &mut labels)
+        .instrument(span)
+        .await;
+    crate::metrics::call_finished(&labels.0, labels.1, &result, started.elapsed());
+    result
 }
 
 fn approval_error(code: ErrorCode) -> CapabilityError {
@@ -53,7 +59,13 @@ fn internal(cause: String) -> CapabilityError {
         .with_cause(cause)
 }
 
-async fn checks(mut exec: Exec<'_>, approval_id: &str, opts: ResumeOptions) -> ExecutionResult {
+/// `labels` receives the metrics labels (capability, surface) once the record is read.
+async fn checks(
+    mut exec: Exec<'_>,
+    approval_id: &str,
+    opts: ResumeOptions,
+    labels: &mut (String, crate::actor::Surface),
+) -> ExecutionResult {
     let rt = exec.rt;
     let now = rt.clock.now();
 
@@ -116,6 +128,10 @@ async fn checks(mut exec: Exec<'_>, approval_id: &str, opts: ResumeOptions) -> E
     exec.surface = record.request.surface;
     exec.namespace = record.request.namespace.clone();
     exec.input_hash = Some(record.request.input_hash.clone());
+    if rt.registry.get(&exec.capability_id).is_some() {
+        labels.0.clone_from(&exec.capability_id);
+    }
+    labels.1 = exec.surface;
 
     // 2. Status.
     let code = match record.effective_status(now) {
@@ -123,7 +139,10 @@ async fn checks(mut exec: Exec<'_>, approval_id: &str, opts: ResumeOptions) -> E
         ApprovalStatus::Pending => Some(ErrorCode::ApprovalPending),
         ApprovalStatus::Rejected => Some(ErrorCode::ApprovalRejected),
         ApprovalStatus::Consumed => Some(ErrorCode::ApprovalConsumed),
-        ApprovalStatus::Expired => Some(ErrorCode::ApprovalExpired),
+        ApprovalStatus::Expired => {
+            crate::metrics::approval(crate::metrics::ApprovalEvent::Expired);
+            Some(ErrorCode::ApprovalExpired)
+        }
         ApprovalStatus::Cancelled => {
             return exec
                 .failed(
@@ -242,6 +261,7 @@ async fn checks(mut exec: Exec<'_>, approval_id: &str, opts: ResumeOptions) -> E
     // approval unconsumed; a fresh require-approval is satisfied by this approval.
     let deadline = tokio::time::Instant::now()
         + std::time::Duration::from_millis(rt.defaults.policy_timeout_ms);
+    let shared = SharedJson::default();
     let request = PolicyRequest {
         phase: Phase::Invocation,
         capability: &cap.info,
@@ -252,6 +272,7 @@ async fn checks(mut exec: Exec<'_>, approval_id: &str, opts: ResumeOptions) -> E
         input: Some(&input),
         execution_id: &exec.execution_id,
         approval: None,
+        shared: &shared,
     };
     let evaluated = evaluate_batch(rt, &cap, &request, deadline).await;
     if let Some(result) = refuse(
@@ -272,10 +293,13 @@ async fn checks(mut exec: Exec<'_>, approval_id: &str, opts: ResumeOptions) -> E
         .mark_consumed(approval_id, &exec.execution_id, now)
         .await
     {
-        Ok(_) => {}
+        Ok(_) => crate::metrics::approval(crate::metrics::ApprovalEvent::Consumed),
         Err(ApprovalStoreError::WrongStatus { status, .. }) => {
             let code = match status {
-                "expired" => ErrorCode::ApprovalExpired,
+                "expired" => {
+                    crate::metrics::approval(crate::metrics::ApprovalEvent::Expired);
+                    ErrorCode::ApprovalExpired
+                }
                 _ => ErrorCode::ApprovalConsumed,
             };
             return exec

@@ -314,6 +314,12 @@ impl Gateway {
             .claim(claim, self.runtime.now())
             .await
             .map_err(Reject::journal)?;
+        crate::metrics::journal_claim(match &claimed {
+            ClaimOutcome::Admitted { .. } => "admitted",
+            ClaimOutcome::Existing(r) if r.state == InvocationState::Settled => "replayed",
+            ClaimOutcome::Existing(_) => "pending",
+            ClaimOutcome::Conflict => "conflict",
+        });
         Ok(match claimed {
             ClaimOutcome::Conflict => Admission::Answer(CapabilityOutcome::preflight(
                 &req.invocation_id,

@@ -51,9 +51,21 @@ impl ReadinessProbe for JournalProbe {
 pub const READINESS_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// `GET /healthz` (always `200`: the process serves) and `GET /readyz` (`200` when the
-/// probe succeeds within [`READINESS_TIMEOUT`], `503` otherwise).
+/// probe succeeds within [`READINESS_TIMEOUT`], `503` otherwise), with one check named
+/// `store`.
 pub fn health_router(probe: impl ReadinessProbe) -> Router {
     let probe: Arc<dyn ReadinessProbe> = Arc::new(probe);
+    readiness_router(vec![("store".to_owned(), probe)])
+}
+
+/// `GET /healthz` (always `200`, no I/O: the process serves) and `GET /readyz`, which runs
+/// every named check concurrently, each within [`READINESS_TIMEOUT`]: `200
+/// {"status":"ready","checks":{"store":"ok",…}}` when all pass, `503
+/// {"status":"unavailable","checks":{"store":"ok","audit":"failing",…}}` otherwise. Only
+/// the check names and `ok`/`failing` are sent; why a check failed is logged (target
+/// `capgate::gateway`), never answered.
+pub fn readiness_router(checks: Vec<(String, Arc<dyn ReadinessProbe>)>) -> Router {
+    let checks = Arc::new(checks);
     Router::new()
         .route(
             "/healthz",
@@ -62,30 +74,56 @@ pub fn health_router(probe: impl ReadinessProbe) -> Router {
         .route(
             "/readyz",
             get(move || {
-                let probe = probe.clone();
+                let checks = checks.clone();
                 async move {
-                    match tokio::time::timeout(READINESS_TIMEOUT, probe.ready()).await {
-                        Ok(Ok(())) => (
-                            StatusCode::OK,
-                            Json(serde_json::json!({ "status": "ready" })),
-                        ),
-                        Ok(Err(e)) => {
-                            tracing::warn!(target: LOG, error = %e, "not ready");
-                            unavailable()
-                        }
-                        Err(_) => {
-                            tracing::warn!(target: LOG, "readiness probe timed out");
-                            unavailable()
-                        }
-                    }
+                    let results = futures::future::join_all(checks.iter().map(
+                        |(name, probe)| async move {
+                            let ok = match tokio::time::timeout(READINESS_TIMEOUT, probe.ready())
+                                .await
+                            {
+                                Ok(Ok(())) => true,
+                                Ok(Err(e)) => {
+                                    tracing::warn!(target: LOG, check = %name, error = %e, "not ready");
+                                    false
+                                }
+                                Err(_) => {
+                                    tracing::warn!(target: LOG, check = %name, "readiness check timed out");
+                                    false
+                                }
+                            };
+                            (name.clone(), ok)
+                        },
+                    ))
+                    .await;
+                    let ready = results.iter().all(|(_, ok)| *ok);
+                    let checks: serde_json::Map<String, Value> = results
+                        .into_iter()
+                        .map(|(n, ok)| (n, Value::from(if ok { "ok" } else { "failing" })))
+                        .collect();
+                    let (code, status) = if ready {
+                        (StatusCode::OK, "ready")
+                    } else {
+                        (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
+                    };
+                    (
+                        code,
+                        Json(serde_json::json!({ "status": status, "checks": checks })),
+                    )
                 }
             }),
         )
 }
 
-fn unavailable() -> (StatusCode, Json<Value>) {
-    (
-        StatusCode::SERVICE_UNAVAILABLE,
-        Json(serde_json::json!({ "status": "unavailable" })),
-    )
+/// A readiness check from a closure (for checks that need no I/O, such as "the audit
+/// writer is running").
+pub struct FnProbe<F>(pub F);
+
+#[async_trait]
+impl<F> ReadinessProbe for FnProbe<F>
+where
+    F: Fn() -> Result<(), String> + Send + Sync + 'static,
+{
+    async fn ready(&self) -> Result<(), String> {
+        (self.0)()
+    }
 }

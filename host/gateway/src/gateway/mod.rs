@@ -59,7 +59,9 @@ pub use config::{
     DEFAULT_AUDIT_DRAIN_TIMEOUT, DEFAULT_MAX_BODY_BYTES, DEFAULT_REQUEST_TIMEOUT, GatewayConfig,
     GatewayConfigError,
 };
-pub use health::{JournalProbe, READINESS_TIMEOUT, ReadinessProbe, health_router};
+pub use health::{
+    FnProbe, JournalProbe, READINESS_TIMEOUT, ReadinessProbe, health_router, readiness_router,
+};
 
 use crate::contract::try_export_contract;
 use crate::door::{Door, DoorState, Doorkeeper};

@@ -1,0 +1,76 @@
+//! `[telemetry.metrics]`: the process's Prometheus recorder and what `/metrics` serves.
+//!
+//! The libraries record through the `metrics` facade (`capgate_core::metrics`,
+//! `capgate_wasm::metrics`, `capgate_store::metrics`, `capgate_gateway::metrics` list their
+//! series); `serve` installs one Prometheus recorder and, before each scrape, refreshes what
+//! is read rather than counted (plugin instances, audit counters, pending approvals).
+
+use crate::build::Deployment;
+use anyhow::Context;
+use async_trait::async_trait;
+use capgate_gateway::metrics::MetricsSource;
+use capgate_store::{SqlAuditSink, Store};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// Latency buckets of every `_seconds` histogram: 0.5 ms to 30 s.
+const BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// How often histograms are compacted between scrapes.
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// The process's recorder (a process has one; installing twice is refused by `metrics`).
+fn recorder() -> anyhow::Result<PrometheusHandle> {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    if let Some(h) = HANDLE.get() {
+        return Ok(h.clone());
+    }
+    let handle = PrometheusBuilder::new()
+        .set_buckets(BUCKETS)
+        .context("metric buckets")?
+        .install_recorder()
+        .context("cannot install the metrics recorder")?;
+    let handle = HANDLE.get_or_init(|| handle).clone();
+    let upkeep = handle.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(UPKEEP_EVERY);
+        loop {
+            every.tick().await;
+            upkeep.run_upkeep();
+        }
+    });
+    Ok(handle)
+}
+
+/// What `/metrics` renders for one deployment.
+pub struct Exposition {
+    handle: PrometheusHandle,
+    store: Store,
+    audit: Arc<SqlAuditSink>,
+}
+
+impl Exposition {
+    /// Install the recorder (once per process) for `deployment`.
+    pub fn install(deployment: &Deployment) -> anyhow::Result<Exposition> {
+        Ok(Exposition {
+            handle: recorder()?,
+            store: deployment.store.clone(),
+            audit: deployment.audit.clone(),
+        })
+    }
+}
+
+#[async_trait]
+impl MetricsSource for Exposition {
+    async fn render(&self) -> String {
+        capgate_wasm::metrics::record_gauges();
+        self.audit.record_metrics();
+        if let Err(e) = self.store.record_pending_approvals().await {
+            tracing::warn!(target: "capgate::metrics", error = %e, "pending approvals could not be counted for this scrape");
+        }
+        self.handle.render()
+    }
+}

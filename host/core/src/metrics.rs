@@ -1,0 +1,136 @@
+//! The pipeline's metrics: what a platform team alerts on (error rates, latency, approval
+//! backlog), recorded through the [`metrics`] facade. Nothing is recorded anywhere until the
+//! embedder installs a recorder (the `capgate` binary installs a Prometheus one); without
+//! one each call below costs a few nanoseconds.
+//!
+//! Label values come only from configuration — capability ids of the registry, policy
+//! names, surfaces, phases and the spec's fixed codes — never from request data, so the
+//! number of series is bounded by the deployment: an id the registry does not know is
+//! counted as [`UNKNOWN_CAPABILITY`].
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `capgate_calls_total` | counter | `capability`, `surface`, `outcome`, `code` |
+//! | `capgate_call_duration_seconds` | histogram | `capability`, `surface` |
+//! | `capgate_policy_evaluations_total` | counter | `policy`, `phase`, `stance` |
+//! | `capgate_policy_evaluation_duration_seconds` | histogram | `policy`, `phase` |
+//! | `capgate_approvals_total` | counter | `event` (`created`, `approved`, `rejected`, `consumed`, `expired`) |
+
+use crate::actor::Surface;
+use crate::policy::{Phase, PolicyDecision, PolicyError};
+use crate::result::ExecutionResult;
+use std::time::Duration;
+
+/// Governed calls (invoke and resume), by how they ended.
+pub const CALLS: &str = "capgate_calls_total";
+/// Governed call latency, request to answer.
+pub const CALL_DURATION: &str = "capgate_call_duration_seconds";
+/// Policy evaluations, by stance (`error` when the policy failed).
+pub const POLICY_EVALUATIONS: &str = "capgate_policy_evaluations_total";
+/// Policy evaluation latency.
+pub const POLICY_DURATION: &str = "capgate_policy_evaluation_duration_seconds";
+/// Approval lifecycle events.
+pub const APPROVALS: &str = "capgate_approvals_total";
+
+/// The `capability` label of an id the registry does not have (request data never
+/// becomes a label).
+pub const UNKNOWN_CAPABILITY: &str = "(unknown)";
+
+/// The `outcome` label of a finished call: `completed`, `approval-required`, `failed`,
+/// `cancelled`, or `outcome-unknown` (failed or cancelled after the procedure was entered:
+/// the effect may have happened).
+pub fn outcome(result: &ExecutionResult) -> &'static str {
+    if result.effect_unknown() {
+        "outcome-unknown"
+    } else {
+        result.status()
+    }
+}
+
+/// Record one finished governed call. `capability` must be a registry id or
+/// [`UNKNOWN_CAPABILITY`].
+pub(crate) fn call_finished(
+    capability: &str,
+    surface: Surface,
+    result: &ExecutionResult,
+    elapsed: Duration,
+) {
+    let code = result.error().map_or("", |e| e.code().as_str());
+    metrics::counter!(
+        CALLS,
+        "capability" => capability.to_owned(),
+        "surface" => surface.as_str(),
+        "outcome" => outcome(result),
+        "code" => code,
+    )
+    .increment(1);
+    metrics::histogram!(
+        CALL_DURATION,
+        "capability" => capability.to_owned(),
+        "surface" => surface.as_str(),
+    )
+    .record(elapsed.as_secs_f64());
+}
+
+/// The `stance` label of one policy outcome.
+pub fn stance(outcome: &Result<PolicyDecision, PolicyError>) -> &'static str {
+    match outcome {
+        Ok(d) => d.kind(),
+        Err(_) => "error",
+    }
+}
+
+/// Record one policy evaluation. `policy` is the configured policy name.
+pub(crate) fn policy_evaluated(
+    policy: &str,
+    phase: Phase,
+    outcome: &Result<PolicyDecision, PolicyError>,
+    elapsed: Duration,
+) {
+    metrics::counter!(
+        POLICY_EVALUATIONS,
+        "policy" => policy.to_owned(),
+        "phase" => phase.as_str(),
+        "stance" => stance(outcome),
+    )
+    .increment(1);
+    metrics::histogram!(
+        POLICY_DURATION,
+        "policy" => policy.to_owned(),
+        "phase" => phase.as_str(),
+    )
+    .record(elapsed.as_secs_f64());
+}
+
+/// One approval lifecycle event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApprovalEvent {
+    /// A call was held for approval.
+    Created,
+    /// A human approved.
+    Approved,
+    /// A human rejected.
+    Rejected,
+    /// A resumed call consumed its approval.
+    Consumed,
+    /// An approval was found past its expiry.
+    Expired,
+}
+
+impl ApprovalEvent {
+    /// The `event` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalEvent::Created => "created",
+            ApprovalEvent::Approved => "approved",
+            ApprovalEvent::Rejected => "rejected",
+            ApprovalEvent::Consumed => "consumed",
+            ApprovalEvent::Expired => "expired",
+        }
+    }
+}
+
+/// Record one approval lifecycle event.
+pub(crate) fn approval(event: ApprovalEvent) {
+    metrics::counter!(APPROVALS, "event" => event.as_str()).increment(1);
+}
