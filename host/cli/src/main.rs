@@ -48,6 +48,10 @@ enum Command {
         /// Listen address (overrides gateway.listen; `127.0.0.1:0` picks a free port).
         #[arg(long)]
         listen: Option<String>,
+        /// Serve the metrics on this address of their own (overrides [telemetry.metrics]
+        /// listen, which must be on; `127.0.0.1:0` picks a free port).
+        #[arg(long, value_name = "ADDR")]
+        metrics_listen: Option<String>,
         /// Store URL (overrides store.url), e.g. postgres://user:pass@host/db for replicas. A
         /// relative sqlite:// path is relative to the current directory.
         #[arg(long, env = "CAPGATE_STORE")]
@@ -369,10 +373,18 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve {
             config,
             listen,
+            metrics_listen,
             store,
         } => {
             let checked = load(&config)?;
-            runtime()?.block_on(serve::serve(checked, store, listen))?;
+            runtime()?.block_on(serve::serve(
+                checked,
+                store,
+                serve::Listen {
+                    gateway: listen,
+                    metrics: metrics_listen,
+                },
+            ))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Mcp {

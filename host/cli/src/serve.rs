@@ -102,34 +102,60 @@ fn metrics_router(
     )))
 }
 
+/// `capgate serve`'s listen addresses given on the command line (each overrides the
+/// configuration's).
+#[derive(Debug, Default)]
+pub struct Listen {
+    /// `--listen`: the gateway (`[gateway] listen`).
+    pub gateway: Option<String>,
+    /// `--metrics-listen`: the metrics' own listener (`[telemetry.metrics] listen`).
+    pub metrics: Option<String>,
+}
+
 /// `capgate serve`: a [`Checked`] deployment over its store (created if missing), behind
-/// one listener.
-pub async fn serve(
-    checked: Checked,
-    store: Option<String>,
-    listen: Option<String>,
-) -> anyhow::Result<()> {
+/// one listener (two when the metrics have their own).
+pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> anyhow::Result<()> {
     let cfg = &checked.config;
     let url = StoreUrl::for_config(store.as_deref(), &cfg.store.url, &cfg.path)?;
-    let addr = listen.unwrap_or_else(|| cfg.gateway.listen.clone());
+    let addr = listen.gateway.unwrap_or_else(|| cfg.gateway.listen.clone());
     if let Err(e) = crate::values::check_listen(&addr) {
         anyhow::bail!("--listen: {e}");
+    }
+    let metrics_on = cfg.telemetry.metrics.as_ref().is_some_and(|m| m.enabled);
+    if let Some(m) = &listen.metrics {
+        if let Err(e) = crate::values::check_listen(m) {
+            anyhow::bail!("--metrics-listen: {e}");
+        }
+        if !metrics_on {
+            anyhow::bail!(
+                "--metrics-listen: metrics are off in {} (add a [telemetry.metrics] table)",
+                cfg.path.display()
+            );
+        }
     }
     let deployment = build(&checked, url.open(Access::Create).await?, &url.display()).await?;
     let mut app = app(&checked, &deployment)?;
     let metrics = metrics_router(cfg, &deployment)?;
     let mut metrics_server = None;
+    let mut metrics_on_gateway = None;
     if let Some(router) = metrics {
         app = app.layer(axum::middleware::from_fn(
             capgate_gateway::metrics::track_http,
         ));
         let m = cfg.telemetry.metrics.as_ref();
-        match m.and_then(|m| m.listen.as_deref()) {
-            None => app = app.merge(router),
+        let own = listen
+            .metrics
+            .as_deref()
+            .or_else(|| m.and_then(|m| m.listen.as_deref()));
+        match own {
+            None => {
+                app = app.merge(router);
+                metrics_on_gateway = m.map(|m| m.path.clone());
+            }
             Some(addr) => {
                 let listener = tokio::net::TcpListener::bind(addr)
                     .await
-                    .with_context(|| format!("cannot listen for metrics on {addr} (is another process using it? change [telemetry.metrics] listen)"))?;
+                    .with_context(|| format!("cannot listen for metrics on {addr} (is another process using it? change [telemetry.metrics] listen, or try --metrics-listen 127.0.0.1:0)"))?;
                 let local = listener.local_addr().context("metrics listener address")?;
                 println!(
                     "capgate: metrics on http://{local}{}",
@@ -162,6 +188,10 @@ pub async fn serve(
     println!(
         "capgate:   /mcp -> MCP (streamable HTTP), /approvals -> human approvals (role approver)"
     );
+    if let Some(path) = metrics_on_gateway {
+        println!("capgate:   {path} -> Prometheus metrics");
+    }
+    println!("capgate:   /healthz, /readyz -> health (liveness, readiness with named checks)");
     let purger = tokio::spawn(purge_receipts(
         deployment
             .store

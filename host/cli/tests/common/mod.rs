@@ -31,25 +31,31 @@ pub fn example_config() -> PathBuf {
 pub struct Server {
     child: Child,
     pub base: String,
+    /// The metrics URL (`http://127.0.0.1:PORT/metrics`) when the deployment serves its
+    /// metrics on a listener of their own.
+    pub metrics: Option<String>,
 }
 
 impl Server {
-    /// Start `capgate serve --config CONFIG --store STORE --listen 127.0.0.1:0`.
+    /// Start `capgate serve --config CONFIG --store STORE --listen 127.0.0.1:0` (and
+    /// `--metrics-listen 127.0.0.1:0` when the configuration turns metrics on, so tests
+    /// running side by side never share the example's fixed metrics port).
     pub fn start(config: &std::path::Path, store: &str) -> Server {
         Server::start_with_env(config, store, &[])
     }
 
     /// [`Server::start`] with extra environment variables for the server process.
     pub fn start_with_env(config: &std::path::Path, store: &str, env: &[(&str, &str)]) -> Server {
+        let text = std::fs::read_to_string(config).expect("read the config");
+        let metrics_listen: &[&str] = if text.contains("[telemetry.metrics]") {
+            &["--metrics-listen", "127.0.0.1:0"]
+        } else {
+            &[]
+        };
         let mut child = Command::new(env!("CARGO_BIN_EXE_capgate"))
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--store",
-                store,
-                "--config",
-            ])
+            .args(["serve", "--listen", "127.0.0.1:0", "--store", store])
+            .args(metrics_listen)
+            .arg("--config")
             .arg(config)
             .envs(env.iter().copied())
             .env("CAPGATE_LOG", "warn")
@@ -59,9 +65,13 @@ impl Server {
             .expect("start capgate serve");
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
+        let mut metrics = None;
         let base = loop {
             match lines.next() {
                 Some(Ok(line)) => {
+                    if let Some(url) = line.split("metrics on ").nth(1) {
+                        metrics = Some(url.trim().to_string());
+                    }
                     if let Some(addr) = line.split("listening on ").nth(1) {
                         break addr.trim().to_string();
                     }
@@ -74,7 +84,11 @@ impl Server {
         };
         // Keep draining stdout so the server never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
-        Server { child, base }
+        Server {
+            child,
+            base,
+            metrics,
+        }
     }
 }
 
