@@ -62,6 +62,8 @@
 //! - [`Redactor`](redact::Redactor): what leaves the trust boundary.
 //! - [`AuditSink`](audit::AuditSink): evidence without payloads.
 //! - [`ExecutionResult`](result::ExecutionResult): the one envelope every call returns.
+//! - [`metrics`]: calls, policies and approvals counted through the `metrics` facade, with
+//!   labels from configuration only (install a recorder to collect them).
 //!
 //! # Example architecture: one request's lifecycle
 //!
