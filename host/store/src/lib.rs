@@ -52,6 +52,7 @@ mod db;
 mod group;
 mod journal;
 mod time;
+mod traced;
 
 pub use approvals::SqlApprovalCoordinator;
 pub use audit::{
@@ -63,3 +64,4 @@ pub use db::{
     migration_status_url,
 };
 pub use journal::{DEFAULT_REPLAY_HORIZON, SqlInvocationJournal};
+pub use traced::{Traced, db_system};

@@ -267,9 +267,11 @@ async fn checks(mut exec: Exec<'_>, approval_id: &str, opts: ResumeOptions) -> E
     }
 
     // 6. Consume atomically: at most one execution per approval.
+    let consume = tracing::info_span!("agent.approval_consume", capgate.approval_id = %approval_id);
     match rt
         .coordinator
         .mark_consumed(approval_id, &exec.execution_id, now)
+        .instrument(consume)
         .await
     {
         Ok(_) => {}
