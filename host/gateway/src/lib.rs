@@ -20,6 +20,7 @@ pub mod door;
 pub mod gateway;
 pub mod mcp;
 pub mod tools;
+pub mod trace_context;
 pub mod wire;
 
 mod reject;
