@@ -36,6 +36,8 @@ pub struct Config {
     pub mcp: McpSection,
     /// `[approvals]`
     pub approvals: ApprovalsSection,
+    /// `[telemetry]`: traces (and what else a platform team watches).
+    pub telemetry: crate::telemetry::TelemetrySection,
 }
 
 /// `[runtime]`
@@ -429,6 +431,7 @@ const TOP_KEYS: &[&str] = &[
     "gateway",
     "mcp",
     "approvals",
+    "telemetry",
 ];
 
 /// Deserialize one part, locating the error inside it.
@@ -512,6 +515,8 @@ impl Config {
         cfg.gateway = part(&doc, "/gateway", &mut problems).unwrap_or_default();
         cfg.mcp = part(&doc, "/mcp", &mut problems).unwrap_or_default();
         cfg.approvals = part(&doc, "/approvals", &mut problems).unwrap_or_default();
+        cfg.telemetry = part(&doc, "/telemetry", &mut problems).unwrap_or_default();
+        crate::telemetry::check(&cfg.telemetry, &doc, &mut problems);
         let names = |section: &str| -> Vec<String> {
             doc.json
                 .get(section)

@@ -15,6 +15,7 @@ mod located;
 mod ops;
 mod serve;
 mod store;
+mod telemetry;
 mod validate;
 mod values;
 
@@ -334,13 +335,7 @@ enum KeysCommand {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("CAPGATE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    telemetry::init_logging();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,

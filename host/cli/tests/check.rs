@@ -72,7 +72,7 @@ fn a_config_with_five_mistakes_reports_all_five_with_locations() {
         .replace("[gateway]", "[gateway]\nlisten_port = 8080") // 3: unknown key
         .replace(
             "revision = \"r1\"",
-            "revision = \"r1\"\n[telemetry]\nenabled = true",
+            "revision = \"r1\"\n[telemetri]\nenabled = true",
         ) // 4: unknown section
         .replace(
             "inputSchema = { type = \"object\"",
@@ -88,7 +88,7 @@ fn a_config_with_five_mistakes_reports_all_five_with_locations() {
         "extreme",
         "refundLimitt",
         "listen_port",
-        "telemetry",
+        "telemetri",
         "inputSchema",
     ] {
         assert!(
