@@ -604,3 +604,20 @@ fn a_binding_to_a_plugin_without_that_export_is_located_at_the_binding() {
     assert!(line.contains("policies.refundLimit.plugin"), "{line}");
     assert_located(line);
 }
+
+#[test]
+fn traces_over_grpc_are_refused_at_the_key_saying_what_is_supported_and_why() {
+    let (code, _out, err) = check(&format!(
+        "{GOOD}\n[telemetry.traces]\nendpoint = \"http://127.0.0.1:4317\"\nprotocol = \"grpc\"\n"
+    ));
+    assert_eq!(code, 1, "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("telemetry.traces.protocol"))
+        .unwrap_or_else(|| panic!("no located problem at the protocol:\n{err}"));
+    assert_located(line);
+    assert!(
+        line.contains("http/protobuf") && line.contains("tonic"),
+        "says what is supported and why: {line}"
+    );
+}
