@@ -8,7 +8,7 @@ use capgate_core::approval::ApprovalCoordinator;
 use capgate_core::audit::{AuditConfig, AuditSink, JsonLinesSink};
 use capgate_core::journal::InvocationJournal;
 use capgate_core::runtime::Runtime;
-use capgate_store::{AuditSinkOptions, SqlAuditSink, Store};
+use capgate_store::{AuditSinkOptions, SqlAuditSink, Store, Traced};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,7 +54,8 @@ pub async fn build(checked: &Checked, store: Store, what: &str) -> anyhow::Resul
             || format!("cannot open the audit file {}", path.display()),
         )?));
     }
-    let approvals: Arc<dyn ApprovalCoordinator> = Arc::new(store.approvals());
+    let approvals: Arc<dyn ApprovalCoordinator> =
+        Arc::new(Traced::new(store.approvals(), store.backend()));
     let runtime = checked
         .runtime(
             approvals,
@@ -66,8 +67,11 @@ pub async fn build(checked: &Checked, store: Store, what: &str) -> anyhow::Resul
             },
         )
         .context("the capability registry")?;
-    let journal: Arc<dyn InvocationJournal> = Arc::new(store.journal().with_replay_horizon(
-        Duration::from_secs(cfg.gateway.replay_horizon_hours.saturating_mul(3600)),
+    let journal: Arc<dyn InvocationJournal> = Arc::new(Traced::new(
+        store.journal().with_replay_horizon(Duration::from_secs(
+            cfg.gateway.replay_horizon_hours.saturating_mul(3600),
+        )),
+        store.backend(),
     ));
     Ok(Deployment {
         runtime,

@@ -37,15 +37,7 @@ pub struct Config {
     /// `[approvals]`
     pub approvals: ApprovalsSection,
     /// `[telemetry]`: metrics and traces.
-    pub telemetry: TelemetrySection,
-}
-
-/// `[telemetry]`: how a platform team watches capgate.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct TelemetrySection {
-    /// `[telemetry.metrics]`: Prometheus metrics (off when absent).
-    pub metrics: Option<MetricsSection>,
+    pub telemetry: crate::telemetry::TelemetrySection,
 }
 
 /// `[telemetry.metrics]`: the Prometheus exposition.
@@ -551,6 +543,7 @@ impl Config {
         cfg.mcp = part(&doc, "/mcp", &mut problems).unwrap_or_default();
         cfg.approvals = part(&doc, "/approvals", &mut problems).unwrap_or_default();
         cfg.telemetry = part(&doc, "/telemetry", &mut problems).unwrap_or_default();
+        crate::telemetry::check(&cfg.telemetry, &doc, &mut problems);
         let names = |section: &str| -> Vec<String> {
             doc.json
                 .get(section)

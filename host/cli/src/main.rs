@@ -16,6 +16,7 @@ mod metrics;
 mod ops;
 mod serve;
 mod store;
+mod telemetry;
 mod validate;
 mod values;
 
@@ -339,13 +340,7 @@ enum KeysCommand {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("CAPGATE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    telemetry::init_logging();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,

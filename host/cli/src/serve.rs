@@ -43,6 +43,10 @@ pub fn app(checked: &Checked, d: &Deployment) -> anyhow::Result<axum::Router> {
             keeper.clone(),
             "approver",
         ))
+        // The doors above continue a caller's `traceparent`; health checks are not traced.
+        .layer(axum::middleware::from_fn(
+            capgate_gateway::trace_context::continue_trace,
+        ))
         .merge(capgate_gateway::gateway::readiness_router(
             readiness_checks(cfg, d),
         ));
@@ -116,6 +120,7 @@ pub struct Listen {
 /// one listener (two when the metrics have their own).
 pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> anyhow::Result<()> {
     let cfg = &checked.config;
+    let traces = crate::telemetry::start_traces(&cfg.telemetry)?;
     let url = StoreUrl::for_config(store.as_deref(), &cfg.store.url, &cfg.path)?;
     let addr = listen.gateway.unwrap_or_else(|| cfg.gateway.listen.clone());
     if let Err(e) = crate::values::check_listen(&addr) {
@@ -211,6 +216,9 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
     }
     served.context("the server failed")?;
     let _ = deployment.runtime.drain_audit().await;
+    if let Some(traces) = traces {
+        traces.shutdown(TRACES_FLUSH_TIMEOUT).await;
+    }
     let stats = deployment.audit.stats();
     if stats.lost() > 0 {
         eprintln!(
@@ -221,6 +229,9 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
     deployment.store.close().await;
     Ok(())
 }
+
+/// How long `serve` waits at shutdown for the last spans to reach the collector.
+const TRACES_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How often `serve` deletes settled receipts past the replay horizon.
 const PURGE_EVERY: Duration = Duration::from_secs(3600);

@@ -72,7 +72,7 @@ fn a_config_with_five_mistakes_reports_all_five_with_locations() {
         .replace("[gateway]", "[gateway]\nlisten_port = 8080") // 3: unknown key
         .replace(
             "revision = \"r1\"",
-            "revision = \"r1\"\n[telemetry]\nenabled = true",
+            "revision = \"r1\"\n[telemetri]\nenabled = true",
         ) // 4: unknown section
         .replace(
             "inputSchema = { type = \"object\"",
@@ -88,7 +88,7 @@ fn a_config_with_five_mistakes_reports_all_five_with_locations() {
         "extreme",
         "refundLimitt",
         "listen_port",
-        "telemetry",
+        "telemetri",
         "inputSchema",
     ] {
         assert!(
@@ -603,4 +603,21 @@ fn a_binding_to_a_plugin_without_that_export_is_located_at_the_binding() {
         .unwrap_or_else(|| panic!("no problem says `does not export`:\n{err}"));
     assert!(line.contains("policies.refundLimit.plugin"), "{line}");
     assert_located(line);
+}
+
+#[test]
+fn traces_over_grpc_are_refused_at_the_key_saying_what_is_supported_and_why() {
+    let (code, _out, err) = check(&format!(
+        "{GOOD}\n[telemetry.traces]\nendpoint = \"http://127.0.0.1:4317\"\nprotocol = \"grpc\"\n"
+    ));
+    assert_eq!(code, 1, "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("telemetry.traces.protocol"))
+        .unwrap_or_else(|| panic!("no located problem at the protocol:\n{err}"));
+    assert_located(line);
+    assert!(
+        line.contains("http/protobuf") && line.contains("tonic"),
+        "says what is supported and why: {line}"
+    );
 }

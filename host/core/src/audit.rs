@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use tracing::Instrument;
 
 /// Why a call was denied, as audit records it (the public code hides it: SI-8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -297,6 +298,11 @@ impl Auditor {
     /// Deliver to every sink in order. Returns the first failure (the caller decides whether
     /// it matters); failures are also reported to the hook and counted.
     pub(crate) async fn emit(&self, event: AuditEvent) -> Result<(), AuditSinkError> {
+        let span = tracing::info_span!("agent.audit_write", capgate.event = event.type_name());
+        self.emit_to_sinks(event).instrument(span).await
+    }
+
+    async fn emit_to_sinks(&self, event: AuditEvent) -> Result<(), AuditSinkError> {
         let mut first_err = None;
         for sink in &self.config.sinks {
             if let Err(e) = sink.emit(&event).await {

@@ -21,6 +21,7 @@ pub mod gateway;
 pub mod mcp;
 pub mod metrics;
 pub mod tools;
+pub mod trace_context;
 pub mod wire;
 
 mod reject;

@@ -74,6 +74,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 /// The adapter name of HTTP upstreams.
 pub const HTTP_ADAPTER: &str = "http";
@@ -343,10 +344,12 @@ impl HttpUpstream {
             context: &req.context,
             agent: req.agent.as_deref(),
         };
+        let span = crate::trace_context::upstream_span(&self.url);
         let mut builder = self
             .client
             .post(self.url.clone())
             .headers(self.headers.clone())
+            .headers(crate::trace_context::headers_for(&span))
             .header(ACCEPT, "application/x-ndjson, application/json")
             .json(&body);
         if let Some(agent) = &req.agent
@@ -355,7 +358,9 @@ impl HttpUpstream {
             builder = builder.header("idempotency-key", v);
         }
         let _ = run.events.emit(RuntimeEvent::start());
-        let mut resp = builder.send().await.map_err(|e| {
+        let sent = builder.send().instrument(span.clone()).await;
+        crate::trace_context::record_status(&span, sent.as_ref().ok().map(|r| r.status().as_u16()));
+        let mut resp = sent.map_err(|e| {
             ProcedureError::internal(format!("upstream request failed: {}", with_causes(&e)))
         })?;
         let status = resp.status();

@@ -76,6 +76,7 @@ pub mod procedure;
 pub mod provider;
 pub mod runtime;
 pub mod stall;
+mod trace_context;
 
 pub use http::{HttpUpstream, HttpUpstreamConfig};
 pub use procedure::{ProcedureProvider, ProviderProcedure, native_handler};

@@ -53,6 +53,7 @@ mod group;
 mod journal;
 pub mod metrics;
 mod time;
+mod traced;
 
 pub use approvals::SqlApprovalCoordinator;
 pub use audit::{
@@ -64,3 +65,4 @@ pub use db::{
     migration_status_url,
 };
 pub use journal::{DEFAULT_REPLAY_HORIZON, SqlInvocationJournal};
+pub use traced::{Traced, db_system};

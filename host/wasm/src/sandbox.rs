@@ -424,6 +424,12 @@ impl<I: Exports> Sandbox<I> {
             }
             Ran::Done(store, guest, Ok(result)) => {
                 self.observe(&store, fuel, result.as_ref().map(|_| ()));
+                // The stage span (policy evaluation, redaction, procedure attempt) declares
+                // `capgate.fuel_used`; without a trace exporter this records nothing.
+                if let Ok(left) = store.get_fuel() {
+                    let used = fuel.saturating_sub(left);
+                    tracing::Span::current().record("capgate.fuel_used", used);
+                }
                 match self.isolation {
                     Isolation::Pooled { max_uses, max_idle } => self.give_back(
                         opts.namespace,

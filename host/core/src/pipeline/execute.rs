@@ -154,9 +154,11 @@ pub(crate) async fn execute(exec: Exec<'_>, a: Admitted) -> ExecutionResult {
     };
 
     // ── Stage 12: output validation (the contract is checked on the true output) ──
-    if let Some(schema) = &cap.output
-        && let Err(issues) = schema.check(&output)
-    {
+    let checked = cap.output.as_ref().map(|schema| {
+        let _validation = tracing::info_span!("agent.output_validation").entered();
+        schema.check(&output)
+    });
+    if let Some(Err(issues)) = checked {
         let err = CapabilityError::new(ErrorCode::OutputInvalid)
             .with_private_details(serde_json::json!({ "issues": issues }));
         return exec.failed(err, attempt, true, true, None).await;
@@ -165,8 +167,14 @@ pub(crate) async fn execute(exec: Exec<'_>, a: Admitted) -> ExecutionResult {
     // ── Stage 13: redaction, before any envelope, event or span attribute (SI-10) ──
     let mut output = output;
     for r in &cap.redactors {
+        let span = tracing::info_span!(
+            "agent.redaction",
+            capgate.redactor = r.name(),
+            capgate.fuel_used = tracing::field::Empty,
+        );
         match AssertUnwindSafe(r.redact_output(&cap.info, &exec.namespace, output))
             .catch_unwind()
+            .instrument(span)
             .await
         {
             Ok(Ok(v)) => output = v,
@@ -212,7 +220,11 @@ async fn run_attempt(
     attempt: u32,
 ) -> Result<serde_json::Value, CapabilityError> {
     let child = call.cancel.clone();
-    let span = tracing::info_span!("agent.procedure_execution", capgate.attempt = attempt);
+    let span = tracing::info_span!(
+        "agent.procedure_execution",
+        capgate.attempt = attempt,
+        capgate.fuel_used = tracing::field::Empty,
+    );
     let chain = Next::new(&cap.middleware, cap.procedure.as_ref()).run(call);
     let guarded = AssertUnwindSafe(chain).catch_unwind().instrument(span);
     tokio::select! {

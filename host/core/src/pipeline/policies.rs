@@ -46,6 +46,7 @@ pub(crate) async fn evaluate_batch(
             capgate.policy = %name,
             capgate.phase = request.phase.as_str(),
             capgate.decision = tracing::field::Empty,
+            capgate.fuel_used = tracing::field::Empty,
         );
         async move {
             let started = std::time::Instant::now();

@@ -288,9 +288,11 @@ async fn checks(
     }
 
     // 6. Consume atomically: at most one execution per approval.
+    let consume = tracing::info_span!("agent.approval_consume", capgate.approval_id = %approval_id);
     match rt
         .coordinator
         .mark_consumed(approval_id, &exec.execution_id, now)
+        .instrument(consume)
         .await
     {
         Ok(_) => crate::metrics::approval(crate::metrics::ApprovalEvent::Consumed),

@@ -22,6 +22,7 @@ use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 /// Name of the optional tool that resumes an approved call.
 pub const RESUME_TOOL: &str = "approvals_resume";
@@ -449,7 +450,15 @@ impl ServerHandler for CapgateMcp {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        // rmcp runs this on a task of its own: continue the HTTP request's trace.
+        let span = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .map_or_else(tracing::Span::current, |p| {
+                crate::trace_context::request_span(&p.extensions)
+            });
         self.call(request, context)
+            .instrument(span)
             .await
             .map(CallToolResponse::from)
     }
