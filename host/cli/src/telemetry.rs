@@ -574,13 +574,11 @@ impl Traces {
         TRACES_ON.store(false, Ordering::Relaxed);
         tracing::callsite::rebuild_interest_cache();
         drop(self.provider);
-        let dropped = dropped_spans();
-        if dropped > 0 {
-            eprintln!(
-                "capgate: {dropped} span(s) were dropped (queue full or collector unavailable), {} exported",
-                exported_spans()
-            );
-        }
+        eprintln!(
+            "capgate: traces: {} span(s) exported, {} dropped (queue full or collector unavailable)",
+            exported_spans(),
+            dropped_spans()
+        );
     }
 }
 
