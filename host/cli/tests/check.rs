@@ -141,6 +141,41 @@ fn bad_reserve_settings_are_located_problems() {
     }
 }
 
+#[test]
+fn bad_metrics_settings_are_located_problems() {
+    for (table, key, says) in [
+        ("listen = \"nowhere\"", "listen", "is not a listen address"),
+        (
+            "listen = \"127.0.0.1:8080\"",
+            "listen",
+            "the gateway's own listen address",
+        ),
+        ("path = \"metrics\"", "path", "is not a path"),
+        ("path = \"/agent/metrics\"", "path", "already served"),
+        ("path = \"/healthz\"", "path", "already served"),
+        (
+            "bearerTokenSha256 = \"abc\"",
+            "bearerTokenSha256",
+            "64 hex digits",
+        ),
+    ] {
+        let config = format!("{GOOD}\n[telemetry.metrics]\n{table}\n");
+        let (code, _out, err) = check(&config);
+        assert_eq!(code, 1, "{table}: {err}");
+        assert!(
+            err.lines()
+                .any(|l| l.contains("capgate.toml:") && l.contains(key) && l.contains(says)),
+            "{table}: no located problem at {key} saying {says}:\n{err}"
+        );
+    }
+    // On a listener of its own, a path the gateway serves is fine (GOOD's other, unrelated
+    // problems remain).
+    let own =
+        format!("{GOOD}\n[telemetry.metrics]\nlisten = \"127.0.0.1:9464\"\npath = \"/healthz\"\n");
+    let (_code, _out, err) = check(&own);
+    assert!(!err.contains("telemetry"), "{err}");
+}
+
 /// Two HTTPS upstreams with extra trusted roots: one file missing, one without a certificate.
 const CA_FILES: &str = r#"
 revision = "r1"
