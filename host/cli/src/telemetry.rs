@@ -504,11 +504,8 @@ impl Layer<Registry> for TraceSwitch {
             l.on_follows_from(id, follows, ctx);
         }
     }
-    fn on_enter(&self, id: &tracing::span::Id, ctx: Context<'_, Registry>) {
-        if let Some(l) = OTEL.get() {
-            l.on_enter(id, ctx);
-        }
-    }
+    // `on_enter` is not forwarded: with neither context activation nor inactivity
+    // tracking (both off in `start_traces`), the OpenTelemetry layer does nothing on entry.
     fn on_exit(&self, id: &tracing::span::Id, ctx: Context<'_, Registry>) {
         if let Some(l) = OTEL.get() {
             l.on_exit(id, ctx);
@@ -605,7 +602,11 @@ pub fn start_traces(section: &TelemetrySection) -> anyhow::Result<Option<Traces>
         .with_threads(false)
         .with_target(false)
         .with_level(false)
-        .with_tracked_inactivity(false);
+        .with_tracked_inactivity(false)
+        // Nothing reads the OpenTelemetry context as "current" (HTTP upstreams take it from
+        // the span itself), so entering a span need not activate it: entering and leaving
+        // spans, which async code does on every poll, stays cheap.
+        .with_context_activation(false);
     if OTEL.set(layer).is_err() {
         anyhow::bail!("traces: already started in this process");
     }
