@@ -284,6 +284,57 @@ pub struct GatewaySection {
     pub replay_horizon_hours: u64,
     /// Rate limits of every door.
     pub rate_limit: RateLimitSection,
+    /// The approval console web page.
+    pub console: ConsoleSection,
+}
+
+/// `[gateway.console]`: the approval console, a web page for approvers on the approvals
+/// API (README "The approval console").
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ConsoleSection {
+    /// Serve it (default on; it is only a page over the approvals API, which is always on).
+    pub enabled: bool,
+    /// Where: a plain path such as `/console`.
+    pub path: String,
+    /// How long a sign-in lasts, in minutes (capped by the credential's own expiry).
+    pub session_minutes: u64,
+    /// `"auto"` (Secure except on a loopback host), `true` or `false`.
+    pub secure_cookie: SecureCookieSetting,
+}
+
+impl Default for ConsoleSection {
+    fn default() -> Self {
+        ConsoleSection {
+            enabled: true,
+            path: "/console".into(),
+            session_minutes: 480,
+            secure_cookie: SecureCookieSetting::Word("auto".into()),
+        }
+    }
+}
+
+/// `secureCookie`: `"auto"` or a boolean.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum SecureCookieSetting {
+    /// `true` or `false`.
+    Flag(bool),
+    /// `"auto"` (anything else is a located problem).
+    Word(String),
+}
+
+impl SecureCookieSetting {
+    /// The gateway's setting; `None` for a word other than `auto`.
+    pub fn resolve(&self) -> Option<capgate_gateway::console::SecureCookie> {
+        use capgate_gateway::console::SecureCookie;
+        match self {
+            SecureCookieSetting::Flag(true) => Some(SecureCookie::Always),
+            SecureCookieSetting::Flag(false) => Some(SecureCookie::Never),
+            SecureCookieSetting::Word(w) if w == "auto" => Some(SecureCookie::Auto),
+            SecureCookieSetting::Word(_) => None,
+        }
+    }
 }
 
 impl Default for GatewaySection {
@@ -300,6 +351,7 @@ impl Default for GatewaySection {
             approval_console_url: None,
             replay_horizon_hours: 24 * 7,
             rate_limit: RateLimitSection::default(),
+            console: ConsoleSection::default(),
         }
     }
 }

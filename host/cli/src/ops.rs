@@ -31,6 +31,8 @@ async fn deployment(
 /// `capgate mcp --stdio`.
 pub async fn mcp_stdio(checked: Checked, store: Option<String>) -> anyhow::Result<()> {
     let (actor, namespace, context) = checked.stdio_identity()?;
+    // Spans go to the collector over HTTP and the summary to stderr: stdout stays MCP's.
+    let traces = crate::telemetry::start_traces(&checked.config.telemetry)?;
     let d = deployment(&checked, store.as_deref(), Access::Create).await?;
     let result = capgate_gateway::mcp::serve_stdio(
         d.runtime.clone(),
@@ -42,6 +44,9 @@ pub async fn mcp_stdio(checked: Checked, store: Option<String>) -> anyhow::Resul
     )
     .await;
     let _ = d.runtime.drain_audit().await;
+    if let Some(traces) = traces {
+        traces.shutdown(crate::serve::TRACES_FLUSH_TIMEOUT).await;
+    }
     d.store.close().await;
     result.map_err(Into::into)
 }

@@ -1,12 +1,15 @@
 //! `capgate serve`: the configured deployment behind one HTTP listener — a capability
 //! gateway per route (each with its fixed surface), MCP at `/mcp`, the human approvals API
-//! at `/approvals`, and `/healthz` + `/readyz`.
+//! at `/approvals`, the approval console at `/console`, and `/healthz` + `/readyz`.
 
 use crate::build::{Deployment, build};
 use crate::store::{Access, StoreUrl};
 use crate::validate::Checked;
 use anyhow::Context;
 use capgate_core::actor::Surface;
+use capgate_gateway::approvals_api::{ApprovalsRouter, AuditTrail};
+use capgate_gateway::console::ConsoleOptions;
+use capgate_gateway::door::Doorkeeper;
 use capgate_gateway::gateway::{FnProbe, ReadinessProbe};
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,11 +41,18 @@ pub fn app(checked: &Checked, d: &Deployment) -> anyhow::Result<axum::Router> {
                 checked.mcp_options(),
             ),
         )
-        .merge(capgate_gateway::approvals_api::approvals_router(
-            d.runtime.clone(),
-            keeper.clone(),
-            "approver",
-        ))
+        .merge(approvals(d, &keeper).build());
+    if cfg.gateway.console.enabled {
+        app = app.merge(
+            capgate_gateway::console::console_router(
+                approvals(d, &keeper).build(),
+                keeper.clone(),
+                console_options(&cfg.gateway.console)?,
+            )
+            .context("[gateway.console]")?,
+        );
+    }
+    app = app
         // The doors above continue a caller's `traceparent`; health checks are not traced.
         .layer(axum::middleware::from_fn(
             capgate_gateway::trace_context::continue_trace,
@@ -51,6 +61,29 @@ pub fn app(checked: &Checked, d: &Deployment) -> anyhow::Result<axum::Router> {
             readiness_checks(cfg, d),
         ));
     Ok(app)
+}
+
+/// The human approvals API of a deployment: role `approver`, outcomes from its audit log.
+fn approvals(d: &Deployment, keeper: &Doorkeeper) -> ApprovalsRouter {
+    ApprovalsRouter::new(d.runtime.clone(), keeper.clone())
+        .role(APPROVER_ROLE)
+        .history(Arc::new(AuditTrail(d.store.audit_log())))
+}
+
+/// The role the approvals API and the console ask of an approver.
+const APPROVER_ROLE: &str = "approver";
+
+fn console_options(c: &crate::config::ConsoleSection) -> anyhow::Result<ConsoleOptions> {
+    Ok(ConsoleOptions {
+        prefix: c.path.clone(),
+        session_ttl: Duration::from_secs(c.session_minutes.saturating_mul(60)),
+        secure_cookie: c
+            .secure_cookie
+            .resolve()
+            .context("[gateway.console] secureCookie must be \"auto\", true or false")?,
+        approver_role: APPROVER_ROLE.into(),
+        ..ConsoleOptions::default()
+    })
 }
 
 /// What `/readyz` checks: the store answers, the audit writer runs, and (with plugins) the
@@ -193,6 +226,12 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
     println!(
         "capgate:   /mcp -> MCP (streamable HTTP), /approvals -> human approvals (role approver)"
     );
+    if cfg.gateway.console.enabled {
+        println!(
+            "capgate:   {} -> the approval console (sign in with an approver's key) at http://{local}{}",
+            cfg.gateway.console.path, cfg.gateway.console.path
+        );
+    }
     if let Some(path) = metrics_on_gateway {
         println!("capgate:   {path} -> Prometheus metrics");
     }
@@ -231,7 +270,7 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
 }
 
 /// How long `serve` waits at shutdown for the last spans to reach the collector.
-const TRACES_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const TRACES_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How often `serve` deletes settled receipts past the replay horizon.
 const PURGE_EVERY: Duration = Duration::from_secs(3600);

@@ -14,6 +14,9 @@ pub const MAX_MS: u64 = 365 * 24 * 3_600_000;
 /// The longest replay horizon: ten years.
 pub const MAX_REPLAY_HORIZON_HOURS: u64 = 10 * 365 * 24;
 
+/// The longest console session: a week.
+pub const MAX_CONSOLE_SESSION_MINUTES: u64 = 7 * 24 * 60;
+
 /// The largest plugin memory cap: a 32-bit Wasm memory cannot grow past 4 GiB.
 pub const MAX_MEMORY_MB: u64 = 4096;
 
@@ -156,6 +159,7 @@ impl Config {
         if let Some(m) = &self.telemetry.metrics {
             self.check_metrics(m, doc, out);
         }
+        self.check_console(doc, out);
         let rl = &g.rate_limit;
         for (rate, burst, rate_key, burst_key) in [
             (
@@ -221,6 +225,64 @@ impl Config {
                     ),
                 ));
             }
+        }
+    }
+
+    fn check_console(&self, doc: &Located, out: &mut Vec<Problem>) {
+        const AT: &str = "/gateway/console";
+        let c = &self.gateway.console;
+        if c.secure_cookie.resolve().is_none() {
+            out.push(doc.problem(
+                &format!("{AT}/secureCookie"),
+                "must be \"auto\" (Secure except on a loopback host), true or false",
+            ));
+        }
+        if !(1..=MAX_CONSOLE_SESSION_MINUTES).contains(&c.session_minutes) {
+            out.push(doc.problem(
+                &format!("{AT}/sessionMinutes"),
+                format!(
+                    "must be between 1 and {MAX_CONSOLE_SESSION_MINUTES} minutes, got {}",
+                    c.session_minutes
+                ),
+            ));
+        }
+        if !c.enabled {
+            return;
+        }
+        if let Err(e) = capgate_gateway::console::check_prefix(&c.path) {
+            out.push(doc.problem(&format!("{AT}/path"), e.to_string()));
+            return;
+        }
+        let overlaps = |p: &str| {
+            p == c.path
+                || p.starts_with(&format!("{}/", c.path))
+                || c.path.starts_with(&format!("{p}/"))
+        };
+        if let Some(taken) = RESERVED_PATHS.iter().find(|p| overlaps(p)) {
+            out.push(doc.problem(
+                &format!("{AT}/path"),
+                format!("`{taken}` is served by capgate itself; pick another path for the console"),
+            ));
+        }
+        for r in &self.gateway.routes {
+            if overlaps(&r.path) {
+                out.push(doc.problem(
+                    &format!("{AT}/path"),
+                    format!("overlaps the gateway route `{}`; pick another path", r.path),
+                ));
+            }
+        }
+        if let Some(m) = self
+            .telemetry
+            .metrics
+            .as_ref()
+            .filter(|m| m.enabled && m.listen.is_none())
+            && overlaps(&m.path)
+        {
+            out.push(doc.problem(
+                &format!("{AT}/path"),
+                format!("overlaps the metrics path `{}`; pick another path", m.path),
+            ));
         }
     }
 

@@ -176,6 +176,39 @@ fn bad_metrics_settings_are_located_problems() {
     assert!(!err.contains("telemetry"), "{err}");
 }
 
+#[test]
+fn bad_console_settings_are_located_problems() {
+    for (table, key, says) in [
+        ("path = \"console/\"", "path", "must start with `/`"),
+        (
+            "path = \"/agent\"",
+            "path",
+            "overlaps the gateway route `/agent`",
+        ),
+        ("path = \"/approvals\"", "path", "served by capgate itself"),
+        ("sessionMinutes = 0", "sessionMinutes", "between 1 and"),
+        (
+            "secureCookie = \"sometimes\"",
+            "secureCookie",
+            "must be \"auto\"",
+        ),
+        ("colour = \"blue\"", "colour", "unknown field"),
+    ] {
+        let config = format!("{GOOD}\n[gateway.console]\n{table}\n");
+        let (code, _out, err) = check(&config);
+        assert_eq!(code, 1, "{table}: {err}");
+        assert!(
+            err.lines()
+                .any(|l| l.contains("capgate.toml:") && l.contains(key) && l.contains(says)),
+            "{table}: no located problem at {key} saying {says}:\n{err}"
+        );
+    }
+    // Turned off, its path is not checked.
+    let off = format!("{GOOD}\n[gateway.console]\nenabled = false\npath = \"/agent\"\n");
+    let (_code, _out, err) = check(&off);
+    assert!(!err.contains("console"), "{err}");
+}
+
 /// Two HTTPS upstreams with extra trusted roots: one file missing, one without a certificate.
 const CA_FILES: &str = r#"
 revision = "r1"

@@ -75,6 +75,11 @@ pub struct ApprovalRequest {
     pub reasons: Vec<String>,
     /// Every distinct approval type.
     pub types: Vec<String>,
+    /// The policies that asked for approval, in evaluation order, each once (empty when
+    /// only the capability's own `approval.required` did). Shown to approvers beside the
+    /// reasons.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policies: Vec<String>,
     /// The capability's risk.
     pub risk: Risk,
     /// The capability's side effect.

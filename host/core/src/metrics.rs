@@ -14,7 +14,7 @@
 //! | `capgate_call_duration_seconds` | histogram | `capability`, `surface` |
 //! | `capgate_policy_evaluations_total` | counter | `policy`, `phase`, `stance` |
 //! | `capgate_policy_evaluation_duration_seconds` | histogram | `policy`, `phase` |
-//! | `capgate_approvals_total` | counter | `event` (`created`, `approved`, `rejected`, `consumed`, `expired`) |
+//! | `capgate_approvals_total` | counter | `event` (`created`, `approved`, `rejected`, `consumed`, `expired`: a resume refused because its approval had expired, once per refused resume — expiry itself is lazy, no moment to count) |
 
 use crate::actor::Surface;
 use crate::policy::{Phase, PolicyDecision, PolicyError};
@@ -113,7 +113,8 @@ pub enum ApprovalEvent {
     Rejected,
     /// A resumed call consumed its approval.
     Consumed,
-    /// An approval was found past its expiry.
+    /// A resume was refused because its approval had expired (counted per refused resume:
+    /// expiry is lazy, so there is no single moment an approval "expires").
     Expired,
 }
 

@@ -354,6 +354,9 @@ pub struct ApprovalRequirement {
     pub reasons: Vec<String>,
     /// Every distinct type, in first-seen order.
     pub types: Vec<String>,
+    /// Every distinct policy that asked, in policy order (none for the capability's own
+    /// `approval.required`).
+    pub policies: Vec<String>,
     /// The minimum expiry requested, if any.
     pub expires_in_ms: Option<u64>,
     /// At least one requirement named no type: never self-confirmable (SI-4).
@@ -361,10 +364,22 @@ pub struct ApprovalRequirement {
 }
 
 impl ApprovalRequirement {
-    /// Merge one more requirement in (reasons appended, types deduplicated, minimum expiry;
-    /// a requirement without a type marks the whole as untyped).
-    pub fn merge(&mut self, reason: &str, approval_type: Option<&str>, expires_in_ms: Option<u64>) {
+    /// Merge one more requirement in, from `policy` (`None`: the capability's own):
+    /// reasons appended, types and policies deduplicated, minimum expiry; a requirement
+    /// without a type marks the whole as untyped.
+    pub fn merge(
+        &mut self,
+        policy: Option<&str>,
+        reason: &str,
+        approval_type: Option<&str>,
+        expires_in_ms: Option<u64>,
+    ) {
         self.reasons.push(reason.to_string());
+        if let Some(p) = policy
+            && !self.policies.iter().any(|x| x == p)
+        {
+            self.policies.push(p.to_string());
+        }
         match approval_type {
             Some(t) if !self.types.iter().any(|x| x == t) => self.types.push(t.to_string()),
             Some(_) => {}
@@ -434,6 +449,7 @@ pub fn combine(results: &[Evaluated]) -> Verdict {
                 approval_type,
                 expires_in_ms,
             }) => approval.get_or_insert_with(Default::default).merge(
+                Some(&e.policy),
                 reason,
                 approval_type.as_deref(),
                 *expires_in_ms,

@@ -5,7 +5,8 @@
 use crate::actor::{Actor, ActorKind, ActorRef, Surface};
 use crate::approval::{
     ApprovalCoordinator, ApprovalFilter, ApprovalHandler, ApprovalRecord, ApprovalRequest,
-    ApprovalStoreError, DecidedVia, Decision, DecisionStatus, InMemoryApprovalCoordinator,
+    ApprovalStatus, ApprovalStoreError, DecidedVia, Decision, DecisionStatus,
+    InMemoryApprovalCoordinator,
 };
 use crate::audit::{AuditConfig, AuditEvent, AuditSink, Auditor, EventPayload};
 use crate::clock::{Clock, SystemClock};
@@ -241,6 +242,10 @@ pub enum ApprovalsError {
     #[error("{0}")]
     Forbidden(String),
 }
+
+/// Why a requester may not approve their own request.
+const SELF_APPROVAL: &str =
+    "The requester cannot approve their own request (SI-4); another approver must decide it.";
 
 /// Why the requester door refuses the requester's own approval.
 const NEEDS_APPROVER: &str = "Only an approver can decide this approval: its requester may confirm it only when every type it carries is self-confirmable (SI-4).";
@@ -703,6 +708,57 @@ impl Approvals<'_> {
         Ok(out)
     }
 
+    /// Whether `viewer`, standing as `decider`, may make decision `status` on `record` now:
+    /// the checks [`Approvals::decide`] runs before it writes anything, without writing,
+    /// so a console offers only the decisions that would be accepted. `Err` says why not,
+    /// in words for the viewer. (A race with another decider is still possible; `decide`
+    /// settles it.)
+    pub fn may_decide(
+        &self,
+        record: &ApprovalRecord,
+        viewer: &ActorRef,
+        decider: &Decider,
+        status: DecisionStatus,
+    ) -> Result<(), String> {
+        let now = self.rt.clock.now();
+        let current = record.effective_status(now);
+        if current != ApprovalStatus::Pending {
+            return Err(format!(
+                "The approval is {}; only a pending, unexpired approval can be decided.",
+                current.as_str()
+            ));
+        }
+        let own = viewer.id == record.request.actor.id && viewer.kind == record.request.actor.kind;
+        match decider {
+            Decider::Approver { namespace, roles } => {
+                if *namespace != record.request.namespace {
+                    return Err("The approval belongs to another namespace.".into());
+                }
+                if status == DecisionStatus::Approved {
+                    self.rt.check_type_roles(&record.request.types, roles)?;
+                }
+            }
+            Decider::Requester { namespace } => {
+                if *namespace != record.request.namespace || !own {
+                    return Err("Only the requester may confirm this approval.".into());
+                }
+                if !self.rt.requester_may_decide(&record.request) {
+                    return Err(NEEDS_APPROVER.into());
+                }
+            }
+            Decider::Operator => {}
+        }
+        if own
+            && status == DecisionStatus::Approved
+            && self
+                .rt
+                .is_forbidden_self_approval(&viewer.id, &record.request)
+        {
+            return Err(SELF_APPROVAL.into());
+        }
+        Ok(())
+    }
+
     /// Approve or reject a pending, unexpired request. Emits `capability.approved` or
     /// `capability.rejected` with the approver as the envelope actor. Executes nothing.
     ///
@@ -759,9 +815,7 @@ impl Approvals<'_> {
                 .rt
                 .is_forbidden_self_approval(&request.approver.id, &current.request)
         {
-            return Err(ApprovalsError::Forbidden(
-                "The requester cannot approve their own request (SI-4); another approver must decide it.".into(),
-            ));
+            return Err(ApprovalsError::Forbidden(SELF_APPROVAL.into()));
         }
         let decision = Decision {
             status: request.status,

@@ -3,7 +3,7 @@
 //!
 //! | route | answer |
 //! |---|---|
-//! | `GET /approvals?status=pending&capability=orders.refund&limit=50&offset=0` | [`ApprovalView`]`[]`, newest first |
+//! | `GET /approvals?status=pending&capability=orders.refund&requester=u_dana&limit=50&offset=0` | [`ApprovalView`]`[]`, newest first |
 //! | `GET /approvals/{id}` | [`ApprovalView`] (`404` when unknown) |
 //! | `POST /approvals/{id}/decision` `{"decision": "approved"\|"rejected", "comment"?}` | the decided [`ApprovalView`] |
 //!
@@ -41,6 +41,15 @@
 //! applies them on every read); when a redactor fails, or the capability no longer exists,
 //! the input is withheld (`null`). The requester appears as `{id, kind}` only (no
 //! attributes).
+//!
+//! **What a console needs.** Each view says what *this viewer* may decide now
+//! (`mayApprove`, `mayReject`, with `decisionNote` saying why not: the same checks a
+//! decision runs, without running it; a requester is offered no decision on their own
+//! approval unless it is self-confirmable), which policies asked (`policies`), whether the
+//! input is withheld (`inputWithheld`), and, for a consumed approval, how the resumed call
+//! ended (`outcome`, from the audit trail, when the router was given an
+//! [`ExecutionHistory`]). The approval console ([`crate::console`]) is a page over exactly
+//! this API.
 //!
 
 use crate::auth::Authenticated;
@@ -118,11 +127,112 @@ pub struct ApprovalView {
     /// approval's types are self-confirmable).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub own_request: bool,
+    /// The policies that asked for approval (none when only the capability's own
+    /// `approval.required` did).
+    #[serde(default)]
+    pub policies: Vec<String>,
+    /// The input is withheld (`input` is `null`): a redactor failed on it, or the
+    /// capability is gone from this deployment.
+    #[serde(default)]
+    pub input_withheld: bool,
+    /// Whether this viewer may approve it now (what a console offers).
+    #[serde(default)]
+    pub may_approve: bool,
+    /// Whether this viewer may reject it now. A requester is offered neither decision on
+    /// their own approval unless it is self-confirmable.
+    #[serde(default)]
+    pub may_reject: bool,
+    /// Why a decision is not offered, for the viewer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_note: Option<String>,
+    /// For a consumed approval, how the resumed call ended (from the audit trail), when
+    /// the API was given an [`ExecutionHistory`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<ExecutionOutcome>,
 }
+
+/// How the execution that consumed an approval ended, as its audit trail tells it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutionOutcome {
+    /// The resumed execution.
+    pub execution_id: String,
+    /// How it ended (or that it has not yet).
+    pub status: OutcomeStatus,
+    /// The error code of a failure or cancellation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// When its last event was recorded.
+    pub at: DateTime<Utc>,
+}
+
+/// The terminal state of an execution in its audit trail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutcomeStatus {
+    /// `capability.completed`.
+    Completed,
+    /// `capability.failed`.
+    Failed,
+    /// `capability.cancelled`.
+    Cancelled,
+    /// Started, no terminal event (yet): running, or its outcome is unknown.
+    Running,
+}
+
+/// Where the approvals API reads how a resumed call ended: the deployment's audit log.
+/// Optional; without it views carry no `outcome`.
+#[async_trait::async_trait]
+pub trait ExecutionHistory: Send + Sync + 'static {
+    /// The outcome of one execution, or `None` when its trail has no start yet. `Err`
+    /// (a store failure) leaves the view without an outcome; it is logged, never shown.
+    async fn outcome(&self, execution_id: &str) -> Result<Option<ExecutionOutcome>, String>;
+}
+
+/// How a resumed call ended, read from the deployment's audit log: its last terminal
+/// event (`capability.completed`, `.failed`, `.cancelled`), or running after a start.
+pub struct AuditTrail(pub capgate_store::AuditLog);
+
+#[async_trait::async_trait]
+impl ExecutionHistory for AuditTrail {
+    async fn outcome(&self, execution_id: &str) -> Result<Option<ExecutionOutcome>, String> {
+        use capgate_core::audit::EventPayload;
+        let rows = self
+            .0
+            .for_execution(execution_id)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut outcome = None;
+        for event in rows.into_iter().filter_map(|r| r.event.ok()) {
+            let (status, code) = match &event.payload {
+                EventPayload::Started { .. } => (OutcomeStatus::Running, None),
+                EventPayload::Completed { .. } => (OutcomeStatus::Completed, None),
+                EventPayload::Failed { code, .. } => {
+                    (OutcomeStatus::Failed, Some(code.as_str().to_owned()))
+                }
+                EventPayload::Cancelled { code, .. } => {
+                    (OutcomeStatus::Cancelled, Some(code.as_str().to_owned()))
+                }
+                _ => continue,
+            };
+            outcome = Some(ExecutionOutcome {
+                execution_id: execution_id.to_owned(),
+                status,
+                code,
+                at: event.timestamp,
+            });
+        }
+        Ok(outcome)
+    }
+}
+
+/// The most outcomes one listing looks up (the rest of a long page goes without).
+const MAX_OUTCOMES_PER_LIST: usize = 100;
 
 impl From<ApprovalRecord> for ApprovalView {
     fn from(r: ApprovalRecord) -> Self {
         let q = r.request;
+        let input_withheld = q.input.is_null();
         ApprovalView {
             id: q.id,
             capability_id: q.capability_id,
@@ -142,6 +252,12 @@ impl From<ApprovalRecord> for ApprovalView {
             decision: r.decision,
             consumed_by_execution_id: r.consumed_by_execution_id,
             own_request: false,
+            input_withheld,
+            policies: q.policies,
+            may_approve: false,
+            may_reject: false,
+            decision_note: None,
+            outcome: None,
         }
     }
 }
@@ -165,6 +281,7 @@ struct ApprovalsApi {
     runtime: Runtime,
     doorkeeper: Doorkeeper,
     role: Arc<str>,
+    history: Option<Arc<dyn ExecutionHistory>>,
 }
 
 impl DoorState for ApprovalsApi {
@@ -188,11 +305,46 @@ pub fn approvals_router(
     doorkeeper: Doorkeeper,
     role: impl Into<String>,
 ) -> Router {
-    let api = Arc::new(ApprovalsApi {
-        runtime,
-        doorkeeper,
-        role: Arc::from(role.into()),
-    });
+    ApprovalsRouter::new(runtime, doorkeeper).role(role).build()
+}
+
+/// The approvals API with its options: the role, and where outcomes are read from.
+pub struct ApprovalsRouter {
+    api: ApprovalsApi,
+}
+
+impl ApprovalsRouter {
+    /// The API over `runtime`, through `doorkeeper`, for the role `approver`.
+    pub fn new(runtime: Runtime, doorkeeper: Doorkeeper) -> Self {
+        ApprovalsRouter {
+            api: ApprovalsApi {
+                runtime,
+                doorkeeper,
+                role: Arc::from("approver"),
+                history: None,
+            },
+        }
+    }
+
+    /// The role an approver must hold.
+    pub fn role(mut self, role: impl Into<String>) -> Self {
+        self.api.role = Arc::from(role.into());
+        self
+    }
+
+    /// Read how resumed calls ended, so views of consumed approvals carry an `outcome`.
+    pub fn history(mut self, history: Arc<dyn ExecutionHistory>) -> Self {
+        self.api.history = Some(history);
+        self
+    }
+
+    /// The routes, under `/approvals`.
+    pub fn build(self) -> Router {
+        build_router(Arc::new(self.api))
+    }
+}
+
+fn build_router(api: Arc<ApprovalsApi>) -> Router {
     Router::new()
         .route("/approvals", get(list))
         .route("/approvals/{id}", get(one))
@@ -282,12 +434,51 @@ impl ApprovalsApi {
         }
     }
 
-    fn view(&self, who: &Authenticated, record: ApprovalRecord) -> ApprovalView {
-        let own = record.request.actor.id == who.principal.actor.id
-            && record.request.actor.kind == who.principal.actor.kind;
+    /// The record as `who`, standing as `decider`, sees it: with what they may decide.
+    fn view(&self, who: &Authenticated, decider: &Decider, record: ApprovalRecord) -> ApprovalView {
+        let viewer = who.principal.actor.reference();
+        let own = record.request.actor.id == viewer.id && record.request.actor.kind == viewer.kind;
+        let approvals = self.runtime.approvals();
+        let approve = approvals.may_decide(&record, &viewer, decider, DecisionStatus::Approved);
+        // Self-decisions are not offered: a requester may decline their own request only
+        // where they may also confirm it (a self-confirmable type).
+        let reject = match &approve {
+            Err(why) if own => Err(why.clone()),
+            _ => approvals.may_decide(&record, &viewer, decider, DecisionStatus::Rejected),
+        };
+        let note = match (&approve, &reject) {
+            (Err(why), Err(_)) => Some(why.clone()),
+            (Err(why), Ok(())) => Some(format!("It can be rejected, not approved: {why}")),
+            _ => None,
+        };
         ApprovalView {
             own_request: own,
+            may_approve: approve.is_ok(),
+            may_reject: reject.is_ok(),
+            decision_note: note,
             ..ApprovalView::from(record)
+        }
+    }
+
+    /// Fill in `outcome` for consumed approvals (at most [`MAX_OUTCOMES_PER_LIST`]).
+    async fn with_outcomes(&self, views: &mut [ApprovalView]) {
+        let Some(history) = &self.history else {
+            return;
+        };
+        let consumed = views
+            .iter_mut()
+            .filter(|v| v.consumed_by_execution_id.is_some())
+            .take(MAX_OUTCOMES_PER_LIST);
+        for v in consumed {
+            let Some(execution) = v.consumed_by_execution_id.as_deref() else {
+                continue;
+            };
+            match history.outcome(execution).await {
+                Ok(outcome) => v.outcome = outcome,
+                Err(e) => {
+                    tracing::warn!(target: LOG, execution = %execution, error = %e, "outcome lookup failed");
+                }
+            }
         }
     }
 }
@@ -335,6 +526,10 @@ fn filter_from(query: &HashMap<String, String>) -> Result<ApprovalFilter, Reject
                 check_id("capability", value)?;
                 filter.capability_id = Some(value.clone());
             }
+            "requester" => {
+                check_id("requester", value)?;
+                filter.actor_id = Some(value.clone());
+            }
             "limit" | "offset" => {
                 let n = value.parse::<u32>().map_err(|_| {
                     Reject::bad_request(format!("`{key}` must be a non-negative integer."))
@@ -347,7 +542,7 @@ fn filter_from(query: &HashMap<String, String>) -> Result<ApprovalFilter, Reject
             }
             other => {
                 return Err(Reject::bad_request(format!(
-                    "Unknown query parameter `{other}` (expected status, capability, limit or offset)."
+                    "Unknown query parameter `{other}` (expected status, capability, requester, limit or offset)."
                 )));
             }
         }
@@ -370,7 +565,15 @@ async fn list(
         .list(&filter)
         .await
         .map_err(store_error)?;
-    let views: Vec<ApprovalView> = records.into_iter().map(|r| api.view(&who, r)).collect();
+    let decider = Decider::Approver {
+        namespace: who.principal.namespace.clone(),
+        roles: who.roles.clone(),
+    };
+    let mut views: Vec<ApprovalView> = records
+        .into_iter()
+        .map(|r| api.view(&who, &decider, r))
+        .collect();
+    api.with_outcomes(&mut views).await;
     Ok(Json(views).into_response())
 }
 
@@ -394,8 +597,11 @@ async fn one(
     Caller(who): Caller,
     Path(id): Path<String>,
 ) -> Result<Response, Reject> {
-    let (record, _) = api.standing(&who, &id, Operation::ReviewApproval).await?;
-    Ok(Json(api.view(&who, record)).into_response())
+    let (record, decider) = api.standing(&who, &id, Operation::ReviewApproval).await?;
+    let mut view = [api.view(&who, &decider, record)];
+    api.with_outcomes(&mut view).await;
+    let [view] = view;
+    Ok(Json(view).into_response())
 }
 
 async fn decide(
@@ -414,7 +620,7 @@ async fn decide(
                 status: body.decision,
                 approver: who.principal.actor.reference(),
                 comment: body.comment,
-                decider,
+                decider: decider.clone(),
             },
         )
         .await
@@ -424,7 +630,7 @@ async fn decide(
         Ok(Err(e)) => tracing::error!(target: LOG, error = %e, "audit drain failed"),
         Err(_) => tracing::error!(target: LOG, "audit drain timed out"),
     }
-    Ok(Json(api.view(&who, decided)).into_response())
+    Ok(Json(api.view(&who, &decider, decided)).into_response())
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 //! - [`door`]: the one principal model every door runs (authenticate, bind the credential
 //!   to its surfaces, rate-limit, authorize), as axum extractors.
 //! - [`approvals_api::approvals_router`]: the human decision API, tenant-scoped.
+//! - [`console::console_router`]: the approval console, a web page on that API.
 //! - [`contract::export_contract`]: the portable contract and its digests.
 //! - [`client::CapabilityClient`]: the gateway from Rust.
 
@@ -15,6 +16,7 @@
 pub mod approvals_api;
 pub mod auth;
 pub mod client;
+pub mod console;
 pub mod contract;
 pub mod door;
 pub mod gateway;

@@ -34,7 +34,9 @@ pub(crate) fn journal_claim(result: &'static str) {
     metrics::counter!(JOURNAL_CLAIMS, "result" => result).increment(1);
 }
 
-fn method_label(m: &Method) -> &'static str {
+/// A method as a bounded label: the standard ones by name, anything else `other` (the
+/// traces say `_OTHER`, as OpenTelemetry's HTTP conventions ask).
+pub(crate) fn method_label(m: &Method) -> &'static str {
     match *m {
         Method::GET => "GET",
         Method::POST => "POST",

@@ -23,6 +23,12 @@ use opentelemetry::propagation::Extractor;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+/// The field of the request span that says whether the caller's `traceparent` was
+/// sampled (absent when the caller sent none). The process's trace switch makes its head
+/// sampling decision from it: a caller's decision is followed, as OpenTelemetry's
+/// parent-based sampler does.
+pub const PARENT_SAMPLED: &str = "capgate.trace.parent_sampled";
+
 /// The span of the HTTP request a handler serves (see the module docs).
 #[derive(Clone, Debug)]
 pub struct RequestSpan(pub tracing::Span);
@@ -42,8 +48,20 @@ pub fn extract(headers: &HeaderMap) -> opentelemetry::Context {
 
 /// The axum middleware (use with `axum::middleware::from_fn`); see the module docs.
 pub async fn continue_trace(mut request: Request, next: Next) -> Response {
-    let method = request.method().as_str().to_owned();
+    // OpenTelemetry's HTTP conventions: a method outside the known set is `_OTHER`, so a
+    // caller cannot put arbitrary text into span names and attributes.
+    let method = match crate::metrics::method_label(request.method()) {
+        "other" => "_OTHER",
+        known => known,
+    };
     let route = route_of(&request);
+    let parent = extract(request.headers());
+    let parent_sampled = {
+        use opentelemetry::trace::TraceContextExt;
+        let caller = parent.span();
+        let sc = caller.span_context();
+        sc.is_valid().then(|| sc.is_sampled())
+    };
     let span = tracing::info_span!(
         "http.server.request",
         otel.name = %format_args!("{method} {route}"),
@@ -52,10 +70,12 @@ pub async fn continue_trace(mut request: Request, next: Next) -> Response {
         http.request.method = %method,
         http.route = %route,
         http.response.status_code = tracing::field::Empty,
+        capgate.trace.parent_sampled = parent_sampled,
     );
     if !span.is_disabled() {
-        // Fails only when no OpenTelemetry layer is installed: then there is nothing to link.
-        let _ = span.set_parent(extract(request.headers()));
+        // Fails only when no OpenTelemetry layer is installed (or the trace is not
+        // sampled): then there is nothing to link.
+        let _ = span.set_parent(parent);
         request.extensions_mut().insert(RequestSpan(span.clone()));
     }
     let response = next.run(request).instrument(span.clone()).await;

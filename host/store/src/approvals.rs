@@ -24,14 +24,14 @@ macro_rules! cols {
         "id, capability_id, surface, actor, input, input_hash, reasons, types, risk, side_effect, \
          status, requested_at, expires_at, execution_id, correlation_id, decision_status, \
          decided_by, decided_at, decision_comment, consumed_by_execution_id, namespace, untyped, \
-         decided_namespace, decided_via"
+         decided_namespace, decided_via, policies"
     };
 }
 
 const INSERT: &str = "INSERT INTO capgate_approvals (id, capability_id, surface, actor, input, input_hash, \
      reasons, types, risk, side_effect, status, requested_at, expires_at, execution_id, correlation_id, \
-     namespace, untyped) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $13, $14, $15, $16)";
+     namespace, untyped, policies) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $13, $14, $15, $16, $17)";
 
 const GET: &str = concat!("SELECT ", cols!(), " FROM capgate_approvals WHERE id = $1");
 
@@ -132,6 +132,7 @@ struct RawApproval {
     untyped: bool,
     decided_namespace: Option<String>,
     decided_via: Option<String>,
+    policies: Value,
 }
 
 /// Decode a row of either backend.
@@ -164,6 +165,7 @@ fn read_row(row: &dyn Columns) -> Result<RawApproval, ApprovalStoreError> {
         untyped: row.flag("untyped").map_err(bad)?,
         decided_namespace: row.opt_text("decided_namespace").map_err(bad)?,
         decided_via: row.opt_text("decided_via").map_err(bad)?,
+        policies: row.json("policies").map_err(bad)?,
         id,
     })
 }
@@ -183,6 +185,8 @@ impl RawApproval {
             serde_json::from_value(self.reasons).map_err(|e| bad(format!("reasons: {e}")))?;
         let types: Vec<String> =
             serde_json::from_value(self.types).map_err(|e| bad(format!("types: {e}")))?;
+        let policies: Vec<String> =
+            serde_json::from_value(self.policies).map_err(|e| bad(format!("policies: {e}")))?;
         let risk: Risk = serde_json::from_value(Value::String(self.risk))
             .map_err(|e| bad(format!("risk: {e}")))?;
         let side_effect: SideEffect = serde_json::from_value(Value::String(self.side_effect))
@@ -247,6 +251,7 @@ impl RawApproval {
                 input_hash: self.input_hash,
                 reasons,
                 types,
+                policies,
                 risk,
                 side_effect,
                 requested_at: self.requested_at,
@@ -340,6 +345,7 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
                     &r.correlation_id,
                     &r.namespace,
                     i64::from(r.untyped),
+                    encode("policies", &r.policies)?,
                 ) {
                     Ok(args) => group.execute(INSERT, args).await.map(|_| ()),
                     Err(e) => Err(e),
@@ -361,6 +367,7 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
                     .bind(&r.correlation_id)
                     .bind(&r.namespace)
                     .bind(r.untyped)
+                    .bind(Json(&r.policies))
                     .execute(pool)
                     .await
                     .map(|_| ()),

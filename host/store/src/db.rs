@@ -29,6 +29,11 @@ const SQLITE_FILES: &[(i64, &str, &str)] = &[
         "0002_approval_tenancy.sql",
         include_str!("../migrations/sqlite/0002_approval_tenancy.sql"),
     ),
+    (
+        3,
+        "0003_approval_policies.sql",
+        include_str!("../migrations/sqlite/0003_approval_policies.sql"),
+    ),
 ];
 
 /// The Postgres migrations, embedded (see [`SQLITE_FILES`]).
@@ -42,6 +47,11 @@ const POSTGRES_FILES: &[(i64, &str, &str)] = &[
         2,
         "0002_approval_tenancy.sql",
         include_str!("../migrations/postgres/0002_approval_tenancy.sql"),
+    ),
+    (
+        3,
+        "0003_approval_policies.sql",
+        include_str!("../migrations/postgres/0003_approval_policies.sql"),
     ),
 ];
 

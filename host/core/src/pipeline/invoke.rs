@@ -183,6 +183,7 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
     if let Some(static_approval) = cap.meta.approval.as_ref().filter(|a| a.required) {
         let r = requirement.get_or_insert_with(ApprovalRequirement::default);
         r.merge(
+            None,
             &format!("Approval is required for {}.", cap.id),
             static_approval.approval_type.as_deref(),
             static_approval.expires_in_ms,
@@ -259,6 +260,7 @@ async fn approval_gate(
         input_hash: hash,
         reasons: requirement.reasons,
         types: requirement.types,
+        policies: requirement.policies,
         risk: cap.meta.risk,
         side_effect: cap.meta.side_effect,
         requested_at: now,

@@ -12,6 +12,8 @@
 //! Bearer tokens: `tok-dana`, `tok-eve` (users of `org_1`), `tok-dana-org2` (the same
 //! actor id in `org_2`), `tok-priya` (approver role), `tok-anon` (anonymous actor),
 //! `tok-nons` (empty namespace).
+//!
+//! The approval console is served at `/console` over the same approvals API.
 
 #![allow(dead_code)]
 
@@ -24,11 +26,12 @@ use capgate_core::policy::{PolicyDecision, policy_sync};
 use capgate_core::procedure::{ProcedureError, handler};
 use capgate_core::registry::{CapabilityDef, Registry};
 use capgate_core::runtime::Runtime;
-use capgate_gateway::approvals_api::approvals_router;
+use capgate_gateway::approvals_api::{ApprovalsRouter, AuditTrail, approvals_router};
 use capgate_gateway::auth::{
     ApiKeyEntry, ApiKeys, Authenticator, BuiltinAuthenticator, hash_api_key,
 };
 use capgate_gateway::client::CapabilityClient;
+use capgate_gateway::console::{ConsoleOptions, console_router};
 use capgate_gateway::door::Doorkeeper;
 use capgate_gateway::gateway::{GatewayConfig, capability_router, health_router};
 use capgate_store::{AuditSinkOptions, Store};
@@ -379,7 +382,21 @@ impl TestServer {
                 "/short",
                 capability_router(short).unwrap_or_else(|e| panic!("router: {e}")),
             )
-            .merge(approvals_router(runtime.clone(), keeper, "approver"))
+            .merge(approvals_router(
+                runtime.clone(),
+                keeper.clone(),
+                "approver",
+            ))
+            .merge(
+                console_router(
+                    ApprovalsRouter::new(runtime.clone(), keeper.clone())
+                        .history(Arc::new(AuditTrail(store.audit_log())))
+                        .build(),
+                    keeper,
+                    ConsoleOptions::default(),
+                )
+                .unwrap_or_else(|e| panic!("console: {e}")),
+            )
             .merge(health_router(store.clone()));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
