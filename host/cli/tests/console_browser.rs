@@ -476,6 +476,18 @@ impl Browser {
     }
 }
 
+/// A key pressed on whatever has the focus.
+async fn press(browser: &Browser, key: fantoccini::key::Key) {
+    browser
+        .client
+        .active_element()
+        .await
+        .expect("a focused element")
+        .send_keys(&char::from(key).to_string())
+        .await
+        .expect("press a key");
+}
+
 fn screenshot_dir() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR"))
         .parent()
@@ -679,18 +691,23 @@ async fn the_approval_console_in_a_real_browser() {
     priya
         .wait_displayed(&tid("confirm-dialog"), "the confirmation dialog")
         .await;
-    priya.click(&tid("confirm-no")).await;
+    // From the keyboard: the dialog has the focus, Escape cancels it and gives the focus
+    // back to the button, Enter on that button asks again.
+    let focused = "return document.activeElement && document.activeElement.dataset.testid;";
+    assert_eq!(priya.js(focused).await, json!("confirm-no"), "the focus is in the dialog");
+    press(&priya, fantoccini::key::Key::Escape).await;
     priya
         .wait_js(
             "the dialog closing",
             "return document.querySelector('[data-testid=\"confirm-dialog\"]').open === false;",
         )
         .await;
+    assert_eq!(priya.js(focused).await, json!("card-approve"), "the focus is back");
     let (_, still) = priya_api
         .get(&format!("{}/approvals/{refund_1}", server.base))
         .await;
     assert_eq!(still["status"], "pending", "cancelling decides nothing: {still}");
-    priya.click(&in_card(&refund_1, "card-approve")).await;
+    press(&priya, fantoccini::key::Key::Enter).await;
     priya
         .wait_contains(&tid("confirm-dialog"), "orders.refund")
         .await;

@@ -175,6 +175,7 @@
     pollTimer: null,
     polling: false,
     generation: 0, // bumped on every view change; stale answers are dropped
+    seq: 0,
   };
 
   class SessionEnded extends Error {}
@@ -511,6 +512,7 @@
         if (!card.settled && !card.busy) card.update(a);
       } else {
         const c = new Card(a, { inQueue: true });
+        c.seq = (state.seq += 1); // the server lists newest first: ties keep its order
         state.cards.set(a.id, c);
         added += 1;
       }
@@ -524,9 +526,8 @@
       }
     }
     // Newest first; existing cards keep their order, so only new ones are inserted.
-    const ordered = [...state.cards.values()].sort((x, y) =>
-      String(y.approval.requestedAt).localeCompare(String(x.approval.requestedAt)) ||
-      String(y.approval.id).localeCompare(String(x.approval.id)));
+    const at = (c) => Date.parse(c.approval.requestedAt) || 0;
+    const ordered = [...state.cards.values()].sort((x, y) => at(y) - at(x) || x.seq - y.seq);
     ordered.forEach((card, i) => {
       if (list.children[i] !== card.node) list.insertBefore(card.node, list.children[i] || null);
     });
