@@ -195,11 +195,17 @@ impl fantoccini::wd::WebDriverCompatibleCommand for BrowserLog {
         base_url: &url::Url,
         session_id: Option<&str>,
     ) -> Result<url::Url, url::ParseError> {
-        base_url.join(&format!("session/{}/se/log", session_id.unwrap_or_default()))
+        base_url.join(&format!(
+            "session/{}/se/log",
+            session_id.unwrap_or_default()
+        ))
     }
 
     fn method_and_body(&self, _: &url::Url) -> (http::Method, Option<String>) {
-        (http::Method::POST, Some(r#"{"type":"browser"}"#.to_string()))
+        (
+            http::Method::POST,
+            Some(r#"{"type":"browser"}"#.to_string()),
+        )
     }
 }
 
@@ -382,10 +388,15 @@ impl Browser {
         self.wait_displayed(&tid("signin-form"), "the sign-in form")
             .await;
         let label = self
-            .js("const i = document.querySelector('[data-testid=\"signin-credential\"]'); \
-                 return [i.type, i.labels.length > 0 ? i.labels[0].textContent : ''];")
+            .js(
+                "const i = document.querySelector('[data-testid=\"signin-credential\"]'); \
+                 return [i.type, i.labels.length > 0 ? i.labels[0].textContent : ''];",
+            )
             .await;
-        assert_eq!(label[0], "password", "the credential field hides what is pasted");
+        assert_eq!(
+            label[0], "password",
+            "the credential field hides what is pasted"
+        );
         assert!(
             label[1].as_str().is_some_and(|l| !l.trim().is_empty()),
             "the credential field has a label: {label}"
@@ -411,7 +422,10 @@ impl Browser {
             .get_named_cookie("capgate_console")
             .await
             .unwrap_or_else(|e| panic!("[{}] no session cookie: {e}", self.who));
-        assert!(c.http_only().unwrap_or(false), "the session cookie is HttpOnly");
+        assert!(
+            c.http_only().unwrap_or(false),
+            "the session cookie is HttpOnly"
+        );
         assert_eq!(
             format!("{:?}", c.same_site()),
             "Some(Strict)",
@@ -515,7 +529,12 @@ fn refund(order: &str, amount: u32, reason: &str) -> Value {
 }
 
 /// A plain HTTP client presenting only a console session cookie.
-async fn with_cookie(method: reqwest::Method, url: &str, cookie: &str, csrf: Option<&str>) -> (u16, Value) {
+async fn with_cookie(
+    method: reqwest::Method,
+    url: &str,
+    cookie: &str,
+    csrf: Option<&str>,
+) -> (u16, Value) {
     let post = method == reqwest::Method::POST;
     let mut r = reqwest::Client::new()
         .request(method, url)
@@ -546,8 +565,22 @@ async fn the_approval_console_in_a_real_browser() {
     let dir = tempfile::tempdir().expect("tempdir");
     let extra = format!(
         "{}\n{}\n",
-        key(MARCO, "u_marco", "org_1", &["approver", "manager"], &["aiSdk"], "org_1"),
-        key(OLGA, "u_olga", "org_2", &["approver", "manager"], &[], "org_2"),
+        key(
+            MARCO,
+            "u_marco",
+            "org_1",
+            &["approver", "manager"],
+            &["aiSdk"],
+            "org_1"
+        ),
+        key(
+            OLGA,
+            "u_olga",
+            "org_2",
+            &["approver", "manager"],
+            &[],
+            "org_2"
+        ),
     );
     let config = deployment(
         dir.path(),
@@ -556,7 +589,10 @@ async fn the_approval_console_in_a_real_browser() {
                 "redactors = [\"stripGatewayRef\"]",
                 "redactors = [\"stripGatewayRef\", \"maskContactDetails\"]",
             );
-            assert_ne!(masked, text, "the example's refund names its redactors as expected");
+            assert_ne!(
+                masked, text,
+                "the example's refund names its redactors as expected"
+            );
             masked
         },
         &extra,
@@ -585,7 +621,11 @@ async fn the_approval_console_in_a_real_browser() {
     let marcos = held(
         &marco,
         &agent,
-        invoke("orders.refund", refund("ord_77", 720, "late delivery"), "marco_1"),
+        invoke(
+            "orders.refund",
+            refund("ord_77", 720, "late delivery"),
+            "marco_1",
+        ),
     )
     .await;
 
@@ -596,12 +636,17 @@ async fn the_approval_console_in_a_real_browser() {
     priya.sign_in(&console, PRIYA, "u_priya").await;
     priya.wait_contains(&tid("whoami"), "org_1").await;
     priya
-        .wait_text(&in_card(&refund_1, "card-capability"), "the refund's card", |t| {
-            t == "orders.refund"
-        })
+        .wait_text(
+            &in_card(&refund_1, "card-capability"),
+            "the refund's card",
+            |t| t == "orders.refund",
+        )
         .await;
     priya
-        .wait_contains(&in_card(&refund_1, "card-reasons"), "Refund of $649 exceeds $500")
+        .wait_contains(
+            &in_card(&refund_1, "card-reasons"),
+            "Refund of $649 exceeds $500",
+        )
         .await;
     priya
         .wait_contains(&in_card(&refund_1, "card-policies"), "refundLimit")
@@ -612,14 +657,23 @@ async fn the_approval_console_in_a_real_browser() {
     let shown = priya
         .wait_contains(&in_card(&refund_1, "card-input"), "\"amount\": 649")
         .await;
-    assert!(shown.contains("[email]"), "the redactor masked the address: {shown}");
-    assert!(!shown.contains(CUSTOMER_EMAIL), "no raw address on the page: {shown}");
+    assert!(
+        shown.contains("[email]"),
+        "the redactor masked the address: {shown}"
+    );
+    assert!(
+        !shown.contains(CUSTOMER_EMAIL),
+        "no raw address on the page: {shown}"
+    );
     let shown: Value = serde_json::from_str(&shown).expect("the card shows the input as JSON");
     let (status, api_view) = priya_api
         .get(&format!("{}/approvals/{refund_1}", server.base))
         .await;
     assert_eq!(status, 200, "{api_view}");
-    assert_eq!(shown, api_view["input"], "the card shows what the approvals API shows");
+    assert_eq!(
+        shown, api_view["input"],
+        "the card shows what the approvals API shows"
+    );
     // The countdown is live.
     let first = priya
         .wait_text(&in_card(&refund_1, "card-countdown"), "a countdown", |t| {
@@ -627,12 +681,16 @@ async fn the_approval_console_in_a_real_browser() {
         })
         .await;
     priya
-        .wait_text(&in_card(&refund_1, "card-countdown"), "the countdown moving", |t| {
-            t != first
-        })
+        .wait_text(
+            &in_card(&refund_1, "card-countdown"),
+            "the countdown moving",
+            |t| t != first,
+        )
         .await;
     // Marco's request is in Priya's queue too, newest first.
-    priya.wait_displayed(&card(&marcos), "Marco's request").await;
+    priya
+        .wait_displayed(&card(&marcos), "Marco's request")
+        .await;
     let order = priya
         .js("return [...document.querySelectorAll('[data-testid=\"approval-card\"]')].map(c => c.dataset.approvalId);")
         .await;
@@ -641,7 +699,11 @@ async fn the_approval_console_in_a_real_browser() {
     let options = priya
         .js("return [...document.querySelector('[data-testid=\"filter-requester\"]').options].map(o => o.value);")
         .await;
-    assert_eq!(options, json!(["", "u_dana", "u_marco"]), "requesters offered");
+    assert_eq!(
+        options,
+        json!(["", "u_dana", "u_marco"]),
+        "requesters offered"
+    );
     priya
         .client
         .find(Locator::Css(&tid("filter-requester")))
@@ -668,10 +730,15 @@ async fn the_approval_console_in_a_real_browser() {
         .select_by_value("")
         .await
         .expect("clear the filter");
-    priya.wait_displayed(&card(&refund_1), "Dana's card back").await;
+    priya
+        .wait_displayed(&card(&refund_1), "Dana's card back")
+        .await;
 
     // Screenshots of the queue at both widths (and no horizontal scrolling at 375 px).
-    priya.js("window.scrollTo(0, 0);").await;
+    priya
+        .js("document.activeElement && document.activeElement.blur(); window.scrollTo(0, 0);")
+        .await;
+    priya.resize(1440, 1580).await;
     let wide = priya.screenshot("queue-1440").await;
     priya.resize(375, 1400).await;
     let overflow = priya
@@ -694,7 +761,11 @@ async fn the_approval_console_in_a_real_browser() {
     // From the keyboard: the dialog has the focus, Escape cancels it and gives the focus
     // back to the button, Enter on that button asks again.
     let focused = "return document.activeElement && document.activeElement.dataset.testid;";
-    assert_eq!(priya.js(focused).await, json!("confirm-no"), "the focus is in the dialog");
+    assert_eq!(
+        priya.js(focused).await,
+        json!("confirm-no"),
+        "the focus is in the dialog"
+    );
     press(&priya, fantoccini::key::Key::Escape).await;
     priya
         .wait_js(
@@ -702,11 +773,18 @@ async fn the_approval_console_in_a_real_browser() {
             "return document.querySelector('[data-testid=\"confirm-dialog\"]').open === false;",
         )
         .await;
-    assert_eq!(priya.js(focused).await, json!("card-approve"), "the focus is back");
+    assert_eq!(
+        priya.js(focused).await,
+        json!("card-approve"),
+        "the focus is back"
+    );
     let (_, still) = priya_api
         .get(&format!("{}/approvals/{refund_1}", server.base))
         .await;
-    assert_eq!(still["status"], "pending", "cancelling decides nothing: {still}");
+    assert_eq!(
+        still["status"], "pending",
+        "cancelling decides nothing: {still}"
+    );
     press(&priya, fantoccini::key::Key::Enter).await;
     priya
         .wait_contains(&tid("confirm-dialog"), "orders.refund")
@@ -735,7 +813,10 @@ async fn the_approval_console_in_a_real_browser() {
     // The history: who decided, when, the comment, and how the resumed call ended.
     priya.click(&tid("tab-history")).await;
     priya
-        .wait_contains(&in_card(&refund_1, "history-decision"), "Approved by u_priya")
+        .wait_contains(
+            &in_card(&refund_1, "history-decision"),
+            "Approved by u_priya",
+        )
         .await;
     let comment = priya
         .wait_text(&in_card(&refund_1, "history-comment"), "the comment", |t| {
@@ -774,7 +855,11 @@ async fn the_approval_console_in_a_real_browser() {
     let dom = priya
         .js("return [typeof window.__pwned, document.querySelectorAll('main img, main script').length];")
         .await;
-    assert_eq!(dom, json!(["undefined", 0]), "nothing ran, no element was made");
+    assert_eq!(
+        dom,
+        json!(["undefined", 0]),
+        "nothing ran, no element was made"
+    );
     // Priya rejects it with markup in her comment (medium risk: no confirmation step).
     priya
         .type_into(&in_card(&message, "card-comment"), XSS_COMMENT)
@@ -785,16 +870,20 @@ async fn the_approval_console_in_a_real_browser() {
         .await;
     priya.click(&tid("tab-history")).await;
     priya
-        .wait_text(&in_card(&message, "history-comment"), "the literal comment", |t| {
-            t == XSS_COMMENT
-        })
+        .wait_text(
+            &in_card(&message, "history-comment"),
+            "the literal comment",
+            |t| t == XSS_COMMENT,
+        )
         .await;
     let dom = priya
         .js("return [typeof window.__pwned, document.querySelectorAll('main img, main script').length];")
         .await;
     assert_eq!(dom, json!(["undefined", 0]), "a comment is text too");
     priya.click(&tid("tab-queue")).await;
-    priya.wait_displayed(&card(&marcos), "the queue again").await;
+    priya
+        .wait_displayed(&card(&marcos), "the queue again")
+        .await;
 
     // No decision without the CSRF token: from inside the page (the browser sends the
     // cookie, same origin) and from outside it with the session cookie.
@@ -836,9 +925,11 @@ async fn the_approval_console_in_a_real_browser() {
     let other = Browser::open(&driver, "other").await;
     other.sign_in(&console, MARCO, "u_marco").await;
     other
-        .wait_text(&in_card(&marcos, "card-note"), "why Marco cannot decide", |t| {
-            !t.trim().is_empty()
-        })
+        .wait_text(
+            &in_card(&marcos, "card-note"),
+            "why Marco cannot decide",
+            |t| !t.trim().is_empty(),
+        )
         .await;
     assert_eq!(other.count(&in_card(&marcos, "card-approve")).await, 0);
     assert_eq!(other.count(&in_card(&marcos, "card-reject")).await, 0);
@@ -875,9 +966,7 @@ async fn the_approval_console_in_a_real_browser() {
         .wait_displayed(&tid("empty-queue"), "Olga's empty queue")
         .await;
     assert_eq!(other.count(&tid("approval-card")).await, 0);
-    other
-        .goto(&format!("{console}/approvals/{marcos}"))
-        .await;
+    other.goto(&format!("{console}/approvals/{marcos}")).await;
     other
         .wait_displayed(&tid("not-found"), "not found for another namespace")
         .await;
@@ -901,25 +990,33 @@ async fn the_approval_console_in_a_real_browser() {
         .wait_displayed(&tid("not-approver"), "the not-approver explanation")
         .await;
     assert_eq!(other.count(&tid("approval-card")).await, 0);
-    other
-        .goto(&format!("{console}/approvals/{confirm}"))
-        .await;
+    other.goto(&format!("{console}/approvals/{confirm}")).await;
     other.click(&in_card(&confirm, "card-approve")).await;
     other
         .wait_contains(&in_card(&confirm, "card-result"), "Approved by u_dana")
         .await;
     let errors = other.script_errors().await;
-    assert!(errors.is_empty(), "script errors in the second browser: {errors:?}");
+    assert!(
+        errors.is_empty(),
+        "script errors in the second browser: {errors:?}"
+    );
 
     // A decision made in another tab shows up in the first one without a reload.
     let refund_4 = held(
         &dana,
         &agent,
-        invoke("orders.refund", refund("ord_42", 810, "wrong size"), "call_4"),
+        invoke(
+            "orders.refund",
+            refund("ord_42", 810, "wrong size"),
+            "call_4",
+        ),
     )
     .await;
     priya
-        .wait_displayed(&in_card(&refund_4, "card-approve"), "the new refund in the queue")
+        .wait_displayed(
+            &in_card(&refund_4, "card-approve"),
+            "the new refund in the queue",
+        )
         .await;
     priya.js("window.__sameDocument = true;").await;
     let first_tab = priya.client.window().await.expect("window");
@@ -929,9 +1026,7 @@ async fn the_approval_console_in_a_real_browser() {
         .switch_to_window(tab.handle.clone())
         .await
         .expect("switch to the new tab");
-    priya
-        .goto(&format!("{console}/approvals/{refund_4}"))
-        .await;
+    priya.goto(&format!("{console}/approvals/{refund_4}")).await;
     priya.click(&in_card(&refund_4, "card-approve")).await;
     priya.click(&tid("confirm-yes")).await;
     priya
@@ -957,16 +1052,25 @@ async fn the_approval_console_in_a_real_browser() {
     let refund_6 = held(
         &dana,
         &agent,
-        invoke("orders.refund", refund("ord_42", 820, "second parcel"), "call_6"),
+        invoke(
+            "orders.refund",
+            refund("ord_42", 820, "second parcel"),
+            "call_6",
+        ),
     )
     .await;
     priya
-        .wait_displayed(&in_card(&refund_6, "card-reject"), "another refund in the queue")
+        .wait_displayed(
+            &in_card(&refund_6, "card-reject"),
+            "another refund in the queue",
+        )
         .await;
     priya
-        .js("const f = window.fetch; window.__inflight = 0; window.__fetches = 0;\
+        .js(
+            "const f = window.fetch; window.__inflight = 0; window.__fetches = 0;\
              window.fetch = function (...a) { window.__inflight++; window.__fetches++;\
-               return f.apply(this, a).finally(() => { window.__inflight--; }); };")
+               return f.apply(this, a).finally(() => { window.__inflight--; }); };",
+        )
         .await;
     priya
         .wait_js("a poll after instrumenting", "return window.__fetches > 0;")
@@ -991,12 +1095,18 @@ async fn the_approval_console_in_a_real_browser() {
     priya.click(&in_card(&refund_6, "card-reject")).await;
     priya.click(&tid("confirm-yes")).await;
     priya
-        .wait_contains(&in_card(&refund_6, "card-result"), "Already approved by u_marco")
+        .wait_contains(
+            &in_card(&refund_6, "card-result"),
+            "Already approved by u_marco",
+        )
         .await;
     priya.js("delete document.visibilityState;").await;
 
     let errors = priya.script_errors().await;
-    assert!(errors.is_empty(), "script errors in Priya's browser: {errors:?}");
+    assert!(
+        errors.is_empty(),
+        "script errors in Priya's browser: {errors:?}"
+    );
 
     // Signing out ends Priya's session too.
     let cookie = priya.session_cookie().await;

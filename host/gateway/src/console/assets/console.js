@@ -642,8 +642,8 @@
             Array.isArray(a.policies) && a.policies.length
               ? a.policies.map((p, i) => [i ? ', ' : '', el('span', { class: 'mono', text: p })])
               : el('span', { class: 'muted', text: 'the capability itself (it always needs approval)' }))),
-        el('div', { class: 'meta-wide' }, el('dt', { text: 'Ids' }),
-          el('dd', { class: 'mono small' }, `${a.id} · ${a.executionId || ''}`)));
+        el('div', { class: 'meta-wide' }, el('dt', { text: 'Approval id' }),
+          el('dd', { class: 'mono small', title: `execution ${a.executionId || ''}`, text: a.id })));
 
       const reasons = el('ul', { testid: 'card-reasons', class: 'reasons', 'aria-label': 'Reasons' },
         (Array.isArray(a.reasons) && a.reasons.length ? a.reasons : ['No reason given.'])
