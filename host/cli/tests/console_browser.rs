@@ -839,7 +839,7 @@ async fn the_approval_console_in_a_real_browser() {
         &agent,
         invoke(
             "messages.send",
-            json!({"customerId": "cus_1", "body": XSS_BODY}),
+            json!({"customerId": "cus_1", "body": format!("{XSS_BODY} {} END-OF-MESSAGE", "More text. ".repeat(80))}),
             "msg_1",
         ),
     )
@@ -860,6 +860,22 @@ async fn the_approval_console_in_a_real_browser() {
         json!(["undefined", 0]),
         "nothing ran, no element was made"
     );
+    // The long body is cut, with a way to see all of it.
+    assert!(
+        input.ends_with('…') && !input.contains("END-OF-MESSAGE"),
+        "a long input is truncated: {input}"
+    );
+    priya.click(&in_card(&message, "card-expand")).await;
+    priya
+        .wait_contains(&in_card(&message, "card-input"), "END-OF-MESSAGE")
+        .await;
+    let expanded = priya
+        .js(&format!(
+            "return document.querySelector('{}').getAttribute('aria-expanded');",
+            in_card(&message, "card-expand")
+        ))
+        .await;
+    assert_eq!(expanded, json!("true"), "the button says it expanded");
     // Priya rejects it with markup in her comment (medium risk: no confirmation step).
     priya
         .type_into(&in_card(&message, "card-comment"), XSS_COMMENT)
