@@ -146,6 +146,10 @@ async fn the_page_is_served_with_a_strict_content_security_policy_and_its_prefix
         assert!(html.contains("/console/assets/console.js"), "{html}");
         assert!(!html.contains("__CONSOLE_PREFIX__"));
     }
+    // An unknown path under the prefix is a 404 with the same headers.
+    let missing = ok(reqwest::get(format!("{}/console/nope/deeper", s.origin)).await);
+    assert_eq!(missing.status().as_u16(), 404);
+    assert!(missing.headers().contains_key("content-security-policy"));
     let js = ok(reqwest::get(format!("{}/console/assets/console.js", s.origin)).await);
     assert!(
         js.headers()

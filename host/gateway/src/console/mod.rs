@@ -277,6 +277,8 @@ pub fn console_router(
             &format!("{prefix}/session"),
             get(current).post(sign_in).delete(sign_out),
         )
+        // Anything else under the prefix: a JSON 404 that carries the console's headers.
+        .route(&format!("{prefix}/{{*rest}}"), axum::routing::any(unknown))
         .layer(DefaultBodyLimit::max(MAX_SIGN_IN_BODY_BYTES))
         .layer(axum::middleware::map_response(json_refusals))
         .with_state(console.clone());
@@ -303,6 +305,14 @@ pub fn console_router(
         ));
     }
     Ok(router)
+}
+
+async fn unknown() -> Reject {
+    Reject::new(
+        StatusCode::NOT_FOUND,
+        "NOT_FOUND",
+        "No such console page or resource.",
+    )
 }
 
 async fn index(State(c): St) -> Response {
@@ -416,38 +426,34 @@ impl Console {
     }
 
     /// The live, unexpired session a request's cookie names.
-    fn lookup(&self, headers: &HeaderMap) -> Result<(String, Arc<Session>), Response> {
+    fn lookup(&self, headers: &HeaderMap) -> Option<(String, Arc<Session>)> {
         let now = self.doorkeeper.clock.now();
-        session_id(headers)
-            .and_then(|id| self.sessions.get(&id, now).map(|s| (id, s)))
-            .ok_or_else(|| self.unauthenticated(headers))
+        session_id(headers).and_then(|id| self.sessions.get(&id, now).map(|s| (id, s)))
     }
 
     /// The live session of a request, re-admitted through the doorkeeper (a revoked
-    /// credential ends it).
-    async fn session(&self, headers: &HeaderMap) -> Result<(String, Arc<Session>), Response> {
-        let (id, session) = self.lookup(headers)?;
-        if let Err(e) = self
-            .doorkeeper
-            .admit(&bearer_headers(&session.credential)?, Door::Approvals)
-            .await
-        {
+    /// credential ends it). `Err` is the response to send instead.
+    async fn session(&self, headers: &HeaderMap) -> Result<(String, Arc<Session>), Box<Response>> {
+        let unauthenticated = || Box::new(self.unauthenticated(headers));
+        let (id, session) = self.lookup(headers).ok_or_else(unauthenticated)?;
+        let auth = bearer_headers(&session.credential).ok_or_else(unauthenticated)?;
+        if let Err(e) = self.doorkeeper.admit(&auth, Door::Approvals).await {
             if e.status == StatusCode::UNAUTHORIZED {
                 self.sessions.remove(&id);
-                return Err(self.unauthenticated(headers));
+                return Err(unauthenticated());
             }
-            return Err(e.into_response());
+            return Err(Box::new(e.into_response()));
         }
         Ok((id, session))
     }
 }
 
-fn bearer_headers(credential: &str) -> Result<HeaderMap, Response> {
+/// Headers presenting `credential` as a bearer token (`None`: it is no header value).
+fn bearer_headers(credential: &str) -> Option<HeaderMap> {
     let mut headers = HeaderMap::new();
-    let value = HeaderValue::from_str(&format!("Bearer {credential}"))
-        .map_err(|_| Reject::unauthenticated().into_response())?;
+    let value = HeaderValue::from_str(&format!("Bearer {credential}")).ok()?;
     headers.insert(header::AUTHORIZATION, value);
-    Ok(headers)
+    Some(headers)
 }
 
 /// Whether the request carries the session's CSRF token (compared in constant time).
@@ -509,7 +515,7 @@ async fn sign_in_inner(c: &Console, headers: &HeaderMap, body: &[u8]) -> Result<
     {
         return Err(Reject::unauthenticated());
     }
-    let auth = bearer_headers(&credential).map_err(|_| Reject::unauthenticated())?;
+    let auth = bearer_headers(&credential).ok_or_else(Reject::unauthenticated)?;
     let who = c.doorkeeper.admit(&auth, Door::Approvals).await?;
     let now = c.doorkeeper.clock.now();
     let ttl =
@@ -549,7 +555,7 @@ async fn current(State(c): St, headers: HeaderMap) -> Response {
     }
     match c.session(&headers).await {
         Ok((_, s)) => Json(s.view.clone()).into_response(),
-        Err(r) => r,
+        Err(r) => *r,
     }
 }
 
@@ -592,9 +598,8 @@ async fn session_to_bearer(State(c): St, mut request: Request<Body>, next: Next)
     }
     // The approvals API admits the credential itself (authentication, quotas): here only
     // the session is looked up, and a 401 from the API ends it.
-    let (id, session) = match c.lookup(headers) {
-        Ok(s) => s,
-        Err(r) => return r,
+    let Some((id, session)) = c.lookup(headers) else {
+        return c.unauthenticated(headers);
     };
     let original = headers.clone();
     let safe = matches!(*request.method(), Method::GET | Method::HEAD);
