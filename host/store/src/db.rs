@@ -532,7 +532,14 @@ mod migration_tests {
             .iter()
             .map(|m| (m.version, m.description.as_ref()))
             .collect();
-        assert_eq!(described, [(1, "initial"), (2, "approval tenancy")]);
+        assert_eq!(
+            described,
+            [
+                (1, "initial"),
+                (2, "approval tenancy"),
+                (3, "approval policies")
+            ]
+        );
         // sqlx's checksum is SHA-384 of the file's text: a database migrated with
         // `sqlx::migrate!` validates against these.
         for files in [SQLITE_FILES, POSTGRES_FILES] {
