@@ -964,14 +964,19 @@ fn properties(o: &Map<String, Value>, n: &Map<String, Value>, at: &str, out: &mu
                 };
                 out.push(Change::new(field(&here), impact, detail).values(Some(x), None));
             }
-            (None, Some(y)) => out.push(
-                Change::new(
-                    field(&here),
-                    Impact::Additive,
-                    format!("new optional property `{name}`"),
-                )
-                .values(None, Some(y)),
-            ),
+            (None, Some(y)) => {
+                let required = n
+                    .get("required")
+                    .and_then(Value::as_array)
+                    .is_some_and(|r| r.iter().any(|v| v.as_str() == Some(name.as_str())));
+                // A new required property is breaking through `required`, reported there.
+                let detail = if required {
+                    format!("new property `{name}` (required: see inputSchema{at}/required)")
+                } else {
+                    format!("new optional property `{name}`")
+                };
+                out.push(Change::new(field(&here), Impact::Additive, detail).values(None, Some(y)))
+            }
             (None, None) => {}
         }
     }
@@ -1302,6 +1307,10 @@ mod tests {
         assert_eq!(c.len(), 2, "{c:#?}");
         assert_eq!(c[0].field, "inputSchema/properties/note");
         assert_eq!(c[0].impact, Impact::Additive);
+        assert_eq!(
+            c[0].detail,
+            "new property `note` (required: see inputSchema/required)"
+        );
         assert_eq!(c[1].field, "inputSchema/required");
         assert_eq!(c[1].impact, Impact::Breaking);
         assert!(c[1].detail.contains("new required property `note`"));
