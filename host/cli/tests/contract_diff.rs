@@ -278,3 +278,74 @@ fn inspect_lists_every_capability_by_id_with_its_governance() {
     // Deterministic: the same file, the same bytes.
     assert_eq!(table, capgate(&["inspect", "--config", old_s]));
 }
+
+/// Contract files need no deployment: `tests/fixtures/contract-diff/old.json` is the
+/// example's aiSdk export; `breaking.json` makes one change of each breaking kind a
+/// single-surface contract can show, `additive.json` only additive ones.
+#[test]
+fn contract_diff_on_fixture_contracts_reports_each_breaking_kind() {
+    let fixtures = common::root().join("host/cli/tests/fixtures/contract-diff");
+    let path = |name: &str| fixtures.join(name).to_str().expect("utf-8").to_string();
+    let (old, breaking, additive) = (
+        path("old.json"),
+        path("breaking.json"),
+        path("additive.json"),
+    );
+
+    let (code, r) = json_diff(&["contract", "diff", &old, &breaking, "--format", "json"]);
+    assert_eq!(code, Some(1), "{r:#}");
+    assert_eq!(
+        changes(&r, "messages.draft"),
+        pairs(&[("capability", "breaking")])
+    );
+    assert_eq!(
+        changes(&r, "customers.search"),
+        pairs(&[("requiresApproval", "breaking")])
+    );
+    assert_eq!(
+        changes(&r, "orders.checkEligibility"),
+        pairs(&[("sideEffect", "breaking")])
+    );
+    assert_eq!(
+        changes(&r, "orders.refund"),
+        pairs(&[
+            ("inputSchema/properties/amount/maximum", "breaking"),
+            ("inputSchema/required", "breaking"),
+            ("risk", "breaking"),
+        ])
+    );
+    assert_eq!(
+        changes(&r, "messages.send"),
+        pairs(&[
+            ("inputSchema/properties/body/maxLength", "breaking"),
+            ("toolNames.mcp", "breaking"),
+        ])
+    );
+    assert_eq!(r["summary"]["additiveChanges"], 0);
+
+    let (code, r) = json_diff(&["contract", "diff", &old, &additive, "--format", "json"]);
+    assert_eq!(code, Some(0), "{r:#}");
+    assert_eq!(r["breaking"], false);
+    assert_eq!(
+        changes(&r, "orders.history"),
+        pairs(&[("capability", "additive")])
+    );
+    assert_eq!(changes(&r, "messages.send"), pairs(&[("risk", "additive")]));
+    assert_eq!(
+        changes(&r, "orders.refund"),
+        pairs(&[
+            ("description", "additive"),
+            ("inputSchema/properties/currency", "additive"),
+            ("inputSchema/properties/reason/maxLength", "additive"),
+        ])
+    );
+    assert_eq!(
+        changes(&r, "customers.search"),
+        pairs(&[("contractDigest", "additive")])
+    );
+    assert_eq!(r["summary"]["unchanged"], 2);
+
+    // The other way round, the additive changes are breaking ones.
+    let (code, _) = json_diff(&["contract", "diff", &additive, &old, "--format", "json"]);
+    assert_eq!(code, Some(1));
+}
