@@ -152,12 +152,16 @@ impl Side {
 /// The surfaces to compare: `--surface` when given; every gateway surface for two
 /// deployment files; aiSdk (`contract export`'s default) when a contract file is involved.
 pub fn surfaces(flag: Option<&str>, old: &Side, new: &Side) -> Result<Vec<Surface>, DiffError> {
+    select_surfaces(flag, old.is_config() && new.is_config())
+}
+
+fn select_surfaces(flag: Option<&str>, two_configs: bool) -> Result<Vec<Surface>, DiffError> {
     match flag {
         Some(name) => match name.parse::<Surface>() {
             Ok(s) if GATEWAY_SURFACES.contains(&s) => Ok(vec![s]),
             _ => Err(DiffError::Surface(name.to_string())),
         },
-        None if old.is_config() && new.is_config() => Ok(GATEWAY_SURFACES.to_vec()),
+        None if two_configs => Ok(GATEWAY_SURFACES.to_vec()),
         None => Ok(vec![Surface::AiSdk]),
     }
 }
@@ -1136,6 +1140,26 @@ mod tests {
             .collect();
         assert_eq!(changes.len(), 1, "exactly one change: {changes:#?}");
         changes[0]
+    }
+
+    #[test]
+    fn two_configs_compare_every_gateway_surface_and_a_contract_file_one() {
+        let names = |flag, both| -> Vec<&'static str> {
+            match select_surfaces(flag, both) {
+                Ok(s) => s.into_iter().map(Surface::as_str).collect(),
+                Err(e) => panic!("{e}"),
+            }
+        };
+        assert_eq!(names(None, true), ["aiSdk", "mcp", "workflow"]);
+        assert_eq!(names(None, false), ["aiSdk"]);
+        assert_eq!(names(Some("mcp"), true), ["mcp"]);
+        assert_eq!(names(Some("workflow"), false), ["workflow"]);
+        for bad in ["direct", "test", "aisdk"] {
+            assert!(matches!(
+                select_surfaces(Some(bad), true),
+                Err(DiffError::Surface(_))
+            ));
+        }
     }
 
     #[test]
