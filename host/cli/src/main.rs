@@ -2,7 +2,8 @@
 //! approvals); `mcp --stdio` serves one MCP session; `check` validates a deployment file and
 //! reports every problem with its place; `plugin test` is a plugin author's inner loop;
 //! `migrate`, `audit tail`, `approvals` and `invocations` operate the store; `contract`
-//! exports what models and hosts may call.
+//! exports what models and hosts may call and `contract diff` compares two revisions of it;
+//! `inspect` prints a deployment's inventory for review.
 
 /// Request threads allocate what the Wasm reaper thread frees; mimalloc's per-thread heaps
 /// make that cross-thread free cheap (glibc's arena lock did not).
@@ -11,11 +12,14 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod build;
 mod config;
+mod diff;
+mod inspect;
 mod located;
 mod metrics;
 mod ops;
 mod serve;
 mod store;
+mod table;
 mod telemetry;
 mod validate;
 mod values;
@@ -102,6 +106,20 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// The inventory a reviewer reads in a pull request: per capability its surfaces, side
+    /// effect, risk, policies, redactors, static approval, timeout and retry, sorted by id.
+    ///
+    /// Reads the file as `check` does first (every problem located) but loads no plugin.
+    ///
+    /// Example: capgate inspect --config examples/customer-support/capgate.toml
+    Inspect {
+        /// The configuration file.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// `table` for people, `json` for programs (shape: README "Reviewing a change").
+        #[arg(long, value_enum, default_value = "table")]
+        format: table::Format,
+    },
     /// Plugin author tools.
     Plugin {
         #[command(subcommand)]
@@ -154,6 +172,30 @@ enum ContractCommand {
         /// `ai-sdk` or `openai`.
         #[arg(long, default_value = "ai-sdk")]
         format: String,
+    },
+    /// Compare two contracts: added, removed and changed capabilities, each change breaking
+    /// (a call that worked may fail now) or additive.
+    ///
+    /// OLD and NEW are contract files (`contract export` output) or .toml deployment files.
+    /// Exit status: 0 nothing breaking, 1 something breaking (0 with --allow-breaking), 2 bad
+    /// input.
+    ///
+    /// Example: capgate contract diff contract.json examples/customer-support/capgate.toml
+    Diff {
+        /// The contract before (a .json contract file or a .toml deployment file).
+        old: PathBuf,
+        /// The contract after (a .json contract file or a .toml deployment file).
+        new: PathBuf,
+        /// Compare this surface only (aiSdk, mcp, workflow). Default: every one of them for
+        /// two deployment files, else aiSdk (what `contract export` writes by default).
+        #[arg(long)]
+        surface: Option<String>,
+        /// `table` for people, `json` for programs (shape: README "Reviewing a change").
+        #[arg(long, value_enum, default_value = "table")]
+        format: table::Format,
+        /// Exit 0 even when a change is breaking (the report still says which).
+        #[arg(long)]
+        allow_breaking: bool,
     },
 }
 
@@ -391,18 +433,37 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             runtime()?.block_on(ops::mcp_stdio(checked, store))?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Contract { command } => {
-            let (config, surface, format) = match command {
-                ContractCommand::Export { config, surface } => (config, surface, None),
-                ContractCommand::Tools {
-                    config,
-                    surface,
-                    format,
-                } => (config, surface, Some(format)),
-            };
-            ops::contract(&load(&config)?, &surface, format.as_deref())?;
+        Command::Inspect { config, format } => {
+            let inventory = inspect::inspect(&config)?;
+            match format {
+                table::Format::Table => print!("{}", inventory.render_table()),
+                table::Format::Json => {
+                    println!("{}", serde_json::to_string_pretty(&inventory)?)
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Contract { command } => match command {
+            ContractCommand::Export { config, surface } => {
+                ops::contract(&load(&config)?, &surface, None)?;
+                Ok(ExitCode::SUCCESS)
+            }
+            ContractCommand::Tools {
+                config,
+                surface,
+                format,
+            } => {
+                ops::contract(&load(&config)?, &surface, Some(&format))?;
+                Ok(ExitCode::SUCCESS)
+            }
+            ContractCommand::Diff {
+                old,
+                new,
+                surface,
+                format,
+                allow_breaking,
+            } => contract_diff(&old, &new, surface.as_deref(), format, allow_breaking),
+        },
         Command::Approvals { command } => {
             let rt = runtime()?;
             match command {
@@ -507,6 +568,64 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `capgate contract diff`: 0 when nothing is breaking (or `--allow-breaking`), 1 when
+/// something is, 2 when an input is unreadable or not a contract (a refused deployment file
+/// has its located problems printed first).
+fn contract_diff(
+    old: &std::path::Path,
+    new: &std::path::Path,
+    surface: Option<&str>,
+    format: table::Format,
+    allow_breaking: bool,
+) -> anyhow::Result<ExitCode> {
+    let report = match diff_report(old, new, surface) {
+        Ok(r) => r,
+        Err(e) => {
+            if let diff::DiffError::Refused(refused) = &e {
+                for p in &refused.problems {
+                    eprintln!("{p}");
+                }
+                eprintln!();
+            }
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    match format {
+        table::Format::Table => print!("{}", report.render_table()),
+        table::Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+    }
+    Ok(match (report.breaking, allow_breaking) {
+        (false, _) => ExitCode::SUCCESS,
+        (true, true) => {
+            eprintln!("breaking changes allowed by --allow-breaking");
+            ExitCode::SUCCESS
+        }
+        (true, false) => {
+            eprintln!(
+                "error: {} breaking change(s); review them, then pass --allow-breaking to accept them",
+                report.summary.breaking_changes
+            );
+            ExitCode::from(1)
+        }
+    })
+}
+
+fn diff_report(
+    old: &std::path::Path,
+    new: &std::path::Path,
+    surface: Option<&str>,
+) -> Result<diff::Report, diff::DiffError> {
+    let (a, b) = (diff::Side::read(old)?, diff::Side::read(new)?);
+    let surfaces = diff::surfaces(surface, &a, &b)?;
+    Ok(diff::diff(
+        &a.contract(&surfaces)?,
+        &b.contract(&surfaces)?,
+        &old.display().to_string(),
+        &new.display().to_string(),
+    ))
 }
 
 /// `capgate approvals approve|reject`.
