@@ -31,7 +31,6 @@ mod common;
 use common::*;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -54,82 +53,15 @@ const COMMENT: &str = "Damaged on arrival; photo in ticket 4411.";
 const XSS_BODY: &str = "<img src=x onerror=\"window.__pwned='img'\"><script>window.__pwned='script'</script> Your refund is on its way.";
 const XSS_COMMENT: &str = "<b>no</b><img src=x onerror=\"window.__pwned='comment'\">";
 
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-}
-
-/// `apt-get ARGS`, quietly; whether it succeeded.
-fn apt_get(args: &[&str]) -> bool {
-    eprintln!("notice: apt-get {}", args.join(" "));
-    Command::new("apt-get")
-        .args(args)
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-fn have_browser() -> bool {
-    Path::new(CHROMIUM).is_file() && Path::new(CHROMEDRIVER).is_file()
-}
-
 /// Whether Debian's Chromium and chromedriver are there (installed now, as root, when
 /// missing). `false` (the test is skipped, loudly) only outside CI; under CI=true a missing
 /// browser fails the test.
 fn browser_available() -> bool {
-    if have_browser() {
-        return true;
-    }
-    if is_root() {
-        let install = [
-            "install",
-            "-y",
-            "-q",
-            "--no-install-recommends",
-            "chromium",
-            "chromium-driver",
-        ];
-        if !apt_get(&install) {
-            // A fresh machine may have no package lists yet.
-            let _ = apt_get(&["update", "-q"]);
-            let _ = apt_get(&install);
-        }
-        if have_browser() {
-            return true;
-        }
-    }
-    let why = if is_root() {
-        "`apt-get install -y chromium chromium-driver` did not provide them"
-    } else {
-        "not running as root, so they cannot be installed (run `sudo apt-get install -y chromium chromium-driver`)"
-    };
-    assert!(
-        !ci(),
-        "CI=true but {CHROMIUM} / {CHROMEDRIVER} are missing: {why}. The approval console's \
-         browser test must run in CI (.ci/run installs Debian's `chromium` and `chromium-driver`)."
-    );
-    let _ = writeln!(
-        std::io::stderr(),
-        "\n\n**********************************************************************\n\
-         SKIPPING the approval console's browser test: {CHROMIUM} or {CHROMEDRIVER} is missing;\n\
-         {why}.\n\
-         **********************************************************************\n"
-    );
-    false
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
+    debian_tools(
+        &["chromium", "chromium-driver"],
+        || Path::new(CHROMIUM).is_file() && Path::new(CHROMEDRIVER).is_file(),
+        "the approval console's browser test",
+    )
 }
 
 /// Debian's chromedriver on a free loopback port, in a process group of its own so that

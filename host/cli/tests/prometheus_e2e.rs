@@ -30,88 +30,18 @@ const MOVED: &str = "moved-session-key";
 /// How long Prometheus gets to show what capgate counted (it scrapes every second).
 const PROM_WAIT: Duration = Duration::from_secs(45);
 
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-fn on_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(name))
-            .find(|p| p.is_file())
-    })
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-}
-
-/// `apt-get ARGS`, quietly; whether it succeeded.
-fn apt_get(args: &[&str]) -> bool {
-    eprintln!("notice: apt-get {}", args.join(" "));
-    Command::new("apt-get")
-        .args(args)
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 /// The `prometheus` binary: on PATH, or Debian's package installed now (as root). `None`
 /// (the test is skipped, loudly) only outside CI; under CI=true a missing Prometheus fails.
 fn prometheus_binary() -> Option<PathBuf> {
-    static FOUND: OnceLock<Option<PathBuf>> = OnceLock::new();
-    FOUND
-        .get_or_init(|| {
-            if let Some(p) = on_path("prometheus") {
-                return Some(p);
-            }
-            if is_root() {
-                let install = ["install", "-y", "-q", "--no-install-recommends", "prometheus"];
-                if !apt_get(&install) {
-                    // A fresh machine may have no package lists yet.
-                    let _ = apt_get(&["update", "-q"]);
-                    let _ = apt_get(&install);
-                }
-                if let Some(p) = on_path("prometheus") {
-                    return Some(p);
-                }
-            }
-            None
-        })
-        .clone()
-        .or_else(|| {
-            let why = if is_root() {
-                "`apt-get install -y prometheus` did not provide it"
-            } else {
-                "not running as root, so it cannot be installed (run `sudo apt-get install -y prometheus`)"
-            };
-            assert!(
-                !ci(),
-                "CI=true but the `prometheus` binary is not on PATH: {why}. The real-Prometheus \
-                 end-to-end test must run in CI (.ci/run installs Debian's `prometheus`)."
-            );
-            // Straight to the process's stderr, past the test harness's capture: a skip must
-            // be seen.
-            let _ = writeln!(
-                std::io::stderr(),
-                "\n\n**********************************************************************\n\
-                 SKIPPING the real-Prometheus end-to-end test: `prometheus` is not on PATH;\n\
-                 {why}.\n\
-                 **********************************************************************\n"
-            );
-            None
-        })
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
+    static FOUND: OnceLock<bool> = OnceLock::new();
+    let present = *FOUND.get_or_init(|| {
+        debian_tools(
+            &["prometheus"],
+            || on_path("prometheus").is_some(),
+            "the real-Prometheus end-to-end test",
+        )
+    });
+    present.then(|| on_path("prometheus")).flatten()
 }
 
 /// `http://HOST:PORT/PATH` -> (`HOST:PORT`, `/PATH`).
