@@ -39,8 +39,6 @@ const DANA: &str = "dana-dev-key";
 const PRIYA: &str = "priya-dev-key";
 /// An approver and manager of org_1 who also asks (an agent's surface on his key).
 const MARCO: &str = "marco-test-key";
-/// org_2's approver.
-const OLGA: &str = "olga-test-key";
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
@@ -505,14 +503,7 @@ async fn the_approval_console_in_a_real_browser() {
             &["aiSdk"],
             "org_1"
         ),
-        key(
-            OLGA,
-            "u_olga",
-            "org_2",
-            &["approver", "manager"],
-            &[],
-            "org_2"
-        ),
+        olga_key(),
     );
     let config = deployment(
         dir.path(),

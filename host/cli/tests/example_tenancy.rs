@@ -22,19 +22,6 @@ const DANA: &str = "dana-dev-key";
 const PRIYA: &str = "priya-dev-key";
 const EVE: &str = "eve-dev-key";
 const WORKFLOW: &str = "ops-workflow-key";
-const OLGA: &str = "olga-test-key";
-
-/// org_2's manager and approver, for the approvals Eve asks for.
-fn olga_key() -> String {
-    key(
-        OLGA,
-        "u_olga",
-        "org_2",
-        &["approver", "manager"],
-        &[],
-        "org_2",
-    )
-}
 
 /// Run `test` against a fresh SQLite store, then a fresh Postgres database when one is
 /// configured.

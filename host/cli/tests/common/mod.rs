@@ -11,6 +11,22 @@ use std::time::Duration;
 
 pub const PG_ENV: &str = "CAPGATE_TEST_POSTGRES_URL";
 
+/// The test-only key of Olga, org_2's manager and approver (see [`olga_key`]).
+pub const OLGA: &str = "olga-test-key";
+
+/// Olga's `[[gateway.apiKeys]]` entry, for tests that need an approver of another
+/// namespace than the example's org_1 (append it with [`deployment`]).
+pub fn olga_key() -> String {
+    key(
+        OLGA,
+        "u_olga",
+        "org_2",
+        &["approver", "manager"],
+        &[],
+        "org_2",
+    )
+}
+
 /// Whether the tests run in CI (`CI=true`), where a missing system tool fails a test
 /// instead of skipping it.
 pub fn ci() -> bool {

@@ -489,19 +489,29 @@
     $('queue-count').textContent = pending > 0 ? String(pending) : '';
   }
 
-  async function refreshQueue() {
+  // One listing of the approvals API, or null when there is nothing to render: the view
+  // changed meanwhile (sign-out, another tab), the viewer holds no approver role (the page
+  // says so instead), or the request failed (said in the banner).
+  async function listApprovals(query, what) {
     const generation = state.generation;
-    const r = await authed('GET', '/api/approvals?status=pending&limit=200');
-    if (generation !== state.generation) return;
+    const r = await authed('GET', `/api/approvals?${query}`);
+    if (generation !== state.generation) return null;
     if (r.status === 403) {
       state.session.approver = false;
       render();
-      return;
+      return null;
     }
     if (r.status !== 200 || !Array.isArray(r.data)) {
-      if (r.status !== 0) banner(`Could not load the queue: ${r.message}`);
-      return;
+      if (r.status !== 0) banner(`Could not load ${what}: ${r.message}`);
+      return null;
     }
+    return r;
+  }
+
+  async function refreshQueue() {
+    const generation = state.generation;
+    const r = await listApprovals('status=pending&limit=200', 'the queue');
+    if (!r) return;
     const list = $('queue');
     const seen = new Set();
     let added = 0;
@@ -878,18 +888,8 @@
   // ---------------------------------------------------------------- history
 
   async function refreshHistory() {
-    const generation = state.generation;
-    const r = await authed('GET', '/api/approvals?limit=200');
-    if (generation !== state.generation) return;
-    if (r.status === 403) {
-      state.session.approver = false;
-      render();
-      return;
-    }
-    if (r.status !== 200 || !Array.isArray(r.data)) {
-      if (r.status !== 0) banner(`Could not load the history: ${r.message}`);
-      return;
-    }
+    const r = await listApprovals('limit=200', 'the history');
+    if (!r) return;
     const closed = r.data.filter((a) => a.status !== 'pending');
     const list = $('history');
     const seen = new Set();
