@@ -173,9 +173,25 @@ pub struct BindingSection {
     /// Phases (policies only).
     #[serde(default)]
     pub phases: Option<Vec<capgate_core::policy::Phase>>,
+    /// `enforce` (the default) or `shadow` (policies only): a shadow policy is evaluated
+    /// like an enforcing one, but its stance never changes the outcome; where it would
+    /// have, the call records a `capgate.policy.shadow_divergence` event.
+    #[serde(default)]
+    pub mode: PolicyMode,
     /// Handed to the plugin on every call.
     #[serde(default)]
     pub config: serde_json::Value,
+}
+
+/// How a policy binding takes effect (`[policies.NAME] mode`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicyMode {
+    /// Its stance counts (the default).
+    #[default]
+    Enforce,
+    /// Evaluated and compared, never enforced: a rollout step before `enforce`.
+    Shadow,
 }
 
 /// A JSON Schema inline or by relative path.
@@ -672,6 +688,19 @@ impl Config {
                     &format!("/runtime/policies/{i}"),
                     format!("no policy binding named `{name}` (declare it as [policies.{name}])"),
                 ));
+            }
+        }
+        for (name, r) in &self.redactors {
+            for (field, set) in [
+                ("phases", r.phases.is_some()),
+                ("mode", r.mode != PolicyMode::Enforce),
+            ] {
+                if set {
+                    problems.push(doc.problem(
+                        &format!("/redactors/{}/{field}", seg(name)),
+                        format!("`{field}` applies to policies only; remove it from this redactor"),
+                    ));
+                }
             }
         }
         for (section, map) in [("policies", &self.policies), ("redactors", &self.redactors)] {

@@ -55,6 +55,9 @@ pub struct Inventory {
     pub revision: String,
     /// Policies every capability runs, before its own.
     pub runtime_policies: Vec<String>,
+    /// The policy bindings in shadow mode (evaluated, never enforced), by name.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shadow_policies: Vec<String>,
     /// One row per capability, by id.
     pub capabilities: Vec<Row>,
 }
@@ -81,6 +84,12 @@ pub fn inventory(config: &Config) -> Inventory {
         config: config.path.display().to_string(),
         revision: config.revision.clone(),
         runtime_policies: config.runtime.policies.clone(),
+        shadow_policies: config
+            .policies
+            .iter()
+            .filter(|(_, b)| b.mode == crate::config::PolicyMode::Shadow)
+            .map(|(name, _)| name.clone())
+            .collect(),
         capabilities,
     }
 }
@@ -151,7 +160,7 @@ impl Inventory {
                     or_dash(&r.surfaces),
                     r.side_effect.as_str().into(),
                     r.risk.as_str().into(),
-                    or_dash(&r.policies),
+                    or_dash(&self.marked(&r.policies)),
                     or_dash(&r.redactors),
                     approval_cell(r.approval.as_ref()),
                     if r.timeout_default {
@@ -188,10 +197,24 @@ impl Inventory {
             if self.runtime_policies.is_empty() {
                 "none".to_string()
             } else {
-                self.runtime_policies.join(", ")
+                self.marked(&self.runtime_policies).join(", ")
             }
         ));
         out
+    }
+
+    /// Policy names, a shadow one marked `(shadow)`: a reviewer sees what does not enforce.
+    fn marked(&self, policies: &[String]) -> Vec<String> {
+        policies
+            .iter()
+            .map(|p| {
+                if self.shadow_policies.contains(p) {
+                    format!("{p} (shadow)")
+                } else {
+                    p.clone()
+                }
+            })
+            .collect()
     }
 }
 

@@ -139,7 +139,10 @@ pub fn validate(path: &Path) -> Result<Checked, Refused> {
         if let Some(phases) = &b.phases {
             p = p.with_phases(phases.iter().copied());
         }
-        Ok(Arc::new(p) as Arc<dyn Policy>)
+        Ok(match b.mode {
+            crate::config::PolicyMode::Enforce => Arc::new(p) as Arc<dyn Policy>,
+            crate::config::PolicyMode::Shadow => Arc::new(capgate_core::policy::Shadow::new(p)),
+        })
     });
     let redactors = v.bindings(
         "redactors",

@@ -187,6 +187,22 @@ pub enum EventPayload {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         approval_id: Option<String>,
     },
+    /// A shadow policy would have changed this call's outcome (capgate extension, not a
+    /// spec event: see `policy::Shadow`). Policy, phase and stances only, never the input
+    /// (SI-10); the envelope's `inputHash` links it to the call.
+    #[serde(rename = "capgate.policy.shadow_divergence", rename_all = "camelCase")]
+    ShadowDivergence {
+        /// The shadow policy's name.
+        policy: String,
+        /// The batch it ran in.
+        phase: crate::policy::Phase,
+        /// Its own stance: `deny`, `hide`, `require-approval`, `allow` or `error`.
+        stance: String,
+        /// The batch's verdict (what the call went on with).
+        outcome: String,
+        /// The verdict had the policy enforced.
+        would_be: String,
+    },
 }
 
 impl EventPayload {
@@ -204,6 +220,7 @@ impl EventPayload {
             EventPayload::Completed { .. } => "capability.completed",
             EventPayload::Failed { .. } => "capability.failed",
             EventPayload::Cancelled { .. } => "capability.cancelled",
+            EventPayload::ShadowDivergence { .. } => "capgate.policy.shadow_divergence",
         }
     }
 }

@@ -123,7 +123,7 @@ pub mod prelude {
     pub use crate::error::{CapabilityError, ErrorCode, PublicError, Stage};
     pub use crate::meta::{ApprovalConfig, CapabilityMeta, Expose, RetryConfig, Risk, SideEffect};
     pub use crate::policy::{
-        Phase, Policy, PolicyDecision, PolicyError, PolicyRequest, SharedJson, policy_fn,
+        Phase, Policy, PolicyDecision, PolicyError, PolicyRequest, Shadow, SharedJson, policy_fn,
         policy_sync,
     };
     pub use crate::procedure::{

@@ -14,6 +14,7 @@
 //! | `capgate_call_duration_seconds` | histogram | `capability`, `surface` |
 //! | `capgate_policy_evaluations_total` | counter | `policy`, `phase`, `stance` |
 //! | `capgate_policy_evaluation_duration_seconds` | histogram | `policy`, `phase` |
+//! | `capgate_policy_shadow_divergences_total` | counter | `policy`, `capability`, `phase`, `would_be` (the verdict a shadow policy would have reached; `error` when it failed) |
 //! | `capgate_approvals_total` | counter | `event` (`created`, `approved`, `rejected`, `consumed`, `expired`: a resume refused because its approval had expired, once per refused resume — expiry itself is lazy, no moment to count) |
 
 use crate::actor::Surface;
@@ -29,6 +30,8 @@ pub const CALL_DURATION: &str = "capgate_call_duration_seconds";
 pub const POLICY_EVALUATIONS: &str = "capgate_policy_evaluations_total";
 /// Policy evaluation latency.
 pub const POLICY_DURATION: &str = "capgate_policy_evaluation_duration_seconds";
+/// Shadow policy divergences: evaluations that would have changed a call's outcome.
+pub const SHADOW_DIVERGENCES: &str = "capgate_policy_shadow_divergences_total";
 /// Approval lifecycle events.
 pub const APPROVALS: &str = "capgate_approvals_total";
 
@@ -100,6 +103,23 @@ pub(crate) fn policy_evaluated(
         "phase" => phase.as_str(),
     )
     .record(elapsed.as_secs_f64());
+}
+
+/// Record one shadow divergence (see [`crate::policy::Shadow`]).
+pub(crate) fn shadow_divergence(
+    policy: &str,
+    capability: &str,
+    phase: Phase,
+    would_be: &'static str,
+) {
+    metrics::counter!(
+        SHADOW_DIVERGENCES,
+        "policy" => policy.to_owned(),
+        "capability" => capability.to_owned(),
+        "phase" => phase.as_str(),
+        "would_be" => would_be,
+    )
+    .increment(1);
 }
 
 /// One approval lifecycle event.

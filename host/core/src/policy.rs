@@ -231,6 +231,13 @@ pub trait Policy: Send + Sync + 'static {
     fn phases(&self) -> &[Phase] {
         DEFAULT_PHASES
     }
+    /// Whether the policy runs in shadow mode (default: no, it enforces): evaluated like
+    /// any other, but its stance never changes the outcome; where it would have, the call
+    /// records a `capgate.policy.shadow_divergence` event. Wrap a policy in [`Shadow`] to
+    /// roll it out this way.
+    fn shadow(&self) -> bool {
+        false
+    }
     /// Decide. `deadline` is what is left of the batch's shared deadline; sandboxed
     /// implementations should bound themselves by it (the runtime also enforces it).
     async fn evaluate(
@@ -328,6 +335,87 @@ where
     })
 }
 
+/// A policy rolled out in shadow mode: it is evaluated exactly like the policy it wraps
+/// (same phases, same deadline, same sandbox), but its stance never changes a call's
+/// outcome. Where it would have (a deny, hide or approval requirement the enforcing
+/// policies did not reach, or a failure), the call records a divergence instead; a shadow
+/// policy that traps or times out is counted, never fails the call.
+///
+/// ```
+/// use capgate_core::policy::{policy_sync, PolicyDecision, Shadow, Policy};
+/// let strict = Shadow::new(policy_sync("strict-refunds", |_| Ok(PolicyDecision::deny("no"))));
+/// assert!(strict.shadow());
+/// ```
+pub struct Shadow(Arc<dyn Policy>);
+
+impl Shadow {
+    /// Wrap `policy`.
+    pub fn new(policy: impl Policy) -> Self {
+        Shadow(Arc::new(policy))
+    }
+    /// Wrap a shared policy.
+    pub fn from_arc(policy: Arc<dyn Policy>) -> Self {
+        Shadow(policy)
+    }
+}
+
+#[async_trait]
+impl Policy for Shadow {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn phases(&self) -> &[Phase] {
+        self.0.phases()
+    }
+    fn shadow(&self) -> bool {
+        true
+    }
+    async fn evaluate(
+        &self,
+        request: &PolicyRequest<'_>,
+        deadline: tokio::time::Instant,
+    ) -> Result<PolicyDecision, PolicyError> {
+        self.0.evaluate(request, deadline).await
+    }
+}
+
+/// Where a shadow policy would have changed a call's outcome (see [`Shadow`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Divergence {
+    /// The shadow policy.
+    pub policy: String,
+    /// Its own stance (`deny`, `hide`, `require-approval`, `allow` or `error`).
+    pub stance: &'static str,
+    /// The batch's verdict without it (what happened).
+    pub outcome: &'static str,
+    /// The batch's verdict had it enforced.
+    pub would_be: &'static str,
+}
+
+/// The divergences of `shadows` from the verdict of `enforcing`: for each shadow policy,
+/// the verdict the batch would have reached had it enforced, where that differs.
+pub fn divergences(enforcing: &[Evaluated], shadows: &[Evaluated]) -> Vec<Divergence> {
+    if shadows.is_empty() {
+        return Vec::new();
+    }
+    let outcome = combine(enforcing).kind();
+    let mut with = enforcing.to_vec();
+    shadows
+        .iter()
+        .filter_map(|s| {
+            with.push(s.clone());
+            let would_be = combine(&with).kind();
+            with.pop();
+            (would_be != outcome).then(|| Divergence {
+                policy: s.policy.clone(),
+                stance: crate::metrics::stance(&s.outcome),
+                outcome,
+                would_be,
+            })
+        })
+        .collect()
+}
+
 /// One policy's recorded stance, as audit lists it (`{policy, type}`; `type` may be `error`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PolicyStance {
@@ -419,6 +507,20 @@ pub enum Verdict {
     ApprovalRequired(ApprovalRequirement),
     /// Everyone allowed (or there were no policies).
     Allowed,
+}
+
+impl Verdict {
+    /// The verdict as a stance word: `error` (a policy failed), `deny`, `hide`,
+    /// `require-approval` or `allow`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Verdict::Failed { .. } => "error",
+            Verdict::Denied { .. } => "deny",
+            Verdict::Hidden { .. } => "hide",
+            Verdict::ApprovalRequired(_) => "require-approval",
+            Verdict::Allowed => "allow",
+        }
+    }
 }
 
 /// Combine a batch's outcomes with the spec's precedence.

@@ -556,6 +556,12 @@ impl Runtime {
             .collect()
     }
 
+    /// The runtime-level policies, in evaluation order (each knows its name, phases and
+    /// whether it runs in shadow mode).
+    pub fn policies(&self) -> &[Arc<dyn crate::policy::Policy>] {
+        &self.inner.policies
+    }
+
     /// The defaults in force.
     pub fn defaults(&self) -> &Defaults {
         &self.inner.defaults

@@ -106,17 +106,27 @@ fn phases_json(phases: &[capgate_core::policy::Phase]) -> Value {
     )
 }
 
+/// One policy in the digest: name and phases, and `"mode": "shadow"` for a shadow policy
+/// (absent when it enforces, so enforcing policies hash as they always did).
+fn policy_json(p: &dyn capgate_core::policy::Policy) -> Value {
+    let mut v = json!({ "name": p.name(), "phases": phases_json(p.phases()) });
+    if p.shadow() {
+        v["mode"] = json!("shadow");
+    }
+    v
+}
+
 /// Everything the digest covers, as one JSON value.
 fn digest_material(runtime: &Runtime, cap: &Capability, revision: &str) -> Value {
     let manifest: Vec<Value> = runtime
-        .manifest()
+        .policies()
         .iter()
-        .map(|(name, phases)| json!({ "name": name, "phases": phases_json(phases) }))
+        .map(|p| policy_json(p.as_ref()))
         .collect();
     let policies: Vec<Value> = cap
         .policies
         .iter()
-        .map(|p| json!({ "name": p.name(), "phases": phases_json(p.phases()) }))
+        .map(|p| policy_json(p.as_ref()))
         .collect();
     let redactors: Vec<Value> = cap.redactors.iter().map(|r| json!(r.name())).collect();
     // A meta that cannot be serialized (it always can: plain data) hashes as null, which

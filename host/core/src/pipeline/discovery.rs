@@ -57,7 +57,7 @@ pub(crate) async fn describe(
             // describe, never a silently shorter list.
             let deadline =
                 tokio::time::Instant::now() + Duration::from_millis(rt.defaults.policy_timeout_ms);
-            let evaluated = evaluate_batch(rt, &cap, &request, deadline).await;
+            let evaluated = evaluate_batch(rt, &cap, &request, deadline, None).await;
             let needs_approval = cap.meta.approval.as_ref().is_some_and(|a| a.required);
             match combine(&evaluated) {
                 Verdict::Allowed => Some(descriptor(&cap, needs_approval)),

@@ -51,7 +51,7 @@ pub(crate) async fn execute(exec: Exec<'_>, a: Admitted) -> ExecutionResult {
             approval: a.approval.as_ref(),
             shared: &shared,
         };
-        let evaluated = evaluate_batch(rt, cap, &request, deadline).await;
+        let evaluated = evaluate_batch(rt, cap, &request, deadline, Some(&exec)).await;
         let verdict = combine(&evaluated);
         if let Some(result) = refuse(
             &exec,

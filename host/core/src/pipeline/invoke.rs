@@ -169,7 +169,7 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
         approval: None,
         shared: &shared,
     };
-    let evaluated = evaluate_batch(rt, &cap, &request, deadline).await;
+    let evaluated = evaluate_batch(rt, &cap, &request, deadline, Some(&exec)).await;
     let verdict = crate::policy::combine(&evaluated);
     if let Some(refused) = refuse(&exec, Phase::Invocation, &evaluated, &verdict, false).await {
         return refused;

@@ -1,11 +1,16 @@
 //! Policy batches (stages 7 and 9, discovery): every applicable policy evaluated, runtime
 //! policies first, under one shared deadline; panics, errors, invalid decisions and missed
-//! deadlines are recorded as failures (SI-7).
+//! deadlines are recorded as failures (SI-7). Shadow policies ([`crate::policy::Shadow`])
+//! run in the same batch, but only their divergences are recorded: their stances never
+//! reach the verdict.
 
 use super::Exec;
 use crate::audit::DenyReason;
+use crate::audit::EventPayload;
 use crate::error::{CapabilityError, ErrorCode};
-use crate::policy::{Evaluated, Phase, Policy, PolicyError, PolicyRequest, Verdict, stances};
+use crate::policy::{
+    Evaluated, Phase, Policy, PolicyError, PolicyRequest, Verdict, divergences, stances,
+};
 use crate::registry::Capability;
 use crate::result::ExecutionResult;
 use crate::runtime::Inner;
@@ -27,12 +32,16 @@ fn applicable<'a>(
         .filter(move |p| p.phases().contains(&phase))
 }
 
-/// Evaluate the batch. `deadline` is shared by every policy in it.
+/// Evaluate the batch. `deadline` is shared by every policy in it. Returns the enforcing
+/// policies' outcomes; where a shadow policy would have changed the verdict, the
+/// divergence is counted and, for a call (`exec`), audited as
+/// `capgate.policy.shadow_divergence` (policy, phase and stances only: SI-10).
 pub(crate) async fn evaluate_batch(
     rt: &Inner,
     cap: &Capability,
     request: &PolicyRequest<'_>,
     deadline: Instant,
+    exec: Option<&Exec<'_>>,
 ) -> Vec<Evaluated> {
     let policies: Vec<&Arc<dyn Policy>> = applicable(rt, cap, request.phase).collect();
     if policies.is_empty() {
@@ -62,14 +71,37 @@ pub(crate) async fn evaluate_batch(
             };
             crate::metrics::policy_evaluated(&name, request.phase, &outcome, started.elapsed());
             tracing::Span::current().record("capgate.decision", crate::metrics::stance(&outcome));
-            Evaluated {
-                policy: name,
-                outcome,
-            }
+            (
+                p.shadow(),
+                Evaluated {
+                    policy: name,
+                    outcome,
+                },
+            )
         }
         .instrument(span)
     });
-    futures::future::join_all(futures).await
+    let all = futures::future::join_all(futures).await;
+    if all.iter().all(|(shadow, _)| !shadow) {
+        return all.into_iter().map(|(_, e)| e).collect();
+    }
+    let (shadows, enforcing): (Vec<_>, Vec<_>) = all.into_iter().partition(|(s, _)| *s);
+    let enforcing: Vec<Evaluated> = enforcing.into_iter().map(|(_, e)| e).collect();
+    let shadows: Vec<Evaluated> = shadows.into_iter().map(|(_, e)| e).collect();
+    for d in divergences(&enforcing, &shadows) {
+        crate::metrics::shadow_divergence(&d.policy, &cap.id, request.phase, d.would_be);
+        if let Some(exec) = exec {
+            exec.emit(EventPayload::ShadowDivergence {
+                policy: d.policy,
+                phase: request.phase,
+                stance: d.stance.to_string(),
+                outcome: d.outcome.to_string(),
+                would_be: d.would_be.to_string(),
+            })
+            .await;
+        }
+    }
+    enforcing
 }
 
 /// Whether any policy of `cap` runs in `phase` (lets callers skip work).

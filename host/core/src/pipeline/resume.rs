@@ -274,7 +274,7 @@ async fn checks(
         approval: None,
         shared: &shared,
     };
-    let evaluated = evaluate_batch(rt, &cap, &request, deadline).await;
+    let evaluated = evaluate_batch(rt, &cap, &request, deadline, Some(&exec)).await;
     if let Some(result) = refuse(
         &exec,
         Phase::Invocation,
