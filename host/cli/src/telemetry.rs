@@ -9,13 +9,13 @@
 //!   installed one. `CAPGATE_LOG` governs the log only; the traces see capgate's spans
 //!   (targets `capgate*`) and never log events, so no plugin- or model-written text reaches
 //!   the collector (SI-10).
-//! - Sampling is decided at the head, in the switch, before OpenTelemetry sees a span: a
-//!   root span is sampled at the configured ratio, or as the caller's `traceparent` says
-//!   (the HTTP doors put its flag on the request span); a span inherits its parent's
-//!   decision. Spans of an unsampled trace never reach the OpenTelemetry layer, so they
-//!   cost what a span costs in the registry and nothing more (no attribute building, no
-//!   sampler at close): at 10 % sampling, nine calls in ten pay almost nothing for traces.
-//!   (One consequence: an unsampled call sends no `traceparent` to its HTTP upstreams.)
+//! - Sampling is decided at the head, before any span exists: the HTTP doors decide per
+//!   request (`capgate_gateway::trace_context`: the caller's `traceparent` flag, else the
+//!   configured ratio) and an unsampled request opens no span at all — the filter below
+//!   refuses every span started inside its work. Root spans opened elsewhere (an MCP stdio
+//!   session) get the same coin in the switch; a span inherits its parent's decision. At
+//!   10 % sampling, nine calls in ten pay a task-local lookup per would-be span and nothing
+//!   more. (One consequence: an unsampled call sends no `traceparent` to its HTTP upstreams.)
 //! - [`start_traces`] builds the tracer: parent-based, always-on behind the switch's head
 //!   decision, the resource (`service.name`, attributes), and
 //!   capgate's own batch processor: ended spans go into a bounded queue without waiting, and
@@ -403,10 +403,13 @@ where
         // branch), which is what makes nine unsampled calls in ten nearly free. (capgate
         // opens no span with an explicit parent; one that did would be judged by its
         // contextual parent here and by its own parent in `TraceSwitch`.)
+        // A span with no parent inside an unsampled request's work (the HTTP door decided
+        // before opening any span) is not wanted either.
         traced(meta)
-            && ctx
-                .lookup_current()
-                .is_none_or(|parent| parent.extensions().get::<Unsampled>().is_none())
+            && match ctx.lookup_current() {
+                Some(parent) => parent.extensions().get::<Unsampled>().is_none(),
+                None => !capgate_gateway::trace_context::in_unsampled_trace(),
+            }
     }
 
     fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> Interest {
@@ -432,16 +435,14 @@ where
 /// them) never become span events.
 struct TraceSwitch;
 
-/// The head sampling ratio, as `f64` bits (set by [`start_traces`]).
-static RATIO_BITS: AtomicU64 = AtomicU64::new(0);
-
 /// Marks a span of an unsampled trace; its descendants inherit the decision.
 struct Unsampled;
 
-/// Whether a root span starts a sampled trace: as the caller said, else at the ratio.
+/// Whether a root span starts a sampled trace: as the HTTP door decided (its request span
+/// carries the decision), else at the ratio.
 fn head_sampled(attrs: &tracing::span::Attributes<'_>) -> bool {
-    struct Caller(Option<bool>);
-    impl tracing::field::Visit for Caller {
+    struct Decided(Option<bool>);
+    impl tracing::field::Visit for Decided {
         fn record_bool(&mut self, field: &tracing::field::Field, value: bool) {
             if field.name() == capgate_gateway::trace_context::PARENT_SAMPLED {
                 self.0 = Some(value);
@@ -449,25 +450,9 @@ fn head_sampled(attrs: &tracing::span::Attributes<'_>) -> bool {
         }
         fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
     }
-    let mut caller = Caller(None);
-    attrs.record(&mut caller);
-    if let Some(sampled) = caller.0 {
-        return sampled;
-    }
-    let ratio = f64::from_bits(RATIO_BITS.load(Ordering::Relaxed));
-    if ratio >= 1.0 {
-        return true;
-    }
-    if ratio <= 0.0 {
-        return false;
-    }
-    // 53 random bits from the standard library's per-process random keys (no RNG crate
-    // for a coin flip): uniform in [0, 1).
-    use std::hash::{BuildHasher, Hasher};
-    let bits = std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish();
-    ((bits >> 11) as f64 / (1u64 << 53) as f64) < ratio
+    let mut decided = Decided(None);
+    attrs.record(&mut decided);
+    capgate_gateway::trace_context::head_decision(decided.0).unwrap_or(false)
 }
 
 impl Layer<Registry> for TraceSwitch {
@@ -625,7 +610,7 @@ pub fn start_traces(section: &TelemetrySection) -> anyhow::Result<Option<Traces>
     opentelemetry::global::set_text_map_propagator(
         opentelemetry_sdk::propagation::TraceContextPropagator::new(),
     );
-    RATIO_BITS.store(s.sampling_ratio.to_bits(), Ordering::Relaxed);
+    capgate_gateway::trace_context::set_head_sampling(Some(s.sampling_ratio));
     TRACES_ON.store(true, Ordering::Relaxed);
     tracing::callsite::rebuild_interest_cache();
     tracing::info!(
@@ -647,6 +632,7 @@ impl Traces {
             tracing::warn!(target: "capgate::telemetry", "traces: the last spans were not exported in time");
         }
         TRACES_ON.store(false, Ordering::Relaxed);
+        capgate_gateway::trace_context::set_head_sampling(None);
         tracing::callsite::rebuild_interest_cache();
         drop(self.provider);
         eprintln!(

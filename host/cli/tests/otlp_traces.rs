@@ -674,3 +674,96 @@ async fn a_collector_that_is_down_or_never_answers_changes_no_outcome() {
         drop(server);
     }
 }
+
+/// Head sampling at the doors, on /agent and /mcp: a caller's `traceparent` decides for its
+/// trace whatever the ratio (its sampled flag followed at ratio 0, its flag off followed at
+/// ratio 1), the ratio decides for a call without one, and a call the decision leaves out
+/// exports no span at all, not even its request's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_head_decision_follows_the_callers_flag_and_an_unsampled_call_exports_nothing() {
+    let unsampled = |seed: u8| caller_span(seed).2.replace("-01", "-00");
+    for ratio in ["0.0", "1.0"] {
+        let (collector, got) = receiver().await;
+        let (backend, _) = upstream().await;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cfg = config(
+            dir.path(),
+            &backend,
+            &format!("endpoint = \"{collector}\"\nsamplingRatio = {ratio}\nexportTimeoutMs = 2000"),
+        );
+        let server = start(dir.path(), &cfg);
+        let base = &server.base;
+        let mut sampled = std::collections::BTreeSet::new();
+
+        // The caller's flag, followed on both doors: off at ratio 1, on at ratio 0.
+        let flag = |seed: u8| {
+            if ratio == "1.0" {
+                (None, unsampled(seed))
+            } else {
+                let (trace, _, tp) = caller_span(seed);
+                (Some(trace), tp)
+            }
+        };
+        let (trace, tp) = flag(21);
+        let done = post(base, "/agent/invoke", DANA, &tp, &refund(20, "head-1")).await;
+        assert_eq!(done["status"], "completed", "{done}");
+        sampled.extend(trace);
+        let (trace, tp) = flag(22);
+        let answer = mcp_call(
+            base,
+            DANA,
+            &tp,
+            "orders_refund",
+            json!({"orderId": "ord_42", "amount": 22}),
+        )
+        .await;
+        assert_eq!(
+            answer["result"]["structuredContent"]["status"], "completed",
+            "{answer}"
+        );
+        sampled.extend(trace);
+
+        // No traceparent: the ratio decides (all at 1, none at 0).
+        let r = reqwest::Client::new()
+            .post(format!("{base}/agent/invoke"))
+            .bearer_auth(DANA)
+            .json(&refund(21, "head-3"))
+            .send()
+            .await
+            .expect("send");
+        assert!(r.status().is_success());
+
+        // A last sampled call marks the end: spans end and are queued in order, so what
+        // the calls above made is exported by the time its root is.
+        let (last, _, tp) = caller_span(23);
+        post(base, "/agent/invoke", DANA, &tp, &refund(23, "head-4")).await;
+        sampled.insert(last.clone());
+        wait_for(&got, "the last sampled call", |s| {
+            call_in(s, &last, "orders.refund").map(|_| ())
+        })
+        .await;
+        let all = spans(&got);
+        let traces: std::collections::BTreeSet<String> =
+            all.iter().map(|s| hex(&s.trace_id)).collect();
+        let calls = all
+            .iter()
+            .filter(|s| s.name == "agent.capability_call")
+            .count();
+        if ratio == "1.0" {
+            // The two flag-off calls are missing, the call without traceparent is there.
+            // The two flag-off calls are missing (nothing in their traces, no root of
+            // their own), the call without traceparent is there; MCP's initialize and
+            // notification requests carry none either, so they are sampled.
+            assert_eq!(calls, 2, "ratio 1: {traces:?}");
+            for seed in [21, 22] {
+                let (off, _, _) = caller_span(seed);
+                assert!(!traces.contains(&off), "ratio 1: {off} was exported");
+            }
+            assert!(traces.contains(&last));
+        } else {
+            assert_eq!(traces, sampled, "ratio 0: only the callers' sampled traces");
+            assert_eq!(calls, 3);
+        }
+        drop(server);
+    }
+}

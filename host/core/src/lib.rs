@@ -107,6 +107,7 @@ pub mod registry;
 pub mod result;
 pub mod runtime;
 pub mod schema;
+pub mod trace;
 
 pub use tokio_util::sync::CancellationToken;
 

@@ -11,6 +11,13 @@
 //! The request span is also put in the request's extensions as [`RequestSpan`], for handlers
 //! that run their work elsewhere (the MCP server handles tool calls on a task of its own).
 //!
+//! Head sampling happens here, before any span exists: with traces on
+//! ([`set_head_sampling`]), a request whose caller sent a `traceparent` follows its sampled
+//! flag, any other is sampled at the configured ratio. An unsampled request opens no span at
+//! all: it runs inside [`unsampled`], which tells the process's trace filter
+//! ([`in_unsampled_trace`]) that nothing under it is wanted, so the nine calls in ten a 10 %
+//! ratio leaves out pay a task-local lookup per would-be span and nothing else.
+//!
 //! Nothing from the request but its method and matched route is recorded: no URL, query,
 //! headers or body (SI-10). With traces off the span is disabled at its call site and the
 //! global propagator is the no-op one, so the layer costs next to nothing.
@@ -20,24 +27,70 @@ use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::Response;
 use opentelemetry::propagation::Extractor;
+use std::sync::atomic::{AtomicU64, Ordering};
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-/// The field of the request span that says whether the caller's `traceparent` was
-/// sampled (absent when the caller sent none). The process's trace switch makes its head
-/// sampling decision from it: a caller's decision is followed, as OpenTelemetry's
-/// parent-based sampler does.
+/// The field of the request span that carries the head decision ([`head_decision`]: the
+/// caller's sampled flag, else the ratio's coin), so the process's trace switch does not
+/// decide a second time for the root span. Absent while traces are off.
 pub const PARENT_SAMPLED: &str = "capgate.trace.parent_sampled";
 
 /// The span of the HTTP request a handler serves (see the module docs).
 #[derive(Clone, Debug)]
 pub struct RequestSpan(pub tracing::Span);
 
+/// Marks a request the head decision left out of the traces (see the module docs), for
+/// handlers that run its work on a task of their own: they run it in [`unsampled`] too.
+#[derive(Clone, Copy, Debug)]
+pub struct UnsampledRequest;
+
 /// The span of the request these extensions belong to, or the current span.
 pub fn request_span(extensions: &axum::http::Extensions) -> tracing::Span {
     extensions
         .get::<RequestSpan>()
         .map_or_else(tracing::Span::current, |s| s.0.clone())
+}
+
+/// Whether the request these extensions belong to was left out of the traces.
+pub fn is_unsampled(extensions: &axum::http::Extensions) -> bool {
+    extensions.get::<UnsampledRequest>().is_some()
+}
+
+pub use capgate_core::trace::{in_current_trace, in_unsampled_trace, unsampled};
+
+/// The head sampling ratio as `f64` bits; `u64::MAX` (a NaN) while traces are off.
+static HEAD_RATIO: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// Turn head sampling on at `ratio` (0 to 1), or off (`None`: traces are off, and the
+/// middleware decides nothing). Set by whoever starts the traces.
+pub fn set_head_sampling(ratio: Option<f64>) {
+    HEAD_RATIO.store(ratio.map_or(u64::MAX, f64::to_bits), Ordering::Relaxed);
+}
+
+/// The head decision for a new trace: as the caller said (`parent_sampled`), else at the
+/// configured ratio. `None` while traces are off.
+pub fn head_decision(parent_sampled: Option<bool>) -> Option<bool> {
+    let ratio = f64::from_bits(HEAD_RATIO.load(Ordering::Relaxed));
+    if ratio.is_nan() {
+        return None;
+    }
+    if let Some(sampled) = parent_sampled {
+        return Some(sampled);
+    }
+    Some(if ratio >= 1.0 {
+        true
+    } else if ratio <= 0.0 {
+        false
+    } else {
+        // 53 random bits from the standard library's per-process random keys (no RNG
+        // crate for a coin flip): uniform in [0, 1).
+        use std::hash::{BuildHasher, Hasher};
+        let bits = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish();
+        ((bits >> 11) as f64 / (1u64 << 53) as f64) < ratio
+    })
 }
 
 /// The caller's trace context in `headers` (`traceparent`, `tracestate`), as the global
@@ -54,7 +107,6 @@ pub async fn continue_trace(mut request: Request, next: Next) -> Response {
         "other" => "_OTHER",
         known => known,
     };
-    let route = route_of(&request);
     let parent = extract(request.headers());
     let parent_sampled = {
         use opentelemetry::trace::TraceContextExt;
@@ -62,6 +114,15 @@ pub async fn continue_trace(mut request: Request, next: Next) -> Response {
         let sc = caller.span_context();
         sc.is_valid().then(|| sc.is_sampled())
     };
+    // The head decision (module docs): an unsampled request opens no span.
+    let parent_sampled = match head_decision(parent_sampled) {
+        Some(false) => {
+            request.extensions_mut().insert(UnsampledRequest);
+            return unsampled(next.run(request)).await;
+        }
+        decided => decided,
+    };
+    let route = route_of(&request);
     let span = tracing::info_span!(
         "http.server.request",
         otel.name = %format_args!("{method} {route}"),

@@ -24,7 +24,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 /// Where a provider emits events (or frames) for one attempt. Every emission is classified,
 /// fed to the attempt's watchdog and delivered in order; after a claimed stall or the
@@ -396,7 +395,10 @@ impl ProviderRuntime {
         let provider_cancel = caller.child_token();
         // In the caller's span, so the procedure's work (and an HTTP upstream's
         // `traceparent`) belongs to its attempt's trace.
-        let mut task = tokio::spawn(start(sink, provider_cancel.clone()).in_current_span());
+        let mut task = tokio::spawn(capgate_core::trace::in_current_trace(start(
+            sink,
+            provider_cancel.clone(),
+        )));
         let _abort = AbortOnDrop {
             task: task.abort_handle(),
             cancel: provider_cancel.clone(),

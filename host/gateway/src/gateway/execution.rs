@@ -11,7 +11,6 @@ use capgate_core::runtime::{InvokeRequest, ResumeOptions};
 use std::sync::Arc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 impl Gateway {
     /// Execute an admitted run on its own task, cancelled when the work budget runs out
@@ -27,10 +26,11 @@ impl Gateway {
         let on_drop = cancel.clone().drop_guard();
         let gateway = self.clone();
         let token = cancel.clone();
-        // In the request's span, so the execution's root span continues the caller's trace.
-        let mut task = tokio::spawn(
-            async move { gateway.execute_and_settle(*run, token).await }.in_current_span(),
-        );
+        // In the request's trace, so the execution's root span continues the caller's trace
+        // (or, for a request the head decision left out, opens none).
+        let mut task = tokio::spawn(capgate_core::trace::in_current_trace(async move {
+            gateway.execute_and_settle(*run, token).await
+        }));
         let work_deadline = started + self.work_budget();
         let joined = tokio::select! {
             joined = &mut task => Some(joined),

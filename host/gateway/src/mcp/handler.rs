@@ -450,13 +450,17 @@ impl ServerHandler for CapgateMcp {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        // rmcp runs this on a task of its own: continue the HTTP request's trace.
-        let span = context
-            .extensions
-            .get::<axum::http::request::Parts>()
-            .map_or_else(tracing::Span::current, |p| {
-                crate::trace_context::request_span(&p.extensions)
-            });
+        // rmcp runs this on a task of its own: continue the HTTP request's trace, or its
+        // head decision to leave it out.
+        let parts = context.extensions.get::<axum::http::request::Parts>();
+        if parts.is_some_and(|p| crate::trace_context::is_unsampled(&p.extensions)) {
+            return crate::trace_context::unsampled(self.call(request, context))
+                .await
+                .map(CallToolResponse::from);
+        }
+        let span = parts.map_or_else(tracing::Span::current, |p| {
+            crate::trace_context::request_span(&p.extensions)
+        });
         self.call(request, context)
             .instrument(span)
             .await
