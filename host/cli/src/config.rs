@@ -529,8 +529,9 @@ const TOP_KEYS: &[&str] = &[
     "telemetry",
 ];
 
-/// Deserialize one part, locating the error inside it.
-fn part<T: DeserializeOwned>(
+/// Deserialize one part of a located document, locating the error inside it (the
+/// configuration here, and `capgate test`'s scenario files).
+pub(crate) fn part<T: DeserializeOwned>(
     doc: &Located,
     pointer: &str,
     problems: &mut Vec<Problem>,

@@ -3,7 +3,8 @@
 //! reports every problem with its place; `plugin test` is a plugin author's inner loop;
 //! `migrate`, `audit tail`, `approvals` and `invocations` operate the store; `contract`
 //! exports what models and hosts may call and `contract diff` compares two revisions of it;
-//! `inspect` prints a deployment's inventory for review.
+//! `inspect` prints a deployment's inventory for review; `test` runs governance scenarios
+//! against a deployment without a model.
 
 /// Request threads allocate what the Wasm reaper thread frees; mimalloc's per-thread heaps
 /// make that cross-thread free cheap (glibc's arena lock did not).
@@ -17,6 +18,7 @@ mod inspect;
 mod located;
 mod metrics;
 mod ops;
+mod scenario;
 mod serve;
 mod store;
 mod table;
@@ -119,6 +121,35 @@ enum Command {
         /// `table` for people, `json` for programs (shape: README "Reviewing a change").
         #[arg(long, value_enum, default_value = "table")]
         format: table::Format,
+    },
+    /// Run governance scenarios against a deployment, without a model: each scenario is a
+    /// call (actor, surface, capability, input, context, optionally a stubbed procedure),
+    /// approval steps (decide, move the clock, resume) and what must come out (envelope
+    /// status, error code, output fields, policy stances, audit event types in order).
+    ///
+    /// Every scenario runs the deployment's real pipeline and Wasm plugins on a fresh
+    /// in-memory store, in parallel. Exit status: 0 all passed, 1 some failed, 2 the
+    /// configuration or a scenario file was refused (every problem located) or nothing ran.
+    /// Format: README "Testing a deployment".
+    ///
+    /// Example: capgate test --config examples/customer-support/capgate.toml examples/customer-support/scenarios
+    Test {
+        /// The configuration file.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Scenario files, or directories of them (their *.toml files). Default: the
+        /// `scenarios` directory beside the configuration file.
+        paths: Vec<PathBuf>,
+        /// Only scenarios whose name contains this text (case-insensitive).
+        #[arg(long)]
+        filter: Option<String>,
+        /// `text` for people; `junit` writes JUnit XML to stdout for CI (the summary line
+        /// goes to stderr).
+        #[arg(long, value_enum, default_value = "text")]
+        format: scenario::Format,
+        /// How many scenarios run at once.
+        #[arg(long, default_value_t = 8)]
+        jobs: usize,
     },
     /// Plugin author tools.
     Plugin {
@@ -506,6 +537,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Check { config } => Ok(check(&config)),
+        Command::Test {
+            config,
+            paths,
+            filter,
+            format,
+            jobs,
+        } => scenario::main(scenario::Options {
+            config,
+            paths,
+            filter,
+            format,
+            jobs,
+        }),
         Command::Plugin {
             command: PluginCommand::Test { plugin, cases },
         } => plugin_test(&plugin, &cases),

@@ -71,7 +71,7 @@ fn approvals(d: &Deployment, keeper: &Doorkeeper) -> ApprovalsRouter {
 }
 
 /// The role the approvals API and the console ask of an approver.
-const APPROVER_ROLE: &str = "approver";
+pub(crate) const APPROVER_ROLE: &str = "approver";
 
 fn console_options(c: &crate::config::ConsoleSection) -> anyhow::Result<ConsoleOptions> {
     Ok(ConsoleOptions {

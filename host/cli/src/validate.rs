@@ -177,7 +177,7 @@ pub fn validate(path: &Path) -> Result<Checked, Refused> {
         (provider_runtime, capabilities)
     });
     if let Some((provider_runtime, capabilities)) = &assembled
-        && let Err(e) = registry_of(capabilities, provider_runtime)
+        && let Err(e) = registry_of(capabilities, provider_runtime, None)
     {
         for p in &e.problems {
             let problem = registry_problem(&config, &doc, p);
@@ -781,7 +781,7 @@ impl Validation<'_> {
 impl Checked {
     /// The capability registry of the deployment.
     pub fn registry(&self) -> Result<Registry, RegistryError> {
-        registry_of(&self.capabilities, &self.provider_runtime)
+        registry_of(&self.capabilities, &self.provider_runtime, None)
     }
 
     /// The governed runtime over these approvals and this audit.
@@ -790,6 +790,28 @@ impl Checked {
         approvals: Arc<dyn ApprovalCoordinator>,
         audit: AuditConfig,
     ) -> Result<Runtime, AssemblyError> {
+        self.assemble(approvals, audit, None)
+    }
+
+    /// The runtime `capgate test` runs a scenario on: this deployment exactly (its plugins,
+    /// policies, redactors, schemas, defaults, approval rules), with the scenario's clock,
+    /// every policy seen through `hooks.observe`, and the procedures of `hooks.procedures`
+    /// replaced by the scenario's stubs.
+    pub fn test_runtime(
+        &self,
+        approvals: Arc<dyn ApprovalCoordinator>,
+        audit: AuditConfig,
+        hooks: &TestHooks,
+    ) -> Result<Runtime, AssemblyError> {
+        self.assemble(approvals, audit, Some(hooks))
+    }
+
+    fn assemble(
+        &self,
+        approvals: Arc<dyn ApprovalCoordinator>,
+        audit: AuditConfig,
+        hooks: Option<&TestHooks>,
+    ) -> Result<Runtime, AssemblyError> {
         let cfg = &self.config;
         let defaults = Defaults {
             timeout_ms: cfg.runtime.timeout_ms,
@@ -797,7 +819,8 @@ impl Checked {
             approval_expires_in_ms: cfg.runtime.approval_expires_in_ms,
             ..Defaults::default()
         };
-        let mut builder = Runtime::builder(self.registry()?)
+        let registry = registry_of(&self.capabilities, &self.provider_runtime, hooks)?;
+        let mut builder = Runtime::builder(registry)
             .approvals(approvals)
             .reject_self_approval(cfg.runtime.reject_self_approval)
             .self_confirmable_types(cfg.runtime.self_confirmable_types.clone());
@@ -806,7 +829,10 @@ impl Checked {
         }
         builder = builder.audit(audit).defaults(defaults);
         for p in &self.runtime_policies {
-            builder = builder.policy_arc(p.clone());
+            builder = builder.policy_arc(observed(p, hooks));
+        }
+        if let Some(h) = hooks {
+            builder = builder.clock(h.clock.clone());
         }
         Ok(builder.build()?)
     }
@@ -956,16 +982,46 @@ impl Checked {
     }
 }
 
-/// The registry of these capabilities, each procedure through the provider runtime.
+/// Wraps a policy in an observer (`capgate test`'s record of what each policy decided).
+pub type PolicyObserver = Box<dyn Fn(Arc<dyn Policy>) -> Arc<dyn Policy> + Send + Sync>;
+
+/// What `capgate test` changes in a deployment for one scenario, and nothing else: the
+/// clock the approvals expire by, an observer around every policy (the stances it reports),
+/// and stubs for the procedures the scenario replaces.
+pub struct TestHooks {
+    /// The scenario's clock.
+    pub clock: Arc<dyn capgate_core::clock::Clock>,
+    /// Wraps every policy (capability-level and runtime-level) in an observer.
+    pub observe: PolicyObserver,
+    /// Capability id → the procedure that replaces its configured one.
+    pub procedures: BTreeMap<String, Arc<dyn capgate_core::procedure::Procedure>>,
+}
+
+fn observed(p: &Arc<dyn Policy>, hooks: Option<&TestHooks>) -> Arc<dyn Policy> {
+    match hooks {
+        Some(h) => (h.observe)(p.clone()),
+        None => p.clone(),
+    }
+}
+
+/// The registry of these capabilities, each procedure through the provider runtime (or, for
+/// `capgate test`, as `hooks` say).
 fn registry_of(
     capabilities: &[CapabilityParts],
     provider_runtime: &ProviderRuntime,
+    hooks: Option<&TestHooks>,
 ) -> Result<Registry, RegistryError> {
     let mut registry = Registry::builder();
     for c in capabilities {
-        let mut def = CapabilityDef::new(c.id.clone(), c.meta.clone()).procedure(
-            ProviderProcedure::new(provider_runtime.clone(), c.provider.clone()),
-        );
+        let stub = hooks.and_then(|h| h.procedures.get(&c.id));
+        let def = CapabilityDef::new(c.id.clone(), c.meta.clone());
+        let mut def = match stub {
+            Some(p) => def.procedure_arc(p.clone()),
+            None => def.procedure(ProviderProcedure::new(
+                provider_runtime.clone(),
+                c.provider.clone(),
+            )),
+        };
         if let Some(s) = &c.input_schema {
             def = def.input_schema(s.clone());
         }
@@ -973,7 +1029,7 @@ fn registry_of(
             def = def.output_schema(s.clone());
         }
         for p in &c.policies {
-            def = def.policy_arc(p.clone());
+            def = def.policy_arc(observed(p, hooks));
         }
         for r in &c.redactors {
             def = def.redactor_arc(r.clone());
