@@ -474,6 +474,11 @@ impl Policy for Watched {
         self.inner.phases()
     }
 
+    // A shadow policy stays one under observation: its stance is recorded, never enforced.
+    fn shadow(&self) -> bool {
+        self.inner.shadow()
+    }
+
     async fn evaluate(
         &self,
         request: &PolicyRequest<'_>,
