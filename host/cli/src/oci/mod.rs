@@ -179,14 +179,14 @@ impl Reference {
         if repository.is_empty()
             || repository.len() > 255
             || repository.split('/').any(|c| {
-                c.is_empty()
-                    || !c.chars().all(|ch| {
-                        ch.is_ascii_lowercase() || ch.is_ascii_digit() || "._-".contains(ch)
-                    })
+                let alnum = |ch: char| ch.is_ascii_lowercase() || ch.is_ascii_digit();
+                !c.starts_with(alnum)
+                    || !c.ends_with(alnum)
+                    || !c.chars().all(|ch| alnum(ch) || "._-".contains(ch))
             })
         {
             return Err(bad(
-                "the repository must be lowercase letters, digits, `.`, `_`, `-`, separated by `/`",
+                "the repository must be lowercase letters and digits, joined by `.`, `_`, `-`, separated by `/`",
             ));
         }
         if let Some(t) = &tag
@@ -376,9 +376,13 @@ impl Cache {
     fn blob_name(hex: &str) -> String {
         format!("sha256-{hex}.wasm")
     }
-    fn signatures(&self, hex: &str) -> PathBuf {
+    /// The verified signatures of `hex` found in `repository` (`registry/repo`): keyed by
+    /// both, as a signature is looked up in the artifact's own repository.
+    fn signatures(&self, repository: &str, hex: &str) -> PathBuf {
+        let repo = &sha256_hex(repository.as_bytes())[..16];
         self.root
             .join("signatures")
+            .join(repo)
             .join(format!("sha256-{hex}.json"))
     }
 
@@ -485,7 +489,7 @@ fn signature(
     downloaded: &mut bool,
 ) -> Result<Option<String>, OciError> {
     let digest = format!("sha256:{manifest_hex}");
-    let path = cache.signatures(manifest_hex);
+    let path = cache.signatures(&r.name(), manifest_hex);
     if let Some(bytes) = Cache::read(&path, 1 << 20)
         && let Ok(cands) = serde_json::from_slice::<Vec<sign::Candidate>>(&bytes)
         && let Some(k) = sign::verify(&cands, &settings.keys, &digest)
@@ -836,6 +840,8 @@ mod tests {
             "oci://r.example/a@sha256:abc",
             "oci://r.example/a@md5:0123",
             "oci://r.example/a//b",
+            "oci://r.example/../a@sha256:00",
+            "oci://r.example/a/-b",
         ] {
             assert!(Reference::parse(bad).is_err(), "{bad}");
         }

@@ -5,7 +5,10 @@
 //! "simple signing" payloads (`application/vnd.dev.cosign.simplesigning.v1+json`), each
 //! carrying its base64 signature in the `dev.cosignproject.cosign/signature` annotation.
 //! The payload names the signed manifest digest (`critical.image.docker-manifest-digest`);
-//! the signature is Ed25519 over the payload bytes. capgate verifies against the
+//! the signature is Ed25519 over the payload bytes. A signature is looked up in the
+//! artifact's own repository and binds its manifest digest (the payload's
+//! `docker-reference` is not compared: a registry can be reached under several names).
+//! capgate verifies against the
 //! configured public keys only (no transparency log, no certificates); keys are PEM
 //! (`openssl genpkey -algorithm ed25519` and `openssl pkey -pubout`).
 
