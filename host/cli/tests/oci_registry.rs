@@ -3,8 +3,8 @@
 //! plugins published to it with `capgate plugin push --sign-key`, the example deployment
 //! rewritten to load every plugin by `oci://…@sha256:…`, and the walkthrough over HTTP.
 //! Then what must be refused at start (a wrong digest, a tag alone, an unsigned plugin
-//! and one signed by an unknown key under `requireSignature`), and a restart with the
-//! registry stopped, from the cache alone.
+//! and one signed by an unknown key under `requireSignature`), a restart with the
+//! registry stopped, from the cache alone, and a corrupted cache refused.
 
 mod common;
 
@@ -420,6 +420,21 @@ async fn the_walkthrough_runs_on_plugins_pulled_by_digest_from_a_registry() {
         let server = Server::start(&config, &store);
         walkthrough(&server, "oci_call_2").await;
     }
+    // A cached file is verified on every start: a corrupted Wasm blob is not loaded, and
+    // with the registry down it cannot be fetched again, so the start is refused.
+    let wasm = std::fs::read(plugin_file("refund_limit.wasm")).expect("the plugin");
+    let layer = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&wasm));
+    let blob = cache.join(format!("blobs/sha256-{layer}.wasm"));
+    assert!(blob.is_file(), "the Wasm layer is cached by its digest");
+    let mut corrupted = wasm.clone();
+    corrupted.extend_from_slice(b"tampered");
+    std::fs::write(&blob, corrupted).expect("corrupt the cached blob");
+    let err = refused_at_start(&config, &store);
+    assert!(
+        err.contains("plugins.refund-limit.path") && err.contains("cannot reach the registry"),
+        "{err}"
+    );
+
     // With an empty cache and no registry, the start is refused with the reason.
     let cold = oci_deployment(
         &dir.join("cold"),
