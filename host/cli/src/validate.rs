@@ -702,28 +702,21 @@ impl Validation<'_> {
         let at = format!("/plugins/{}", seg(name));
         // The reference was checked with the file (Config::load).
         let reference = crate::oci::plugin_reference(&p.path).ok()?;
-        let fetched = match crate::oci::fetch(&reference, settings) {
+        let fetched = match crate::oci::fetch(&reference, settings, p.sha256.as_deref()) {
             Ok(f) => f,
             Err(e) => {
+                let field = if matches!(e, crate::oci::OciError::Pin { .. }) {
+                    "sha256"
+                } else {
+                    "path"
+                };
                 self.problem(
-                    &format!("{at}/path"),
+                    &format!("{at}/{field}"),
                     format!("plugin `{name}` ({}): {e}", p.path),
                 );
                 return None;
             }
         };
-        if let Some(pin) = &p.sha256
-            && !pin.eq_ignore_ascii_case(&fetched.wasm_sha256)
-        {
-            self.problem(
-                &format!("{at}/sha256"),
-                format!(
-                    "plugin `{name}` is pinned to sha256 {pin}, but the Wasm layer of {} has sha256 {}; refusing it",
-                    p.path, fetched.wasm_sha256
-                ),
-            );
-            return None;
-        }
         let loaded = PluginDir::open(&fetched.dir)
             .and_then(|d| d.with_cache(compile_cache))
             .and_then(|d| host.load(&d, &fetched.file, &fetched.wasm_sha256));

@@ -336,8 +336,8 @@ async fn the_walkthrough_runs_on_plugins_pulled_by_digest_from_a_registry() {
             && err.contains(&format!("has no manifest {unknown}")),
         "{err}"
     );
-    // The digest of another plugin (signatures not required): the artifact is what that
-    // digest names, and the plugin's `sha256` pin of its Wasm bytes refuses it.
+    // The digest of another plugin: the artifact is what that digest names, and the
+    // plugin's `sha256` pin of its Wasm bytes refuses it (before any signature lookup).
     let other = refs["org-isolation"]
         .rsplit('@')
         .next()
@@ -347,11 +347,12 @@ async fn the_walkthrough_runs_on_plugins_pulled_by_digest_from_a_registry() {
         "refund-limit",
         format!("oci://{host}/capgate/refund-limit@{other}"),
     );
-    let unpinned = format!("cache = \"{}\"", cache.display());
-    let err = refused_at_start(&oci_deployment(&dir.join("other"), &bad, &unpinned), &store);
+    let no_signature_policy = format!("cache = \"{}\"", cache.display());
+    let err = refused_at_start(&oci_deployment(&dir.join("other"), &bad, &signed), &store);
     assert!(
         err.contains("plugins.refund-limit.sha256")
-            && err.contains("plugin `refund-limit` is pinned to sha256"),
+            && err.contains("plugin `refund-limit`")
+            && err.contains("pinned to sha256"),
         "{err}"
     );
 
@@ -404,7 +405,7 @@ async fn the_walkthrough_runs_on_plugins_pulled_by_digest_from_a_registry() {
         "{err}"
     );
     // The same unsigned plugin loads when signatures are not required.
-    let relaxed = oci_deployment(&dir.join("relaxed"), &with_unsigned, &unpinned);
+    let relaxed = oci_deployment(&dir.join("relaxed"), &with_unsigned, &no_signature_policy);
     let ok = capgate(&["check", "--config", &relaxed.display().to_string()]);
     assert!(ok.contains(": ok"), "{ok}");
 

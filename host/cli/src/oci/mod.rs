@@ -106,6 +106,16 @@ pub enum OciError {
     /// The signature policy refused the artifact.
     #[error("{0}")]
     Signature(String),
+    /// The plugin's `sha256` pin is not the digest of the artifact's Wasm bytes.
+    #[error(
+        "pinned to sha256 {pin}, but the artifact's Wasm layer has sha256 {actual}; refusing it"
+    )]
+    Pin {
+        /// The configured pin.
+        pin: String,
+        /// The layer digest (hex).
+        actual: String,
+    },
 }
 
 /// `[runtime.oci]`: where registry plugins are cached, which registries may be spoken to
@@ -423,10 +433,11 @@ impl Cache {
     }
 }
 
-/// Fetch (or find in the cache) and verify the plugin artifact `r` names, and apply the
-/// signature policy. Blocking: the registry is asked on a thread of its own, so this works
-/// inside or outside an async runtime. Call it at startup only.
-pub fn fetch(r: &Reference, settings: &Settings) -> Result<Fetched, OciError> {
+/// Fetch (or find in the cache) and verify the plugin artifact `r` names, check the
+/// plugin's `pin` of its Wasm bytes (if any), then apply the signature policy. Blocking:
+/// the registry is asked on a thread of its own, so this works inside or outside an async
+/// runtime. Call it at startup only.
+pub fn fetch(r: &Reference, settings: &Settings, pin: Option<&str>) -> Result<Fetched, OciError> {
     let Some(manifest_hex) = r.digest.clone() else {
         return Err(OciError::Reference {
             reference: format!("{SCHEME}{}", r.name()),
@@ -459,6 +470,14 @@ pub fn fetch(r: &Reference, settings: &Settings) -> Result<Fetched, OciError> {
             layer
         }
     };
+    if let Some(pin) = pin
+        && !pin.eq_ignore_ascii_case(&layer_hex)
+    {
+        return Err(OciError::Pin {
+            pin: pin.to_string(),
+            actual: layer_hex,
+        });
+    }
     let signed_by = if settings.keys.is_empty() {
         if settings.require {
             return Err(OciError::Signature(
