@@ -89,6 +89,9 @@ pub struct RuntimeSection {
     /// Where compiled plugin code is cached, keyed by digest and engine (relative to the
     /// config file), so a restart does not recompile.
     pub compile_cache: String,
+    /// `[runtime.oci]`: plugins from an OCI registry (cache, plain-HTTP registries,
+    /// signature policy).
+    pub oci: crate::oci::OciSection,
 }
 
 impl Default for RuntimeSection {
@@ -103,6 +106,7 @@ impl Default for RuntimeSection {
             policies: Vec::new(),
             plugin_dir: ".".into(),
             compile_cache: ".capgate-cache".into(),
+            oci: crate::oci::OciSection::default(),
         }
     }
 }
@@ -139,10 +143,13 @@ pub struct AuditSection {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PluginSection {
-    /// File name inside the plugin directory.
+    /// File name inside the plugin directory, or `oci://REGISTRY/REPO@sha256:MANIFEST` (a
+    /// registry artifact pinned by its manifest digest; see [`crate::oci`]).
     pub path: String,
-    /// Pinned SHA-256 (hex).
-    pub sha256: String,
+    /// Pinned SHA-256 (hex) of the Wasm bytes: required for a file, optional for an
+    /// `oci://` path (whose digest already pins them; when given, it must agree).
+    #[serde(default)]
+    pub sha256: Option<String>,
     /// Fuel per call.
     #[serde(default)]
     pub fuel: Option<u64>,
@@ -719,22 +726,27 @@ impl Config {
         }
         for (name, p) in &self.plugins {
             let path = Path::new(&p.path);
-            if path.is_absolute()
+            if crate::oci::is_oci(&p.path) {
+                if let Err(e) = crate::oci::plugin_reference(&p.path) {
+                    problems.push(doc.problem(&format!("/plugins/{}/path", seg(name)), e));
+                }
+            } else if path.is_absolute()
                 || path
                     .components()
                     .any(|c| !matches!(c, std::path::Component::Normal(_)))
             {
                 problems.push(doc.problem(
                     &format!("/plugins/{}/path", seg(name)),
-                    "must be a plain path inside runtime.pluginDir (no `..`, no absolute paths)",
+                    "must be a plain path inside runtime.pluginDir (no `..`, no absolute paths), or oci://REGISTRY/REPO@sha256:DIGEST",
                 ));
             }
-            let ok = p.sha256.len() == 64 && p.sha256.chars().all(|c| c.is_ascii_hexdigit());
-            if !ok {
-                problems.push(doc.problem(
+            match &p.sha256 {
+                Some(s) if s.len() == 64 && s.chars().all(|c| c.is_ascii_hexdigit()) => {}
+                None if crate::oci::is_oci(&p.path) => {}
+                _ => problems.push(doc.problem(
                     &format!("/plugins/{}/sha256", seg(name)),
                     "must be the 64-hex-digit SHA-256 of the plugin file (`sha256sum FILE`)",
-                ));
+                )),
             }
             if let Some(iso) = &p.isolation
                 && iso != "fresh"

@@ -17,6 +17,7 @@ mod diff;
 mod inspect;
 mod located;
 mod metrics;
+mod oci;
 mod ops;
 mod scenario;
 mod serve;
@@ -351,6 +352,26 @@ enum PluginCommand {
         #[arg(long)]
         cases: PathBuf,
     },
+    /// Publish a Wasm component to an OCI registry as a Wasm artifact (an OCI image
+    /// manifest with config `application/vnd.wasm.config.v0+json` and one
+    /// `application/wasm` layer) and print the `oci://…@sha256:…` reference to put in a
+    /// plugin's `path`. Credentials: CAPGATE_REGISTRY_USERNAME/CAPGATE_REGISTRY_PASSWORD or
+    /// the docker config's `auths`.
+    ///
+    /// Example: capgate plugin push plugins/target/wasm32-wasip2/release/refund_limit.wasm oci://127.0.0.1:5000/capgate/refund-limit:v1 --sign-key release.pem
+    Push {
+        /// The component file.
+        plugin: PathBuf,
+        /// Where: oci://REGISTRY/REPOSITORY[:TAG] (loopback registries over plain HTTP).
+        target: String,
+        /// Also sign it (cosign's layout, tag `sha256-DIGEST.sig`) with this Ed25519
+        /// private key (PEM PKCS#8, `openssl genpkey -algorithm ed25519`).
+        #[arg(long)]
+        sign_key: Option<PathBuf>,
+        /// Speak plain HTTP to this non-loopback registry.
+        #[arg(long)]
+        insecure: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -553,6 +574,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Plugin {
             command: PluginCommand::Test { plugin, cases },
         } => plugin_test(&plugin, &cases),
+        Command::Plugin {
+            command:
+                PluginCommand::Push {
+                    plugin,
+                    target,
+                    sign_key,
+                    insecure,
+                },
+        } => plugin_push(&plugin, &target, sign_key.as_deref(), insecure),
         Command::Migrate { store } => runtime()?.block_on(migrate(&store)),
         Command::Audit {
             command:
@@ -718,6 +748,47 @@ fn plugin_test(plugin: &std::path::Path, cases: &std::path::Path) -> anyhow::Res
     } else {
         ExitCode::from(1)
     })
+}
+
+fn plugin_push(
+    plugin: &std::path::Path,
+    target: &str,
+    sign_key: Option<&std::path::Path>,
+    insecure: bool,
+) -> anyhow::Result<ExitCode> {
+    let size = std::fs::metadata(plugin)
+        .with_context(|| format!("cannot read {}", plugin.display()))?
+        .len();
+    anyhow::ensure!(
+        size <= oci::MAX_PLUGIN_BYTES,
+        "{} is larger than {} bytes",
+        plugin.display(),
+        oci::MAX_PLUGIN_BYTES
+    );
+    let wasm =
+        std::fs::read(plugin).with_context(|| format!("cannot read {}", plugin.display()))?;
+    let key = sign_key
+        .map(oci::sign::load_signing_key)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let insecure: Vec<String> = if insecure {
+        oci::Reference::parse(target)
+            .map(|r| vec![r.registry])
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let pushed = runtime()?
+        .block_on(oci::push(&wasm, target, &insecure, key.as_ref()))
+        .with_context(|| format!("cannot push {} to {target}", plugin.display()))?;
+    eprintln!(
+        "pushed {} (Wasm sha256 {}){}",
+        plugin.display(),
+        pushed.wasm_sha256,
+        if pushed.signed { ", signed" } else { "" }
+    );
+    println!("{}", pushed.reference);
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn migrate(url: &str) -> anyhow::Result<ExitCode> {

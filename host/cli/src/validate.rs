@@ -613,9 +613,25 @@ impl Validation<'_> {
                 return out;
             }
         };
+        let oci = self.oci_settings(&cache);
         for (name, p) in &self.cfg.plugins {
             let at = format!("/plugins/{}", seg(name));
-            match host.load(&dir, &p.path, &p.sha256) {
+            if crate::oci::is_oci(&p.path) {
+                if let Some(settings) = &oci
+                    && let Some(plugin) = self.oci_plugin(&host, settings, &cache, name, p)
+                {
+                    out.insert(name.clone(), plugin);
+                }
+                continue;
+            }
+            if oci.as_ref().is_some_and(|o| o.require) {
+                self.problem(
+                    &format!("{at}/path"),
+                    "runtime.oci.requireSignature admits only plugins from an OCI registry signed by a key of runtime.oci.publicKeys, and this is a local file (push it with `capgate plugin push --sign-key`)",
+                );
+                continue;
+            }
+            match host.load(&dir, &p.path, p.sha256.as_deref().unwrap_or_default()) {
                 Ok(plugin) => {
                     tracing::info!(
                         plugin = %name,
@@ -643,6 +659,91 @@ impl Validation<'_> {
             }
         }
         out
+    }
+
+    /// The `[runtime.oci]` settings, resolved (public keys read); `None` after a problem.
+    fn oci_settings(&mut self, compile_cache: &Path) -> Option<crate::oci::Settings> {
+        let o = &self.cfg.runtime.oci;
+        let mut keys = Vec::new();
+        let mut ok = true;
+        for (i, k) in o.public_keys.iter().enumerate() {
+            match crate::oci::sign::PublicKey::load(&self.cfg.relative(k)) {
+                Ok(key) => keys.push(key),
+                Err(e) => {
+                    self.problem(&format!("/runtime/oci/publicKeys/{i}"), e);
+                    ok = false;
+                }
+            }
+        }
+        if o.require_signature && o.public_keys.is_empty() {
+            self.problem(
+                "/runtime/oci/requireSignature",
+                "requires at least one key in runtime.oci.publicKeys",
+            );
+            ok = false;
+        }
+        ok.then(|| crate::oci::Settings {
+            cache: o
+                .cache
+                .as_ref()
+                .map_or_else(|| compile_cache.join("oci"), |c| self.cfg.relative(c)),
+            insecure: o.insecure_registries.clone(),
+            keys,
+            require: o.require_signature,
+        })
+    }
+
+    /// A plugin from an OCI registry (or the cache), verified and loaded.
+    fn oci_plugin(
+        &mut self,
+        host: &WasmHost,
+        settings: &crate::oci::Settings,
+        compile_cache: &Path,
+        name: &str,
+        p: &PluginSection,
+    ) -> Option<Arc<Plugin>> {
+        let at = format!("/plugins/{}", seg(name));
+        // The reference was checked with the file (Config::load).
+        let reference = crate::oci::plugin_reference(&p.path).ok()?;
+        let fetched = match crate::oci::fetch(&reference, settings, p.sha256.as_deref()) {
+            Ok(f) => f,
+            Err(e) => {
+                let field = if matches!(e, crate::oci::OciError::Pin { .. }) {
+                    "sha256"
+                } else {
+                    "path"
+                };
+                self.problem(
+                    &format!("{at}/{field}"),
+                    format!("plugin `{name}` ({}): {e}", p.path),
+                );
+                return None;
+            }
+        };
+        let loaded = PluginDir::open(&fetched.dir)
+            .and_then(|d| d.with_cache(compile_cache))
+            .and_then(|d| host.load(&d, &fetched.file, &fetched.wasm_sha256));
+        match loaded {
+            Ok(plugin) => {
+                tracing::info!(
+                    plugin = %name,
+                    reference = %p.path,
+                    downloaded = fetched.downloaded,
+                    signed_by = fetched.signed_by.as_deref().unwrap_or("-"),
+                    source = ?plugin.load_source(),
+                    ms = plugin.load_time().as_millis() as u64,
+                    "plugin loaded from an OCI registry"
+                );
+                Some(plugin)
+            }
+            Err(e) => {
+                self.problem(
+                    &format!("{at}/path"),
+                    format!("plugin `{name}` ({}): {e}", p.path),
+                );
+                None
+            }
+        }
     }
 
     /// Bind every declared policy or redactor to its plugin (also the ones no capability

@@ -2,6 +2,8 @@
 //! read from the "listening on" line.
 #![allow(dead_code)]
 
+pub mod walkthrough;
+
 use serde_json::{Value, json};
 use sha2::Digest;
 use std::io::{BufRead, BufReader};
