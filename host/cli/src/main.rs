@@ -17,6 +17,7 @@ mod inspect;
 mod located;
 mod metrics;
 mod ops;
+mod reload;
 mod serve;
 mod store;
 mod table;
