@@ -127,6 +127,12 @@ pub fn app(checked: &Checked, d: &Deployment, kept: &Kept) -> anyhow::Result<axu
         .merge(capgate_gateway::gateway::readiness_router(
             readiness_checks(cfg, d),
         ));
+    if cfg.telemetry.metrics.as_ref().is_some_and(|m| m.enabled) {
+        // Inside the swapped application, where each route's matched template is known.
+        app = app.layer(axum::middleware::from_fn(
+            capgate_gateway::metrics::track_http,
+        ));
+    }
     Ok(app)
 }
 
@@ -280,9 +286,6 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
     let mut metrics_server = None;
     let mut metrics_on_gateway = None;
     if let Some(router) = metrics {
-        app = app.layer(axum::middleware::from_fn(
-            capgate_gateway::metrics::track_http,
-        ));
         let m = metrics_section.as_ref();
         let own = listen
             .metrics
