@@ -22,6 +22,45 @@ pub struct Deployment {
     pub journal: Arc<dyn InvocationJournal>,
     /// The store's audit sink, for its loss counters.
     pub audit: Arc<SqlAuditSink>,
+    /// The approval coordinator on the store (a reload builds its runtime over it).
+    pub approvals: Arc<dyn ApprovalCoordinator>,
+    /// Every audit sink (the store's, plus `[audit] jsonl`), kept across reloads.
+    pub sinks: Vec<Arc<dyn AuditSink>>,
+}
+
+impl Deployment {
+    /// The same store, journal, approvals and audit sinks under a runtime built from
+    /// another checked configuration: what a configuration reload swaps in.
+    pub fn rebuilt(&self, checked: &Checked) -> anyhow::Result<Deployment> {
+        Ok(Deployment {
+            runtime: runtime_over(checked, self.approvals.clone(), self.sinks.clone())?,
+            store: self.store.clone(),
+            journal: self.journal.clone(),
+            audit: self.audit.clone(),
+            approvals: self.approvals.clone(),
+            sinks: self.sinks.clone(),
+        })
+    }
+}
+
+/// The governed runtime of `checked` over these approvals and audit sinks.
+fn runtime_over(
+    checked: &Checked,
+    approvals: Arc<dyn ApprovalCoordinator>,
+    sinks: Vec<Arc<dyn AuditSink>>,
+) -> anyhow::Result<Runtime> {
+    let cfg = &checked.config;
+    checked
+        .runtime(
+            approvals,
+            AuditConfig {
+                sinks,
+                strict: cfg.audit.strict,
+                verbose: cfg.audit.verbose,
+                on_sink_error: None,
+            },
+        )
+        .context("the capability registry")
 }
 
 /// Build the deployment a checked configuration describes, over `store` (`what` names the
@@ -56,17 +95,7 @@ pub async fn build(checked: &Checked, store: Store, what: &str) -> anyhow::Resul
     }
     let approvals: Arc<dyn ApprovalCoordinator> =
         Arc::new(Traced::new(store.approvals(), store.backend()));
-    let runtime = checked
-        .runtime(
-            approvals,
-            AuditConfig {
-                sinks,
-                strict: cfg.audit.strict,
-                verbose: cfg.audit.verbose,
-                on_sink_error: None,
-            },
-        )
-        .context("the capability registry")?;
+    let runtime = runtime_over(checked, approvals.clone(), sinks.clone())?;
     let journal: Arc<dyn InvocationJournal> = Arc::new(Traced::new(
         store.journal().with_replay_horizon(Duration::from_secs(
             cfg.gateway.replay_horizon_hours.saturating_mul(3600),
@@ -78,5 +107,7 @@ pub async fn build(checked: &Checked, store: Store, what: &str) -> anyhow::Resul
         store,
         journal,
         audit,
+        approvals,
+        sinks,
     })
 }

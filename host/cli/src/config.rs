@@ -309,6 +309,17 @@ pub struct GatewaySection {
     pub rate_limit: RateLimitSection,
     /// The approval console web page.
     pub console: ConsoleSection,
+    /// The operator API.
+    pub admin: AdminSection,
+}
+
+/// `[gateway.admin]`: the operator API (README "Reloading without a restart").
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct AdminSection {
+    /// Serve `POST /admin/reload` to principals holding the `operator` role (default off;
+    /// SIGHUP reloads either way).
+    pub reload: bool,
 }
 
 /// `[gateway.console]`: the approval console, a web page for approvers on the approvals
@@ -375,6 +386,7 @@ impl Default for GatewaySection {
             replay_horizon_hours: 24 * 7,
             rate_limit: RateLimitSection::default(),
             console: ConsoleSection::default(),
+            admin: AdminSection::default(),
         }
     }
 }

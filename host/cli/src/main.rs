@@ -19,6 +19,7 @@ mod located;
 mod metrics;
 mod oci;
 mod ops;
+mod reload;
 mod scenario;
 mod serve;
 mod store;

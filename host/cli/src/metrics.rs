@@ -74,3 +74,9 @@ impl MetricsSource for Exposition {
         self.handle.render()
     }
 }
+
+/// Count one configuration reload of `capgate serve` by outcome (`reloaded`, `refused`,
+/// `failed`): `capgate_config_reloads_total{result}`.
+pub fn record_reload(result: &'static str) {
+    ::metrics::counter!("capgate_config_reloads_total", "result" => result).increment(1);
+}

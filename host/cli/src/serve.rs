@@ -1,23 +1,79 @@
 //! `capgate serve`: the configured deployment behind one HTTP listener — a capability
 //! gateway per route (each with its fixed surface), MCP at `/mcp`, the human approvals API
-//! at `/approvals`, the approval console at `/console`, and `/healthz` + `/readyz`.
+//! at `/approvals`, the approval console at `/console`, `POST /admin/reload` when
+//! `[gateway.admin] reload = true`, and `/healthz` + `/readyz`.
+//!
+//! The application is rebuilt whole on a configuration reload ([`crate::reload`]) and
+//! swapped behind one outer service: every request runs on the application current when it
+//! arrived, to the end.
 
 use crate::build::{Deployment, build};
+use crate::reload::{Reloader, Trigger};
 use crate::store::{Access, StoreUrl};
 use crate::validate::Checked;
 use anyhow::Context;
+use arc_swap::ArcSwap;
+use axum::extract::Request;
 use capgate_core::actor::Surface;
 use capgate_gateway::approvals_api::{ApprovalsRouter, AuditTrail};
-use capgate_gateway::console::ConsoleOptions;
-use capgate_gateway::door::Doorkeeper;
+use capgate_gateway::console::{ConsoleOptions, ConsoleSessions};
+use capgate_gateway::door::{Doorkeeper, Quotas};
 use capgate_gateway::gateway::{FnProbe, ReadinessProbe};
-use std::sync::Arc;
+use capgate_gateway::mcp::McpSessions;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+/// What a serving process keeps across configuration reloads, so a reload signs no approver
+/// out, ends no MCP session and resets no rate limit.
+pub struct Kept {
+    console_sessions: ConsoleSessions,
+    mcp_sessions: McpSessions,
+    /// The rate limiter, with the `[gateway.rateLimit]` it was built for (a reload that
+    /// changes the limits starts new buckets).
+    quotas: Mutex<Option<(RateKey, Arc<Quotas>)>>,
+    /// What `POST /admin/reload` calls (set once the reloader exists).
+    pub(crate) reloader: OnceLock<Arc<Reloader>>,
+}
+
+type RateKey = (u32, u32, u32, u32);
+
+impl Kept {
+    /// Nothing kept yet.
+    pub fn new() -> Self {
+        Kept {
+            console_sessions: ConsoleSessions::new(ConsoleOptions::default().max_sessions),
+            mcp_sessions: McpSessions::in_memory(),
+            quotas: Mutex::new(None),
+            reloader: OnceLock::new(),
+        }
+    }
+
+    /// The deployment's doorkeeper, over the kept rate limiter when its limits did not
+    /// change.
+    fn doorkeeper(&self, checked: &Checked, d: &Deployment) -> Doorkeeper {
+        let keeper = checked.doorkeeper(&d.runtime);
+        let r = &checked.config.gateway.rate_limit;
+        let key = (
+            r.principal_per_second,
+            r.principal_burst,
+            r.namespace_per_second,
+            r.namespace_burst,
+        );
+        let mut kept = self.quotas.lock().unwrap_or_else(|p| p.into_inner());
+        match &*kept {
+            Some((k, quotas)) if *k == key => keeper.quotas(quotas.clone()),
+            _ => {
+                *kept = Some((key, keeper.quotas.clone()));
+                keeper
+            }
+        }
+    }
+}
+
 /// Build the whole HTTP application of a deployment.
-pub fn app(checked: &Checked, d: &Deployment) -> anyhow::Result<axum::Router> {
+pub fn app(checked: &Checked, d: &Deployment, kept: &Kept) -> anyhow::Result<axum::Router> {
     let cfg = &checked.config;
-    let keeper = checked.doorkeeper(&d.runtime);
+    let keeper = kept.doorkeeper(checked, d);
     let mut app = axum::Router::new();
     let gateway_for = |surface: Surface| {
         checked.gateway_config(
@@ -35,22 +91,33 @@ pub fn app(checked: &Checked, d: &Deployment) -> anyhow::Result<axum::Router> {
     app = app
         .nest_service(
             "/mcp",
-            capgate_gateway::mcp::streamable_http_router(
+            capgate_gateway::mcp::streamable_http_router_with(
                 d.runtime.clone(),
                 keeper.clone(),
                 checked.mcp_options(),
+                kept.mcp_sessions.clone(),
             ),
         )
         .merge(approvals(d, &keeper).build());
     if cfg.gateway.console.enabled {
         app = app.merge(
-            capgate_gateway::console::console_router(
+            capgate_gateway::console::console_router_with(
                 approvals(d, &keeper).build(),
                 keeper.clone(),
                 console_options(&cfg.gateway.console)?,
+                kept.console_sessions.clone(),
             )
             .context("[gateway.console]")?,
         );
+    }
+    if cfg.gateway.admin.reload
+        && let Some(reloader) = kept.reloader.get()
+    {
+        app = app.merge(capgate_gateway::admin::admin_router(
+            keeper.clone(),
+            capgate_gateway::admin::OPERATOR_ROLE,
+            reloader.clone(),
+        ));
     }
     app = app
         // The doors above continue a caller's `traceparent`; health checks are not traced.
@@ -60,7 +127,28 @@ pub fn app(checked: &Checked, d: &Deployment) -> anyhow::Result<axum::Router> {
         .merge(capgate_gateway::gateway::readiness_router(
             readiness_checks(cfg, d),
         ));
+    if cfg.telemetry.metrics.as_ref().is_some_and(|m| m.enabled) {
+        // Inside the swapped application, where each route's matched template is known.
+        app = app.layer(axum::middleware::from_fn(
+            capgate_gateway::metrics::track_http,
+        ));
+    }
     Ok(app)
+}
+
+/// The outer service of `serve`: each request runs on a clone of the application current
+/// when it arrived (cheap: a router is a handful of `Arc`s), so a reload never cuts a call
+/// in flight and every later request sees the new application.
+fn swapped(current: Arc<ArcSwap<axum::Router>>) -> axum::Router {
+    axum::Router::new().fallback(move |request: Request| {
+        let app = axum::Router::clone(&current.load());
+        async move {
+            match tower::ServiceExt::oneshot(app, request).await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            }
+        }
+    })
 }
 
 /// The human approvals API of a deployment: role `approver`, outcomes from its audit log.
@@ -172,15 +260,33 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
         }
     }
     let deployment = build(&checked, url.open(Access::Create).await?, &url.display()).await?;
-    let mut app = app(&checked, &deployment)?;
     let metrics = metrics_router(cfg, &deployment)?;
+    // What shutdown needs, whatever configuration is serving by then.
+    let (store_handle, audit_sink, sinks) = (
+        deployment.store.clone(),
+        deployment.audit.clone(),
+        deployment.sinks.clone(),
+    );
+    let journal = deployment
+        .store
+        .journal()
+        .with_replay_horizon(Duration::from_secs(
+            cfg.gateway.replay_horizon_hours.saturating_mul(3600),
+        ));
+    let routes = cfg.gateway.routes.clone();
+    let console = cfg.gateway.console.clone();
+    let admin_reload = cfg.gateway.admin.reload;
+    let metrics_section = cfg.telemetry.metrics.clone();
+    let kept = Arc::new(Kept::new());
+    let current = Arc::new(ArcSwap::from_pointee(axum::Router::new()));
+    let reloader = Reloader::new(checked, deployment, kept.clone(), current.clone())?;
+    let _ = kept.reloader.set(reloader.clone());
+    reloader.serve_first().await?;
+    let mut app = swapped(current);
     let mut metrics_server = None;
     let mut metrics_on_gateway = None;
     if let Some(router) = metrics {
-        app = app.layer(axum::middleware::from_fn(
-            capgate_gateway::metrics::track_http,
-        ));
-        let m = cfg.telemetry.metrics.as_ref();
+        let m = metrics_section.as_ref();
         let own = listen
             .metrics
             .as_deref()
@@ -207,6 +313,9 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
             }
         }
     }
+    // Before announcing the listener: SIGHUP's default action would end the process.
+    let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("cannot listen for SIGHUP")?;
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
         .with_context(|| {
@@ -216,7 +325,7 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
         })?;
     let local = listener.local_addr().context("listener address")?;
     println!("capgate: listening on http://{local}");
-    for r in &cfg.gateway.routes {
+    for r in &routes {
         println!(
             "capgate:   {} -> surface {} (describe, invoke, getInvocation, getApproval, resumeApproval, contract, tools)",
             r.path,
@@ -226,47 +335,57 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
     println!(
         "capgate:   /mcp -> MCP (streamable HTTP), /approvals -> human approvals (role approver)"
     );
-    if cfg.gateway.console.enabled {
+    if console.enabled {
         println!(
             "capgate:   {} -> the approval console (sign in with an approver's key) at http://{local}{}",
-            cfg.gateway.console.path, cfg.gateway.console.path
+            console.path, console.path
         );
+    }
+    if admin_reload {
+        println!("capgate:   /admin/reload -> reload the configuration (POST, role operator)");
     }
     if let Some(path) = metrics_on_gateway {
         println!("capgate:   {path} -> Prometheus metrics");
     }
     println!("capgate:   /healthz, /readyz -> health (liveness, readiness with named checks)");
-    let purger = tokio::spawn(purge_receipts(
-        deployment
-            .store
-            .journal()
-            .with_replay_horizon(Duration::from_secs(
-                cfg.gateway.replay_horizon_hours.saturating_mul(3600),
-            )),
-    ));
+    println!("capgate:   SIGHUP -> reload the configuration");
+    let purger = tokio::spawn(purge_receipts(journal));
+    let reloads = tokio::spawn(reload_on_hangup(hangups, reloader));
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
         })
         .await;
     purger.abort();
+    reloads.abort();
     if let Some(m) = metrics_server {
         m.abort();
     }
     served.context("the server failed")?;
-    let _ = deployment.runtime.drain_audit().await;
+    for sink in &sinks {
+        let _ = sink.flush().await;
+    }
     if let Some(traces) = traces {
         traces.shutdown(TRACES_FLUSH_TIMEOUT).await;
     }
-    let stats = deployment.audit.stats();
+    let stats = audit_sink.stats();
     if stats.lost() > 0 {
         eprintln!(
             "capgate: {} audit event(s) were lost (queue full or store unavailable); see the log",
             stats.lost()
         );
     }
-    deployment.store.close().await;
+    store_handle.close().await;
     Ok(())
+}
+
+/// Reload the configuration on every SIGHUP; the outcome goes to the log (a refused file
+/// with each located problem, as `capgate check` prints them).
+async fn reload_on_hangup(mut hangups: tokio::signal::unix::Signal, reloader: Arc<Reloader>) {
+    while hangups.recv().await.is_some() {
+        tracing::info!(target: "capgate::reload", "SIGHUP: reloading the configuration");
+        reloader.reload(Trigger::Signal).await;
+    }
 }
 
 /// How long `serve` waits at shutdown for the last spans to reach the collector.

@@ -1,6 +1,8 @@
 //! Evidence: the eleven audit event types with exactly the payloads of digest §2.7 (ids,
 //! hashes, classifications and durations, never inputs or outputs: SI-10), the
 //! [`AuditSink`] seam, and the sinks that need no database (tracing, JSON lines, memory).
+//! Two capgate extensions record `capgate serve`'s configuration reloads
+//! (`capgate.config.reloaded`, `capgate.config.reload_refused`).
 
 use crate::actor::{ActorRef, Surface};
 use crate::error::{ErrorCode, Stage};
@@ -203,6 +205,44 @@ pub enum EventPayload {
         /// The verdict had the policy enforced.
         would_be: String,
     },
+    /// `capgate serve` swapped in a new configuration (capgate extension; not a
+    /// capability event: no execution, no capability). Carries revisions and digests,
+    /// never configuration values.
+    #[serde(rename = "capgate.config.reloaded", rename_all = "camelCase")]
+    ConfigReloaded {
+        /// What asked: `signal` (SIGHUP) or `admin` (`POST /admin/reload`).
+        trigger: String,
+        /// The operator's namespace (an `admin` reload only).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        namespace: Option<String>,
+        /// The revision served before.
+        previous_revision: String,
+        /// The revision served now.
+        revision: String,
+        /// The deployment's contract digest before (SHA-256 over every served
+        /// capability's contract digest).
+        previous_contract_digest: String,
+        /// The deployment's contract digest now.
+        contract_digest: String,
+    },
+    /// `capgate serve` refused a new configuration and kept serving the previous one
+    /// (capgate extension). Carries where the problems are, never their text.
+    #[serde(rename = "capgate.config.reload_refused", rename_all = "camelCase")]
+    ConfigReloadRefused {
+        /// What asked: `signal` or `admin`.
+        trigger: String,
+        /// The operator's namespace (an `admin` reload only).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        namespace: Option<String>,
+        /// The revision still served.
+        revision: String,
+        /// The contract digest still served.
+        contract_digest: String,
+        /// How many problems the configuration has.
+        problems: usize,
+        /// Where they are (`line:column key`, at most 20), without their messages.
+        locations: Vec<String>,
+    },
 }
 
 impl EventPayload {
@@ -221,6 +261,8 @@ impl EventPayload {
             EventPayload::Failed { .. } => "capability.failed",
             EventPayload::Cancelled { .. } => "capability.cancelled",
             EventPayload::ShadowDivergence { .. } => "capgate.policy.shadow_divergence",
+            EventPayload::ConfigReloaded { .. } => "capgate.config.reloaded",
+            EventPayload::ConfigReloadRefused { .. } => "capgate.config.reload_refused",
         }
     }
 }

@@ -1,6 +1,6 @@
 //! One principal model for every door. Each door — a capability route (`/agent`,
-//! `/workflow`), `/mcp`, the human approvals API — runs the same chain through its
-//! [`Doorkeeper`]:
+//! `/workflow`), `/mcp`, the human approvals API, the operator API ([`crate::admin`]) —
+//! runs the same chain through its [`Doorkeeper`]:
 //!
 //! 1. **authenticate** the credential ([`Authenticator`]) and check what every principal
 //!    must satisfy ([`check_principal`]): `401` otherwise;
@@ -40,6 +40,9 @@ pub enum Door {
     Surface(Surface),
     /// The human approvals API: open to any credential; its role check decides.
     Approvals,
+    /// The operator API (`POST /admin/reload`): open to any credential; its role check
+    /// (`operator`) decides.
+    Admin,
 }
 
 impl Door {
@@ -47,7 +50,7 @@ impl Door {
     pub fn surface(self) -> Option<Surface> {
         match self {
             Door::Surface(s) => Some(s),
-            Door::Approvals => None,
+            Door::Approvals | Door::Admin => None,
         }
     }
 }

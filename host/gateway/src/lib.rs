@@ -10,9 +10,11 @@
 //! - [`console::console_router`]: the approval console, a web page on that API.
 //! - [`contract::export_contract`]: the portable contract and its digests.
 //! - [`client::CapabilityClient`]: the gateway from Rust.
+//! - [`admin::admin_router`]: the operator's `POST /admin/reload`.
 
 #![warn(missing_docs)]
 
+pub mod admin;
 pub mod approvals_api;
 pub mod auth;
 pub mod client;

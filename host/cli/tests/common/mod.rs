@@ -195,6 +195,13 @@ impl Server {
     }
 }
 
+impl Server {
+    /// The server's process id (to signal it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();

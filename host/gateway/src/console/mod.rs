@@ -181,6 +181,31 @@ struct Session {
     view: SessionView,
 }
 
+/// The console's live sessions, as a handle that outlives one router: `capgate serve`
+/// keeps it across configuration reloads so that a reload signs nobody out (each request
+/// still re-admits the session's credential through the current doorkeeper, so a key the
+/// new configuration removed ends its sessions).
+#[derive(Clone)]
+pub struct ConsoleSessions(Arc<Sessions>);
+
+impl ConsoleSessions {
+    /// An empty set of at most `max` live sessions.
+    pub fn new(max: usize) -> Self {
+        ConsoleSessions(Arc::new(Sessions {
+            by_digest: Mutex::new(HashMap::new()),
+            max,
+        }))
+    }
+}
+
+impl std::fmt::Debug for ConsoleSessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsoleSessions")
+            .field("max", &self.0.max)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Live sessions, keyed by the SHA-256 of their id (the id itself is only in the cookie).
 struct Sessions {
     by_digest: Mutex<HashMap<[u8; 32], Arc<Session>>>,
@@ -234,7 +259,7 @@ impl Sessions {
 struct Console {
     doorkeeper: Doorkeeper,
     options: ConsoleOptions,
-    sessions: Sessions,
+    sessions: Arc<Sessions>,
     index: String,
 }
 
@@ -248,17 +273,26 @@ pub fn console_router(
     doorkeeper: Doorkeeper,
     options: ConsoleOptions,
 ) -> Result<Router, ConsoleError> {
+    let sessions = ConsoleSessions::new(options.max_sessions);
+    console_router_with(approvals, doorkeeper, options, sessions)
+}
+
+/// [`console_router`] over sessions that outlive it (its `max_sessions` is then the
+/// handle's own bound).
+pub fn console_router_with(
+    approvals: Router,
+    doorkeeper: Doorkeeper,
+    options: ConsoleOptions,
+    sessions: ConsoleSessions,
+) -> Result<Router, ConsoleError> {
     check_prefix(&options.prefix)?;
-    if options.session_ttl.is_zero() || options.max_sessions == 0 {
+    if options.session_ttl.is_zero() || options.max_sessions == 0 || sessions.0.max == 0 {
         return Err(ConsoleError::Bounds);
     }
     let prefix = options.prefix.clone();
     let console = Arc::new(Console {
         index: INDEX_HTML.replace(PREFIX_PLACEHOLDER, &prefix),
-        sessions: Sessions {
-            by_digest: Mutex::new(HashMap::new()),
-            max: options.max_sessions,
-        },
+        sessions: sessions.0,
         doorkeeper,
         options,
     });

@@ -11,6 +11,9 @@ use axum::response::{IntoResponse, Response};
 use capgate_core::actor::Surface;
 use capgate_core::runtime::Runtime;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::session::{
+    SessionState, SessionStore, SessionStoreError,
+};
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -41,6 +44,48 @@ pub fn streamable_http_router(
     doorkeeper: Doorkeeper,
     options: McpOptions,
 ) -> axum::Router {
+    streamable_http_router_with(runtime, doorkeeper, options, McpSessions::default())
+}
+
+/// What of the MCP endpoint outlives one router: which principal holds which session id
+/// and, for [`McpSessions::in_memory`], every session's handshake. `capgate serve` keeps
+/// one across configuration reloads: a session opened before a reload is restored by the
+/// new router from its stored handshake (as a replica restores one from a shared
+/// [`SessionStore`]), served by the new configuration, and still bound to its principal.
+#[derive(Clone, Default)]
+pub struct McpSessions {
+    bindings: Arc<SessionBindings>,
+    store: Option<Arc<dyn SessionStore>>,
+}
+
+impl std::fmt::Debug for McpSessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpSessions")
+            .field("store", &self.store.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl McpSessions {
+    /// Bindings plus an in-process store of handshakes (at most 65 536, the
+    /// oldest forgotten first; a forgotten session answers `404` and its client starts a
+    /// new one, as MCP prescribes).
+    pub fn in_memory() -> Self {
+        McpSessions {
+            bindings: Arc::new(SessionBindings::default()),
+            store: Some(Arc::new(MemorySessionStore::default())),
+        }
+    }
+}
+
+/// [`streamable_http_router`] over sessions that outlive it. A store configured in
+/// `options.session_store` takes precedence over the handle's.
+pub fn streamable_http_router_with(
+    runtime: Runtime,
+    doorkeeper: Doorkeeper,
+    options: McpOptions,
+    sessions: McpSessions,
+) -> axum::Router {
     let mut config =
         StreamableHttpServerConfig::default().with_legacy_session_mode(options.stateful_sessions);
     if let Some(hosts) = &options.allowed_hosts {
@@ -50,7 +95,7 @@ pub fn streamable_http_router(
             config.with_allowed_hosts(hosts.clone())
         };
     }
-    config.session_store = options.session_store.clone();
+    config.session_store = options.session_store.clone().or(sessions.store);
     let handler = CapgateMcp::new(
         runtime,
         McpIdentity::PerRequest,
@@ -65,7 +110,7 @@ pub fn streamable_http_router(
     let state = McpHttpState {
         service,
         doorkeeper,
-        bindings: Arc::new(SessionBindings::default()),
+        bindings: sessions.bindings,
     };
     axum::Router::new().fallback(mcp_entry).with_state(state)
 }
@@ -152,6 +197,51 @@ impl SessionBindings {
         if b.by_session.remove(session).is_some() {
             b.order.retain(|s| s != session);
         }
+    }
+}
+
+/// Session handshakes kept in this process, bounded: what lets a router built after a
+/// configuration reload restore a session the previous router opened.
+#[derive(Default)]
+struct MemorySessionStore {
+    inner: Mutex<StoredSessions>,
+}
+
+#[derive(Default)]
+struct StoredSessions {
+    by_session: HashMap<String, SessionState>,
+    order: VecDeque<String>,
+}
+
+#[async_trait::async_trait]
+impl SessionStore for MemorySessionStore {
+    async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
+        let s = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(s.by_session.get(session_id).cloned())
+    }
+
+    async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
+        let mut s = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if s.by_session
+            .insert(session_id.to_string(), state.clone())
+            .is_none()
+        {
+            s.order.push_back(session_id.to_string());
+            while s.order.len() > MAX_BINDINGS {
+                if let Some(oldest) = s.order.pop_front() {
+                    s.by_session.remove(&oldest);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
+        let mut s = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if s.by_session.remove(session_id).is_some() {
+            s.order.retain(|id| id != session_id);
+        }
+        Ok(())
     }
 }
 

@@ -29,7 +29,7 @@ mod handler;
 mod http;
 
 pub use handler::{CapgateMcp, McpIdentity, RESUME_TOOL};
-pub use http::streamable_http_router;
+pub use http::{McpSessions, streamable_http_router, streamable_http_router_with};
 
 use capgate_core::actor::Actor;
 use capgate_core::authz::Authorizer;

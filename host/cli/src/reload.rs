@@ -1,0 +1,387 @@
+//! Configuration reloads of `capgate serve` (SIGHUP, `POST /admin/reload`).
+//!
+//! A reload reads the file the process was started with and takes it through exactly the
+//! validation of `capgate check` ([`crate::validate::validate`], on a blocking thread: it
+//! compiles the plugins), then refuses what cannot change in a running process (the
+//! listener, the store, the audit file, the journal's horizon, telemetry), each with its
+//! place in the file. A refused file changes nothing: the previous configuration keeps
+//! serving. Otherwise a whole new application is built over the same store, journal, audit
+//! sinks, console sessions, MCP sessions and rate limiter, and swapped in at once: requests
+//! in flight finish on the application they started on, every later request runs on the
+//! new one. Reloads run one at a time. Each outcome is audited
+//! (`capgate.config.reloaded`, `capgate.config.reload_refused`) and counted
+//! (`capgate_config_reloads_total{result}`).
+
+use crate::build::Deployment;
+use crate::located::Problem;
+use crate::serve::Kept;
+use crate::validate::Checked;
+use arc_swap::ArcSwap;
+use capgate_core::actor::{ActorKind, ActorRef, Surface};
+use capgate_core::audit::{AuditEvent, EventPayload};
+use capgate_core::canonical::{canonical_json, sha256_hex};
+use capgate_core::runtime::Runtime;
+use capgate_gateway::admin::{ReloadAnswer, ReloadRequester};
+use capgate_gateway::auth::Authenticated;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+const LOG: &str = "capgate::reload";
+
+/// At most this many problem locations go into a refusal's audit event.
+const MAX_AUDITED_LOCATIONS: usize = 20;
+
+/// What asked for a reload.
+pub enum Trigger {
+    /// SIGHUP.
+    Signal,
+    /// `POST /admin/reload`, by this operator.
+    Admin(Box<Authenticated>),
+}
+
+impl Trigger {
+    fn name(&self) -> &'static str {
+        match self {
+            Trigger::Signal => "signal",
+            Trigger::Admin(_) => "admin",
+        }
+    }
+
+    /// The audit envelope's actor and the operator's namespace.
+    fn actor(&self) -> (ActorRef, Option<String>) {
+        match self {
+            Trigger::Signal => (
+                ActorRef {
+                    id: "sighup".into(),
+                    kind: ActorKind::Service,
+                },
+                None,
+            ),
+            Trigger::Admin(who) => (
+                ActorRef::from(&who.principal.actor),
+                Some(who.principal.namespace.clone()),
+            ),
+        }
+    }
+}
+
+/// The configuration being served.
+struct Serving {
+    checked: Checked,
+    deployment: Deployment,
+    revision: String,
+    contract_digest: String,
+}
+
+impl Serving {
+    fn summary(&self) -> Value {
+        json!({
+            "revision": self.revision,
+            "contractDigest": self.contract_digest,
+            "capabilities": self.deployment.runtime.registry().len(),
+        })
+    }
+}
+
+/// Reloads the configuration of a serving process and swaps its application.
+pub struct Reloader {
+    path: PathBuf,
+    kept: Arc<Kept>,
+    current: Arc<ArcSwap<axum::Router>>,
+    serving: tokio::sync::Mutex<Serving>,
+}
+
+impl Reloader {
+    /// The reloader of a process serving `checked` over `deployment`; [`Self::serve_first`]
+    /// then builds the first application.
+    pub fn new(
+        checked: Checked,
+        deployment: Deployment,
+        kept: Arc<Kept>,
+        current: Arc<ArcSwap<axum::Router>>,
+    ) -> anyhow::Result<Arc<Reloader>> {
+        let contract_digest = contract_digest(&checked, &deployment.runtime);
+        Ok(Arc::new(Reloader {
+            path: checked.config.path.clone(),
+            kept,
+            current,
+            serving: tokio::sync::Mutex::new(Serving {
+                revision: checked.config.revision.clone(),
+                checked,
+                deployment,
+                contract_digest,
+            }),
+        }))
+    }
+
+    /// Build the application of the configuration the process started with.
+    pub async fn serve_first(&self) -> anyhow::Result<()> {
+        let serving = self.serving.lock().await;
+        let app = crate::serve::app(&serving.checked, &serving.deployment, &self.kept)?;
+        self.current.store(Arc::new(app));
+        Ok(())
+    }
+
+    /// Reload the file: swap in its configuration, or keep the current one and say why.
+    pub async fn reload(&self, trigger: Trigger) -> ReloadAnswer {
+        let mut serving = self.serving.lock().await;
+        let path = self.path.clone();
+        let checked =
+            match tokio::task::spawn_blocking(move || crate::validate::validate(&path)).await {
+                Ok(Ok(checked)) => checked,
+                Ok(Err(refused)) => return self.refuse(&serving, &trigger, refused.problems).await,
+                Err(e) => {
+                    return self
+                        .fail(
+                            &serving,
+                            &trigger,
+                            format!("validation did not finish: {e}"),
+                        )
+                        .await;
+                }
+            };
+        let fixed = fixed_settings(&serving.checked, &checked);
+        if !fixed.is_empty() {
+            discard(checked);
+            return self.refuse(&serving, &trigger, fixed).await;
+        }
+        let built = serving
+            .deployment
+            .rebuilt(&checked)
+            .and_then(|d| crate::serve::app(&checked, &d, &self.kept).map(|app| (d, app)));
+        let (deployment, app) = match built {
+            Ok(built) => built,
+            Err(e) => {
+                discard(checked);
+                return self.fail(&serving, &trigger, format!("{e:#}")).await;
+            }
+        };
+        let next = Serving {
+            revision: checked.config.revision.clone(),
+            contract_digest: contract_digest(&checked, &deployment.runtime),
+            checked,
+            deployment,
+        };
+        let warnings = revision_warnings(&serving, &next);
+        // The swap: from here on every new request runs on the new application.
+        self.current.store(Arc::new(app));
+        let previous = std::mem::replace(&mut *serving, next);
+        let (actor, namespace) = trigger.actor();
+        audit(
+            &serving,
+            actor,
+            EventPayload::ConfigReloaded {
+                trigger: trigger.name().into(),
+                namespace,
+                previous_revision: previous.revision.clone(),
+                revision: serving.revision.clone(),
+                previous_contract_digest: previous.contract_digest.clone(),
+                contract_digest: serving.contract_digest.clone(),
+            },
+        )
+        .await;
+        crate::metrics::record_reload("reloaded");
+        for w in &warnings {
+            tracing::warn!(target: LOG, "{w}");
+        }
+        tracing::info!(
+            target: LOG,
+            trigger = trigger.name(),
+            previous_revision = %previous.revision,
+            revision = %serving.revision,
+            contract_digest = %serving.contract_digest,
+            "configuration reloaded"
+        );
+        let answer = json!({
+            "status": "reloaded",
+            "previous": previous.summary(),
+            "current": serving.summary(),
+            "warnings": warnings,
+        });
+        discard(previous);
+        ReloadAnswer::Reloaded(answer)
+    }
+
+    async fn refuse(
+        &self,
+        serving: &Serving,
+        trigger: &Trigger,
+        problems: Vec<Problem>,
+    ) -> ReloadAnswer {
+        for p in &problems {
+            tracing::error!(target: LOG, "{p}");
+        }
+        let message = format!(
+            "{} problem(s) in {}; the configuration was not reloaded and revision {} keeps serving. Fix them (`capgate check --config {}` shows the same) and reload again.",
+            problems.len(),
+            self.path.display(),
+            serving.revision,
+            self.path.display()
+        );
+        tracing::error!(target: LOG, trigger = trigger.name(), "{message}");
+        let (actor, namespace) = trigger.actor();
+        audit(
+            serving,
+            actor,
+            EventPayload::ConfigReloadRefused {
+                trigger: trigger.name().into(),
+                namespace,
+                revision: serving.revision.clone(),
+                contract_digest: serving.contract_digest.clone(),
+                problems: problems.len(),
+                locations: problems
+                    .iter()
+                    .take(MAX_AUDITED_LOCATIONS)
+                    .map(|p| format!("{}:{} {}", p.line, p.column, p.key))
+                    .collect(),
+            },
+        )
+        .await;
+        crate::metrics::record_reload("refused");
+        ReloadAnswer::Refused(json!({
+            "status": "refused",
+            "message": message,
+            "problems": problems.iter().map(|p| json!({
+                "file": p.file.display().to_string(),
+                "line": p.line,
+                "column": p.column,
+                "key": p.key,
+                "message": p.message,
+                "located": p.to_string(),
+            })).collect::<Vec<_>>(),
+            "current": serving.summary(),
+        }))
+    }
+
+    async fn fail(&self, serving: &Serving, trigger: &Trigger, why: String) -> ReloadAnswer {
+        tracing::error!(target: LOG, trigger = trigger.name(), "the configuration could not be reloaded: {why}; revision {} keeps serving", serving.revision);
+        let (actor, namespace) = trigger.actor();
+        audit(
+            serving,
+            actor,
+            EventPayload::ConfigReloadRefused {
+                trigger: trigger.name().into(),
+                namespace,
+                revision: serving.revision.clone(),
+                contract_digest: serving.contract_digest.clone(),
+                problems: 0,
+                locations: Vec::new(),
+            },
+        )
+        .await;
+        crate::metrics::record_reload("failed");
+        ReloadAnswer::Failed(json!({
+            "status": "failed",
+            "message": format!("the configuration passed its checks but could not be built: {why}; the previous configuration keeps serving"),
+            "current": serving.summary(),
+        }))
+    }
+}
+
+#[async_trait::async_trait]
+impl capgate_gateway::admin::Reloader for Reloader {
+    async fn reload(&self, requester: ReloadRequester) -> ReloadAnswer {
+        Reloader::reload(self, Trigger::Admin(Box::new(requester.who))).await
+    }
+}
+
+/// Drop a configuration off the async threads (its plugins' instance pools and provider
+/// runtime go with it).
+fn discard<T: Send + 'static>(value: T) {
+    drop(tokio::task::spawn_blocking(move || drop(value)));
+}
+
+/// Record one reload event on every sink of the deployment and write it out.
+async fn audit(serving: &Serving, actor: ActorRef, payload: EventPayload) {
+    let event = AuditEvent {
+        timestamp: serving.deployment.runtime.now(),
+        surface: Surface::Direct,
+        actor,
+        execution_id: None,
+        capability_id: None,
+        correlation_id: None,
+        input_hash: None,
+        payload,
+    };
+    for sink in &serving.deployment.sinks {
+        if let Err(e) = sink.emit(&event).await {
+            tracing::warn!(target: LOG, sink = %e.sink, error = %e.message, "the reload could not be audited");
+            continue;
+        }
+        if let Err(e) = sink.flush().await {
+            tracing::warn!(target: LOG, sink = %e.sink, error = %e.message, "the reload's audit event could not be written out");
+        }
+    }
+}
+
+/// Settings a running process cannot take over (JSON pointer, why), compared as written.
+const FIXED: &[(&str, &str)] = &[
+    ("/gateway/listen", "the listener is bound at start"),
+    ("/store", "the store is opened at start"),
+    ("/audit/jsonl", "the audit file is opened at start"),
+    (
+        "/gateway/replayHorizonHours",
+        "the invocation journal and its purge are set up at start",
+    ),
+    ("/telemetry", "metrics and traces are set up at start"),
+];
+
+/// One located problem for each setting of [`FIXED`] the new file changes.
+fn fixed_settings(old: &Checked, new: &Checked) -> Vec<Problem> {
+    FIXED
+        .iter()
+        .filter(|(pointer, _)| old.doc.json.pointer(pointer) != new.doc.json.pointer(pointer))
+        .map(|(pointer, why)| {
+            new.doc.problem(
+                pointer,
+                format!(
+                    "cannot change while `capgate serve` runs ({why}): put back the value it started with, or restart it to apply this"
+                ),
+            )
+        })
+        .collect()
+}
+
+/// A warning when the file changed but neither its `revision` nor any contract digest did:
+/// contract digests cover names, schemas and phases, not a policy's or procedure's
+/// configuration, so remote hosts cannot tell.
+fn revision_warnings(old: &Serving, new: &Serving) -> Vec<String> {
+    if old.checked.doc.json != new.checked.doc.json
+        && old.revision == new.revision
+        && old.contract_digest == new.contract_digest
+    {
+        vec![format!(
+            "the configuration changed but `revision` is still \"{}\" and no contract digest changed (they do not cover policy or procedure configuration), so remote hosts cannot tell; bump `revision` when a policy's or handler's meaning changes",
+            new.revision
+        )]
+    } else {
+        Vec::new()
+    }
+}
+
+/// The deployment's contract digest: SHA-256 over the canonical list of every served
+/// capability's contract digest, per surface (each gateway route's and `mcp`).
+pub fn contract_digest(checked: &Checked, runtime: &Runtime) -> String {
+    let mut surfaces: Vec<Surface> = checked
+        .config
+        .gateway
+        .routes
+        .iter()
+        .map(|r| r.surface)
+        .chain([Surface::Mcp])
+        .collect();
+    surfaces.sort_by_key(|s| s.as_str());
+    surfaces.dedup();
+    let revision = &checked.config.revision;
+    let entries: Vec<Value> = surfaces
+        .iter()
+        .flat_map(|s| {
+            capgate_gateway::contract::export_contract(runtime, *s, revision)
+                .into_iter()
+                .map(move |d| json!([s.as_str(), d.id, d.contract_digest]))
+        })
+        .collect();
+    let list = Value::Array(entries);
+    sha256_hex(canonical_json(&list).unwrap_or_else(|_| list.to_string()))
+}
