@@ -9,7 +9,7 @@ mod load;
 mod plugins;
 
 use anyhow::{Context, bail};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn main() -> anyhow::Result<()> {
@@ -119,5 +119,22 @@ fn test(root: &Path, extra: &[String]) -> anyhow::Result<()> {
     run(Command::new("cargo")
         .current_dir(root)
         .args(["test", "--workspace", "--no-fail-fast"])
-        .args(extra))
+        .args(extra))?;
+    // The example's governance scenarios (README "Testing a deployment"), on the `capgate`
+    // binary the tests just built (`cargo run -p capgate` would resolve features for one
+    // package instead of the workspace and build half the dependencies again). Only after
+    // the whole suite: a filtered run may not have built the binary.
+    if !extra.is_empty() {
+        return Ok(());
+    }
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    run(Command::new(target.join("debug/capgate"))
+        .current_dir(root)
+        .args([
+            "test",
+            "--config",
+            "examples/customer-support/capgate.toml",
+            "examples/customer-support/scenarios",
+        ]))
 }
