@@ -220,24 +220,12 @@ impl Reloader {
             self.path.display()
         );
         tracing::error!(target: LOG, trigger = trigger.name(), "{message}");
-        let (actor, namespace) = trigger.actor();
-        audit(
-            serving,
-            actor,
-            EventPayload::ConfigReloadRefused {
-                trigger: trigger.name().into(),
-                namespace,
-                revision: serving.revision.clone(),
-                contract_digest: serving.contract_digest.clone(),
-                problems: problems.len(),
-                locations: problems
-                    .iter()
-                    .take(MAX_AUDITED_LOCATIONS)
-                    .map(|p| format!("{}:{} {}", p.line, p.column, p.key))
-                    .collect(),
-            },
-        )
-        .await;
+        let locations = problems
+            .iter()
+            .take(MAX_AUDITED_LOCATIONS)
+            .map(|p| format!("{}:{} {}", p.line, p.column, p.key))
+            .collect();
+        audit_refused(serving, trigger, problems.len(), locations).await;
         crate::metrics::record_reload("refused");
         ReloadAnswer::Refused(json!({
             "status": "refused",
@@ -256,20 +244,7 @@ impl Reloader {
 
     async fn fail(&self, serving: &Serving, trigger: &Trigger, why: String) -> ReloadAnswer {
         tracing::error!(target: LOG, trigger = trigger.name(), "the configuration could not be reloaded: {why}; revision {} keeps serving", serving.revision);
-        let (actor, namespace) = trigger.actor();
-        audit(
-            serving,
-            actor,
-            EventPayload::ConfigReloadRefused {
-                trigger: trigger.name().into(),
-                namespace,
-                revision: serving.revision.clone(),
-                contract_digest: serving.contract_digest.clone(),
-                problems: 0,
-                locations: Vec::new(),
-            },
-        )
-        .await;
+        audit_refused(serving, trigger, 0, Vec::new()).await;
         crate::metrics::record_reload("failed");
         ReloadAnswer::Failed(json!({
             "status": "failed",
@@ -277,6 +252,30 @@ impl Reloader {
             "current": serving.summary(),
         }))
     }
+}
+
+/// Record a reload that did not take effect: refused (`problems` located problems, the first
+/// few `locations`) or failed after its checks (no problems).
+async fn audit_refused(
+    serving: &Serving,
+    trigger: &Trigger,
+    problems: usize,
+    locations: Vec<String>,
+) {
+    let (actor, namespace) = trigger.actor();
+    audit(
+        serving,
+        actor,
+        EventPayload::ConfigReloadRefused {
+            trigger: trigger.name().into(),
+            namespace,
+            revision: serving.revision.clone(),
+            contract_digest: serving.contract_digest.clone(),
+            problems,
+            locations,
+        },
+    )
+    .await;
 }
 
 #[async_trait::async_trait]
