@@ -803,20 +803,22 @@ async fn the_runtime_gauges_follow_live_tasks_up_and_back_down() {
         assert_eq!(&buf, b"HTTP/1.1 200", "a keep-alive /healthz");
         held.push(s);
     }
+    // One task per connection; the idle count may have included a short-lived task or two
+    // (a request finishing, a background tick), hence the margin.
     let loaded = tasks().await;
     assert!(
-        loaded >= idle + 40.0,
-        "40 open connections are 40 more live tasks: {idle} idle, {loaded} with them"
+        loaded >= idle + 35.0,
+        "40 open connections are about 40 more live tasks: {idle} idle, {loaded} with them"
     );
     drop(held);
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut now = tasks().await;
-    while now >= idle + 40.0 && Instant::now() < deadline {
+    while now > loaded - 35.0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
         now = tasks().await;
     }
     assert!(
-        now < idle + 40.0,
+        now <= loaded - 35.0,
         "closed connections' tasks end: {idle} idle, {loaded} with 40 connections, {now} after closing them"
     );
 }
