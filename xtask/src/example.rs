@@ -17,6 +17,88 @@ pub fn render(root: &Path) -> anyhow::Result<PathBuf> {
 /// example's 1 000 requests/s per principal would measure the limiter, not the gateway) and
 /// the store is `capgate-load.db`, so a load run never fills the demo's database.
 pub fn render_load(root: &Path) -> anyhow::Result<PathBuf> {
+    let text = load_text(root, "capgate-load.db")?;
+    write(root, "capgate.load.toml", &text)
+}
+
+/// What `cargo xtask soak` serves, `capgate.soak.toml`: the load deployment (rate limits
+/// off) on its own `capgate-soak.db`, plus three capabilities each guarded by a hostile test
+/// policy (plugins/testing: one spins until its fuel runs out, one panics, one allocates
+/// until the memory cap stops it), so the soak sends calls that must fail closed with
+/// `POLICY_ERROR` and checks the host stays healthy while they do.
+pub fn render_soak(root: &Path) -> anyhow::Result<PathBuf> {
+    let mut text = load_text(root, "capgate-soak.db")?;
+    text.push_str(&fill(
+        root,
+        SOAK_HOSTILE,
+        "xtask/src/example.rs (SOAK_HOSTILE)",
+    )?);
+    write(root, "capgate.soak.toml", &text)
+}
+
+/// The hostile capabilities of the soak deployment (appended to the load deployment).
+/// Each hostile plugin gets a small fuel/memory budget so a hostile call costs the server a
+/// few milliseconds, not the 50 M instructions of the default.
+pub const SOAK_HOSTILE: &str = r#"
+# ---- soak only: hostile policies (`cargo xtask soak`), every call to these must fail closed
+
+[plugins.hostile-spin]
+path = "hostile_infinite_loop.wasm"
+sha256 = "@sha256:hostile_infinite_loop.wasm@"
+fuel = 2000000
+timeoutMs = 1000
+
+[plugins.hostile-panic]
+path = "hostile_panic.wasm"
+sha256 = "@sha256:hostile_panic.wasm@"
+
+[plugins.hostile-memory]
+path = "hostile_memory_bomb.wasm"
+sha256 = "@sha256:hostile_memory_bomb.wasm@"
+memoryMb = 8
+
+[policies.hostileSpin]
+plugin = "hostile-spin"
+
+[policies.hostilePanic]
+plugin = "hostile-panic"
+
+[policies.hostileMemory]
+plugin = "hostile-memory"
+
+[[capabilities]]
+id = "soak.spin"
+description = "Soak only: guarded by a policy that never returns (stopped by fuel)."
+expose = { aiSdk = true }
+sideEffect = "read"
+risk = "low"
+inputSchema = { type = "object" }
+policies = ["hostileSpin"]
+procedure = { plugin = "support-desk" }
+
+[[capabilities]]
+id = "soak.panic"
+description = "Soak only: guarded by a policy that panics (a trap)."
+expose = { aiSdk = true }
+sideEffect = "read"
+risk = "low"
+inputSchema = { type = "object" }
+policies = ["hostilePanic"]
+procedure = { plugin = "support-desk" }
+
+[[capabilities]]
+id = "soak.memory"
+description = "Soak only: guarded by a policy that allocates until the memory cap stops it."
+expose = { aiSdk = true }
+sideEffect = "read"
+risk = "low"
+inputSchema = { type = "object" }
+policies = ["hostileMemory"]
+procedure = { plugin = "support-desk" }
+"#;
+
+/// The example with the rate limits off and the store at `db`.
+fn load_text(root: &Path, db: &str) -> anyhow::Result<String> {
     let text = rendered(root)?;
     let mut out = String::with_capacity(text.len());
     let mut in_rate_limit = false;
@@ -33,7 +115,7 @@ pub fn render_load(root: &Path) -> anyhow::Result<PathBuf> {
             continue;
         }
         if trimmed.starts_with("url = \"sqlite://capgate.db\"") {
-            out.push_str("url = \"sqlite://capgate-load.db\"\n");
+            out.push_str(&format!("url = \"sqlite://{db}\"\n"));
             store = true;
             continue;
         }
@@ -45,7 +127,7 @@ pub fn render_load(root: &Path) -> anyhow::Result<PathBuf> {
             "examples/customer-support/capgate.template.toml: expected a [gateway.rateLimit] table and `url = \"sqlite://capgate.db\"`; update xtask/src/example.rs with the template"
         );
     }
-    write(root, "capgate.load.toml", &out)
+    Ok(out)
 }
 
 fn write(root: &Path, name: &str, text: &str) -> anyhow::Result<PathBuf> {
@@ -60,13 +142,17 @@ fn write(root: &Path, name: &str, text: &str) -> anyhow::Result<PathBuf> {
 
 /// The template with every placeholder filled in.
 fn rendered(root: &Path) -> anyhow::Result<String> {
-    let dir = root.join("examples/customer-support");
-    let template = dir.join("capgate.template.toml");
+    let template = root.join("examples/customer-support/capgate.template.toml");
     let text = std::fs::read_to_string(&template)
         .with_context(|| format!("reading {}", template.display()))?;
+    fill(root, &text, &template.display().to_string())
+}
+
+/// `text` with every `@sha256:FILE@` and `@keyhash:KEY@` filled in; `origin` names it in errors.
+fn fill(root: &Path, text: &str, origin: &str) -> anyhow::Result<String> {
     let plugins = root.join("plugins/target/wasm32-wasip2/release");
     let mut out = String::with_capacity(text.len());
-    let mut rest = text.as_str();
+    let mut rest = text;
     while let Some(start) = rest.find('@') {
         out.push_str(&rest[..start]);
         let after = &rest[start + 1..];
@@ -85,7 +171,7 @@ fn rendered(root: &Path) -> anyhow::Result<String> {
         } else if let Some(key) = token.strip_prefix("keyhash:") {
             out.push_str(&hex::encode(Sha256::digest(key.as_bytes())));
         } else {
-            bail!("{}: unknown placeholder `@{token}@`", template.display());
+            bail!("{origin}: unknown placeholder `@{token}@`");
         }
         rest = &after[end + 1..];
     }

@@ -26,19 +26,18 @@
 //! The generator runs on its own Tokio runtime (`--threads`, default 1) so it can be pinned
 //! to a core the server does not use (`taskset -c 1 …`).
 
+use crate::client::{
+    APPROVAL_BODY, Answer, Conn, DEFAULT_BODY, Ids, connect, error_code, excerpt, histogram, ms,
+    outcome_status, rss_kib, split_url,
+};
 use anyhow::{Context, bail};
-use bytes::Bytes;
 use hdrhistogram::Histogram;
-use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1::SendRequest;
-use hyper::{Request, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper::StatusCode;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::net::TcpStream;
+use std::time::{Duration, Instant};
 
 const USAGE: &str = "\
 Usage: cargo xtask load [OPTIONS]
@@ -60,9 +59,6 @@ Options:
 
 The example limits each principal to 1 000 requests/s ([gateway.rateLimit]); to measure the
 gateway rather than its rate limiter, serve `cargo xtask example-config --load`'s config.";
-
-const DEFAULT_BODY: &str = r#"{"capabilityId":"orders.refund","input":{"orderId":"ord_43","amount":20,"reason":"late"},"invocationId":"@ID@"}"#;
-const APPROVAL_BODY: &str = r#"{"capabilityId":"orders.refund","input":{"orderId":"ord_42","amount":600,"reason":"damaged"},"invocationId":"@ID@"}"#;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Mode {
@@ -187,20 +183,7 @@ fn parse(args: &[String]) -> anyhow::Result<Option<Options>> {
             "'--body' has no `@ID@`: every request needs its own invocationId, so put \"invocationId\":\"@ID@\" in the body".to_string(),
         ));
     }
-    let Some(rest) = url.strip_prefix("http://") else {
-        return Err(usage_error(format!(
-            "invalid value '{url}' for '--url': expected http://HOST:PORT/ROUTE (plain HTTP; https is not supported)"
-        )));
-    };
-    let (authority, route) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, ""),
-    };
-    if authority.is_empty() || !authority.contains(':') {
-        return Err(usage_error(format!(
-            "invalid value '{url}' for '--url': name the port too, e.g. http://127.0.0.1:8080/agent"
-        )));
-    }
+    let target = split_url(&url).map_err(|e| usage_error(format!("--url: {e}")))?;
     if let Some(pid) = pid
         && !std::path::Path::new(&format!("/proc/{pid}/status")).exists()
     {
@@ -209,8 +192,8 @@ fn parse(args: &[String]) -> anyhow::Result<Option<Options>> {
         )));
     }
     Ok(Some(Options {
-        authority: authority.to_string(),
-        route: route.trim_end_matches('/').to_string(),
+        authority: target.authority,
+        route: target.route,
         key,
         approver_key,
         connections,
@@ -253,11 +236,6 @@ impl Kind {
     }
 }
 
-fn histogram() -> Histogram<u64> {
-    // 1 µs .. 60 s, 3 significant digits.
-    Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds")
-}
-
 /// What one virtual user saw.
 struct Tally {
     latency: BTreeMap<Kind, Histogram<u64>>,
@@ -292,86 +270,6 @@ impl Tally {
     }
 }
 
-/// One answer: HTTP status and body.
-struct Answer {
-    status: StatusCode,
-    body: Bytes,
-}
-
-/// One keep-alive connection.
-struct Conn {
-    send: SendRequest<Full<Bytes>>,
-}
-
-async fn connect(authority: &str) -> anyhow::Result<Conn> {
-    let tcp = TcpStream::connect(authority)
-        .await
-        .with_context(|| format!("could not connect to {authority}"))?;
-    tcp.set_nodelay(true)?;
-    let (send, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-        .await
-        .context("HTTP/1.1 handshake")?;
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    Ok(Conn { send })
-}
-
-impl Conn {
-    async fn post(
-        &mut self,
-        o: &Options,
-        path: &str,
-        key: &str,
-        body: String,
-    ) -> anyhow::Result<Answer> {
-        let request = Request::post(path)
-            .header(hyper::header::HOST, &o.authority)
-            .header(hyper::header::AUTHORIZATION, format!("Bearer {key}"))
-            .header(hyper::header::CONTENT_TYPE, "application/json")
-            .body(Full::new(Bytes::from(body)))
-            .context("building the request")?;
-        self.send.ready().await.context("connection closed")?;
-        let response = self.send.send_request(request).await?;
-        let status = response.status();
-        let body = response.into_body().collect().await?.to_bytes();
-        Ok(Answer { status, body })
-    }
-}
-
-/// The invocation ids of this run: unique across runs and virtual users.
-struct Ids {
-    prefix: String,
-}
-
-impl Ids {
-    fn new() -> Self {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or_default();
-        Ids {
-            prefix: format!("load-{}-{nanos:x}", std::process::id()),
-        }
-    }
-
-    fn make(&self, vu: usize, n: u64) -> String {
-        format!("{}-{vu}-{n}", self.prefix)
-    }
-}
-
-fn outcome_status(body: &[u8]) -> Option<&str> {
-    // `{"status":"completed",…}`: the tag is the first field the gateway writes.
-    let text = std::str::from_utf8(body).ok()?;
-    let rest = text.strip_prefix("{\"status\":\"")?;
-    rest.split('"').next()
-}
-
-fn excerpt(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
-    if body.len() > 300 { text + "…" } else { text }
-}
-
 /// Check an answer: HTTP 200 with the expected outcome status (when one is expected).
 fn judge(answer: &Answer, expected: Option<&str>) -> Result<(), String> {
     if answer.status != StatusCode::OK {
@@ -381,15 +279,10 @@ fn judge(answer: &Answer, expected: Option<&str>) -> Result<(), String> {
         None => Ok(()),
         Some(want) => match outcome_status(&answer.body) {
             Some(got) if got == want => Ok(()),
-            Some(got) => {
-                let code = serde_json::from_slice::<serde_json::Value>(&answer.body)
-                    .ok()
-                    .and_then(|v| v["error"]["code"].as_str().map(str::to_string));
-                Err(match code {
-                    Some(code) => format!("HTTP 200, outcome {got} ({code})"),
-                    None => format!("HTTP 200, outcome {got}"),
-                })
-            }
+            Some(got) => Err(match error_code(&answer.body) {
+                Some(code) => format!("HTTP 200, outcome {got} ({code})"),
+                None => format!("HTTP 200, outcome {got}"),
+            }),
             None => Err("HTTP 200, not an outcome".to_string()),
         },
     }
@@ -430,7 +323,7 @@ impl User {
         expected: Option<&str>,
     ) -> anyhow::Result<Option<Answer>> {
         let started = Instant::now();
-        let answer = self.conn.post(&shared.o, path, key, body).await?;
+        let answer = self.conn.post(path, key, body).await?;
         let took = started.elapsed();
         let measured = started >= shared.measure_from;
         match judge(&answer, expected) {
@@ -603,7 +496,7 @@ async fn preflight(o: &Options, ids: &Ids) -> anyhow::Result<()> {
     let path = format!("{}/invoke", o.route);
     let body = o.body.replace("@ID@", &ids.make(usize::MAX, 0));
     let answer = conn
-        .post(o, &path, &o.key, body)
+        .post(&path, &o.key, body)
         .await
         .context("the first request failed")?;
     let hint = match answer.status.as_u16() {
@@ -638,14 +531,6 @@ async fn preflight(o: &Options, ids: &Ids) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-}
-
 /// Sample the RSS every second until `stop`; (seconds since start, KiB).
 fn sample_rss(pid: u32, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<(u64, u64)>> {
     std::thread::spawn(move || {
@@ -668,14 +553,6 @@ fn sample_rss(pid: u32, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<(u
     })
 }
 
-fn ms(us: u64) -> String {
-    if us >= 100_000 {
-        format!("{:.0} ms", us as f64 / 1000.0)
-    } else {
-        format!("{:.2} ms", us as f64 / 1000.0)
-    }
-}
-
 /// Run the load; prints a summary. Fails (after printing it) when any request failed.
 pub fn load(args: &[String]) -> anyhow::Result<()> {
     let Some(o) = parse(args)? else {
@@ -690,7 +567,7 @@ pub fn load(args: &[String]) -> anyhow::Result<()> {
 }
 
 async fn run(o: Options) -> anyhow::Result<()> {
-    let ids = Ids::new();
+    let ids = Ids::new("load");
     preflight(&o, &ids).await?;
     println!(
         "load: mode {}, {} connections (keep-alive), {} generator thread(s), {} s warm-up + {} s measured, POST http://{}{}/invoke",

@@ -4,9 +4,11 @@
 //! - `cargo xtask test`: install what the tests need, build the guest plugins, run every test.
 //! - `cargo xtask build-plugins`: build the Wasm plugins only.
 
+mod client;
 mod example;
 mod load;
 mod plugins;
+mod soak;
 
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
@@ -31,16 +33,24 @@ fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Some("soak") => {
+            if let Err(e) = soak::soak(&root, &args[1..]) {
+                eprintln!("error: {e:#}");
+                std::process::exit(1);
+            }
+            Ok(())
+        }
         Some("example-config") => match args.get(1).map(String::as_str) {
             None => example::render(&root).map(|_| ()),
             Some("--load") => example::render_load(&root).map(|_| ()),
+            Some("--soak") => example::render_soak(&root).map(|_| ()),
             Some(other) => bail!(
-                "unexpected argument '{other}' for example-config\n\nUsage: cargo xtask example-config [--load]\n  --load  also write capgate.load.toml: rate limits off, store capgate-load.db (for `cargo xtask load`)"
+                "unexpected argument '{other}' for example-config\n\nUsage: cargo xtask example-config [--load | --soak]\n  --load  write capgate.load.toml instead: rate limits off, store capgate-load.db (for `cargo xtask load`)\n  --soak  write capgate.soak.toml instead: the same plus three capabilities behind hostile policies, store capgate-soak.db (for `cargo xtask soak`)"
             ),
         },
         _ => {
             eprintln!(
-                "usage: cargo xtask <command>\n\n  demo            build the plugins, pin them, serve the customer-support example\n  example-config  write examples/customer-support/capgate.toml (plugins pinned);\n                  --load writes capgate.load.toml for `cargo xtask load` instead\n  load            load-test a running gateway (`cargo xtask load --help`)\n  test            set up everything and run the whole test suite\n  build-plugins   build the Wasm guest plugins"
+                "usage: cargo xtask <command>\n\n  demo            build the plugins, pin them, serve the customer-support example\n  example-config  write examples/customer-support/capgate.toml (plugins pinned);\n                  --load writes capgate.load.toml for `cargo xtask load` instead,\n                  --soak capgate.soak.toml for `cargo xtask soak`\n  load            load-test a running gateway (`cargo xtask load --help`)\n  soak            mixed load at a fixed rate for minutes, watching for leaks (`cargo xtask soak --help`)\n  test            set up everything and run the whole test suite\n  build-plugins   build the Wasm guest plugins"
             );
             std::process::exit(2)
         }

@@ -3,7 +3,8 @@
 //! The libraries record through the `metrics` facade (`capgate_core::metrics`,
 //! `capgate_wasm::metrics`, `capgate_store::metrics`, `capgate_gateway::metrics` list their
 //! series); `serve` installs one Prometheus recorder and, before each scrape, refreshes what
-//! is read rather than counted (plugin instances, audit counters, pending approvals).
+//! is read rather than counted (plugin instances, audit counters, pending approvals, the
+//! Tokio runtime's live tasks and workers).
 
 use crate::build::Deployment;
 use anyhow::Context;
@@ -67,12 +68,30 @@ impl Exposition {
 impl MetricsSource for Exposition {
     async fn render(&self) -> String {
         capgate_wasm::metrics::record_gauges();
+        record_runtime_gauges();
         self.audit.record_metrics();
         if let Err(e) = self.store.record_pending_approvals().await {
             tracing::warn!(target: "capgate::metrics", error = %e, "pending approvals could not be counted for this scrape");
         }
         self.handle.render()
     }
+}
+
+/// Live Tokio tasks of the serving runtime (spawned and not yet finished): a leak of tasks
+/// under long load (the soak, `cargo xtask soak`) shows as growth here.
+pub const RUNTIME_ALIVE_TASKS: &str = "capgate_runtime_alive_tasks";
+/// Worker threads of the serving runtime.
+pub const RUNTIME_WORKERS: &str = "capgate_runtime_workers";
+
+/// Read the current Tokio runtime's task and worker counts into their gauges (at scrape time;
+/// outside a runtime there is nothing to read).
+fn record_runtime_gauges() {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let m = runtime.metrics();
+    ::metrics::gauge!(RUNTIME_ALIVE_TASKS).set(m.num_alive_tasks() as f64);
+    ::metrics::gauge!(RUNTIME_WORKERS).set(m.num_workers() as f64);
 }
 
 /// Count one configuration reload of `capgate serve` by outcome (`reloaded`, `refused`,

@@ -8,7 +8,9 @@
 //!   histogram, and the pending-approvals gauge going 1 → 0;
 //! - 1 000 distinct unknown capability ids and random URL paths add no series (label
 //!   values come from the configuration, never from requests);
-//! - a bearer token on the metrics listener, and `/readyz` naming its checks.
+//! - a bearer token on the metrics listener, and `/readyz` naming its checks;
+//! - the runtime's live-task gauge (what `cargo xtask soak` watches for a task leak) rises
+//!   with open connections and falls when they close.
 
 mod common;
 
@@ -756,5 +758,67 @@ fn metrics_listen_is_refused_when_the_deployment_has_metrics_off() {
     assert!(
         !dir.path().join("capgate.db").exists(),
         "nothing was created"
+    );
+}
+
+/// The value of an unlabelled series of an exposition.
+fn gauge(text: &str, name: &str) -> Option<f64> {
+    series(text)
+        .iter()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_runtime_gauges_follow_live_tasks_up_and_back_down() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = format!("sqlite://{}", dir.path().join("capgate.db").display());
+    let server = Server::start(&example_config(), &store);
+    let metrics = server.metrics.clone().expect("metrics listener");
+    let http = reqwest::Client::new();
+    let tasks = async || {
+        let text = scrape(&http, &metrics).await;
+        gauge(&text, "capgate_runtime_alive_tasks")
+            .unwrap_or_else(|| panic!("no capgate_runtime_alive_tasks in the exposition:\n{text}"))
+    };
+    let first = scrape(&http, &metrics).await;
+    let workers = gauge(&first, "capgate_runtime_workers").expect("capgate_runtime_workers");
+    assert!(workers >= 1.0, "workers {workers}");
+    let idle = tasks().await;
+    assert!(idle >= 1.0, "a serving runtime has live tasks: {idle}");
+
+    // 40 open keep-alive connections to the gateway: the server holds a task for each.
+    let addr = server
+        .base
+        .strip_prefix("http://")
+        .expect("http base")
+        .to_string();
+    let mut held = Vec::new();
+    for _ in 0..40 {
+        let mut s = std::net::TcpStream::connect(&addr).expect("connect");
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .expect("request");
+        let mut buf = [0u8; 12];
+        s.read_exact(&mut buf).expect("status line");
+        assert_eq!(&buf, b"HTTP/1.1 200", "a keep-alive /healthz");
+        held.push(s);
+    }
+    // One task per connection; the idle count may have included a short-lived task or two
+    // (a request finishing, a background tick), hence the margin.
+    let loaded = tasks().await;
+    assert!(
+        loaded >= idle + 35.0,
+        "40 open connections are about 40 more live tasks: {idle} idle, {loaded} with them"
+    );
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut now = tasks().await;
+    while now > loaded - 35.0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        now = tasks().await;
+    }
+    assert!(
+        now <= loaded - 35.0,
+        "closed connections' tasks end: {idle} idle, {loaded} with 40 connections, {now} after closing them"
     );
 }
