@@ -89,6 +89,11 @@ pub fn readiness_router(checks: Vec<(String, Arc<dyn ReadinessProbe>)>) -> Route
                                 .await
                             {
                                 Ok(Ok(())) => true,
+                                // A deliberate state (such as draining) is no fault.
+                                Ok(Err(e)) if word != "failing" => {
+                                    tracing::debug!(target: LOG, check = %name, error = %e, "not ready");
+                                    false
+                                }
                                 Ok(Err(e)) => {
                                     tracing::warn!(target: LOG, check = %name, error = %e, "not ready");
                                     false
