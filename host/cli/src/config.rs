@@ -305,6 +305,14 @@ pub struct GatewaySection {
     pub approval_console_url: Option<String>,
     /// Keep invocation receipts this long.
     pub replay_horizon_hours: u64,
+    /// At SIGTERM or Ctrl-C, how long `/readyz` answers 503 (`shutdown: draining`) while
+    /// the listener still serves, so a load balancer stops sending before connections are
+    /// refused (`shutdownUnreadyDelayMs`, default 1000; 0 stops accepting at once).
+    pub shutdown_unready_delay_ms: u64,
+    /// At SIGTERM or Ctrl-C, how long calls in flight get to finish once the listener is
+    /// closed (`shutdownDrainMs`, default 30000); a call still running then is left with a
+    /// pending receipt for `capgate invocations reconcile`.
+    pub shutdown_drain_ms: u64,
     /// Rate limits of every door.
     pub rate_limit: RateLimitSection,
     /// The approval console web page.
@@ -384,6 +392,8 @@ impl Default for GatewaySection {
             jwt: None,
             approval_console_url: None,
             replay_horizon_hours: 24 * 7,
+            shutdown_unready_delay_ms: 1000,
+            shutdown_drain_ms: 30_000,
             rate_limit: RateLimitSection::default(),
             console: ConsoleSection::default(),
             admin: AdminSection::default(),

@@ -467,14 +467,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             store,
         } => {
             let checked = load(&config)?;
-            runtime()?.block_on(serve::serve(
+            let rt = runtime()?;
+            let served = rt.block_on(serve::serve(
                 checked,
                 store,
                 serve::Listen {
                     gateway: listen,
                     metrics: metrics_listen,
                 },
-            ))?;
+            ));
+            // Calls still running past the drain time are abandoned (their receipts stay
+            // pending), and a Wasm call on a blocking thread does not hold the exit.
+            rt.shutdown_timeout(serve::ABANDON_TIMEOUT);
+            served?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Mcp {

@@ -324,6 +324,14 @@ const FIXED: &[(&str, &str)] = &[
         "the invocation journal and its purge are set up at start",
     ),
     ("/telemetry", "metrics and traces are set up at start"),
+    (
+        "/gateway/shutdownUnreadyDelayMs",
+        "the shutdown sequence is set up at start",
+    ),
+    (
+        "/gateway/shutdownDrainMs",
+        "the shutdown sequence is set up at start",
+    ),
 ];
 
 /// One located problem for each setting of [`FIXED`] the new file changes.

@@ -18,8 +18,9 @@ use capgate_core::actor::Surface;
 use capgate_gateway::approvals_api::{ApprovalsRouter, AuditTrail};
 use capgate_gateway::console::{ConsoleOptions, ConsoleSessions};
 use capgate_gateway::door::{Doorkeeper, Quotas};
-use capgate_gateway::gateway::{FnProbe, ReadinessProbe};
+use capgate_gateway::gateway::{FnProbe, ReadinessProbe, ShutdownProbe};
 use capgate_gateway::mcp::McpSessions;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -33,6 +34,9 @@ pub struct Kept {
     quotas: Mutex<Option<(RateKey, Arc<Quotas>)>>,
     /// What `POST /admin/reload` calls (set once the reloader exists).
     pub(crate) reloader: OnceLock<Arc<Reloader>>,
+    /// `/readyz`'s `shutdown` check: turned unready when shutdown begins, whatever
+    /// configuration is serving by then.
+    shutdown: ShutdownProbe,
 }
 
 type RateKey = (u32, u32, u32, u32);
@@ -45,6 +49,7 @@ impl Kept {
             mcp_sessions: McpSessions::in_memory(),
             quotas: Mutex::new(None),
             reloader: OnceLock::new(),
+            shutdown: ShutdownProbe::default(),
         }
     }
 
@@ -125,7 +130,7 @@ pub fn app(checked: &Checked, d: &Deployment, kept: &Kept) -> anyhow::Result<axu
             capgate_gateway::trace_context::continue_trace,
         ))
         .merge(capgate_gateway::gateway::readiness_router(
-            readiness_checks(cfg, d),
+            readiness_checks(cfg, d, kept),
         ));
     if cfg.telemetry.metrics.as_ref().is_some_and(|m| m.enabled) {
         // Inside the swapped application, where each route's matched template is known.
@@ -138,17 +143,37 @@ pub fn app(checked: &Checked, d: &Deployment, kept: &Kept) -> anyhow::Result<axu
 
 /// The outer service of `serve`: each request runs on a clone of the application current
 /// when it arrived (cheap: a router is a handful of `Arc`s), so a reload never cuts a call
-/// in flight and every later request sees the new application.
-fn swapped(current: Arc<ArcSwap<axum::Router>>) -> axum::Router {
+/// in flight and every later request sees the new application. `in_flight` counts the
+/// requests being answered (what a shutdown that runs out of drain time reports).
+fn swapped(current: Arc<ArcSwap<axum::Router>>, in_flight: Arc<AtomicUsize>) -> axum::Router {
     axum::Router::new().fallback(move |request: Request| {
         let app = axum::Router::clone(&current.load());
+        let counted = InFlight::enter(&in_flight);
         async move {
-            match tower::ServiceExt::oneshot(app, request).await {
+            let response = match tower::ServiceExt::oneshot(app, request).await {
                 Ok(response) => response,
                 Err(never) => match never {},
-            }
+            };
+            drop(counted);
+            response
         }
     })
+}
+
+/// One request in flight, counted until it is answered or dropped.
+struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    fn enter(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::SeqCst);
+        InFlight(count.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// The human approvals API of a deployment: role `approver`, outcomes from its audit log.
@@ -174,14 +199,16 @@ fn console_options(c: &crate::config::ConsoleSection) -> anyhow::Result<ConsoleO
     })
 }
 
-/// What `/readyz` checks: the store answers, the audit writer runs, and (with plugins) the
-/// Wasm host still bounds calls.
+/// What `/readyz` checks: the process is not shutting down, the store answers, the audit
+/// writer runs, and (with plugins) the Wasm host still bounds calls.
 fn readiness_checks(
     cfg: &crate::config::Config,
     d: &Deployment,
+    kept: &Kept,
 ) -> Vec<(String, Arc<dyn ReadinessProbe>)> {
     let audit = d.audit.clone();
     let mut checks: Vec<(String, Arc<dyn ReadinessProbe>)> = vec![
+        ("shutdown".into(), Arc::new(kept.shutdown.clone())),
         (
             "store".into(),
             Arc::new(capgate_gateway::gateway::JournalProbe(d.journal.clone())),
@@ -274,6 +301,8 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
             cfg.gateway.replay_horizon_hours.saturating_mul(3600),
         ));
     let routes = cfg.gateway.routes.clone();
+    let unready_delay = Duration::from_millis(cfg.gateway.shutdown_unready_delay_ms);
+    let drain = Duration::from_millis(cfg.gateway.shutdown_drain_ms);
     let console = cfg.gateway.console.clone();
     let admin_reload = cfg.gateway.admin.reload;
     let metrics_section = cfg.telemetry.metrics.clone();
@@ -282,7 +311,8 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
     let reloader = Reloader::new(checked, deployment, kept.clone(), current.clone())?;
     let _ = kept.reloader.set(reloader.clone());
     reloader.serve_first().await?;
-    let mut app = swapped(current);
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let mut app = swapped(current, in_flight.clone());
     let mut metrics_server = None;
     let mut metrics_on_gateway = None;
     if let Some(router) = metrics {
@@ -313,9 +343,17 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
             }
         }
     }
-    // Before announcing the listener: SIGHUP's default action would end the process.
+    // Before announcing the listener: SIGHUP's and SIGTERM's default actions would end the
+    // process.
     let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .context("cannot listen for SIGHUP")?;
+    let mut stops = Stops::new()?;
+    let shutdown = Shutdown {
+        unready_delay,
+        drain,
+        probe: kept.shutdown.clone(),
+        in_flight,
+    };
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
         .with_context(|| {
@@ -349,13 +387,20 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
     }
     println!("capgate:   /healthz, /readyz -> health (liveness, readiness with named checks)");
     println!("capgate:   SIGHUP -> reload the configuration");
+    println!(
+        "capgate:   SIGTERM, Ctrl-C -> drain ({} ms unready, then up to {} ms for calls in flight); a second one exits at once",
+        shutdown.unready_delay.as_millis(),
+        shutdown.drain.as_millis()
+    );
     let purger = tokio::spawn(purge_receipts(journal));
     let reloads = tokio::spawn(reload_on_hangup(hangups, reloader));
+    let (stop_accepting, accepting_stopped) = tokio::sync::oneshot::channel::<()>();
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
+            let _ = accepting_stopped.await;
         })
-        .await;
+        .into_future();
+    let served = shutdown.run(served, stop_accepting, &mut stops).await;
     purger.abort();
     reloads.abort();
     if let Some(m) = metrics_server {
@@ -377,6 +422,98 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
     }
     store_handle.close().await;
     Ok(())
+}
+
+/// The signals that stop `serve`: SIGTERM (what an orchestrator sends) and SIGINT (Ctrl-C).
+struct Stops {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Stops {
+    fn new() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Stops {
+            term: signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?,
+            int: signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?,
+        })
+    }
+
+    /// The next stop signal's name.
+    async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
+    }
+}
+
+/// `serve`'s shutdown sequence (README "Reliability"): at the first stop signal `/readyz`
+/// turns unready; after the unready delay the listener closes; calls in flight get the
+/// drain time to finish. A second stop signal exits at once.
+struct Shutdown {
+    unready_delay: Duration,
+    drain: Duration,
+    probe: ShutdownProbe,
+    in_flight: Arc<AtomicUsize>,
+}
+
+/// How long the process waits, once `serve` returned, for the tasks it abandons (calls
+/// still running past the drain time) before it exits anyway.
+pub(crate) const ABANDON_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The exit status of a shutdown forced by a second stop signal.
+const FORCED_EXIT_STATUS: i32 = 1;
+
+impl Shutdown {
+    /// Serve until a stop signal, then drain. `served` is the server with graceful shutdown
+    /// on `stop_accepting`. Returns the server's own failure, if any; a drain that runs out
+    /// of time is not one (its calls keep pending receipts).
+    async fn run(
+        &self,
+        served: impl std::future::Future<Output = std::io::Result<()>>,
+        stop_accepting: tokio::sync::oneshot::Sender<()>,
+        stops: &mut Stops,
+    ) -> std::io::Result<()> {
+        tokio::pin!(served);
+        let signal = tokio::select! {
+            result = &mut served => return result,
+            signal = stops.next() => signal,
+        };
+        self.probe.begin();
+        eprintln!(
+            "capgate: {signal}: shutting down — /readyz answers 503; no new connections in {} ms; calls in flight get {} ms more (a second SIGTERM or Ctrl-C exits at once)",
+            self.unready_delay.as_millis(),
+            self.drain.as_millis()
+        );
+        tokio::select! {
+            result = &mut served => return result,
+            signal = stops.next() => self.force(signal),
+            _ = tokio::time::sleep(self.unready_delay) => {}
+        }
+        let _ = stop_accepting.send(());
+        tokio::select! {
+            result = &mut served => result,
+            signal = stops.next() => self.force(signal),
+            _ = tokio::time::sleep(self.drain) => {
+                let left = self.in_flight.load(Ordering::SeqCst);
+                eprintln!(
+                    "capgate: the drain time ({} ms) ran out with {left} request(s) in flight: they get no answer; a call whose procedure had started keeps a pending receipt (see `capgate invocations show`/`reconcile`)",
+                    self.drain.as_millis()
+                );
+                Ok(())
+            }
+        }
+    }
+
+    /// A second stop signal: exit now, leaving calls in flight to the crash-recovery path.
+    fn force(&self, signal: &str) -> ! {
+        eprintln!(
+            "capgate: {signal} again: exiting at once with {} request(s) in flight (their receipts stay pending; audit events still queued are lost)",
+            self.in_flight.load(Ordering::SeqCst)
+        );
+        std::process::exit(FORCED_EXIT_STATUS)
+    }
 }
 
 /// Reload the configuration on every SIGHUP; the outcome goes to the log (a refused file

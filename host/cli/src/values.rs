@@ -141,6 +141,20 @@ impl Config {
             g.audit_drain_timeout_ms,
             true,
         );
+        ms(
+            doc,
+            out,
+            "/gateway/shutdownUnreadyDelayMs",
+            g.shutdown_unready_delay_ms,
+            true,
+        );
+        ms(
+            doc,
+            out,
+            "/gateway/shutdownDrainMs",
+            g.shutdown_drain_ms,
+            false,
+        );
         if g.max_body_bytes == 0 {
             out.push(doc.problem("/gateway/maxBodyBytes", "must be positive"));
         }

@@ -675,7 +675,7 @@ async fn metrics_behind_a_bearer_token_and_readyz_with_named_checks() {
     assert_eq!(code, 200, "{ready}");
     assert_eq!(
         ready,
-        json!({"status": "ready", "checks": {"store": "ok", "audit": "ok", "plugins": "ok"}})
+        json!({"status": "ready", "checks": {"shutdown": "ok", "store": "ok", "audit": "ok", "plugins": "ok"}})
     );
 }
 

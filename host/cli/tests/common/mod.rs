@@ -2,6 +2,7 @@
 //! read from the "listening on" line.
 #![allow(dead_code)]
 
+pub mod lifecycle;
 pub mod walkthrough;
 
 use serde_json::{Value, json};
@@ -199,6 +200,35 @@ impl Server {
     /// The server's process id (to signal it).
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// `kill -9`: the process dies at once, mid-call, with nothing flushed.
+    pub fn kill_hard(&mut self) {
+        self.child.kill().expect("SIGKILL capgate serve");
+        let _ = self.child.wait();
+    }
+
+    /// Send SIGTERM (what an orchestrator sends to stop a replica).
+    pub fn terminate(&self) {
+        let pid = libc::pid_t::try_from(self.child.id()).expect("pid");
+        // SAFETY: kill(2) on our own child's pid; no memory is involved.
+        let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
+        assert_eq!(rc, 0, "SIGTERM capgate serve");
+    }
+
+    /// The exit status, waiting up to `timeout` for the process to end.
+    pub fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let until = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < until,
+                "capgate serve did not exit within {timeout:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 

@@ -16,6 +16,12 @@ const LOG: &str = "capgate::gateway";
 pub trait ReadinessProbe: Send + Sync + 'static {
     /// `Ok` when ready; the error is logged, never sent.
     async fn ready(&self) -> Result<(), String>;
+
+    /// The word `/readyz` answers for this check when it fails (default `failing`): a
+    /// fixed word, never the error, so nothing about the failure leaks.
+    fn failing_word(&self) -> &'static str {
+        "failing"
+    }
 }
 
 #[async_trait]
@@ -78,10 +84,16 @@ pub fn readiness_router(checks: Vec<(String, Arc<dyn ReadinessProbe>)>) -> Route
                 async move {
                     let results = futures::future::join_all(checks.iter().map(
                         |(name, probe)| async move {
+                            let word = probe.failing_word();
                             let ok = match tokio::time::timeout(READINESS_TIMEOUT, probe.ready())
                                 .await
                             {
                                 Ok(Ok(())) => true,
+                                // A deliberate state (such as draining) is no fault.
+                                Ok(Err(e)) if word != "failing" => {
+                                    tracing::debug!(target: LOG, check = %name, error = %e, "not ready");
+                                    false
+                                }
                                 Ok(Err(e)) => {
                                     tracing::warn!(target: LOG, check = %name, error = %e, "not ready");
                                     false
@@ -91,14 +103,14 @@ pub fn readiness_router(checks: Vec<(String, Arc<dyn ReadinessProbe>)>) -> Route
                                     false
                                 }
                             };
-                            (name.clone(), ok)
+                            (name.clone(), if ok { "ok" } else { word })
                         },
                     ))
                     .await;
-                    let ready = results.iter().all(|(_, ok)| *ok);
+                    let ready = results.iter().all(|(_, word)| *word == "ok");
                     let checks: serde_json::Map<String, Value> = results
                         .into_iter()
-                        .map(|(n, ok)| (n, Value::from(if ok { "ok" } else { "failing" })))
+                        .map(|(n, word)| (n, Value::from(word)))
                         .collect();
                     let (code, status) = if ready {
                         (StatusCode::OK, "ready")
@@ -125,5 +137,32 @@ where
 {
     async fn ready(&self) -> Result<(), String> {
         (self.0)()
+    }
+}
+
+/// The `shutdown` readiness check of a serving process: `ok` until shutdown begins, then
+/// `draining` (so a load balancer stops sending before the listener closes).
+#[derive(Debug, Clone, Default)]
+pub struct ShutdownProbe(pub Arc<std::sync::atomic::AtomicBool>);
+
+impl ShutdownProbe {
+    /// Turn `/readyz` unready for good: the process is shutting down.
+    pub fn begin(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[async_trait]
+impl ReadinessProbe for ShutdownProbe {
+    async fn ready(&self) -> Result<(), String> {
+        if self.0.load(std::sync::atomic::Ordering::SeqCst) {
+            Err("shutting down: draining calls in flight".to_owned())
+        } else {
+            Ok(())
+        }
+    }
+
+    fn failing_word(&self) -> &'static str {
+        "draining"
     }
 }
