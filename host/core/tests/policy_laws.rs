@@ -68,6 +68,9 @@ fn normalized(r: &ApprovalRequirement) -> ApprovalRequirement {
     r
 }
 
+/// One requirement to merge: asking policy, reason, type, expiry.
+type Ask = (Option<String>, String, Option<String>, Option<u64>);
+
 fn requirement(v: &Verdict) -> Option<&ApprovalRequirement> {
     match v {
         Verdict::ApprovalRequired(r) => Some(r),
@@ -154,7 +157,7 @@ proptest! {
         )
         .prop_flat_map(|r| (Just(r.clone()), Just(r).prop_shuffle()))
     ) {
-        let merge_all = |list: &[(Option<String>, String, Option<String>, Option<u64>)]| {
+        let merge_all = |list: &[Ask]| {
             let mut acc = ApprovalRequirement::default();
             for (policy, reason, t, e) in list {
                 acc.merge(policy.as_deref(), reason, t.as_deref(), *e);

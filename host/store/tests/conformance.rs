@@ -969,7 +969,7 @@ const STATUSES: [ApprovalStatus; 6] = [
 /// An approvals operation ready to run.
 #[derive(Debug, Clone, PartialEq)]
 enum ACall {
-    Create(ApprovalRequest),
+    Create(Box<ApprovalRequest>),
     Decide { id: String, decision: Decision },
     Consume { id: String, execution: String },
     Get { id: String },
@@ -1018,7 +1018,7 @@ async fn run_acall(
         }))
     };
     match call {
-        ACall::Create(request) => record(a.create(request.clone()).await),
+        ACall::Create(request) => record(a.create(request.as_ref().clone()).await),
         ACall::Decide { id, decision } => record(a.decide(id, decision.clone(), now).await),
         ACall::Consume { id, execution } => record(a.mark_consumed(id, execution, now).await),
         ACall::Get { id } => Ok(AAnswer::Get(
@@ -1082,7 +1082,9 @@ fn request(case: &Case, id: u8, now: DateTime<Utc>, ttl: u8, untyped: bool) -> A
 impl ApprovalsModel {
     fn resolve(case: &Case, op: AOp, now: DateTime<Utc>) -> Option<ACall> {
         Some(match op {
-            AOp::Create { id, ttl, untyped } => ACall::Create(request(case, id, now, ttl, untyped)),
+            AOp::Create { id, ttl, untyped } => {
+                ACall::Create(Box::new(request(case, id, now, ttl, untyped)))
+            }
             AOp::Decide {
                 id,
                 approve,
@@ -1138,7 +1140,7 @@ impl ApprovalsModel {
                 Err(ARefusal::Duplicate)
             } else {
                 let r = ApprovalRecord {
-                    request: request.clone(),
+                    request: request.as_ref().clone(),
                     status: ApprovalStatus::Pending,
                     decision: None,
                     consumed_by_execution_id: None,
