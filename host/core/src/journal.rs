@@ -471,7 +471,8 @@ pub trait InvocationJournal: Send + Sync + 'static {
         invocation_id: &str,
     ) -> Result<Option<InvocationRecord>, JournalError>;
 
-    /// The record that asked for an approval, within a scope.
+    /// The record that asked for an approval, within a scope: the oldest if several did
+    /// (ties broken by invocation id).
     async fn find_approval(
         &self,
         scope: &str,
@@ -644,7 +645,13 @@ impl InvocationJournal for InMemoryInvocationJournal {
             .lock()
             .values()
             .filter(|r| r.scope == scope && r.approval_id.as_deref() == Some(approval_id))
-            .min_by_key(|r| r.created_at)
+            // Ties broken by invocation id, as the SQL journal does: the map's iteration
+            // order is random, and the answer must not be.
+            .min_by(|a, b| {
+                a.created_at
+                    .cmp(&b.created_at)
+                    .then_with(|| a.invocation_id.cmp(&b.invocation_id))
+            })
             .cloned())
     }
 

@@ -295,21 +295,24 @@ impl SqlApprovalCoordinator {
             .transpose()
     }
 
-    /// After a conditional UPDATE matched nothing: say why, from the current row.
+    /// After a conditional UPDATE matched nothing: say why, from the current row, or
+    /// `None` when the row now meets the UPDATE's condition (it was created or decided
+    /// between the two statements) and the UPDATE should be tried again.
     async fn refusal(
         &self,
         id: &str,
-        expected: &'static str,
+        expected: ApprovalStatus,
         now: DateTime<Utc>,
-    ) -> ApprovalStoreError {
+    ) -> Option<ApprovalStoreError> {
         match self.fetch(id).await {
-            Ok(None) => ApprovalStoreError::NotFound(id.to_string()),
-            Ok(Some(r)) => ApprovalStoreError::WrongStatus {
+            Ok(None) => Some(ApprovalStoreError::NotFound(id.to_string())),
+            Ok(Some(r)) if r.effective_status(now) == expected => None,
+            Ok(Some(r)) => Some(ApprovalStoreError::WrongStatus {
                 id: id.to_string(),
                 status: r.effective_status(now).as_str(),
-                expected,
-            },
-            Err(e) => e,
+                expected: expected.as_str(),
+            }),
+            Err(e) => Some(e),
         }
     }
 }
@@ -401,45 +404,55 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
             };
             let now = trunc(now);
             let decided_at = trunc(decision.decided_at);
-            let raw = match &*self.store.db {
-                Db::Sqlite { group, .. } => group
-                    .fetch_optional(
-                        DECIDE,
-                        sqlite_args!(
-                            id,
-                            status,
-                            encode("approver", &decision.approver)?,
-                            micros(decided_at),
-                            &decision.comment,
-                            micros(now),
-                            &decision.approver_namespace,
-                            decision.via.as_str(),
+            // The UPDATE and the read that explains a refusal are two statements: a row
+            // that met the condition in between is updated again, not refused.
+            for _ in 0..3 {
+                let raw = match &*self.store.db {
+                    Db::Sqlite { group, .. } => group
+                        .fetch_optional(
+                            DECIDE,
+                            sqlite_args!(
+                                id,
+                                status,
+                                encode("approver", &decision.approver)?,
+                                micros(decided_at),
+                                &decision.comment,
+                                micros(now),
+                                &decision.approver_namespace,
+                                decision.via.as_str(),
+                            )
+                            .map_err(backend)?,
                         )
-                        .map_err(backend)?,
-                    )
-                    .await
-                    .map_err(backend)?
-                    .map(|r| read_row(&r))
-                    .transpose()?,
-                Db::Postgres(pool) => sqlx::query(DECIDE)
-                    .bind(id)
-                    .bind(status)
-                    .bind(Json(&decision.approver))
-                    .bind(decided_at)
-                    .bind(&decision.comment)
-                    .bind(now)
-                    .bind(&decision.approver_namespace)
-                    .bind(decision.via.as_str())
-                    .fetch_optional(pool)
-                    .await
-                    .map_err(backend)?
-                    .map(|r| read_row(&r))
-                    .transpose()?,
-            };
-            match raw {
-                Some(raw) => raw.validate(),
-                None => Err(self.refusal(id, "pending", now).await),
+                        .await
+                        .map_err(backend)?
+                        .map(|r| read_row(&r))
+                        .transpose()?,
+                    Db::Postgres(pool) => sqlx::query(DECIDE)
+                        .bind(id)
+                        .bind(status)
+                        .bind(Json(&decision.approver))
+                        .bind(decided_at)
+                        .bind(&decision.comment)
+                        .bind(now)
+                        .bind(&decision.approver_namespace)
+                        .bind(decision.via.as_str())
+                        .fetch_optional(pool)
+                        .await
+                        .map_err(backend)?
+                        .map(|r| read_row(&r))
+                        .transpose()?,
+                };
+                match raw {
+                    Some(raw) => return raw.validate(),
+                    None => match self.refusal(id, ApprovalStatus::Pending, now).await {
+                        Some(e) => return Err(e),
+                        None => continue,
+                    },
+                }
             }
+            Err(backend(format!(
+                "approval `{id}` kept changing while being decided"
+            )))
         })
         .await
     }
@@ -455,30 +468,40 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
             "approvals.mark_consumed",
             async move {
                 let now = trunc(now);
-                let raw = match &*self.store.db {
-                    Db::Sqlite { group, .. } => group
-                        .fetch_optional(
-                            CONSUME,
-                            sqlite_args!(id, execution_id, micros(now)).map_err(backend)?,
-                        )
-                        .await
-                        .map_err(backend)?
-                        .map(|r| read_row(&r))
-                        .transpose()?,
-                    Db::Postgres(pool) => sqlx::query(CONSUME)
-                        .bind(id)
-                        .bind(execution_id)
-                        .bind(now)
-                        .fetch_optional(pool)
-                        .await
-                        .map_err(backend)?
-                        .map(|r| read_row(&r))
-                        .transpose()?,
-                };
-                match raw {
-                    Some(raw) => raw.validate(),
-                    None => Err(self.refusal(id, "approved", now).await),
+                // The UPDATE and the read that explains a refusal are two statements: a row
+                // that met the condition in between is updated again, not refused.
+                for _ in 0..3 {
+                    let raw = match &*self.store.db {
+                        Db::Sqlite { group, .. } => group
+                            .fetch_optional(
+                                CONSUME,
+                                sqlite_args!(id, execution_id, micros(now)).map_err(backend)?,
+                            )
+                            .await
+                            .map_err(backend)?
+                            .map(|r| read_row(&r))
+                            .transpose()?,
+                        Db::Postgres(pool) => sqlx::query(CONSUME)
+                            .bind(id)
+                            .bind(execution_id)
+                            .bind(now)
+                            .fetch_optional(pool)
+                            .await
+                            .map_err(backend)?
+                            .map(|r| read_row(&r))
+                            .transpose()?,
+                    };
+                    match raw {
+                        Some(raw) => return raw.validate(),
+                        None => match self.refusal(id, ApprovalStatus::Approved, now).await {
+                            Some(e) => return Err(e),
+                            None => continue,
+                        },
+                    }
                 }
+                Err(backend(format!(
+                    "approval `{id}` kept changing while being consumed"
+                )))
             },
         )
         .await

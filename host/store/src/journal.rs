@@ -180,6 +180,13 @@ impl RawInvocation {
     }
 }
 
+/// Whether `claim_resume` for `approval_id` may reopen `r` (the UPDATE's condition).
+fn resumable(r: &InvocationRecord, approval_id: &str) -> bool {
+    r.state == InvocationState::Settled
+        && r.awaiting_approval
+        && r.approval_id.as_deref() == Some(approval_id)
+}
+
 fn encode(what: &str, v: &Value) -> Result<String, JournalError> {
     serde_json::to_string(v).map_err(|e| backend(format!("cannot encode {what}: {e}")))
 }
@@ -375,40 +382,49 @@ impl InvocationJournal for SqlInvocationJournal {
     ) -> Result<ResumeClaim, JournalError> {
         crate::metrics::timed(self.store.backend(), "journal.claim_resume", async move {
             let now = trunc(now);
-            let token = new_claim_token();
-            let raw = match &*self.store.db {
-                Db::Sqlite { group, .. } => group
-                    .fetch_optional(
-                        CLAIM_RESUME,
-                        sqlite_args!(scope, invocation_id, approval_id, &token, micros(now))
-                            .map_err(backend)?,
-                    )
-                    .await
-                    .map_err(backend)?
-                    .map(|r| read_row(&r))
-                    .transpose()?,
-                Db::Postgres(pool) => sqlx::query(CLAIM_RESUME)
-                    .bind(scope)
-                    .bind(invocation_id)
-                    .bind(approval_id)
-                    .bind(&token)
-                    .bind(now)
-                    .fetch_optional(pool)
-                    .await
-                    .map_err(backend)?
-                    .map(|r| read_row(&r))
-                    .transpose()?,
-            };
-            if let Some(raw) = raw {
-                return Ok(ResumeClaim::Admitted {
-                    claim_token: token,
-                    record: raw.validate()?,
-                });
+            // The UPDATE and the read that explains a refusal are two statements: a record
+            // that became resumable in between (its first run settling approval-required)
+            // is claimed again rather than reported as not resumable.
+            for _ in 0..3 {
+                let token = new_claim_token();
+                let raw = match &*self.store.db {
+                    Db::Sqlite { group, .. } => group
+                        .fetch_optional(
+                            CLAIM_RESUME,
+                            sqlite_args!(scope, invocation_id, approval_id, &token, micros(now))
+                                .map_err(backend)?,
+                        )
+                        .await
+                        .map_err(backend)?
+                        .map(|r| read_row(&r))
+                        .transpose()?,
+                    Db::Postgres(pool) => sqlx::query(CLAIM_RESUME)
+                        .bind(scope)
+                        .bind(invocation_id)
+                        .bind(approval_id)
+                        .bind(&token)
+                        .bind(now)
+                        .fetch_optional(pool)
+                        .await
+                        .map_err(backend)?
+                        .map(|r| read_row(&r))
+                        .transpose()?,
+                };
+                if let Some(raw) = raw {
+                    return Ok(ResumeClaim::Admitted {
+                        claim_token: token,
+                        record: raw.validate()?,
+                    });
+                }
+                match self.fetch(GET, scope, invocation_id).await? {
+                    Some(r) if resumable(&r, approval_id) => continue,
+                    Some(r) => return Ok(ResumeClaim::NotResumable(r)),
+                    None => return Ok(ResumeClaim::NotFound),
+                }
             }
-            Ok(match self.fetch(GET, scope, invocation_id).await? {
-                Some(r) => ResumeClaim::NotResumable(r),
-                None => ResumeClaim::NotFound,
-            })
+            Err(JournalError::Backend(format!(
+                "invocation `{invocation_id}` kept changing while being resumed"
+            )))
         })
         .await
     }
