@@ -22,8 +22,11 @@ use serde::de::DeserializeOwned;
 use std::fmt::Debug;
 use std::path::Path;
 
-/// The targets by name, for the corpus replay and `cargo xtask fuzz`.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+/// A target: the fuzzer's bytes in, a panic when its property fails.
+pub type Target = fn(&[u8]);
+
+/// The targets by name, for the corpus replay.
+pub const TARGETS: &[(&str, Target)] = &[
     ("canonical", canonical),
     ("config", config),
     ("gateway_bodies", gateway_bodies),
