@@ -3,9 +3,11 @@
 //! - `cargo xtask demo`: run capgate's main job on the embedded default.
 //! - `cargo xtask test`: install what the tests need, build the guest plugins, run every test.
 //! - `cargo xtask build-plugins`: build the Wasm plugins only.
+//! - `cargo xtask fuzz [--seconds N] [TARGET…]`: run the libFuzzer targets for a fixed time.
 
 mod client;
 mod example;
+mod fuzz;
 mod load;
 mod plugins;
 mod soak;
@@ -24,6 +26,7 @@ fn main() -> anyhow::Result<()> {
         Some("build-plugins") => plugins::build_plugins(&root),
         Some("test") => test(&root, &args[1..]),
         Some("demo") => demo(&root, &args[1..]),
+        Some("fuzz") => fuzz::fuzz(&root, &args[1..]),
         Some("load") => {
             // A plain `error: …` like cargo's, without anyhow's backtrace: these are
             // usage and connection errors, each saying what to do next.
@@ -50,7 +53,7 @@ fn main() -> anyhow::Result<()> {
         },
         _ => {
             eprintln!(
-                "usage: cargo xtask <command>\n\n  demo            build the plugins, pin them, serve the customer-support example\n  example-config  write examples/customer-support/capgate.toml (plugins pinned);\n                  --load writes capgate.load.toml for `cargo xtask load` instead,\n                  --soak capgate.soak.toml for `cargo xtask soak`\n  load            load-test a running gateway (`cargo xtask load --help`)\n  soak            mixed load at a fixed rate for minutes, watching for leaks (`cargo xtask soak --help`)\n  test            set up everything and run the whole test suite\n  build-plugins   build the Wasm guest plugins"
+                "usage: cargo xtask <command>\n\n  demo            build the plugins, pin them, serve the customer-support example\n  example-config  write examples/customer-support/capgate.toml (plugins pinned);\n                  --load writes capgate.load.toml for `cargo xtask load` instead,\n                  --soak capgate.soak.toml for `cargo xtask soak`\n  load            load-test a running gateway (`cargo xtask load --help`)\n  soak            mixed load at a fixed rate for minutes, watching for leaks (`cargo xtask soak --help`)\n  test            set up everything and run the whole test suite\n  build-plugins   build the Wasm guest plugins\n  fuzz            run each fuzz target for a fixed time (--seconds N, default 60; nightly + cargo-fuzz)"
             );
             std::process::exit(2)
         }

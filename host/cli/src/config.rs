@@ -613,6 +613,13 @@ impl Config {
                 message: format!("cannot read the configuration file: {e}"),
             }]
         })?;
+        Config::parse(path, text)
+    }
+
+    /// Check a configuration's text as [`Config::load`] does its file (`path` only names
+    /// it in the problems and anchors relative paths; nothing is read): the fuzz target of
+    /// the configuration loader drives this.
+    pub fn parse(path: &Path, text: String) -> Result<(Config, Located), Vec<Problem>> {
         let doc = Located::parse(path, text).map_err(|p| vec![p])?;
         let mut problems = doc.overflow_problems();
         let mut cfg = Config {

@@ -11,22 +11,11 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-mod build;
-mod config;
-mod diff;
-mod inspect;
-mod located;
-mod metrics;
-mod oci;
-mod ops;
-mod reload;
-mod scenario;
-mod serve;
-mod store;
-mod table;
-mod telemetry;
-mod validate;
-mod values;
+// The commands' code is the `capgate` library (src/lib.rs), so the fuzz targets
+// (host/fuzz) can reach the configuration loader that `check` runs.
+use capgate::{
+    diff, inspect, oci, ops, runtime, scenario, serve, store, table, telemetry, validate,
+};
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -718,13 +707,6 @@ fn decide(rt: &tokio::runtime::Runtime, a: DecideArgs, approve: bool) -> anyhow:
         &a.approver,
         a.comment,
     ))
-}
-
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("could not start the async runtime")
 }
 
 /// `capgate check`: exit 0 when `serve` would accept the file, 1 with every located problem

@@ -41,6 +41,12 @@ pub struct Kept {
 
 type RateKey = (u32, u32, u32, u32);
 
+impl Default for Kept {
+    fn default() -> Self {
+        Kept::new()
+    }
+}
+
 impl Kept {
     /// Nothing kept yet.
     pub fn new() -> Self {

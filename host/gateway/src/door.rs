@@ -316,13 +316,29 @@ impl<S: DoorState> FromRequestParts<S> for Caller {
 }
 
 /// A request body the doors accept: JSON of this shape, checked beyond what serde checks.
-pub(crate) trait WireBody: DeserializeOwned + Send {
+/// Public so that [`admit_body`] (the fuzz targets' entry) can name the body types.
+pub trait WireBody: DeserializeOwned + Send {
     /// The operation, for error messages (`Invalid invoke request: …`).
     const OPERATION: &'static str;
     /// Bounds serde cannot express (id lengths, list sizes).
     fn check(&self) -> Result<(), Reject> {
         Ok(())
     }
+}
+
+/// Parse and check a request body exactly as a door does (an empty body is `{}`, unknown
+/// fields are refused, then [`WireBody::check`]).
+fn admit<T: WireBody>(bytes: &[u8]) -> Result<T, Reject> {
+    let value: T = parse(bytes, T::OPERATION)?;
+    value.check()?;
+    Ok(value)
+}
+
+/// A door's admission of a request body without HTTP: the value a handler would be given,
+/// or the message of the `400` the caller would read. It exists for the fuzz targets
+/// (host/fuzz), which hold every body type to "parse → check never panics".
+pub fn admit_body<T: WireBody>(bytes: &[u8]) -> Result<T, String> {
+    admit(bytes).map_err(|r| r.message)
 }
 
 /// A validated JSON body: at most the door's body limit (the tower layer refuses more with
@@ -340,9 +356,7 @@ impl<S: DoorState, T: WireBody> FromRequest<S> for Valid<T> {
                 Reject::bad_request(format!("The request body could not be read: {e}"))
             }
         })?;
-        let value: T = parse(&bytes, T::OPERATION)?;
-        value.check()?;
-        Ok(Valid(value))
+        admit(&bytes).map(Valid)
     }
 }
 

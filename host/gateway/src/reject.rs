@@ -9,9 +9,10 @@ use capgate_core::journal::JournalError;
 
 const LOG: &str = "capgate::gateway";
 
-/// A door's refusal: an HTTP status plus a [`GatewayErrorBody`].
+/// A door's refusal: an HTTP status plus a [`GatewayErrorBody`]. Public only because
+/// [`crate::door::WireBody::check`] returns it; its module is private.
 #[derive(Debug)]
-pub(crate) struct Reject {
+pub struct Reject {
     pub(crate) status: StatusCode,
     pub(crate) code: &'static str,
     pub(crate) message: String,

@@ -1,14 +1,10 @@
-//! Core types → WIT types (and back), with JSON crossing as text.
+//! Core types → WIT types, with JSON crossing as text (the way back is [`crate::decode`]).
 
-use crate::bindings::{wit, wit_policy};
-use crate::error::CallError;
+use crate::bindings::wit;
 use capgate_core::actor::{Actor, ActorKind, Surface};
 use capgate_core::approval::ApprovalRef;
 use capgate_core::meta::{Risk, SideEffect};
-use capgate_core::policy::{CapabilityInfo, Phase, PolicyDecision};
-
-/// Longest reason, code or approval type a decision may carry.
-const MAX_DECISION_FIELD: usize = 4_096;
+use capgate_core::policy::{CapabilityInfo, Phase};
 
 pub(crate) fn surface(s: Surface) -> wit::Surface {
     match s {
@@ -71,42 +67,4 @@ pub(crate) fn approval(a: &ApprovalRef) -> wit::ApprovalRef {
         approver_id: a.approver.id.clone(),
         approver_kind: actor_kind(a.approver.kind),
     }
-}
-
-fn bounded(what: &str, s: &str) -> Result<(), CallError> {
-    if s.len() > MAX_DECISION_FIELD {
-        return Err(CallError::Malformed(format!(
-            "{what} is {} bytes (at most {MAX_DECISION_FIELD})",
-            s.len()
-        )));
-    }
-    Ok(())
-}
-
-/// A WIT decision → core's, refusing oversized fields (core validates the rest).
-pub(crate) fn decision(d: wit_policy::Decision) -> Result<PolicyDecision, CallError> {
-    Ok(match d {
-        wit_policy::Decision::Allow => PolicyDecision::Allow,
-        wit_policy::Decision::Hide => PolicyDecision::Hide,
-        wit_policy::Decision::Deny(wit_policy::Denial { code, message }) => {
-            if let Some(c) = &code {
-                bounded("deny code", c)?;
-            }
-            if let Some(m) = &message {
-                bounded("deny message", m)?;
-            }
-            PolicyDecision::Deny { code, message }
-        }
-        wit_policy::Decision::RequireApproval(r) => {
-            bounded("approval reason", &r.reason)?;
-            if let Some(t) = &r.approval_type {
-                bounded("approval type", t)?;
-            }
-            PolicyDecision::RequireApproval {
-                reason: r.reason,
-                approval_type: r.approval_type,
-                expires_in_ms: r.expires_in_ms,
-            }
-        }
-    })
 }

@@ -88,6 +88,7 @@ mod authorizer;
 mod binding;
 mod bindings;
 mod convert;
+pub mod decode;
 mod error;
 mod host;
 mod limits;

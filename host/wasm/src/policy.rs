@@ -113,10 +113,7 @@ impl WasmPolicy {
                 Box::pin(async move {
                     let answer = guest.call_evaluate(store, &wit_request).await?;
                     Ok(match answer {
-                        Ok(d) => convert::decision(d).and_then(|d| {
-                            d.validate().map_err(CallError::Malformed)?;
-                            Ok(d)
-                        }),
+                        Ok(d) => crate::decode::policy_decision(d),
                         Err(e) => Err(CallError::Guest(e)),
                     })
                 })

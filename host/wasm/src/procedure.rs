@@ -114,19 +114,7 @@ impl Inner {
                 CallError::Deadline(_) => ProcedureError::TimedOut(e.to_string()),
                 other => ProcedureError::Internal(format!("{}: {other}", sb.name)),
             }),
-            Ok(Err(wit_procedure::ProcedureError::Defined(d))) => Err(ProcedureError::Defined {
-                code: d.code,
-                message: d.message,
-                data: d.data.and_then(|s| serde_json::from_str(&s).ok()),
-                retryable: d.retryable,
-            }),
-            Ok(Err(wit_procedure::ProcedureError::Unauthorized(m))) => {
-                Err(ProcedureError::Unauthorized(m))
-            }
-            Ok(Err(wit_procedure::ProcedureError::Forbidden(m))) => {
-                Err(ProcedureError::Forbidden(m))
-            }
-            Ok(Err(wit_procedure::ProcedureError::Internal(m))) => Err(ProcedureError::Internal(m)),
+            Ok(Err(e)) => Err(crate::decode::procedure_error(e)),
         }
     }
 

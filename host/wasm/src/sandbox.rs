@@ -494,20 +494,9 @@ impl<I: Exports> Sandbox<I> {
         }
     }
 
-    /// Refuse a string over the binding's output cap.
-    pub(crate) fn check_size(&self, s: &str) -> Result<(), CallError> {
-        let cap = self.limits.max_output_bytes;
-        if s.len() > cap {
-            return Err(CallError::OutputTooLarge { size: s.len(), cap });
-        }
-        Ok(())
-    }
-
     /// Parse a JSON document the plugin returned, within the output cap.
     pub(crate) fn parse_output(&self, s: &str) -> Result<serde_json::Value, CallError> {
-        self.check_size(s)?;
-        serde_json::from_str(s)
-            .map_err(|e| CallError::Malformed(format!("output is not JSON: {e}")))
+        crate::decode::plugin_json(s, self.limits.max_output_bytes)
     }
 }
 

@@ -1,0 +1,3 @@
+#![no_main]
+//! libFuzzer entry for `capgate_fuzz::approvals_bodies` (the property is documented there).
+libfuzzer_sys::fuzz_target!(|data: &[u8]| capgate_fuzz::approvals_bodies(data));

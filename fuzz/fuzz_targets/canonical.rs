@@ -1,0 +1,3 @@
+#![no_main]
+//! libFuzzer entry for `capgate_fuzz::canonical` (the property is documented there).
+libfuzzer_sys::fuzz_target!(|data: &[u8]| capgate_fuzz::canonical(data));

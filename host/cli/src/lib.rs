@@ -1,0 +1,31 @@
+//! The code of the `capgate` binary (src/main.rs is its command line): configuration
+//! loading and validation, `serve`, the operator commands. A library so that the fuzz
+//! targets (host/fuzz) drive the same configuration loader `capgate check` runs; it is
+//! not a stable API.
+
+pub mod build;
+pub mod config;
+pub mod diff;
+pub mod inspect;
+pub mod located;
+pub mod metrics;
+pub mod oci;
+pub mod ops;
+pub mod reload;
+pub mod scenario;
+pub mod serve;
+pub mod store;
+pub mod table;
+pub mod telemetry;
+pub mod validate;
+pub mod values;
+
+use anyhow::Context;
+
+/// The multi-threaded Tokio runtime every async command (and `capgate test`) runs on.
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("could not start the async runtime")
+}
