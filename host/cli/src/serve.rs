@@ -466,7 +466,7 @@ struct Shutdown {
 
 /// How long the process waits, once `serve` returned, for the tasks it abandons (calls
 /// still running past the drain time) before it exits anyway.
-pub(crate) const ABANDON_TIMEOUT: Duration = Duration::from_millis(500);
+pub const ABANDON_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// The exit status of a shutdown forced by a second stop signal.
 const FORCED_EXIT_STATUS: i32 = 1;
