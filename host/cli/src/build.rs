@@ -83,7 +83,12 @@ pub async fn build(checked: &Checked, store: Store, what: &str) -> anyhow::Resul
     }
     let audit = Arc::new(
         store
-            .audit_sink(AuditSinkOptions::default())
+            .audit_sink(AuditSinkOptions {
+                // Best effort runs the call even when its `capability.started` failed:
+                // keep that record for the store's return. Strict refused the call.
+                keep_failed_write_through: !cfg.audit.strict,
+                ..AuditSinkOptions::default()
+            })
             .context("the audit sink")?,
     );
     let mut sinks: Vec<Arc<dyn AuditSink>> = vec![audit.clone()];

@@ -117,12 +117,27 @@ impl Default for RuntimeSection {
 pub struct StoreSection {
     /// `sqlite://capgate.db` (relative to the config file) or `postgres://…`.
     pub url: String,
+    /// How long a statement waits for a pooled connection (on Postgres, that includes
+    /// connecting while the server is away) before the request fails with a `503`. Bounds
+    /// how long a call can wait on a database that is down. Default 10 000.
+    pub acquire_timeout_ms: u64,
 }
 
 impl Default for StoreSection {
     fn default() -> Self {
         StoreSection {
             url: "sqlite://capgate.db".into(),
+            acquire_timeout_ms: millis(capgate_store::StoreOptions::default().acquire_timeout),
+        }
+    }
+}
+
+impl StoreSection {
+    /// The store's pool options this section sets.
+    pub fn options(&self) -> capgate_store::StoreOptions {
+        capgate_store::StoreOptions {
+            acquire_timeout: std::time::Duration::from_millis(self.acquire_timeout_ms),
+            ..capgate_store::StoreOptions::default()
         }
     }
 }
@@ -911,6 +926,12 @@ impl Config {
                     "a gateway route serves `aiSdk`, `mcp` or `workflow`",
                 ));
             }
+        }
+        if self.store.acquire_timeout_ms == 0 {
+            problems.push(doc.problem(
+                "/store/acquireTimeoutMs",
+                "must be at least 1 (milliseconds a statement waits for a connection)",
+            ));
         }
         if self.gateway.audit_drain_timeout_ms >= self.gateway.request_timeout_ms {
             problems.push(doc.problem(

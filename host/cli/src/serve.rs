@@ -205,8 +205,24 @@ fn console_options(c: &crate::config::ConsoleSection) -> anyhow::Result<ConsoleO
     })
 }
 
-/// What `/readyz` checks: the process is not shutting down, the store answers, the audit
-/// writer runs, and (with plugins) the Wasm host still bounds calls.
+/// `/readyz`'s store check: the journal answers a read, and a store that refused a write
+/// for lack of storage (SQLite on a full disk) takes one again.
+struct StoreProbe {
+    journal: capgate_gateway::gateway::JournalProbe,
+    store: capgate_store::Store,
+}
+
+#[async_trait::async_trait]
+impl ReadinessProbe for StoreProbe {
+    async fn ready(&self) -> Result<(), String> {
+        self.journal.ready().await?;
+        self.store.check_writable().await.map_err(|e| e.to_string())
+    }
+}
+
+/// What `/readyz` checks: the process is not shutting down, the store answers and takes
+/// writes, the audit writer runs and holds no failed batch, and (with plugins) the Wasm host
+/// still bounds calls.
 fn readiness_checks(
     cfg: &crate::config::Config,
     d: &Deployment,
@@ -217,15 +233,20 @@ fn readiness_checks(
         ("shutdown".into(), Arc::new(kept.shutdown.clone())),
         (
             "store".into(),
-            Arc::new(capgate_gateway::gateway::JournalProbe(d.journal.clone())),
+            Arc::new(StoreProbe {
+                journal: capgate_gateway::gateway::JournalProbe(d.journal.clone()),
+                store: d.store.clone(),
+            }),
         ),
         (
             "audit".into(),
             Arc::new(FnProbe(move || {
-                if audit.is_writing() {
-                    Ok(())
-                } else {
+                if !audit.is_writing() {
                     Err("the audit writer has stopped".to_owned())
+                } else if !audit.is_healthy() {
+                    Err("audit events are held: the store refuses writes".to_owned())
+                } else {
+                    Ok(())
                 }
             })),
         ),
@@ -292,7 +313,12 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
             );
         }
     }
-    let deployment = build(&checked, url.open(Access::Create).await?, &url.display()).await?;
+    let deployment = build(
+        &checked,
+        url.open_with(Access::Create, cfg.store.options()).await?,
+        &url.display(),
+    )
+    .await?;
     let metrics = metrics_router(cfg, &deployment)?;
     // What shutdown needs, whatever configuration is serving by then.
     let (store_handle, audit_sink, sinks) = (

@@ -211,8 +211,18 @@ impl StoreUrl {
 
     /// Open the store (SQLite is migrated at open), after [`StoreUrl::require`].
     pub async fn open(&self, access: Access) -> anyhow::Result<Store> {
+        self.open_with(access, capgate_store::StoreOptions::default())
+            .await
+    }
+
+    /// [`StoreUrl::open`] with the pool options of a configuration's `[store]`.
+    pub async fn open_with(
+        &self,
+        access: Access,
+        options: capgate_store::StoreOptions,
+    ) -> anyhow::Result<Store> {
         self.require(access)?;
-        Store::open(&self.resolved)
+        Store::open_with(&self.resolved, options)
             .await
             .with_context(|| format!("could not open the store {}", self.display()))
     }

@@ -5,8 +5,17 @@
 //! writer, so it shares its commit with the journal's and approvals' waiting statements. `capability.started` is written through: `emit` returns
 //! only once that event (and everything queued before it, so table order is pipeline
 //! order) is committed, or with the error that kept it out; strict audit depends on it.
-//! A full queue drops the event, counts it and returns an error; a failed batch counts its
-//! events as lost and the next [`AuditSink::flush`] reports them. Nothing is lost silently.
+//! A full queue drops the event, counts it and returns an error. A batch that fails to
+//! commit (the database went away, the disk is full) is kept and retried with a growing
+//! back-off until the database takes it: a database outage delays events, it does not lose
+//! them. Only what the writer cannot hold (more than the queue capacity waiting) or cannot
+//! write at shutdown is lost, counted, and reported by the next [`AuditSink::flush`].
+//! Nothing is lost silently.
+//!
+//! A write-through event that fails is answered with the error; whether it is then dropped
+//! (strict audit: the call was refused, so no `capability.started` may appear later) or kept
+//! for retry with the others (best effort: the call runs, and its record must still land) is
+//! [`AuditSinkOptions::keep_failed_write_through`].
 
 use crate::db::{Db, Store, StoreError};
 use crate::time::{from_micros, micros, trunc};
@@ -41,7 +50,19 @@ pub struct AuditSinkOptions {
     /// Bound on a write-through (`capability.started`) or a flush, queueing included.
     /// Default 5 s.
     pub write_timeout: Duration,
+    /// Keep a write-through event whose write failed, and retry it with the batch, instead
+    /// of dropping it. Set it for best-effort audit, where the call runs anyway and its
+    /// `capability.started` must still reach the table once the database is back; leave it
+    /// off (the default) for strict audit, where the failure refused the call.
+    pub keep_failed_write_through: bool,
 }
+
+/// First wait before retrying a batch that failed to commit; doubled per failure.
+const RETRY_BACKOFF_MIN: Duration = Duration::from_millis(100);
+/// Longest wait between two retries of a failing batch.
+const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// Most rows in one Postgres INSERT (10 parameters each, under Postgres' 65 535).
+const POSTGRES_ROWS_PER_INSERT: usize = 1000;
 
 impl Default for AuditSinkOptions {
     fn default() -> Self {
@@ -50,6 +71,7 @@ impl Default for AuditSinkOptions {
             flush_interval: Duration::from_millis(250),
             queue_capacity: 10_000,
             write_timeout: Duration::from_secs(5),
+            keep_failed_write_through: false,
         }
     }
 }
@@ -61,10 +83,16 @@ pub struct AuditSinkStats {
     pub written: u64,
     /// Events refused because the queue was full.
     pub dropped_queue_full: u64,
-    /// Queued events whose batch failed to commit.
+    /// Events given up on: more than the queue capacity were waiting for a failing
+    /// database, or the writer stopped before it could commit them.
     pub lost_write_failed: u64,
-    /// Write-through events (`capability.started`) that failed; the emitter got the error.
+    /// Write-through events (`capability.started`) that failed and were dropped; the emitter
+    /// got the error. (With [`AuditSinkOptions::keep_failed_write_through`] they are kept for
+    /// retry instead and counted only if finally lost.)
     pub write_through_failed: u64,
+    /// Events held by the writer right now because their batch failed to commit; they are
+    /// retried until the database takes them.
+    pub awaiting_retry: u64,
 }
 
 impl AuditSinkStats {
@@ -80,8 +108,10 @@ struct Counters {
     dropped_queue_full: AtomicU64,
     lost_write_failed: AtomicU64,
     write_through_failed: AtomicU64,
-    /// Lost (queue full or failed batch) since the last flush reported them.
+    /// Lost (queue full or given up) since the last flush reported them.
     unreported: AtomicU64,
+    /// Rows held for retry after a failed commit (0 when the last write succeeded).
+    awaiting_retry: AtomicU64,
 }
 
 /// One row to insert.
@@ -96,6 +126,9 @@ struct AuditRow {
     correlation_id: Option<String>,
     input_hash: Option<String>,
     data: Value,
+    /// Written through for an emitter that waits: the index of its answer in the writer's
+    /// pending acks (set by the writer). Dropped if its write fails (strict).
+    through: Option<usize>,
 }
 
 impl AuditRow {
@@ -117,6 +150,7 @@ impl AuditRow {
             correlation_id: event.correlation_id.clone(),
             input_hash: event.input_hash.clone(),
             data,
+            through: None,
         })
     }
 }
@@ -134,6 +168,7 @@ pub struct SqlAuditSink {
     tx: mpsc::Sender<Msg>,
     counters: Arc<Counters>,
     write_timeout: Duration,
+    keep_failed_write_through: bool,
 }
 
 fn sink_err(message: impl Into<String>) -> AuditSinkError {
@@ -154,12 +189,15 @@ impl SqlAuditSink {
             counters: counters.clone(),
             batch_size: options.batch_size.max(1),
             flush_interval: options.flush_interval,
+            capacity: options.queue_capacity.max(1),
+            keep_failed_write_through: options.keep_failed_write_through,
         };
         handle.spawn(writer.run());
         Ok(SqlAuditSink {
             tx,
             counters,
             write_timeout: options.write_timeout,
+            keep_failed_write_through: options.keep_failed_write_through,
         })
     }
 
@@ -179,6 +217,13 @@ impl SqlAuditSink {
         !self.tx.is_closed()
     }
 
+    /// Whether events reach the table: the writer runs and holds no batch that failed to
+    /// commit. `false` while the database refuses writes (down, disk full), `true` again
+    /// once a retry commits: what `/readyz` asks of the audit sink.
+    pub fn is_healthy(&self) -> bool {
+        self.is_writing() && self.counters.awaiting_retry.load(Ordering::Relaxed) == 0
+    }
+
     /// The counters so far.
     pub fn stats(&self) -> AuditSinkStats {
         let c = &self.counters;
@@ -187,6 +232,7 @@ impl SqlAuditSink {
             dropped_queue_full: c.dropped_queue_full.load(Ordering::Relaxed),
             lost_write_failed: c.lost_write_failed.load(Ordering::Relaxed),
             write_through_failed: c.write_through_failed.load(Ordering::Relaxed),
+            awaiting_retry: c.awaiting_retry.load(Ordering::Relaxed),
         }
     }
 
@@ -227,9 +273,13 @@ impl AuditSink for SqlAuditSink {
                 .round_trip(|ack| Msg::WriteThrough(row, ack))
                 .await
                 .map_err(|e| {
-                    self.counters
-                        .write_through_failed
-                        .fetch_add(1, Ordering::Relaxed);
+                    // A kept row is retried by the writer (and counted there if finally
+                    // lost); a dropped one is lost now.
+                    if !self.keep_failed_write_through {
+                        self.counters
+                            .write_through_failed
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
                     sink_err(e)
                 });
         }
@@ -264,6 +314,10 @@ impl AuditSink for SqlAuditSink {
             (Ok(()), n) => Err(sink_err(format!(
                 "{n} audit events were lost since the last flush"
             ))),
+            (Err(e), 0) => Err(sink_err(format!(
+                "the audit write failed ({e}); {} events are held for retry",
+                self.counters.awaiting_retry.load(Ordering::Relaxed)
+            ))),
             (Err(e), n) => Err(sink_err(format!(
                 "{n} audit events were lost since the last flush; the last write failed: {e}"
             ))),
@@ -277,15 +331,27 @@ struct Writer {
     counters: Arc<Counters>,
     batch_size: usize,
     flush_interval: Duration,
+    /// Most rows held (queued rows plus rows awaiting retry).
+    capacity: usize,
+    keep_failed_write_through: bool,
 }
 
 /// What the writer holds between two writes.
 #[derive(Default)]
 struct Pending {
     rows: Vec<AuditRow>,
-    /// How many of `rows` are write-through events (their emitters wait for the result).
-    write_through: u64,
     acks: Vec<oneshot::Sender<Result<(), String>>>,
+    /// The wait before the next retry while the last write failed; `None` when healthy.
+    backoff: Option<Duration>,
+}
+
+impl Pending {
+    /// Hold a write-through row, tied to the answer its emitter waits for.
+    fn through(&mut self, mut row: AuditRow, ack: oneshot::Sender<Result<(), String>>) {
+        row.through = Some(self.acks.len());
+        self.rows.push(row);
+        self.acks.push(ack);
+    }
 }
 
 impl Writer {
@@ -299,14 +365,20 @@ impl Writer {
                 match tokio::time::timeout_at(deadline, self.rx.recv()).await {
                     Ok(m) => m,
                     Err(_) => {
-                        self.write(&mut pending).await;
+                        deadline = self.write(&mut pending).await.unwrap_or(deadline);
                         continue;
                     }
                 }
             };
             let Some(msg) = msg else {
-                // Every sender is gone: write what is left, then stop.
+                // Every sender is gone: write what is left (once), then stop.
                 self.write(&mut pending).await;
+                let left = pending.rows.len() as u64;
+                if left > 0 {
+                    self.lose(left);
+                    tracing::error!(target: "capgate::audit", lost = left, "audit writer stopped with events it could not commit");
+                }
+                self.counters.awaiting_retry.store(0, Ordering::Relaxed);
                 return;
             };
             match msg {
@@ -314,75 +386,122 @@ impl Writer {
                     if pending.rows.is_empty() {
                         deadline = tokio::time::Instant::now() + self.flush_interval;
                     }
-                    pending.rows.push(row);
-                    if pending.rows.len() >= self.batch_size {
-                        self.write(&mut pending).await;
+                    self.hold(&mut pending, row);
+                    // While the database fails, retries keep their back-off.
+                    if pending.rows.len() >= self.batch_size
+                        && pending.backoff.is_none()
+                        && let Some(next) = self.write(&mut pending).await
+                    {
+                        deadline = next;
                     }
                 }
                 Msg::WriteThrough(row, ack) => {
-                    pending.rows.push(row);
-                    pending.write_through += 1;
-                    pending.acks.push(ack);
+                    pending.through(row, ack);
                     self.absorb_waiting(&mut pending);
-                    self.write(&mut pending).await;
+                    if let Some(next) = self.write(&mut pending).await {
+                        deadline = next;
+                    }
                 }
                 Msg::Flush(ack) => {
                     pending.acks.push(ack);
                     self.absorb_waiting(&mut pending);
-                    self.write(&mut pending).await;
+                    if let Some(next) = self.write(&mut pending).await {
+                        deadline = next;
+                    }
                 }
             }
         }
+    }
+
+    /// Keep an accepted row unless the writer already holds its capacity (only possible
+    /// while the database fails): then it is lost, counted and reported.
+    fn hold(&self, pending: &mut Pending, row: AuditRow) {
+        if pending.rows.len() >= self.capacity {
+            self.lose(1);
+            tracing::error!(target: "capgate::audit", held = pending.rows.len(), event = row.ty, "audit writer full while the store fails: event dropped");
+        } else {
+            pending.rows.push(row);
+        }
+    }
+
+    fn lose(&self, n: u64) {
+        self.counters
+            .lost_write_failed
+            .fetch_add(n, Ordering::Relaxed);
+        self.counters.unreported.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Group commit: before a write someone waits for, take every message already queued
     /// (up to the batch size), so concurrent write-through events share one insert instead
     /// of queueing for one each. Their order in the log is the order they were emitted.
     fn absorb_waiting(&mut self, pending: &mut Pending) {
-        while pending.rows.len() < self.batch_size {
+        let mut taken = 0;
+        while taken < self.batch_size {
             match self.rx.try_recv() {
-                Ok(Msg::Event(row)) => pending.rows.push(row),
-                Ok(Msg::WriteThrough(row, ack)) => {
-                    pending.rows.push(row);
-                    pending.write_through += 1;
-                    pending.acks.push(ack);
-                }
+                Ok(Msg::Event(row)) => self.hold(pending, row),
+                Ok(Msg::WriteThrough(row, ack)) => pending.through(row, ack),
                 Ok(Msg::Flush(ack)) => pending.acks.push(ack),
                 Err(_) => break,
             }
+            taken += 1;
         }
     }
 
-    /// Insert the pending rows in one statement and answer every waiter with the result.
-    async fn write(&self, pending: &mut Pending) {
-        let result = if pending.rows.is_empty() {
-            Ok(())
-        } else {
-            insert(&self.store, &pending.rows).await
-        };
-        let n = pending.rows.len() as u64;
-        match &result {
+    /// Insert the pending rows (in order, in chunks) and answer every waiter with the
+    /// result. Committed rows leave `pending`; on a failure the rest stay for a retry
+    /// (failed write-through rows too when they are kept) and the time of that retry is
+    /// returned.
+    async fn write(&self, pending: &mut Pending) -> Option<tokio::time::Instant> {
+        if !self.keep_failed_write_through {
+            // An emitter that stopped waiting was told the write failed (strict audit
+            // refused its call): its `capability.started` must not appear after all.
+            let acks = &pending.acks;
+            pending.rows.retain(|r| {
+                r.through
+                    .is_none_or(|i| acks.get(i).is_some_and(|a| !a.is_closed()))
+            });
+        }
+        let (committed, result) = insert(&self.store, &pending.rows).await;
+        pending.rows.drain(..committed);
+        self.counters
+            .written
+            .fetch_add(committed as u64, Ordering::Relaxed);
+        let retry_at = match &result {
             Ok(()) => {
-                self.counters.written.fetch_add(n, Ordering::Relaxed);
+                if pending.backoff.take().is_some() {
+                    tracing::warn!(target: "capgate::audit", "audit store writable again; held events committed");
+                }
+                None
             }
             Err(e) => {
-                // Write-through events are answered with the error and counted by their
-                // emitter; the others were already accepted, so they are lost: count them.
-                let accepted = n.saturating_sub(pending.write_through);
-                self.counters
-                    .lost_write_failed
-                    .fetch_add(accepted, Ordering::Relaxed);
-                self.counters
-                    .unreported
-                    .fetch_add(accepted, Ordering::Relaxed);
-                tracing::error!(target: "capgate::audit", error = %e, events = n, lost = accepted, "audit batch failed to commit");
+                if self.keep_failed_write_through {
+                    for row in &mut pending.rows {
+                        row.through = None;
+                    }
+                } else {
+                    // Their emitters are told and count them; strict audit refused the calls.
+                    pending.rows.retain(|r| r.through.is_none());
+                }
+                let wait = pending
+                    .backoff
+                    .map_or(RETRY_BACKOFF_MIN, |b| (b * 2).min(RETRY_BACKOFF_MAX));
+                pending.backoff = Some(wait);
+                tracing::error!(target: "capgate::audit", error = %e, held = pending.rows.len(), retry_in_ms = wait.as_millis() as u64, "audit batch failed to commit; kept for retry");
+                Some(tokio::time::Instant::now() + wait)
             }
-        }
-        pending.rows.clear();
-        pending.write_through = 0;
+        };
+        self.counters.awaiting_retry.store(
+            if result.is_ok() {
+                0
+            } else {
+                pending.rows.len() as u64
+            },
+            Ordering::Relaxed,
+        );
         for ack in pending.acks.drain(..) {
             let _ = ack.send(result.clone());
         }
+        retry_at
     }
 }
 
@@ -422,7 +541,10 @@ fn sqlite_row_args(args: &mut SqliteArguments, r: &AuditRow) -> Result<(), BoxDy
     Ok(())
 }
 
-async fn insert(store: &Store, rows: &[AuditRow]) -> Result<(), String> {
+/// Insert `rows` in order, one statement per chunk, stopping at the first failure: how
+/// many rows were committed, and the error if not all were.
+async fn insert(store: &Store, rows: &[AuditRow]) -> (usize, Result<(), String>) {
+    let mut committed = 0;
     match &*store.db {
         // Through the store's group writer: the batch commits in the same transaction as
         // whatever journal and approval statements are waiting (one commit, one set of WAL
@@ -433,36 +555,39 @@ async fn insert(store: &Store, rows: &[AuditRow]) -> Result<(), String> {
             for chunk in rows.chunks(SQLITE_ROWS_PER_INSERT) {
                 let mut args = SqliteArguments::default();
                 for r in chunk {
-                    sqlite_row_args(&mut args, r).map_err(|e| e.to_string())?;
+                    if let Err(e) = sqlite_row_args(&mut args, r) {
+                        return (committed, Err(e.to_string()));
+                    }
                 }
-                group
-                    .execute(sqlite_insert_sql(chunk.len()), args)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                if let Err(e) = group.execute(sqlite_insert_sql(chunk.len()), args).await {
+                    return (committed, Err(e.to_string()));
+                }
+                committed += chunk.len();
             }
-            Ok(())
         }
         Db::Postgres(pool) => {
-            let mut qb = QueryBuilder::<Postgres>::new(INSERT_HEAD);
-            qb.push_values(rows, |mut b, r| {
-                b.push_bind(r.ty)
-                    .push_bind(r.at)
-                    .push_bind(r.surface)
-                    .push_bind(r.actor_id.clone())
-                    .push_bind(r.actor_kind)
-                    .push_bind(r.execution_id.clone())
-                    .push_bind(r.capability_id.clone())
-                    .push_bind(r.correlation_id.clone())
-                    .push_bind(r.input_hash.clone())
-                    .push_bind(Json(r.data.clone()));
-            });
-            qb.build()
-                .execute(pool)
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string())
+            for chunk in rows.chunks(POSTGRES_ROWS_PER_INSERT) {
+                let mut qb = QueryBuilder::<Postgres>::new(INSERT_HEAD);
+                qb.push_values(chunk, |mut b, r| {
+                    b.push_bind(r.ty)
+                        .push_bind(r.at)
+                        .push_bind(r.surface)
+                        .push_bind(r.actor_id.clone())
+                        .push_bind(r.actor_kind)
+                        .push_bind(r.execution_id.clone())
+                        .push_bind(r.capability_id.clone())
+                        .push_bind(r.correlation_id.clone())
+                        .push_bind(r.input_hash.clone())
+                        .push_bind(Json(r.data.clone()));
+                });
+                if let Err(e) = qb.build().execute(pool).await {
+                    return (committed, Err(e.to_string()));
+                }
+                committed += chunk.len();
+            }
         }
     }
+    (committed, Ok(()))
 }
 
 // ── The read side ──────────────────────────────────────────────────────────────────────

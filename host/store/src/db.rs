@@ -357,6 +357,31 @@ impl Store {
         })
     }
 
+    /// Whether the store takes writes, for readiness. On SQLite, once a write was refused
+    /// for lack of storage (disk full, I/O error), rewrite one existing row in place
+    /// through the writer until that commits again; otherwise (and on Postgres, whose
+    /// outage a read already shows) nothing is written.
+    pub async fn check_writable(&self) -> Result<(), StoreError> {
+        let Db::Sqlite { group, .. } = &*self.db else {
+            return Ok(());
+        };
+        if !group.is_refusing() {
+            return Ok(());
+        }
+        let rewritten = group
+            .execute(
+                "UPDATE capgate_audit_events SET id = id \
+                 WHERE id = (SELECT max(id) FROM capgate_audit_events)",
+                sqlx::sqlite::SqliteArguments::default(),
+            )
+            .await
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        if rewritten == 0 {
+            group.clear_refusal();
+        }
+        Ok(())
+    }
+
     /// Close every pool, waiting for checked-out connections to return.
     pub async fn close(&self) {
         match &*self.db {

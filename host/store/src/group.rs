@@ -15,6 +15,8 @@
 //! stopped, statements run directly on the writer pool as before.
 
 use sqlx::sqlite::{SqliteArguments, SqliteConnection, SqlitePool, SqliteRow};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::{mpsc, oneshot};
 
 /// Statements committed together at most.
@@ -46,18 +48,32 @@ struct Job {
 pub(crate) struct GroupWriter {
     tx: Option<mpsc::Sender<Job>>,
     pool: SqlitePool,
+    /// Set when the database refused a write for lack of storage (disk full, I/O error,
+    /// read-only file), cleared by the next commit that writes: what readiness asks.
+    refusing: Arc<AtomicBool>,
 }
 
 impl GroupWriter {
     /// A group writer over the (single-connection) writer pool; its task runs on the current
     /// Tokio runtime and ends when every handle is dropped.
     pub(crate) fn new(pool: SqlitePool) -> Self {
+        let refusing = Arc::new(AtomicBool::new(false));
         let tx = tokio::runtime::Handle::try_current().ok().map(|handle| {
             let (tx, rx) = mpsc::channel(QUEUE);
-            handle.spawn(run(pool.clone(), rx));
+            handle.spawn(run(pool.clone(), rx, refusing.clone()));
             tx
         });
-        GroupWriter { tx, pool }
+        GroupWriter { tx, pool, refusing }
+    }
+
+    /// Whether the last write was refused for lack of storage (see [`storage_error`]).
+    pub(crate) fn is_refusing(&self) -> bool {
+        self.refusing.load(Ordering::Relaxed)
+    }
+
+    /// Forget a refusal (a probe found nothing to rewrite, so there is nothing to prove).
+    pub(crate) fn clear_refusal(&self) {
+        self.refusing.store(false, Ordering::Relaxed);
     }
 
     /// Run a statement that returns at most one row (`… RETURNING`).
@@ -132,7 +148,13 @@ async fn one(
 ) -> Result<Done, sqlx::Error> {
     let query = sqlx::query_with(sql, args);
     match want {
-        Want::Row => query.fetch_optional(&mut *conn).await.map(Done::Row),
+        // Stepped to the end, not just to its first row: outside a transaction the
+        // statement's own commit happens at its last step, and a commit that fails (disk
+        // full) must fail the caller, not hand back a row that was rolled back.
+        Want::Row => query
+            .fetch_all(&mut *conn)
+            .await
+            .map(|rows| Done::Row(rows.into_iter().next())),
         Want::Affected => query
             .execute(&mut *conn)
             .await
@@ -140,14 +162,46 @@ async fn one(
     }
 }
 
-async fn run(pool: SqlitePool, mut rx: mpsc::Receiver<Job>) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        commit(&pool, std::mem::take(&mut batch)).await;
+/// Whether `e` says the database cannot store what it is given (rather than that one
+/// statement is wrong): SQLITE_FULL, an I/O error, a read-only or unopenable file.
+pub(crate) fn storage_error(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) => true,
+        sqlx::Error::Database(d) => d
+            .code()
+            .and_then(|c| c.parse::<i32>().ok())
+            // Primary result codes (the low byte): READONLY 8, IOERR 10, FULL 13, CANTOPEN 14.
+            .is_some_and(|c| matches!(c & 0xff, 8 | 10 | 13 | 14)),
+        _ => false,
     }
 }
 
-async fn commit(pool: &SqlitePool, jobs: Vec<Job>) {
+async fn run(pool: SqlitePool, mut rx: mpsc::Receiver<Job>, refusing: Arc<AtomicBool>) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        commit(&pool, std::mem::take(&mut batch), &refusing).await;
+    }
+}
+
+/// Note one outcome of a write in `refusing`: a storage error sets it, a commit that
+/// stored something clears it (a statement that changed nothing proves nothing).
+fn note(refusing: &AtomicBool, result: &Result<bool, &sqlx::Error>) {
+    match result {
+        Ok(true) => refusing.store(false, Ordering::Relaxed),
+        Err(e) if storage_error(e) => refusing.store(true, Ordering::Relaxed),
+        Ok(false) | Err(_) => {}
+    }
+}
+
+/// Whether a statement's result shows it stored something.
+fn wrote(done: &Done) -> bool {
+    match done {
+        Done::Row(row) => row.is_some(),
+        Done::Affected(n) => *n > 0,
+    }
+}
+
+async fn commit(pool: &SqlitePool, jobs: Vec<Job>, refusing: &AtomicBool) {
     let mut conn = match pool.acquire().await {
         Ok(conn) => conn,
         Err(e) => {
@@ -176,7 +230,9 @@ async fn commit(pool: &SqlitePool, jobs: Vec<Job>) {
             }
         }
         if ok {
-            ok = sqlx::query("COMMIT").execute(&mut *conn).await.is_ok();
+            let committed = sqlx::query("COMMIT").execute(&mut *conn).await;
+            note(refusing, &committed.as_ref().map(|_| true));
+            ok = committed.is_ok();
         }
         if ok {
             for (job, done) in jobs.into_iter().zip(results) {
@@ -189,6 +245,7 @@ async fn commit(pool: &SqlitePool, jobs: Vec<Job>) {
     }
     for job in jobs {
         let result = one(&mut conn, job.sql, job.args, job.want).await;
+        note(refusing, &result.as_ref().map(wrote));
         let _ = job.reply.send(result);
     }
 }

@@ -29,7 +29,7 @@ on_both_backends!(
     purge_drops_settled_receipts_past_the_horizon_and_keeps_pending_ones,
     state_written_by_one_process_is_read_and_resumed_by_a_new_process,
     strict_audit_with_an_unreachable_store_fails_before_the_procedure_runs,
-    best_effort_audit_with_an_unreachable_store_keeps_serving_and_counts_lost_events,
+    best_effort_audit_with_an_unreachable_store_keeps_serving_and_holds_events_for_retry,
     tampered_approval_input_fails_resume_with_input_mismatch,
     malformed_rows_read_back_as_typed_errors,
     decide_and_consume_evaluate_expiry_against_the_callers_clock,
@@ -576,7 +576,7 @@ async fn strict_audit_with_an_unreachable_store_fails_before_the_procedure_runs(
     assert_eq!(counter.get(), 0, "the procedure never ran");
 }
 
-async fn best_effort_audit_with_an_unreachable_store_keeps_serving_and_counts_lost_events(
+async fn best_effort_audit_with_an_unreachable_store_keeps_serving_and_holds_events_for_retry(
     db: &TestDb,
 ) {
     let store = db.unreachable_store().await;
@@ -589,12 +589,17 @@ async fn best_effort_audit_with_an_unreachable_store_keeps_serving_and_counts_lo
     assert_eq!(counter.get(), 3);
     assert!(rt.lost_audit_events() >= 3, "each started event failed");
     let flushed = sink.flush().await;
-    let err = flushed.expect_err("the flush reports the lost batch");
-    assert!(err.message.contains("lost"), "{}", err.message);
+    let err = flushed.expect_err("the flush reports the failing write");
+    assert!(err.message.contains("held for retry"), "{}", err.message);
     let stats = sink.stats();
     assert_eq!(stats.written, 0);
-    // requested + started + completed per call.
-    assert_eq!(stats.lost(), 9, "{stats:?}");
+    // requested + started + completed per call: held for the store's return, none lost.
+    assert_eq!(stats.awaiting_retry, 9, "{stats:?}");
+    assert_eq!(stats.lost(), 0, "{stats:?}");
+    assert!(
+        !sink.is_healthy(),
+        "a sink holding failed batches is not healthy"
+    );
 }
 
 // ── Hostile rows ───────────────────────────────────────────────────────────────────────

@@ -5,10 +5,13 @@ use super::admission::{Call, Run};
 use super::{Gateway, LOG};
 use crate::wire::{CapabilityOutcome, InvocationReceipt};
 use capgate_core::error::ErrorCode;
-use capgate_core::journal::{InvocationRecord, InvocationState, Settlement};
+use capgate_core::journal::{
+    InvocationJournal, InvocationRecord, InvocationState, JournalError, Settlement,
+};
 use capgate_core::result::ExecutionResult;
-use capgate_core::runtime::{InvokeRequest, ResumeOptions};
+use capgate_core::runtime::{InvokeRequest, ResumeOptions, Runtime};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -130,21 +133,86 @@ impl Gateway {
             }
             _ => Settlement::final_outcome(value),
         };
-        if let Err(e) = self
+        let settled = self
             .journal
             .settle(
                 &run.scope,
                 &run.invocation_id,
                 &run.claim_token,
-                settlement,
+                settlement.clone(),
                 self.runtime.now(),
             )
-            .await
-        {
-            // The result is real; the receipt stays pending until reconciled.
-            tracing::error!(target: LOG, invocation = %run.invocation_id, error = %e, "settling the receipt failed");
+            .await;
+        match settled {
+            Ok(_) => {}
+            Err(JournalError::Backend(e)) => {
+                // The result is real and the store is away: keep settling in the
+                // background until it is back, so the receipt does not stay pending.
+                tracing::error!(target: LOG, invocation = %run.invocation_id, error = %e, "settling the receipt failed; retrying in the background");
+                tokio::spawn(settle_until_back(
+                    self.journal.clone(),
+                    self.runtime.clone(),
+                    run,
+                    settlement,
+                ));
+            }
+            Err(e) => {
+                // The result is real; the receipt stays pending until reconciled.
+                tracing::error!(target: LOG, invocation = %run.invocation_id, error = %e, "settling the receipt failed");
+            }
         }
         outcome
+    }
+}
+
+/// First wait before settling a receipt again after the store failed; doubled per try.
+const SETTLE_RETRY_MIN: Duration = Duration::from_millis(200);
+/// Longest wait between two tries.
+const SETTLE_RETRY_MAX: Duration = Duration::from_secs(5);
+/// How long a settlement is retried before the receipt is left pending for an operator's
+/// reconcile (the process may also stop first: the receipt is then pending just the same).
+const SETTLE_RETRY_FOR: Duration = Duration::from_secs(15 * 60);
+
+/// Settle `run`'s receipt once the store answers again: the settlement is a
+/// compare-and-set on the claim token, so a retry whose earlier try did commit finds the
+/// record settled and stops; only a backend failure is retried.
+async fn settle_until_back(
+    journal: Arc<dyn InvocationJournal>,
+    runtime: Runtime,
+    run: Run,
+    settlement: Settlement,
+) {
+    let give_up = Instant::now() + SETTLE_RETRY_FOR;
+    let mut wait = SETTLE_RETRY_MIN;
+    loop {
+        tokio::time::sleep(wait).await;
+        let result = journal
+            .settle(
+                &run.scope,
+                &run.invocation_id,
+                &run.claim_token,
+                settlement.clone(),
+                runtime.now(),
+            )
+            .await;
+        match result {
+            Ok(_) => {
+                tracing::warn!(target: LOG, invocation = %run.invocation_id, "receipt settled after the store came back");
+                return;
+            }
+            Err(JournalError::Backend(e)) if Instant::now() < give_up => {
+                tracing::debug!(target: LOG, invocation = %run.invocation_id, error = %e, "settling the receipt failed again");
+                wait = (wait * 2).min(SETTLE_RETRY_MAX);
+            }
+            Err(JournalError::NotPending(_)) => {
+                // An earlier try committed though its answer was lost.
+                return;
+            }
+            Err(e) => {
+                tracing::error!(target: LOG, invocation = %run.invocation_id, error = %e, "settling the receipt failed; left pending for reconcile");
+                return;
+            }
+        }
     }
 }
 

@@ -298,6 +298,7 @@ pub fn runtime(store: &Store, counter: &Counter, strict: bool) -> (Runtime, SqlA
     let sink = store
         .audit_sink(AuditSinkOptions {
             write_timeout: Duration::from_secs(5),
+            keep_failed_write_through: !strict,
             ..AuditSinkOptions::default()
         })
         .expect("sink");
