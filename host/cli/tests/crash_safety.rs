@@ -240,50 +240,14 @@ async fn a_crash_after_the_approval_is_consumed_runs_nothing_and_leaves_a_pendin
     assert_eq!(count(&events, id, "capability.completed"), 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn kill_9_inside_a_slow_procedure_on_sqlite_leaves_it_pending_and_never_runs_it_twice() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = TestStore::sqlite(dir.path());
-    a_crash_inside_the_procedure_leaves_a_pending_receipt_that_is_never_run_twice(
-        store,
-        dir.path(),
-    )
-    .await;
-}
+on_sqlite_and_postgres!(
+    a_crash_inside_the_procedure_leaves_a_pending_receipt_that_is_never_run_twice
+        => kill_9_inside_a_slow_procedure_on_sqlite_leaves_it_pending_and_never_runs_it_twice,
+        kill_9_inside_a_slow_procedure_on_postgres_leaves_it_pending_and_never_runs_it_twice
+);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn kill_9_inside_a_slow_procedure_on_postgres_leaves_it_pending_and_never_runs_it_twice() {
-    let Some(store) = TestStore::postgres().await else {
-        return;
-    };
-    let dir = tempfile::tempdir().expect("tempdir");
-    a_crash_inside_the_procedure_leaves_a_pending_receipt_that_is_never_run_twice(
-        store,
-        dir.path(),
-    )
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn kill_9_between_approval_consumption_and_the_procedure_on_sqlite_runs_nothing() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = TestStore::sqlite(dir.path());
-    a_crash_after_the_approval_is_consumed_runs_nothing_and_leaves_a_pending_receipt(
-        store,
-        dir.path(),
-    )
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn kill_9_between_approval_consumption_and_the_procedure_on_postgres_runs_nothing() {
-    let Some(store) = TestStore::postgres().await else {
-        return;
-    };
-    let dir = tempfile::tempdir().expect("tempdir");
-    a_crash_after_the_approval_is_consumed_runs_nothing_and_leaves_a_pending_receipt(
-        store,
-        dir.path(),
-    )
-    .await;
-}
+on_sqlite_and_postgres!(
+    a_crash_after_the_approval_is_consumed_runs_nothing_and_leaves_a_pending_receipt
+        => kill_9_between_approval_consumption_and_the_procedure_on_sqlite_runs_nothing,
+        kill_9_between_approval_consumption_and_the_procedure_on_postgres_runs_nothing
+);

@@ -246,36 +246,14 @@ async fn a_call_outliving_the_drain_time_is_left_pending_and_the_exit_is_still_c
     assert_eq!(upstream.hits(id), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sigterm_under_load_on_sqlite_drains_exits_0_and_loses_no_accepted_call() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = TestStore::sqlite(dir.path());
-    sigterm_under_load_loses_no_accepted_call(store, dir.path()).await;
-}
+on_sqlite_and_postgres!(
+    sigterm_under_load_loses_no_accepted_call
+        => sigterm_under_load_on_sqlite_drains_exits_0_and_loses_no_accepted_call,
+        sigterm_under_load_on_postgres_drains_exits_0_and_loses_no_accepted_call
+);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sigterm_under_load_on_postgres_drains_exits_0_and_loses_no_accepted_call() {
-    let Some(store) = TestStore::postgres().await else {
-        return;
-    };
-    let dir = tempfile::tempdir().expect("tempdir");
-    sigterm_under_load_loses_no_accepted_call(store, dir.path()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_call_outliving_the_drain_time_on_sqlite_is_left_pending_and_serve_exits_0() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = TestStore::sqlite(dir.path());
-    a_call_outliving_the_drain_time_is_left_pending_and_the_exit_is_still_clean(store, dir.path())
-        .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_call_outliving_the_drain_time_on_postgres_is_left_pending_and_serve_exits_0() {
-    let Some(store) = TestStore::postgres().await else {
-        return;
-    };
-    let dir = tempfile::tempdir().expect("tempdir");
-    a_call_outliving_the_drain_time_is_left_pending_and_the_exit_is_still_clean(store, dir.path())
-        .await;
-}
+on_sqlite_and_postgres!(
+    a_call_outliving_the_drain_time_is_left_pending_and_the_exit_is_still_clean
+        => a_call_outliving_the_drain_time_on_sqlite_is_left_pending_and_serve_exits_0,
+        a_call_outliving_the_drain_time_on_postgres_is_left_pending_and_serve_exits_0
+);

@@ -11,6 +11,29 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// One drill `async fn(TestStore, &Path)`, as two tests: on SQLite in a temporary directory,
+/// and on Postgres (a fresh database; skipped outside CI when no server is configured).
+#[macro_export]
+macro_rules! on_sqlite_and_postgres {
+    ($drill:ident => $on_sqlite:ident, $on_postgres:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $on_sqlite() {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let store = TestStore::sqlite(dir.path());
+            $drill(store, dir.path()).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $on_postgres() {
+            let Some(store) = TestStore::postgres().await else {
+                return;
+            };
+            let dir = tempfile::tempdir().expect("tempdir");
+            $drill(store, dir.path()).await;
+        }
+    };
+}
+
 /// Dana's key (org_1, the `/agent` route on surface aiSdk).
 pub const DANA: &str = "dana-dev-key";
 /// Priya's key: org_1's approver.
