@@ -98,7 +98,7 @@ run() { # NAME
   local c1; c1=$(cpu_ticks "$pid")
   kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; server_pid=
   local ok p50 p99
-  ok=$(awk '/^load: /{print $2}' "$work/load.out")
+  ok=$(awk '/^load: [0-9]/{print $2}' "$work/load.out")
   read -r p50 p99 < <(awk '/^orders.refund|^invoke/{print $4, $6; exit}' "$work/load.out")
   local rate; rate=$(awk -v ok="$ok" -v s="$seconds" 'BEGIN{printf "%.0f", ok/s}')
   local us; us=$(awk -v c=$((c1 - c0)) -v t="$ticks" -v ok="$ok" 'BEGIN{printf "%.0f", c/t*1e6/ok}')

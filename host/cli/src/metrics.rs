@@ -34,6 +34,8 @@ fn recorder() -> anyhow::Result<PrometheusHandle> {
         .context("metric buckets")?
         .install_recorder()
         .context("cannot install the metrics recorder")?;
+    // Installed for good, before any call: the call path may keep its handles.
+    capgate_core::metrics::cache_handles();
     let handle = HANDLE.get_or_init(|| handle).clone();
     let upkeep = handle.clone();
     tokio::spawn(async move {

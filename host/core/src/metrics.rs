@@ -20,7 +20,72 @@
 use crate::actor::Surface;
 use crate::policy::{Phase, PolicyDecision, PolicyError};
 use crate::result::ExecutionResult;
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+static CACHING: AtomicBool = AtomicBool::new(false);
+
+/// Keep the metric handles of the call path once made, from now on: for a process whose
+/// recorder is installed for good before its first call (the `capgate` binary calls this
+/// right after installing its Prometheus recorder). A recording then costs one map lookup
+/// under a read lock and an atomic add, instead of building, hashing and looking up the
+/// metric's key in the recorder, with the label strings allocated, every time: under load
+/// that was most of what metrics cost. Without it (the default, and right for an embedder
+/// that installs or swaps recorders later) every recording asks the current recorder.
+pub fn cache_handles() {
+    CACHING.store(true, Ordering::Relaxed);
+}
+
+/// Metric handles by their label values: a configured name (a capability, policy, plugin or
+/// route) and labels from a fixed set (`S`). Bounded, like the labels themselves, by the
+/// deployment. Shared by the crates that record on the call path.
+pub struct Handles<S, H> {
+    map: RwLock<Option<HashMap<String, HashMap<S, H>>>>,
+}
+
+impl<S: Copy + Eq + Hash, H: Clone> Handles<S, H> {
+    /// An empty cache (usable in a `static`).
+    pub const fn new() -> Self {
+        Handles {
+            map: RwLock::new(None),
+        }
+    }
+
+    /// The handle for `name` and `rest`: cached when [`cache_handles`] was called, else made
+    /// by `make` now.
+    pub fn get(&self, name: &str, rest: S, make: impl FnOnce() -> H) -> H {
+        if !CACHING.load(Ordering::Relaxed) {
+            return make();
+        }
+        if let Ok(map) = self.map.read()
+            && let Some(h) = map.as_ref().and_then(|m| m.get(name)?.get(&rest))
+        {
+            return h.clone();
+        }
+        let h = make();
+        if let Ok(mut map) = self.map.write() {
+            map.get_or_insert_with(HashMap::new)
+                .entry(name.to_owned())
+                .or_default()
+                .insert(rest, h.clone());
+        }
+        h
+    }
+}
+
+impl<S: Copy + Eq + Hash, H: Clone> Default for Handles<S, H> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+static CALL_COUNTERS: Handles<(Surface, &str, &str), metrics::Counter> = Handles::new();
+static CALL_HISTOGRAMS: Handles<Surface, metrics::Histogram> = Handles::new();
+static POLICY_COUNTERS: Handles<(Phase, &str), metrics::Counter> = Handles::new();
+static POLICY_HISTOGRAMS: Handles<Phase, metrics::Histogram> = Handles::new();
 
 /// Governed calls (invoke and resume), by how they ended.
 pub const CALLS: &str = "capgate_calls_total";
@@ -59,20 +124,27 @@ pub(crate) fn call_finished(
     elapsed: Duration,
 ) {
     let code = result.error().map_or("", |e| e.code().as_str());
-    metrics::counter!(
-        CALLS,
-        "capability" => capability.to_owned(),
-        "surface" => surface.as_str(),
-        "outcome" => outcome(result),
-        "code" => code,
-    )
-    .increment(1);
-    metrics::histogram!(
-        CALL_DURATION,
-        "capability" => capability.to_owned(),
-        "surface" => surface.as_str(),
-    )
-    .record(elapsed.as_secs_f64());
+    let outcome = outcome(result);
+    CALL_COUNTERS
+        .get(capability, (surface, outcome, code), || {
+            metrics::counter!(
+                CALLS,
+                "capability" => capability.to_owned(),
+                "surface" => surface.as_str(),
+                "outcome" => outcome,
+                "code" => code,
+            )
+        })
+        .increment(1);
+    CALL_HISTOGRAMS
+        .get(capability, surface, || {
+            metrics::histogram!(
+                CALL_DURATION,
+                "capability" => capability.to_owned(),
+                "surface" => surface.as_str(),
+            )
+        })
+        .record(elapsed.as_secs_f64());
 }
 
 /// The `stance` label of one policy outcome.
@@ -90,19 +162,26 @@ pub(crate) fn policy_evaluated(
     outcome: &Result<PolicyDecision, PolicyError>,
     elapsed: Duration,
 ) {
-    metrics::counter!(
-        POLICY_EVALUATIONS,
-        "policy" => policy.to_owned(),
-        "phase" => phase.as_str(),
-        "stance" => stance(outcome),
-    )
-    .increment(1);
-    metrics::histogram!(
-        POLICY_DURATION,
-        "policy" => policy.to_owned(),
-        "phase" => phase.as_str(),
-    )
-    .record(elapsed.as_secs_f64());
+    let stance = stance(outcome);
+    POLICY_COUNTERS
+        .get(policy, (phase, stance), || {
+            metrics::counter!(
+                POLICY_EVALUATIONS,
+                "policy" => policy.to_owned(),
+                "phase" => phase.as_str(),
+                "stance" => stance,
+            )
+        })
+        .increment(1);
+    POLICY_HISTOGRAMS
+        .get(policy, phase, || {
+            metrics::histogram!(
+                POLICY_DURATION,
+                "policy" => policy.to_owned(),
+                "phase" => phase.as_str(),
+            )
+        })
+        .record(elapsed.as_secs_f64());
 }
 
 /// Record one shadow divergence (see [`crate::policy::Shadow`]).

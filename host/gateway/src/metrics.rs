@@ -19,6 +19,7 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use capgate_core::metrics::Handles;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::time::Instant;
@@ -30,8 +31,18 @@ pub const HTTP_DURATION: &str = "capgate_http_request_duration_seconds";
 /// Invocation journal claims by result.
 pub const JOURNAL_CLAIMS: &str = "capgate_journal_claims_total";
 
+static CLAIMS: Handles<(), metrics::Counter> = Handles::new();
+static REQUESTS: Handles<(&str, u16), metrics::Counter> = Handles::new();
+static DURATIONS: Handles<&str, metrics::Histogram> = Handles::new();
+
 pub(crate) fn journal_claim(result: &'static str) {
-    metrics::counter!(JOURNAL_CLAIMS, "result" => result).increment(1);
+    CLAIMS
+        .get(
+            result,
+            (),
+            || metrics::counter!(JOURNAL_CLAIMS, "result" => result),
+        )
+        .increment(1);
 }
 
 /// A method as a bounded label: the standard ones by name, anything else `other` (the
@@ -53,21 +64,27 @@ pub(crate) fn method_label(m: &Method) -> &'static str {
 /// matched route. Add it with `Router::layer` on the whole application.
 pub async fn track_http(request: Request, next: Next) -> Response {
     let started = Instant::now();
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let route = request.extensions().get::<MatchedPath>().cloned();
+    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
     let method = method_label(request.method());
     let response = next.run(request).await;
-    let status = response.status().as_u16().to_string();
-    metrics::counter!(
-        HTTP_REQUESTS,
-        "route" => route.clone(),
-        "method" => method,
-        "status" => status,
-    )
-    .increment(1);
-    metrics::histogram!(HTTP_DURATION, "route" => route, "method" => method)
+    let status = response.status().as_u16();
+    REQUESTS
+        .get(route, (method, status), || {
+            metrics::counter!(
+                HTTP_REQUESTS,
+                "route" => route.to_owned(),
+                "method" => method,
+                "status" => status.to_string(),
+            )
+        })
+        .increment(1);
+    DURATIONS
+        .get(
+            route,
+            method,
+            || metrics::histogram!(HTTP_DURATION, "route" => route.to_owned(), "method" => method),
+        )
         .record(started.elapsed().as_secs_f64());
     response
 }

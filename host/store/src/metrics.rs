@@ -38,6 +38,9 @@ impl Backend {
     }
 }
 
+static DURATIONS: capgate_core::metrics::Handles<&str, metrics::Histogram> =
+    capgate_core::metrics::Handles::new();
+
 /// Run one store operation, recording its latency (and its error, if any).
 pub(crate) async fn timed<T, E>(
     backend: Backend,
@@ -47,7 +50,12 @@ pub(crate) async fn timed<T, E>(
     let started = Instant::now();
     let result = op.await;
     let backend = backend.as_str();
-    metrics::histogram!(STORE_DURATION, "backend" => backend, "operation" => operation)
+    DURATIONS
+        .get(
+            operation,
+            backend,
+            || metrics::histogram!(STORE_DURATION, "backend" => backend, "operation" => operation),
+        )
         .record(started.elapsed().as_secs_f64());
     if result.is_err() {
         metrics::counter!(STORE_ERRORS, "backend" => backend, "operation" => operation)

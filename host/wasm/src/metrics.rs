@@ -13,6 +13,7 @@
 //! for them.
 
 use crate::error::CallError;
+use capgate_core::metrics::Handles;
 use std::sync::{Mutex, Weak};
 
 /// Plugin calls by result.
@@ -39,10 +40,24 @@ pub(crate) fn result_label(result: Result<(), &CallError>) -> &'static str {
     }
 }
 
+static CALLS: Handles<&str, metrics::Counter> = Handles::new();
+static FUEL: Handles<(), metrics::Counter> = Handles::new();
+
 pub(crate) fn plugin_call(plugin: &str, result: &'static str, fuel: u64) {
-    metrics::counter!(PLUGIN_CALLS, "plugin" => plugin.to_owned(), "result" => result).increment(1);
+    CALLS
+        .get(
+            plugin,
+            result,
+            || metrics::counter!(PLUGIN_CALLS, "plugin" => plugin.to_owned(), "result" => result),
+        )
+        .increment(1);
     if fuel > 0 {
-        metrics::counter!(PLUGIN_FUEL, "plugin" => plugin.to_owned()).increment(fuel);
+        FUEL.get(
+            plugin,
+            (),
+            || metrics::counter!(PLUGIN_FUEL, "plugin" => plugin.to_owned()),
+        )
+        .increment(fuel);
     }
 }
 
