@@ -1,20 +1,20 @@
 //! Invocation, stages 2–8. Stages 9–15 live in `execute.rs` because resume shares them.
 
 use super::execute::{Admitted, execute};
-use super::policies::{evaluate_batch, refuse};
+use super::policies::{invocation_phase, refuse};
 use super::{Exec, missing_actor, new_id, panic_message};
 use crate::approval::{ApprovalRef, ApprovalRequest, DecisionStatus};
 use crate::audit::{DenyReason, EventPayload};
 use crate::canonical::input_hash;
 use crate::error::{CapabilityError, ErrorCode};
-use crate::policy::{ApprovalRequirement, Phase, PolicyRequest, SharedJson, Verdict};
+use crate::policy::{ApprovalRequirement, Phase, Verdict};
 use crate::registry::Capability;
 use crate::result::ExecutionResult;
 use crate::runtime::{Inner, InvokeRequest};
 use futures::FutureExt;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tracing::Instrument;
 
 /// Stages 2–15 of one governed call.
@@ -154,22 +154,7 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
     };
 
     // ── Stage 7: invocation-phase policies (all evaluated, then combined) ──
-    let deadline =
-        tokio::time::Instant::now() + Duration::from_millis(rt.defaults.policy_timeout_ms);
-    let shared = SharedJson::default();
-    let request = PolicyRequest {
-        phase: Phase::Invocation,
-        capability: &cap.info,
-        surface: req.surface,
-        namespace: &req.namespace,
-        actor: &actor,
-        context: &req.context,
-        input: Some(&input),
-        execution_id: &exec.execution_id,
-        approval: None,
-        shared: &shared,
-    };
-    let evaluated = evaluate_batch(rt, &cap, &request, deadline, Some(&exec)).await;
+    let evaluated = invocation_phase(&exec, &cap, &actor, &req.context, &input).await;
     let verdict = crate::policy::combine(&evaluated);
     if let Some(refused) = refuse(&exec, Phase::Invocation, &evaluated, &verdict, false).await {
         return refused;

@@ -5,11 +5,12 @@
 //! reach the verdict.
 
 use super::Exec;
+use crate::actor::Actor;
 use crate::audit::DenyReason;
 use crate::audit::EventPayload;
 use crate::error::{CapabilityError, ErrorCode};
 use crate::policy::{
-    Evaluated, Phase, Policy, PolicyError, PolicyRequest, Verdict, divergences, stances,
+    Evaluated, Phase, Policy, PolicyError, PolicyRequest, SharedJson, Verdict, divergences, stances,
 };
 use crate::registry::Capability;
 use crate::result::ExecutionResult;
@@ -30,6 +31,34 @@ fn applicable<'a>(
         .iter()
         .chain(cap.policies.iter())
         .filter(move |p| p.phases().contains(&phase))
+}
+
+/// Stage 7's batch for one call: every invocation-phase policy of `cap`, under one
+/// deadline of the policy timeout from now. Invoke runs it once; resume runs it again
+/// before consuming an approval (freshness), with the current actor and context.
+pub(crate) async fn invocation_phase(
+    exec: &Exec<'_>,
+    cap: &Capability,
+    actor: &Actor,
+    context: &serde_json::Value,
+    input: &serde_json::Value,
+) -> Vec<Evaluated> {
+    let rt = exec.rt;
+    let deadline = Instant::now() + std::time::Duration::from_millis(rt.defaults.policy_timeout_ms);
+    let shared = SharedJson::default();
+    let request = PolicyRequest {
+        phase: Phase::Invocation,
+        capability: &cap.info,
+        surface: exec.surface,
+        namespace: &exec.namespace,
+        actor,
+        context,
+        input: Some(input),
+        execution_id: &exec.execution_id,
+        approval: None,
+        shared: &shared,
+    };
+    evaluate_batch(rt, cap, &request, deadline, Some(exec)).await
 }
 
 /// Evaluate the batch. `deadline` is shared by every policy in it. Returns the enforcing

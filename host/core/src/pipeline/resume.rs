@@ -2,13 +2,13 @@
 //! a new execution id, as the original actor, with the approver visible to the procedure.
 
 use super::execute::{Admitted, execute};
-use super::policies::{evaluate_batch, refuse};
+use super::policies::{invocation_phase, refuse};
 use super::{Exec, missing_actor, new_id};
 use crate::approval::{ApprovalRef, ApprovalStatus, ApprovalStoreError};
 use crate::audit::DenyReason;
 use crate::canonical::input_hash;
 use crate::error::{CapabilityError, ErrorCode, Stage};
-use crate::policy::{Phase, PolicyRequest, SharedJson, combine};
+use crate::policy::{Phase, combine};
 use crate::result::ExecutionResult;
 use crate::runtime::{Inner, ResumeOptions};
 use std::time::Instant;
@@ -259,22 +259,7 @@ async fn checks(
     // policies are checked again, with the current actor and context, before anything is
     // consumed. A deny, hide or failure ends the call as it would on invoke and leaves the
     // approval unconsumed; a fresh require-approval is satisfied by this approval.
-    let deadline = tokio::time::Instant::now()
-        + std::time::Duration::from_millis(rt.defaults.policy_timeout_ms);
-    let shared = SharedJson::default();
-    let request = PolicyRequest {
-        phase: Phase::Invocation,
-        capability: &cap.info,
-        surface: exec.surface,
-        namespace: &exec.namespace,
-        actor: &actor,
-        context: &opts.context,
-        input: Some(&input),
-        execution_id: &exec.execution_id,
-        approval: None,
-        shared: &shared,
-    };
-    let evaluated = evaluate_batch(rt, &cap, &request, deadline, Some(&exec)).await;
+    let evaluated = invocation_phase(&exec, &cap, &actor, &opts.context, &input).await;
     if let Some(result) = refuse(
         &exec,
         Phase::Invocation,
