@@ -3,7 +3,7 @@
 //
 //   node mcp_client_check.mjs URL
 //
-// Run by host/gateway/tests/mcp_typescript.rs, with the same line protocol as
+// Run by host/gateway/tests/all/mcp_typescript.rs, with the same line protocol as
 // mcp_client_check.py: one JSON object per stdout line; `approval` and `cancelled` events
 // are answered with one stdin line; `done` ends the run. A failed check exits non-zero.
 

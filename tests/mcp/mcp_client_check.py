@@ -1,6 +1,6 @@
 """Drive a capgate MCP server with the official MCP Python SDK (PyPI `mcp`).
 
-Run by host/gateway/tests/mcp_python.rs, which owns the server side:
+Run by host/gateway/tests/all/mcp_python.rs, which owns the server side:
 
     python mcp_client_check.py http URL [--mode legacy|auto]
     python mcp_client_check.py stdio COMMAND [ARGS...]

@@ -108,7 +108,7 @@ fn test(root: &Path, extra: &[String]) -> anyhow::Result<()> {
         .args(["-m", "unittest", "discover", "-s", "sdk/python/tests"])
         .current_dir(root))?;
     // The TypeScript gateway client: the registry's packages (incl. `ai`), its unit tests;
-    // its test against a running server is a Rust test (host/cli/tests/ai_sdk_client.rs).
+    // its test against a running server is a Rust test (host/cli/tests/all/ai_sdk_client.rs).
     let ts = root.join("clients/ts");
     run(Command::new("npm")
         .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])

@@ -4,7 +4,7 @@
 //!
 //! `cargo run -p customer-support`
 
-#[path = "../../../host/core/tests/common/walkthrough.rs"]
+#[path = "../../../host/core/tests/all/common/walkthrough.rs"]
 mod walkthrough;
 
 use capgate_core::prelude::*;

@@ -21,7 +21,7 @@
 //!
 //! Figures compare only within one run on one machine.
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/all/common/mod.rs"]
 mod common;
 
 use axum::Router;

@@ -94,9 +94,12 @@ pub async fn build(checked: &Checked, store: Store, what: &str) -> anyhow::Resul
     let mut sinks: Vec<Arc<dyn AuditSink>> = vec![audit.clone()];
     if let Some(jsonl) = &cfg.audit.jsonl {
         let path = cfg.relative(jsonl);
-        sinks.push(Arc::new(JsonLinesSink::append_to(&path).with_context(
-            || format!("cannot open the audit file {}", path.display()),
-        )?));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .with_context(|| format!("cannot open the audit file {}", path.display()))?;
+        sinks.push(Arc::new(JsonLinesSink::new(file)));
     }
     let approvals: Arc<dyn ApprovalCoordinator> =
         Arc::new(Traced::new(store.approvals(), store.backend()));

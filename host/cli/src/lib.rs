@@ -11,6 +11,7 @@ pub mod located;
 pub mod metrics;
 pub mod oci;
 pub mod ops;
+pub mod plugin_test;
 pub mod reload;
 pub mod scenario;
 pub mod serve;

@@ -728,7 +728,7 @@ fn plugin_test(plugin: &std::path::Path, cases: &std::path::Path) -> anyhow::Res
     let text = std::fs::read_to_string(cases)
         .with_context(|| format!("cannot read the case file {}", cases.display()))?;
     let host = capgate_wasm::WasmHost::shared().context("could not start the Wasm engine")?;
-    let report = capgate_wasm::plugin_test::run_file(&host, plugin, &text)
+    let report = capgate::plugin_test::run_file(&host, plugin, &text)
         .with_context(|| format!("cannot test {}", plugin.display()))?;
     print!("{}", report.render());
     Ok(if report.all_passed() {

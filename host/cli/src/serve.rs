@@ -15,7 +15,7 @@ use anyhow::Context;
 use arc_swap::ArcSwap;
 use axum::extract::Request;
 use capgate_core::actor::Surface;
-use capgate_gateway::approvals_api::{ApprovalsRouter, AuditTrail};
+use capgate_gateway::approvals_api::{ApprovalsRouter, ExecutionHistory, ExecutionOutcome};
 use capgate_gateway::console::{ConsoleOptions, ConsoleSessions};
 use capgate_gateway::door::{Doorkeeper, Quotas};
 use capgate_gateway::gateway::{FnProbe, ReadinessProbe, ShutdownProbe};
@@ -203,6 +203,23 @@ fn console_options(c: &crate::config::ConsoleSection) -> anyhow::Result<ConsoleO
         approver_role: APPROVER_ROLE.into(),
         ..ConsoleOptions::default()
     })
+}
+
+/// The approvals API's view of how a resumed call ended, read from the deployment's audit
+/// log (the gateway knows the seam, the store the rows; they meet here).
+struct AuditTrail(capgate_store::AuditLog);
+
+#[async_trait::async_trait]
+impl ExecutionHistory for AuditTrail {
+    async fn outcome(&self, execution_id: &str) -> Result<Option<ExecutionOutcome>, String> {
+        let rows = self
+            .0
+            .for_execution(execution_id)
+            .await
+            .map_err(|e| e.to_string())?;
+        let events = rows.into_iter().filter_map(|r| r.event.ok());
+        Ok(ExecutionOutcome::from_trail(execution_id, events))
+    }
 }
 
 /// `/readyz`'s store check: the journal answers a read, and a store that refused a write

@@ -467,25 +467,20 @@ impl AuditSink for TracingSink {
     }
 }
 
-/// Appends one JSON object per line to a writer (a file, stdout).
+/// Appends one JSON object per line to a writer the embedder opened (a file, stdout). The
+/// write runs on Tokio's blocking pool, so a slow disk never holds the async caller's
+/// worker; outside a Tokio runtime it runs inline. Core itself opens nothing: the embedder
+/// passes the writer (the `capgate` binary opens `[audit] jsonl`'s file).
 pub struct JsonLinesSink {
-    out: Mutex<Box<dyn Write + Send>>,
+    out: Arc<Mutex<Box<dyn Write + Send>>>,
 }
 
 impl JsonLinesSink {
     /// Write to any writer.
     pub fn new(out: impl Write + Send + 'static) -> Self {
         JsonLinesSink {
-            out: Mutex::new(Box::new(out)),
+            out: Arc::new(Mutex::new(Box::new(out))),
         }
-    }
-    /// Append to a file, creating it.
-    pub fn append_to(path: impl AsRef<std::path::Path>) -> std::io::Result<Self> {
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)?;
-        Ok(JsonLinesSink::new(f))
     }
     /// Write to standard output.
     pub fn stdout() -> Self {
@@ -499,14 +494,23 @@ impl AuditSink for JsonLinesSink {
         "jsonl"
     }
     async fn emit(&self, event: &AuditEvent) -> Result<(), AuditSinkError> {
-        let err = |e: &dyn std::fmt::Display| AuditSinkError {
-            sink: "jsonl".into(),
-            message: e.to_string(),
-        };
+        fn err(e: &dyn std::fmt::Display) -> AuditSinkError {
+            AuditSinkError {
+                sink: "jsonl".into(),
+                message: e.to_string(),
+            }
+        }
         let mut line = serde_json::to_vec(event).map_err(|e| err(&e))?;
         line.push(b'\n');
-        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
-        out.write_all(&line).map_err(|e| err(&e))?;
-        out.flush().map_err(|e| err(&e))
+        let out = self.out.clone();
+        let write = move || {
+            let mut out = out.lock().unwrap_or_else(|p| p.into_inner());
+            out.write_all(&line).and_then(|()| out.flush())
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => rt.spawn_blocking(write).await.map_err(|e| err(&e))?,
+            Err(_) => write(),
+        }
+        .map_err(|e| err(&e))
     }
 }

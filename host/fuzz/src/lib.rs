@@ -4,7 +4,7 @@
 //!
 //! Two drivers call them: libFuzzer through the thin wrappers in `fuzz/fuzz_targets/`
 //! (`cargo +nightly fuzz run <target>`, or `cargo xtask fuzz`), and the stable test
-//! `tests/corpora.rs`, which replays every checked-in file of `fuzz/corpus/<target>/` in
+//! `tests/all/corpora.rs`, which replays every checked-in file of `fuzz/corpus/<target>/` in
 //! the workspace suite. See README "Fuzzing".
 //!
 //! | target | what it holds |

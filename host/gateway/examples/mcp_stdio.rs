@@ -1,4 +1,4 @@
-//! Serve the MCP test fixture (`tests/mcp_support/fixture.rs`) over stdio as the service
+//! Serve the MCP test fixture (`tests/all/mcp_support/fixture.rs`) over stdio as the service
 //! actor `svc_agent`, the way `capgate mcp --stdio --config F` serves a configured one.
 //!
 //! Approvals live in the SQLite database named by `CAPGATE_FIXTURE_DB` (`sqlite://…`, so a
@@ -10,7 +10,7 @@
 //!   cargo run -p capgate-gateway --example mcp_stdio
 //! ```
 
-#[path = "../tests/mcp_support/fixture.rs"]
+#[path = "../tests/all/mcp_support/fixture.rs"]
 mod fixture;
 
 use capgate_core::actor::{Actor, ActorKind};
@@ -27,7 +27,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let store = capgate_store::Store::open(&db).await?;
     let runtime = fixture::runtime(
         Arc::new(store.approvals()),
-        Arc::new(JsonLinesSink::append_to(audit_path)?),
+        Arc::new(JsonLinesSink::new(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(audit_path)?,
+        )),
     );
     let actor = Actor::new("svc_agent", ActorKind::Service);
     let options = McpOptions {

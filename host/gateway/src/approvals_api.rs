@@ -189,21 +189,18 @@ pub trait ExecutionHistory: Send + Sync + 'static {
     async fn outcome(&self, execution_id: &str) -> Result<Option<ExecutionOutcome>, String>;
 }
 
-/// How a resumed call ended, read from the deployment's audit log: its last terminal
-/// event (`capability.completed`, `.failed`, `.cancelled`), or running after a start.
-pub struct AuditTrail(pub capgate_store::AuditLog);
-
-#[async_trait::async_trait]
-impl ExecutionHistory for AuditTrail {
-    async fn outcome(&self, execution_id: &str) -> Result<Option<ExecutionOutcome>, String> {
+impl ExecutionOutcome {
+    /// How an execution ended, from its audit trail in order: its last terminal event
+    /// (`capability.completed`, `.failed`, `.cancelled`), or running after a start; `None`
+    /// when the trail has no start yet. What an [`ExecutionHistory`] over an audit log
+    /// answers.
+    pub fn from_trail(
+        execution_id: &str,
+        events: impl IntoIterator<Item = capgate_core::audit::AuditEvent>,
+    ) -> Option<ExecutionOutcome> {
         use capgate_core::audit::EventPayload;
-        let rows = self
-            .0
-            .for_execution(execution_id)
-            .await
-            .map_err(|e| e.to_string())?;
         let mut outcome = None;
-        for event in rows.into_iter().filter_map(|r| r.event.ok()) {
+        for event in events {
             let (status, code) = match &event.payload {
                 EventPayload::Started { .. } => (OutcomeStatus::Running, None),
                 EventPayload::Completed { .. } => (OutcomeStatus::Completed, None),
@@ -222,7 +219,7 @@ impl ExecutionHistory for AuditTrail {
                 at: event.timestamp,
             });
         }
-        Ok(outcome)
+        outcome
     }
 }
 

@@ -69,22 +69,23 @@
 
 #![warn(missing_docs)]
 
+pub mod bridge;
 pub mod events;
 pub mod health;
 pub mod http;
-pub mod procedure;
 pub mod provider;
 pub mod runtime;
 pub mod stall;
 mod trace_context;
 
+pub use bridge::{ProcedureProvider, ProviderProcedure, native_handler};
 pub use http::{HttpUpstream, HttpUpstreamConfig};
-pub use procedure::{ProcedureProvider, ProviderProcedure, native_handler};
 pub use provider::{Provider, ProviderConf, ProviderIdentity, ProviderRegistry};
 pub use runtime::ProviderRuntime;
 
 /// The names most programs need.
 pub mod prelude {
+    pub use crate::bridge::{ProcedureProvider, ProviderProcedure, native_handler};
     pub use crate::events::{
         EventEmitter, EventType, FrameType, ProgressDisposition, RuntimeEvent, TunnelFrame,
         classify_provider_tunnel_frame, classify_runtime_event,
@@ -95,7 +96,6 @@ pub mod prelude {
         probe_health,
     };
     pub use crate::http::{HttpUpstream, HttpUpstreamConfig};
-    pub use crate::procedure::{ProcedureProvider, ProviderProcedure, native_handler};
     pub use crate::provider::{
         ExecutionOutcome, Provider, ProviderCommand, ProviderConf, ProviderFailure,
         ProviderIdentity, ProviderRegistry, ProviderRun, RunRequest, TokenUsage,

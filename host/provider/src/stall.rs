@@ -9,7 +9,7 @@
 //! classified and fed to the attempt's watchdog. A procedure that only knows core's
 //! `ProgressFn` (a native handler, or a Wasm procedure component whose `progress.report`
 //! import calls `ProcedureCall::report_progress`) is wrapped by
-//! [`ProcedureProvider`](crate::procedure::ProcedureProvider), which hands it a `ProgressFn`
+//! [`ProcedureProvider`](crate::bridge::ProcedureProvider), which hands it a `ProgressFn`
 //! that emits [`RuntimeEvent::progress`](crate::events::RuntimeEvent::progress) into the
 //! sink. Code holding a bare watchdog can do the same with [`StallWatchdog::progress_fn`].
 

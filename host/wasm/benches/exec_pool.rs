@@ -70,7 +70,7 @@ use wasmtime::{
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 /// Bindings whose export calls are `async` (`call_async`); imports stay synchronous, as in
-/// capgate's `src/bindings.rs`.
+/// capgate's `src/wit.rs`.
 mod async_bind {
     wasmtime::component::bindgen!({
         path: "../../wit",

@@ -10,12 +10,12 @@
 //! to 0.2.0.
 
 use crate::binding::Binding;
-use crate::bindings::{names, wit_authorizer, wit_authorizer_v1};
 use crate::convert;
 use crate::error::{CallError, LoadError};
 use crate::plugin::Plugin;
 use crate::sandbox::{CallOpts, Exports, Sandbox};
-use crate::store::StoreData;
+use crate::store_data::StoreData;
+use crate::wit::{names, wit_authorizer, wit_authorizer_v1};
 use async_trait::async_trait;
 use capgate_core::authz::{AuthorizeError, AuthorizeRequest, Authorizer, Operation};
 use std::sync::Arc;

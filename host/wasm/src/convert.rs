@@ -1,6 +1,6 @@
 //! Core types → WIT types, with JSON crossing as text (the way back is [`crate::decode`]).
 
-use crate::bindings::wit;
+use crate::wit::wit;
 use capgate_core::actor::{Actor, ActorKind, Surface};
 use capgate_core::approval::ApprovalRef;
 use capgate_core::meta::{Risk, SideEffect};

@@ -8,9 +8,9 @@ use capgate_core::policy::PolicyDecision;
 use capgate_core::procedure::ProcedureError;
 
 /// A policy's `decision` as the guest returns it (`capgate:plugin/policy@0.1.0`).
-pub use crate::bindings::wit_policy::{ApprovalRequirement, Decision, Denial};
+pub use crate::wit::wit_policy::{ApprovalRequirement, Decision, Denial};
 /// A procedure's `procedure-error` as the guest returns it (`capgate:plugin/procedure@0.1.0`).
-pub use crate::bindings::wit_procedure::{DefinedError, ProcedureError as GuestProcedureError};
+pub use crate::wit::wit_procedure::{DefinedError, ProcedureError as GuestProcedureError};
 
 /// Longest reason, code or approval type a decision may carry.
 pub const MAX_DECISION_FIELD: usize = 4_096;

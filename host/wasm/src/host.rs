@@ -4,10 +4,10 @@
 //! lane (where a guest call that outlives its inline slice finishes, so it never holds a
 //! request thread), and the linker every plugin is pre-linked against.
 
-use crate::bindings;
 use crate::error::CallError;
 use crate::error::LoadError;
-use crate::store::StoreData;
+use crate::store_data::StoreData;
+use crate::wit;
 use sha2::{Digest, Sha256};
 use std::future::Future;
 use std::hash::{Hash, Hasher};
@@ -193,12 +193,12 @@ impl WasmHost {
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .map_err(|e| LoadError::Engine(e.to_string()))?;
         deny_stdio(&mut linker).map_err(|e| LoadError::Engine(e.to_string()))?;
-        bindings::capgate::plugin::host::add_to_linker::<StoreData, HasSelf<StoreData>>(
+        wit::capgate::plugin::host::add_to_linker::<StoreData, HasSelf<StoreData>>(
             &mut linker,
             |d| d,
         )
         .map_err(|e| LoadError::Engine(e.to_string()))?;
-        bindings::capgate::plugin::progress::add_to_linker::<StoreData, HasSelf<StoreData>>(
+        wit::capgate::plugin::progress::add_to_linker::<StoreData, HasSelf<StoreData>>(
             &mut linker,
             |d| d,
         )

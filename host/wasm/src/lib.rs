@@ -60,7 +60,6 @@
 //!   a fresh binding's [`ReserveOptions`] say how many instances to keep ready ahead of calls.
 //! - [`WasmPolicy`], [`WasmRedactor`], [`WasmProcedure`], [`WasmAuthorizer`]: core's traits.
 //! - [`CallError`]: every way a call can fail; each trait maps it fail-closed.
-//! - [`plugin_test`]: the `capgate plugin test` runner.
 //!
 //! # One call's lifecycle
 //!
@@ -86,7 +85,6 @@
 
 mod authorizer;
 mod binding;
-mod bindings;
 mod convert;
 pub mod decode;
 mod error;
@@ -94,12 +92,12 @@ mod host;
 mod limits;
 pub mod metrics;
 mod plugin;
-pub mod plugin_test;
 mod policy;
 mod procedure;
 mod redactor;
 mod sandbox;
-mod store;
+mod store_data;
+mod wit;
 
 pub use authorizer::WasmAuthorizer;
 pub use binding::Binding;

@@ -4,7 +4,7 @@
 
 use crate::error::LoadError;
 use crate::host::WasmHost;
-use crate::store::StoreData;
+use crate::store_data::StoreData;
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
 use sha2::{Digest, Sha256};

@@ -3,11 +3,11 @@
 //! (POLICY_FAILED, audit reason `policy-failed`).
 
 use crate::binding::Binding;
-use crate::bindings::{names, wit, wit_policy};
 use crate::convert;
 use crate::error::{CallError, LoadError};
 use crate::plugin::Plugin;
 use crate::sandbox::{CallOpts, Sandbox, pool_key};
+use crate::wit::{names, wit, wit_policy};
 use async_trait::async_trait;
 use capgate_core::policy::{
     DEFAULT_PHASES, Phase, Policy, PolicyDecision, PolicyError, PolicyRequest,

@@ -4,11 +4,11 @@
 //! per-attempt timeout too) stops the guest within one epoch tick.
 
 use crate::binding::Binding;
-use crate::bindings::{names, wit_health, wit_procedure};
 use crate::convert;
 use crate::error::{CallError, LoadError};
 use crate::plugin::Plugin;
 use crate::sandbox::{CallOpts, Sandbox, pool_key};
+use crate::wit::{names, wit_health, wit_procedure};
 use async_trait::async_trait;
 use capgate_core::policy::CapabilityInfo;
 use capgate_core::procedure::{Procedure, ProcedureCall, ProcedureError};

@@ -3,11 +3,11 @@
 //! [`RedactError`]: core withholds the output.
 
 use crate::binding::Binding;
-use crate::bindings::{names, wit_redactor};
 use crate::convert;
 use crate::error::{CallError, LoadError};
 use crate::plugin::Plugin;
 use crate::sandbox::{CallOpts, Sandbox, pool_key};
+use crate::wit::{names, wit_redactor};
 use async_trait::async_trait;
 use capgate_core::policy::CapabilityInfo;
 use capgate_core::redact::{RedactError, Redactor};

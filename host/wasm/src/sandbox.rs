@@ -7,7 +7,7 @@ use crate::error::CallError;
 use crate::host::Refill;
 use crate::limits::{Isolation, Limits, ReserveOptions};
 use crate::plugin::Plugin;
-use crate::store::{LogBucket, LogCtx, StoreData};
+use crate::store_data::{LogBucket, LogCtx, StoreData};
 use capgate_core::CancellationToken;
 use capgate_core::procedure::ProgressFn;
 use std::collections::HashMap;
@@ -48,8 +48,8 @@ pub(crate) trait Exports: Send + Sync + 'static {
 
 macro_rules! exports {
     ($($m:ident),*) => {$(
-        impl Exports for crate::bindings::$m::GuestIndices {
-            type Guest = crate::bindings::$m::Guest;
+        impl Exports for crate::wit::$m::GuestIndices {
+            type Guest = crate::wit::$m::Guest;
             fn load_guest(
                 &self,
                 store: &mut Store<StoreData>,

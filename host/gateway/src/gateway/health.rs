@@ -24,21 +24,6 @@ pub trait ReadinessProbe: Send + Sync + 'static {
     }
 }
 
-#[async_trait]
-impl ReadinessProbe for capgate_store::Store {
-    /// Ready when the database answers and every embedded migration is applied.
-    async fn ready(&self) -> Result<(), String> {
-        let status = self.migration_status().await.map_err(|e| e.to_string())?;
-        match status.iter().find(|m| !m.applied) {
-            Some(m) => Err(format!(
-                "migration {} ({}) is not applied",
-                m.version, m.description
-            )),
-            None => Ok(()),
-        }
-    }
-}
-
 /// A readiness probe that reads one (absent) record from an invocation journal.
 pub struct JournalProbe(pub Arc<dyn InvocationJournal>);
 

@@ -1,0 +1,458 @@
+//! Starting the real `capgate` binary: the example deployment, a temporary store, the port
+//! read from the "listening on" line.
+#![allow(dead_code)]
+
+pub mod lifecycle;
+pub mod walkthrough;
+
+use serde_json::{Value, json};
+use sha2::Digest;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub const PG_ENV: &str = "CAPGATE_TEST_POSTGRES_URL";
+
+/// The test-only key of Olga, org_2's manager and approver (see [`olga_key`]).
+pub const OLGA: &str = "olga-test-key";
+
+/// Olga's `[[gateway.apiKeys]]` entry, for tests that need an approver of another
+/// namespace than the example's org_1 (append it with [`deployment`]).
+pub fn olga_key() -> String {
+    key(
+        OLGA,
+        "u_olga",
+        "org_2",
+        &["approver", "manager"],
+        &[],
+        "org_2",
+    )
+}
+
+/// Whether the tests run in CI (`CI=true`), where a missing system tool fails a test
+/// instead of skipping it.
+pub fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// A free loopback port (for a helper process that takes its port on the command line).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// `name` on PATH, if it is there.
+pub fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    })
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// `apt-get ARGS`, quietly; whether it succeeded.
+fn apt_get(args: &[&str]) -> bool {
+    eprintln!("notice: apt-get {}", args.join(" "));
+    Command::new("apt-get")
+        .args(args)
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Whether the system tools a test needs are there (`present`), installing Debian's
+/// `packages` when they are not and the test runs as root (`apt-get install`, then once
+/// more after `apt-get update` on a machine without package lists). When they stay
+/// missing: under CI=true the test fails (CI installs them, so it must run); otherwise it
+/// is skipped, loudly, past the harness's capture. `test` names the test in the messages.
+pub fn debian_tools(packages: &[&str], present: impl Fn() -> bool, test: &str) -> bool {
+    if present() {
+        return true;
+    }
+    let list = packages.join(" ");
+    if is_root() {
+        let mut install = vec!["install", "-y", "-q", "--no-install-recommends"];
+        install.extend_from_slice(packages);
+        if !apt_get(&install) {
+            // A fresh machine may have no package lists yet.
+            let _ = apt_get(&["update", "-q"]);
+            let _ = apt_get(&install);
+        }
+        if present() {
+            return true;
+        }
+    }
+    let why = if is_root() {
+        format!("`apt-get install -y {list}` did not provide them")
+    } else {
+        format!(
+            "not running as root, so they cannot be installed (run `sudo apt-get install -y {list}`)"
+        )
+    };
+    assert!(
+        !ci(),
+        "CI=true but Debian's {list} are missing: {why}. {test} must run in CI (.ci/run installs them)."
+    );
+    let _ = std::io::Write::write_fmt(
+        &mut std::io::stderr(),
+        format_args!(
+            "\n\n**********************************************************************\n\
+             SKIPPING {test}: Debian's {list} are missing;\n{why}.\n\
+             **********************************************************************\n\n"
+        ),
+    );
+    false
+}
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The example deployment as `cargo xtask demo` serves it (rendered by `cargo xtask test`
+/// before the tests run).
+pub fn example_config() -> PathBuf {
+    let path = root().join("examples/customer-support/capgate.toml");
+    assert!(
+        path.is_file(),
+        "{} is missing: run `cargo xtask example-config` (or `cargo xtask test`) first",
+        path.display()
+    );
+    path
+}
+
+/// A running `capgate serve`, killed on drop.
+pub struct Server {
+    child: Child,
+    pub base: String,
+    /// The metrics URL (`http://127.0.0.1:PORT/metrics`) when the deployment serves its
+    /// metrics on a listener of their own.
+    pub metrics: Option<String>,
+}
+
+impl Server {
+    /// Start `capgate serve --config CONFIG --store STORE --listen 127.0.0.1:0` (and
+    /// `--metrics-listen 127.0.0.1:0` when the configuration turns metrics on, so tests
+    /// running side by side never share the example's fixed metrics port).
+    pub fn start(config: &std::path::Path, store: &str) -> Server {
+        Server::start_with_env(config, store, &[])
+    }
+
+    /// [`Server::start`] with extra environment variables for the server process.
+    pub fn start_with_env(config: &std::path::Path, store: &str, env: &[(&str, &str)]) -> Server {
+        let text = std::fs::read_to_string(config).expect("read the config");
+        let metrics_listen: &[&str] = if text.contains("[telemetry.metrics]") {
+            &["--metrics-listen", "127.0.0.1:0"]
+        } else {
+            &[]
+        };
+        let mut child = Command::new(env!("CARGO_BIN_EXE_capgate"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--store", store])
+            .args(metrics_listen)
+            .arg("--config")
+            .arg(config)
+            .env("CAPGATE_LOG", "warn")
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start capgate serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let mut metrics = None;
+        let base = loop {
+            match lines.next() {
+                Some(Ok(line)) => {
+                    if let Some(url) = line.split("metrics on ").nth(1) {
+                        metrics = Some(url.trim().to_string());
+                    }
+                    if let Some(addr) = line.split("listening on ").nth(1) {
+                        break addr.trim().to_string();
+                    }
+                }
+                _ => {
+                    let status = child.wait().expect("wait");
+                    panic!("capgate serve exited before listening: {status}");
+                }
+            }
+        };
+        // Keep draining stdout so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Server {
+            child,
+            base,
+            metrics,
+        }
+    }
+}
+
+impl Server {
+    /// The server's process id (to signal it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// `kill -9`: the process dies at once, mid-call, with nothing flushed.
+    pub fn kill_hard(&mut self) {
+        self.child.kill().expect("SIGKILL capgate serve");
+        let _ = self.child.wait();
+    }
+
+    /// Send SIGTERM (what an orchestrator sends to stop a replica).
+    pub fn terminate(&self) {
+        let pid = libc::pid_t::try_from(self.child.id()).expect("pid");
+        // SAFETY: kill(2) on our own child's pid; no memory is involved.
+        let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
+        assert_eq!(rc, 0, "SIGTERM capgate serve");
+    }
+
+    /// The exit status, waiting up to `timeout` for the process to end.
+    pub fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let until = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < until,
+                "capgate serve did not exit within {timeout:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An HTTP client for one API key.
+#[derive(Clone)]
+pub struct Caller {
+    http: reqwest::Client,
+    key: String,
+}
+
+impl Caller {
+    pub fn new(key: &str) -> Caller {
+        Caller {
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(60))
+                .build()
+                .expect("client"),
+            key: key.to_string(),
+        }
+    }
+
+    pub async fn post(&self, url: &str, body: &Value) -> (u16, Value) {
+        let r = self
+            .http
+            .post(url)
+            .bearer_auth(&self.key)
+            .json(body)
+            .send()
+            .await
+            .expect("send");
+        answer(r).await
+    }
+
+    pub async fn post_raw(&self, url: &str, body: Vec<u8>) -> (u16, Value) {
+        let r = self
+            .http
+            .post(url)
+            .bearer_auth(&self.key)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("send");
+        answer(r).await
+    }
+
+    pub async fn get(&self, url: &str) -> (u16, Value) {
+        let r = self
+            .http
+            .get(url)
+            .bearer_auth(&self.key)
+            .send()
+            .await
+            .expect("send");
+        answer(r).await
+    }
+}
+
+/// Status and JSON body (a non-JSON body as `{"raw": text}`).
+async fn answer(r: reqwest::Response) -> (u16, Value) {
+    let status = r.status().as_u16();
+    let text = r.text().await.expect("body");
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or_else(|_| json!({ "raw": text })),
+    )
+}
+
+/// A fresh Postgres database for one test (see [`capgate_testkit::postgres`]).
+pub async fn postgres_db() -> Option<PgDb> {
+    PgDb::create("capgate_e2e").await
+}
+
+/// A test database on the Postgres server, dropped with the value.
+pub use capgate_testkit::postgres::TestDatabase as PgDb;
+
+/// The scope of Dana's calls through `/agent`, as `capgate invocations` takes it.
+pub const DANA_AGENT_SCOPE: [&str; 6] = [
+    "--namespace",
+    "org_1",
+    "--actor",
+    "user:u_dana",
+    "--surface",
+    "aiSdk",
+];
+
+/// Run the binary; whatever it did (for the cases that must fail).
+pub fn capgate_output(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_capgate"))
+        .args(args)
+        .output()
+        .expect("run capgate")
+}
+
+/// Run the binary; its stdout, failing the test on a non-zero exit.
+pub fn capgate(args: &[&str]) -> String {
+    let out = capgate_output(args);
+    assert!(
+        out.status.success(),
+        "capgate {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The example deployment, made self-contained in `dir` (absolute plugin, schema and cache
+/// paths), with `edit` applied to its text and `extra` TOML appended.
+pub fn deployment(dir: &Path, edit: impl Fn(String) -> String, extra: &str) -> PathBuf {
+    let example = example_config();
+    let here = example.parent().expect("example dir").to_path_buf();
+    let text = std::fs::read_to_string(&example).expect("read the example");
+    let text = text
+        .replace(
+            "pluginDir = \"../../plugins",
+            &format!("pluginDir = \"{}/../../plugins", here.display()),
+        )
+        .replace(
+            "compileCache = \".capgate-cache\"",
+            &format!("compileCache = \"{}/.capgate-cache\"", dir.display()),
+        )
+        .replace("\"schemas/", &format!("\"{}/schemas/", here.display()));
+    let path = dir.join("capgate.toml");
+    std::fs::write(&path, format!("{}\n{extra}\n", edit(text))).expect("write config");
+    path
+}
+
+pub fn key_hash(key: &str) -> String {
+    hex::encode(sha2::Sha256::digest(key.as_bytes()))
+}
+
+/// One more API key, as TOML.
+pub fn key(
+    key: &str,
+    id: &str,
+    namespace: &str,
+    roles: &[&str],
+    surfaces: &[&str],
+    org: &str,
+) -> String {
+    format!(
+        "[[gateway.apiKeys]]\nsha256 = \"{}\"\nnamespace = \"{namespace}\"\nroles = {}\nsurfaces = {}\n\
+         actor = {{ id = \"{id}\", kind = \"user\", attributes = {{ orgId = \"{org}\" }} }}\ncontext = {{ orgId = \"{org}\" }}\n",
+        key_hash(key),
+        serde_json::to_string(roles).expect("roles"),
+        serde_json::to_string(surfaces).expect("surfaces"),
+    )
+}
+
+/// A minimal MCP client over streamable HTTP (JSON-RPC; answers as JSON or as SSE), enough
+/// to list, call and resume as one principal.
+pub struct Mcp {
+    http: reqwest::Client,
+    url: String,
+    key: String,
+    session: Option<String>,
+    next: u64,
+}
+
+impl Mcp {
+    pub async fn connect(base: &str, key: &str) -> Mcp {
+        let mut m = Mcp {
+            http: reqwest::Client::new(),
+            url: format!("{base}/mcp"),
+            key: key.to_string(),
+            session: None,
+            next: 1,
+        };
+        let init = m
+            .request(
+                "initialize",
+                json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "trust-boundaries", "version": "0"}}),
+            )
+            .await;
+        assert!(init.get("result").is_some(), "initialize: {init}");
+        m.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
+        m
+    }
+
+    pub async fn send(&mut self, body: Value) -> Option<Value> {
+        let mut req = self
+            .http
+            .post(&self.url)
+            .bearer_auth(&self.key)
+            .header("accept", "application/json, text/event-stream")
+            .json(&body);
+        if let Some(s) = &self.session {
+            req = req.header("mcp-session-id", s);
+        }
+        let r = req.send().await.expect("send");
+        assert!(r.status().is_success(), "MCP HTTP {}", r.status());
+        if let Some(s) = r
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+        {
+            self.session = Some(s.to_string());
+        }
+        let text = r.text().await.expect("body");
+        let id = body.get("id").cloned()?;
+        text.lines()
+            .map(|l| l.strip_prefix("data:").unwrap_or(l).trim())
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v.get("id") == Some(&id))
+    }
+
+    pub async fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next;
+        self.next += 1;
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await
+            .unwrap_or_else(|| panic!("no answer to {method}"))
+    }
+
+    pub async fn call(&mut self, tool: &str, arguments: Value) -> Value {
+        self.request("tools/call", json!({"name": tool, "arguments": arguments}))
+            .await
+    }
+}

@@ -1,0 +1,27 @@
+//! capgate (the CLI)'s integration tests, one binary (link once): each module is one
+//! area of behaviour, named after it; shared support lives in the non-test modules.
+
+#[macro_use]
+mod common;
+
+mod ai_sdk_client;
+mod check;
+mod conformance;
+mod console_browser;
+mod contract_diff;
+mod crash_safety;
+mod db_loss;
+mod example_commands;
+mod example_tenancy;
+mod graceful_shutdown;
+mod hot_reload;
+mod http_upstream_e2e;
+mod oci_registry;
+mod otlp_traces;
+mod prometheus_e2e;
+mod scenario_test;
+mod serve_e2e;
+mod shadow_rollout;
+mod spec_fidelity;
+mod store_paths;
+mod trust_boundaries;

@@ -1,0 +1,454 @@
+//! Plugins from an OCI registry, end to end: a real registry (Debian's `docker-registry`,
+//! started here on loopback with its storage in a temporary directory), the example's
+//! plugins published to it with `capgate plugin push --sign-key`, the example deployment
+//! rewritten to load every plugin by `oci://…@sha256:…`, and the walkthrough over HTTP.
+//! Then what must be refused at start (a wrong digest, a tag alone, an unsigned plugin
+//! and one signed by an unknown key under `requireSignature`), a restart with the
+//! registry stopped, from the cache alone, and a corrupted cache refused.
+
+use crate::common;
+
+use common::walkthrough::*;
+use common::*;
+use ed25519_dalek::SigningKey;
+use ed25519_dalek::pkcs8::spki::der::pem::LineEnding;
+use ed25519_dalek::pkcs8::{EncodePrivateKey, EncodePublicKey};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The example's plugins: config name and built file.
+const PLUGINS: [(&str, &str); 4] = [
+    ("org-isolation", "org_isolation.wasm"),
+    ("refund-limit", "refund_limit.wasm"),
+    ("pii-redactor", "pii_redactor.wasm"),
+    ("support-desk", "support_desk.wasm"),
+];
+
+fn registry_installed() -> bool {
+    on_path("docker-registry").is_some()
+}
+
+/// A running `docker-registry serve`, killed on drop.
+struct Registry {
+    child: Child,
+    /// `127.0.0.1:PORT`.
+    host: String,
+}
+
+impl Registry {
+    fn start(dir: &Path) -> Registry {
+        let port = free_port();
+        let host = format!("127.0.0.1:{port}");
+        let config = dir.join("registry.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
+                 http:\n  addr: {host}\n",
+                dir.join("storage").display()
+            ),
+        )
+        .expect("write the registry config");
+        let log = std::fs::File::create(dir.join("registry.log")).expect("registry log");
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start docker-registry");
+        let mut registry = Registry { child, host };
+        registry.wait_ready();
+        registry
+    }
+
+    fn wait_ready(&mut self) {
+        let url = format!("http://{}/v2/", self.host);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if reqwest_blocking_ok(&url) {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("docker-registry exited before serving: {status}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "docker-registry did not answer {url}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether `GET url` answers 200 (a one-off runtime: this runs outside the test's).
+fn reqwest_blocking_ok(url: &str) -> bool {
+    let url = url.to_string();
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .ok()
+            .is_some_and(|rt| {
+                rt.block_on(async {
+                    reqwest::get(&url)
+                        .await
+                        .is_ok_and(|r| r.status().as_u16() == 200)
+                })
+            })
+    })
+    .join()
+    .unwrap_or(false)
+}
+
+/// An Ed25519 key pair as PEM files (`NAME.pem` private, `NAME.pub` public), as
+/// `openssl genpkey -algorithm ed25519` and `openssl pkey -pubout` write them.
+fn key_pair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let mut seed = [0u8; 32];
+    seed[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+    seed[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+    let key = SigningKey::from_bytes(&seed);
+    let private = dir.join(format!("{name}.pem"));
+    let public = dir.join(format!("{name}.pub"));
+    std::fs::write(
+        &private,
+        key.to_pkcs8_pem(LineEnding::LF).expect("pkcs8").as_bytes(),
+    )
+    .expect("write the private key");
+    std::fs::write(
+        &public,
+        key.verifying_key()
+            .to_public_key_pem(LineEnding::LF)
+            .expect("spki"),
+    )
+    .expect("write the public key");
+    (private, public)
+}
+
+fn plugin_file(file: &str) -> PathBuf {
+    root()
+        .join("plugins/target/wasm32-wasip2/release")
+        .join(file)
+}
+
+/// `capgate plugin push FILE TARGET [--sign-key KEY]`: the printed reference.
+fn push(file: &str, target: &str, key: Option<&Path>) -> String {
+    let path = plugin_file(file).display().to_string();
+    let mut args = vec!["plugin", "push", &path, target];
+    let key = key.map(|k| k.display().to_string());
+    if let Some(k) = &key {
+        args.extend(["--sign-key", k]);
+    }
+    capgate(&args).trim().to_string()
+}
+
+/// The example deployment with every plugin loaded from `refs` (by config name);
+/// `pii-redactor` without a `sha256` (the manifest digest pins it), the others keeping
+/// theirs. `oci` is the `[runtime.oci]` table's body.
+fn oci_deployment(dir: &Path, refs: &BTreeMap<&str, String>, oci: &str) -> PathBuf {
+    std::fs::create_dir_all(dir).expect("dir");
+    let refs = refs.clone();
+    deployment(
+        dir,
+        move |text| {
+            let mut out = String::new();
+            let mut lines = text.lines().peekable();
+            while let Some(line) = lines.next() {
+                let plugin = PLUGINS
+                    .iter()
+                    .find(|(_, file)| line == format!("path = \"{file}\""));
+                match plugin {
+                    Some((name, _)) => {
+                        out.push_str(&format!("path = \"{}\"\n", refs[name]));
+                        if *name == "pii-redactor"
+                            && lines.peek().is_some_and(|l| l.starts_with("sha256 = "))
+                        {
+                            lines.next();
+                        }
+                    }
+                    None => {
+                        out.push_str(line);
+                        out.push('\n');
+                    }
+                }
+            }
+            out
+        },
+        &format!("[runtime.oci]\n{oci}\n"),
+    )
+}
+
+/// `capgate serve` on a config that must be refused: its stderr (a serve that starts
+/// instead is killed after two minutes and fails the test).
+fn refused_at_start(config: &Path, store: &str) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_capgate"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--store",
+            store,
+            "--config",
+        ])
+        .arg(config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start capgate serve");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut s);
+        s
+    });
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "serve started on {} instead of refusing it",
+                config.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stderr = reader.join().expect("stderr reader");
+    assert_eq!(status.code(), Some(1), "serve must refuse: {stderr}");
+    assert!(stderr.contains("nothing was started"), "{stderr}");
+    stderr
+}
+
+/// Acts 1–5 against a running deployment, under `invocation_id`.
+async fn walkthrough(server: &Server, invocation_id: &str) {
+    let agent = format!("{}/agent", server.base);
+    let approval_id = request_and_approve(&agent, &server.base, invocation_id).await;
+    let (status, done) = Caller::new(DANA)
+        .post(
+            &format!("{agent}/resumeApproval"),
+            &resume_body(&approval_id, invocation_id),
+        )
+        .await;
+    assert_eq!(status, 200, "{done}");
+    assert_refund_completed(&done);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_walkthrough_runs_on_plugins_pulled_by_digest_from_a_registry() {
+    if !debian_tools(
+        &["docker-registry"],
+        registry_installed,
+        "oci_registry (plugins from an OCI registry)",
+    ) {
+        return;
+    }
+    example_config();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let registry = Registry::start(dir);
+    let host = registry.host.clone();
+    let (signer, signer_pub) = key_pair(dir, "release");
+    let (stranger, _) = key_pair(dir, "stranger");
+
+    // Publish the example's plugins, signed; the printed reference pins the manifest.
+    let mut refs = BTreeMap::new();
+    for (name, file) in PLUGINS {
+        let r = push(
+            file,
+            &format!("oci://{host}/capgate/{name}:v1"),
+            Some(&signer),
+        );
+        let prefix = format!("oci://{host}/capgate/{name}@sha256:");
+        assert!(
+            r.starts_with(&prefix) && r.len() == prefix.len() + 64,
+            "push prints the pinned reference: {r}"
+        );
+        refs.insert(name, r);
+    }
+    assert_eq!(
+        push(
+            "refund_limit.wasm",
+            &format!("oci://{host}/capgate/refund-limit:v1"),
+            Some(&signer)
+        ),
+        refs["refund-limit"],
+        "the same file pushes to the same digest"
+    );
+
+    let cache = dir.join("oci-cache");
+    let signed = format!(
+        "cache = \"{}\"\npublicKeys = [\"{}\"]\nrequireSignature = true",
+        cache.display(),
+        signer_pub.display()
+    );
+    let config = oci_deployment(&dir.join("signed"), &refs, &signed);
+    let ok = capgate(&["check", "--config", &config.display().to_string()]);
+    assert!(ok.contains(": ok"), "{ok}");
+    for (name, _) in PLUGINS {
+        let manifest = refs[name].rsplit("sha256:").next().expect("digest");
+        assert!(
+            cache
+                .join(format!("manifests/sha256-{manifest}.json"))
+                .is_file(),
+            "{name}'s manifest is cached by its digest"
+        );
+        let signature_cached = std::fs::read_dir(cache.join("signatures"))
+            .expect("the signature cache")
+            .filter_map(Result::ok)
+            .any(|repo| {
+                repo.path()
+                    .join(format!("sha256-{manifest}.json"))
+                    .is_file()
+            });
+        assert!(signature_cached, "{name}'s verified signature is cached");
+    }
+
+    {
+        let store = format!("sqlite://{}", dir.join("first.db").display());
+        let server = Server::start(&config, &store);
+        walkthrough(&server, "oci_call_1").await;
+    }
+
+    // A wrong digest (one the registry does not have): refused at start, naming the
+    // plugin and the digest.
+    let store = format!("sqlite://{}", dir.join("refused.db").display());
+    let unknown = format!("sha256:{}", key_hash("no such manifest"));
+    let mut bad = refs.clone();
+    bad.insert(
+        "refund-limit",
+        format!("oci://{host}/capgate/refund-limit@{unknown}"),
+    );
+    let err = refused_at_start(&oci_deployment(&dir.join("wrong"), &bad, &signed), &store);
+    assert!(
+        err.contains("plugins.refund-limit.path")
+            && err.contains(&format!("has no manifest {unknown}")),
+        "{err}"
+    );
+    // The digest of another plugin: the artifact is what that digest names, and the
+    // plugin's `sha256` pin of its Wasm bytes refuses it (before any signature lookup).
+    let other = refs["org-isolation"]
+        .rsplit('@')
+        .next()
+        .expect("digest")
+        .to_string();
+    bad.insert(
+        "refund-limit",
+        format!("oci://{host}/capgate/refund-limit@{other}"),
+    );
+    let no_signature_policy = format!("cache = \"{}\"", cache.display());
+    let err = refused_at_start(&oci_deployment(&dir.join("other"), &bad, &signed), &store);
+    assert!(
+        err.contains("plugins.refund-limit.sha256")
+            && err.contains("plugin `refund-limit`")
+            && err.contains("pinned to sha256"),
+        "{err}"
+    );
+
+    // A tag alone is refused before anything is fetched.
+    let mut tagged = refs.clone();
+    tagged.insert(
+        "refund-limit",
+        format!("oci://{host}/capgate/refund-limit:v1"),
+    );
+    let err = refused_at_start(&oci_deployment(&dir.join("tag"), &tagged, &signed), &store);
+    assert!(
+        err.contains("plugins.refund-limit.path") && err.contains("names no digest"),
+        "{err}"
+    );
+
+    // Unsigned, and signed by a key the deployment does not trust: refused under
+    // requireSignature, each with its reason. (The same bytes as the signed refund-limit,
+    // so the same manifest digest: a signature is looked up in the artifact's own
+    // repository, and these repositories hold none by the release key.)
+    let unsigned = push(
+        "refund_limit.wasm",
+        &format!("oci://{host}/capgate/unsigned-refund-limit:v1"),
+        None,
+    );
+    let mut with_unsigned = refs.clone();
+    with_unsigned.insert("refund-limit", unsigned.clone());
+    let err = refused_at_start(
+        &oci_deployment(&dir.join("unsigned"), &with_unsigned, &signed),
+        &store,
+    );
+    assert!(
+        err.contains("plugins.refund-limit.path")
+            && err.contains(&format!("{unsigned} is not signed"))
+            && err.contains("requireSignature"),
+        "{err}"
+    );
+    let foreign = push(
+        "refund_limit.wasm",
+        &format!("oci://{host}/capgate/foreign-refund-limit:v1"),
+        Some(&stranger),
+    );
+    let mut with_foreign = refs.clone();
+    with_foreign.insert("refund-limit", foreign);
+    let err = refused_at_start(
+        &oci_deployment(&dir.join("foreign"), &with_foreign, &signed),
+        &store,
+    );
+    assert!(
+        err.contains("plugins.refund-limit.path") && err.contains("none valid"),
+        "{err}"
+    );
+    // The same unsigned plugin loads when signatures are not required.
+    let relaxed = oci_deployment(&dir.join("relaxed"), &with_unsigned, &no_signature_policy);
+    let ok = capgate(&["check", "--config", &relaxed.display().to_string()]);
+    assert!(ok.contains(": ok"), "{ok}");
+
+    // The registry goes away: the deployment starts from the cache alone, signatures
+    // re-verified from it, and runs the walkthrough again.
+    drop(registry);
+    assert!(
+        std::net::TcpStream::connect(&host).is_err(),
+        "the registry is down"
+    );
+    {
+        let store = format!("sqlite://{}", dir.join("offline.db").display());
+        let server = Server::start(&config, &store);
+        walkthrough(&server, "oci_call_2").await;
+    }
+    // A cached file is verified on every start: a corrupted Wasm blob is not loaded, and
+    // with the registry down it cannot be fetched again, so the start is refused.
+    let wasm = std::fs::read(plugin_file("refund_limit.wasm")).expect("the plugin");
+    let layer = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&wasm));
+    let blob = cache.join(format!("blobs/sha256-{layer}.wasm"));
+    assert!(blob.is_file(), "the Wasm layer is cached by its digest");
+    let mut corrupted = wasm.clone();
+    corrupted.extend_from_slice(b"tampered");
+    std::fs::write(&blob, corrupted).expect("corrupt the cached blob");
+    let err = refused_at_start(&config, &store);
+    assert!(
+        err.contains("plugins.refund-limit.path") && err.contains("cannot reach the registry"),
+        "{err}"
+    );
+
+    // With an empty cache and no registry, the start is refused with the reason.
+    let cold = oci_deployment(
+        &dir.join("cold"),
+        &refs,
+        &format!(
+            "cache = \"{}\"\npublicKeys = [\"{}\"]\nrequireSignature = true",
+            dir.join("empty-cache").display(),
+            signer_pub.display()
+        ),
+    );
+    let err = refused_at_start(&cold, &store);
+    assert!(
+        err.contains("plugins.org-isolation.path") && err.contains("cannot reach the registry"),
+        "{err}"
+    );
+}

@@ -1,0 +1,347 @@
+//! The gateway's wire shapes (spec: distributed-capability-runtimes.txt), camelCase as in
+//! the reference so clients written against it work unchanged. Unknown request fields are
+//! rejected.
+//!
+//! | operation | HTTP | body | answer |
+//! |---|---|---|---|
+//! | describe | `POST {mount}/describe` | [`DescribeBody`] | `PortableCapabilityDescriptor[]` |
+//! | invoke | `POST {mount}/invoke` | [`InvokeBody`] | [`CapabilityOutcome`] |
+//! | getInvocation | `POST {mount}/getInvocation` | [`GetInvocationBody`] | [`InvocationReceipt`] or `null` |
+//! | getApproval | `POST {mount}/getApproval` | [`GetApprovalBody`] | [`PortableApproval`] or `null` |
+//! | resumeApproval | `POST {mount}/resumeApproval` | [`ResumeApprovalBody`] | [`CapabilityOutcome`] |
+//! | contract | `GET {mount}/contract` | – | `PortableCapabilityDescriptor[]` |
+//! | tools | `GET {mount}/tools?format=ai-sdk\|openai` | – | the caller's tool list (`capgate_gateway::tools`) |
+//!
+//! Failures of the gateway itself (bad body, authentication) answer with an HTTP status and
+//! [`GatewayErrorBody`]. Governed results, including the gateway's own preflight failures
+//! (`INVOCATION_CONFLICT`, `CONTRACT_MISMATCH`), are `200` with a [`CapabilityOutcome`].
+
+use capgate_core::approval::ApprovalSummary;
+use capgate_core::error::{ErrorCode, PublicDetails, PublicError};
+use capgate_core::meta::{Risk, SideEffect};
+use capgate_core::runtime::Scope;
+use serde::{Deserialize, Serialize};
+
+/// Longest accepted id (invocation, approval, correlation, capability).
+pub const MAX_ID_LEN: usize = 256;
+/// Most scope entries (tags + ids).
+pub const MAX_SCOPE_ENTRIES: usize = 1000;
+
+/// `describe` request.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DescribeBody {
+    /// Optional narrowing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<Scope>,
+}
+
+/// `invoke` request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InvokeBody {
+    /// The capability.
+    pub capability_id: String,
+    /// The input (validated by the runtime).
+    #[serde(default)]
+    pub input: serde_json::Value,
+    /// Stable identity of this call, chosen by the caller before dispatch.
+    pub invocation_id: String,
+    /// Correlation id carried into audit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<String>,
+    /// The contract digest the caller was built against; a stale one is CONTRACT_MISMATCH.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contract_digest: Option<String>,
+}
+
+/// `getInvocation` request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GetInvocationBody {
+    /// The invocation.
+    pub invocation_id: String,
+}
+
+/// `getApproval` request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GetApprovalBody {
+    /// The approval.
+    pub approval_id: String,
+}
+
+/// `resumeApproval` request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResumeApprovalBody {
+    /// The approval.
+    pub approval_id: String,
+    /// The ORIGINAL invocation id of the call that asked for approval.
+    pub invocation_id: String,
+    /// Correlation id of this resume (the spec's `InvocationOptions`), carried into the
+    /// resumed execution and its events; without it the original call's one is kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<String>,
+    /// The contract digest the caller is built against, checked as on invoke: a stale one
+    /// is CONTRACT_MISMATCH and nothing runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contract_digest: Option<String>,
+}
+
+/// What a human must decide, without stored input or actor records.
+pub type PortableApproval = ApprovalSummary;
+
+/// The result of a gateway call. Always carries the invocation id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "kebab-case")]
+pub enum CapabilityOutcome {
+    /// Completed: validated, redacted output.
+    #[serde(rename_all = "camelCase")]
+    Completed {
+        /// The invocation.
+        invocation_id: String,
+        /// The execution.
+        execution_id: String,
+        /// The output.
+        output: serde_json::Value,
+    },
+    /// Suspended for approval (a settled intermediate result).
+    #[serde(rename_all = "camelCase")]
+    ApprovalRequired {
+        /// The invocation.
+        invocation_id: String,
+        /// The execution.
+        execution_id: String,
+        /// The approval.
+        approval: PortableApproval,
+    },
+    /// A governed failure. Preflight failures carry an empty execution id.
+    #[serde(rename_all = "camelCase")]
+    Failed {
+        /// The invocation.
+        invocation_id: String,
+        /// The execution ("" for preflight failures).
+        execution_id: String,
+        /// The public error (a core code, or a gateway code for preflight failures).
+        error: OutcomeError,
+    },
+    /// TIMEOUT or CANCELLED.
+    #[serde(rename_all = "camelCase")]
+    Cancelled {
+        /// The invocation.
+        invocation_id: String,
+        /// The execution.
+        execution_id: String,
+        /// The public error.
+        error: OutcomeError,
+    },
+    /// No authoritative result is known (the effect may or may not have happened);
+    /// reconcile with `getInvocation`.
+    #[serde(rename_all = "camelCase")]
+    OutcomeUnknown {
+        /// The invocation.
+        invocation_id: String,
+    },
+}
+
+impl CapabilityOutcome {
+    /// The invocation id.
+    pub fn invocation_id(&self) -> &str {
+        match self {
+            CapabilityOutcome::Completed { invocation_id, .. }
+            | CapabilityOutcome::ApprovalRequired { invocation_id, .. }
+            | CapabilityOutcome::Failed { invocation_id, .. }
+            | CapabilityOutcome::Cancelled { invocation_id, .. }
+            | CapabilityOutcome::OutcomeUnknown { invocation_id } => invocation_id,
+        }
+    }
+
+    /// The wire status.
+    pub fn status(&self) -> &'static str {
+        match self {
+            CapabilityOutcome::Completed { .. } => "completed",
+            CapabilityOutcome::ApprovalRequired { .. } => "approval-required",
+            CapabilityOutcome::Failed { .. } => "failed",
+            CapabilityOutcome::Cancelled { .. } => "cancelled",
+            CapabilityOutcome::OutcomeUnknown { .. } => "outcome-unknown",
+        }
+    }
+
+    /// A preflight failure (no execution admitted).
+    pub fn preflight(invocation_id: &str, error: impl Into<OutcomeError>) -> Self {
+        CapabilityOutcome::Failed {
+            invocation_id: invocation_id.to_string(),
+            execution_id: String::new(),
+            error: error.into(),
+        }
+    }
+
+    /// The error of a failed or cancelled outcome.
+    pub fn error(&self) -> Option<&OutcomeError> {
+        match self {
+            CapabilityOutcome::Failed { error, .. }
+            | CapabilityOutcome::Cancelled { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+
+    /// The execution id (`None` for outcome-unknown; `""` for preflight failures).
+    pub fn execution_id(&self) -> Option<&str> {
+        match self {
+            CapabilityOutcome::Completed { execution_id, .. }
+            | CapabilityOutcome::ApprovalRequired { execution_id, .. }
+            | CapabilityOutcome::Failed { execution_id, .. }
+            | CapabilityOutcome::Cancelled { execution_id, .. } => Some(execution_id),
+            CapabilityOutcome::OutcomeUnknown { .. } => None,
+        }
+    }
+}
+
+/// The error of a failed or cancelled [`CapabilityOutcome`]: the model-safe
+/// [`PublicError`] shape, with a code that is either a core [`ErrorCode`] or one of the
+/// [`gateway_codes`] (which the core's closed list does not hold).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutcomeError {
+    /// `INPUT_INVALID`, `POLICY_DENIED`, …, or `INVOCATION_CONFLICT` / `CONTRACT_MISMATCH`.
+    pub code: String,
+    /// The public message.
+    pub message: String,
+    /// Whether retrying may succeed.
+    pub retryable: bool,
+    /// INPUT_INVALID issue paths and messages, never values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<PublicDetails>,
+}
+
+impl OutcomeError {
+    /// A gateway-level error (`INVOCATION_CONFLICT`, `CONTRACT_MISMATCH`).
+    pub fn gateway(code: &str, message: impl Into<String>) -> Self {
+        OutcomeError {
+            code: code.to_string(),
+            message: message.into(),
+            retryable: false,
+            details: None,
+        }
+    }
+
+    /// Whether the code is this core code.
+    pub fn is(&self, code: ErrorCode) -> bool {
+        self.code == code.as_str()
+    }
+}
+
+impl From<PublicError> for OutcomeError {
+    fn from(e: PublicError) -> Self {
+        OutcomeError {
+            code: e.code.as_str().to_string(),
+            message: e.message,
+            retryable: e.retryable,
+            details: e.details,
+        }
+    }
+}
+
+/// Gateway-level error codes that do not modify the core's closed list.
+pub mod gateway_codes {
+    /// Same invocation id, different capability or input.
+    pub const INVOCATION_CONFLICT: &str = "INVOCATION_CONFLICT";
+    /// The caller's contract digest is stale.
+    pub const CONTRACT_MISMATCH: &str = "CONTRACT_MISMATCH";
+}
+
+/// A public error with a gateway code (INVOCATION_CONFLICT, CONTRACT_MISMATCH) or a core one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GatewayErrorBody {
+    /// The error.
+    pub error: GatewayError,
+}
+
+/// The error object of [`GatewayErrorBody`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GatewayError {
+    /// `BAD_REQUEST` (400), `UNAUTHENTICATED` (401), `FORBIDDEN` (403), `NOT_FOUND` (404),
+    /// `CONFLICT` (409, approvals API), `PAYLOAD_TOO_LARGE` (413), `INTERNAL_ERROR` (500, or
+    /// 503 and retryable when a store is unavailable), `TIMEOUT` (504).
+    pub code: String,
+    /// What went wrong, for a developer (never internals).
+    pub message: String,
+    /// Whether retrying may help.
+    pub retryable: bool,
+}
+
+/// A receipt of an invocation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InvocationReceipt {
+    /// The invocation.
+    pub invocation_id: String,
+    /// The capability.
+    pub capability_id: String,
+    /// The contract digest at admission.
+    pub contract_digest: String,
+    /// Correlation id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<String>,
+    /// Approval id, once one was requested.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
+    /// `pending` (no authoritative result; the effect may have happened) or `settled`.
+    pub state: String,
+    /// The settled outcome.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<CapabilityOutcome>,
+    /// ISO creation time.
+    pub created_at: String,
+    /// ISO last update time.
+    pub updated_at: String,
+}
+
+/// One capability of the portable contract (version 1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PortableCapabilityDescriptor {
+    /// Always 1.
+    pub version: u32,
+    /// Canonical id.
+    pub id: String,
+    /// Original path segments.
+    pub path: Vec<String>,
+    /// Description.
+    pub description: String,
+    /// Full JSON input schema.
+    pub input_schema: serde_json::Value,
+    /// Side effect.
+    pub side_effect: SideEffect,
+    /// Risk.
+    pub risk: Risk,
+    /// Tags.
+    pub tags: Vec<String>,
+    /// Whether calls need approval (static hint, or a discovery policy for this actor).
+    pub requires_approval: bool,
+    /// `discoverable` (listed to models) or `contextual` (presented by a UI in context;
+    /// callable where exposed, left out of model tool lists).
+    pub discovery: capgate_core::meta::Discovery,
+    /// Resolved tool names.
+    pub tool_names: ToolNames,
+    /// Digest of this capability's contract: its static meta (incl. exposure and input
+    /// schema), the governance manifest (runtime-level policies, its own policies and
+    /// redactors by name and phase) and the deployment revision. See `capgate_gateway::contract`.
+    pub contract_digest: String,
+}
+
+/// Tool names per model adapter.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolNames {
+    /// AI SDK tool name.
+    pub ai_sdk: String,
+    /// MCP tool name.
+    pub mcp: String,
+}
+
+/// A public error from a code (for preflight failures).
+pub fn public(code: ErrorCode) -> PublicError {
+    capgate_core::error::CapabilityError::new(code).to_public()
+}

@@ -1,0 +1,129 @@
+//! Shared fixtures for the pipeline tests.
+#![allow(dead_code)]
+
+pub mod walkthrough;
+
+use capgate_core::prelude::*;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+pub use capgate_testkit::actors::{dana, priya};
+pub use capgate_testkit::schemas::refund as refund_schema;
+
+/// Counts calls and echoes what it saw.
+#[derive(Clone, Default)]
+pub struct Counter(pub Arc<AtomicUsize>);
+
+impl Counter {
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+    pub fn procedure(&self) -> impl Procedure {
+        let c = self.0.clone();
+        handler(move |call| {
+            let c = c.clone();
+            async move {
+                c.fetch_add(1, Ordering::SeqCst);
+                Ok(json!({
+                    "refundId": "ref_77",
+                    "amount": call.input["amount"],
+                    "status": "issued",
+                    "gatewayRef": "gw_secret_123",
+                    "approver": call.agent.approval.as_ref().map(|a| a.approver.id.clone()),
+                    "actor": call.agent.actor.id,
+                }))
+            }
+        })
+    }
+}
+
+pub fn refund_meta() -> CapabilityMeta {
+    CapabilityMeta::new("Refund an order", SideEffect::Write, Risk::High).exposed_on([
+        Surface::AiSdk,
+        Surface::Mcp,
+        Surface::Direct,
+    ])
+}
+
+pub fn refund_limit() -> impl Policy {
+    policy_sync("refundLimit", |req| {
+        let amount = req.input.and_then(|i| i["amount"].as_f64()).unwrap_or(0.0);
+        Ok(if amount > 500.0 {
+            PolicyDecision::RequireApproval {
+                reason: format!("Refund of ${amount} exceeds $500"),
+                approval_type: Some("manager".into()),
+                expires_in_ms: None,
+            }
+        } else {
+            PolicyDecision::allow()
+        })
+    })
+}
+
+pub fn refund_def(counter: &Counter) -> CapabilityDef {
+    CapabilityDef::new("orders.refund", refund_meta())
+        .input_schema(refund_schema())
+        .policy(refund_limit())
+        .procedure(counter.procedure())
+}
+
+pub fn runtime_with(defs: Vec<CapabilityDef>, sink: Arc<MemorySink>) -> Runtime {
+    let mut b = Registry::builder();
+    for d in defs {
+        b.push(d);
+    }
+    Runtime::builder(b.build().expect("registry"))
+        .audit_sink(sink)
+        .build()
+        .expect("a valid runtime")
+}
+
+pub fn call(id: &str, input: Value) -> InvokeRequest {
+    InvokeRequest::new(Surface::AiSdk, id, input, dana())
+}
+
+pub fn code(r: &ExecutionResult) -> Option<ErrorCode> {
+    r.error().map(|e| e.code())
+}
+
+/// A decision by an approver of `namespace` holding `roles`.
+pub fn decide_as(approver: ActorRef, namespace: &str, roles: &[&str]) -> DecideRequest {
+    DecideRequest {
+        status: DecisionStatus::Approved,
+        approver,
+        comment: None,
+        decider: Decider::Approver {
+            namespace: namespace.into(),
+            roles: roles.iter().map(|r| r.to_string()).collect(),
+        },
+    }
+}
+
+pub async fn approve(rt: &Runtime, id: &str) {
+    rt.approvals()
+        .decide(
+            id,
+            DecideRequest {
+                status: DecisionStatus::Approved,
+                approver: priya(),
+                comment: Some("ok".into()),
+                decider: capgate_core::runtime::Decider::Approver {
+                    namespace: String::new(),
+                    roles: Vec::new(),
+                },
+            },
+        )
+        .await
+        .expect("decide");
+}
+
+/// The `data` object of the first event of a type.
+pub fn data_of(sink: &MemorySink, ty: &str) -> Value {
+    let ev = sink
+        .events()
+        .into_iter()
+        .find(|e| e.type_name() == ty)
+        .unwrap_or_else(|| panic!("no {ty} event in {:?}", sink.types()));
+    serde_json::to_value(&ev).unwrap()["data"].clone()
+}

@@ -1,0 +1,4 @@
+//! capgate-fuzz's integration tests, one binary (link once): each module is one
+//! area of behaviour, named after it; shared support lives in the non-test modules.
+
+mod corpora;

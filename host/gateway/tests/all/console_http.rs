@@ -1,0 +1,340 @@
+//! The approval console's server side over real HTTP: sign-in, the session cookie, CSRF,
+//! cross-origin refusals, the security headers, and that `/console/api` is the approvals
+//! API under the session's principal. (The page itself is driven in a real browser by
+//! `host/cli/tests/all/console_browser.rs`.)
+
+use crate::gateway_support;
+
+use capgate_client::InvocationOptions;
+use capgate_gateway::wire::CapabilityOutcome;
+use gateway_support::TestServer;
+use serde_json::{Value, json};
+
+fn ok<T, E: std::fmt::Debug>(r: Result<T, E>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => panic!("unexpected error: {e:?}"),
+    }
+}
+
+/// A signed-in browser, as far as HTTP goes: the cookie and the CSRF token.
+struct Browser {
+    origin: String,
+    cookie: String,
+    csrf: String,
+    set_cookie: String,
+    http: reqwest::Client,
+}
+
+async fn sign_in(s: &TestServer, credential: &str) -> Result<Browser, (u16, Value)> {
+    let http = reqwest::Client::new();
+    let res = ok(http
+        .post(format!("{}/console/session", s.origin))
+        .json(&json!({ "credential": credential }))
+        .send()
+        .await);
+    let status = res.status().as_u16();
+    let set_cookie = res
+        .headers()
+        .get("set-cookie")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let body: Value = ok(res.json().await);
+    if status != 200 {
+        return Err((status, body));
+    }
+    let cookie = set_cookie.split(';').next().unwrap_or_default().to_owned();
+    Ok(Browser {
+        origin: s.origin.clone(),
+        cookie,
+        csrf: body["csrfToken"].as_str().unwrap_or_default().to_owned(),
+        set_cookie,
+        http,
+    })
+}
+
+impl Browser {
+    async fn get(&self, path: &str) -> (u16, Value) {
+        let res = ok(self
+            .http
+            .get(format!("{}{path}", self.origin))
+            .header("cookie", &self.cookie)
+            .send()
+            .await);
+        let status = res.status().as_u16();
+        (status, res.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        csrf: Option<&str>,
+        extra: &[(&str, &str)],
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.origin))
+            .header("cookie", &self.cookie);
+        if let Some(t) = csrf {
+            req = req.header("x-csrf-token", t);
+        }
+        for (k, v) in extra {
+            req = req.header(*k, *v);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let res = ok(req.send().await);
+        let status = res.status().as_u16();
+        (status, res.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn decide(&self, id: &str, csrf: Option<&str>, decision: &str) -> (u16, Value) {
+        self.send(
+            reqwest::Method::POST,
+            &format!("/console/api/approvals/{id}/decision"),
+            csrf,
+            &[],
+            Some(json!({"decision": decision, "comment": "checked the order"})),
+        )
+        .await
+    }
+}
+
+async fn held_refund(s: &TestServer, id: &str) -> String {
+    let held = ok(s
+        .client("tok-dana")
+        .invoke(
+            "orders.refund",
+            json!({"orderId": "ord_42", "amount": 649}),
+            InvocationOptions::new(id),
+        )
+        .await);
+    match held {
+        CapabilityOutcome::ApprovalRequired { approval, .. } => approval.id,
+        other => panic!("expected approval-required, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_page_is_served_with_a_strict_content_security_policy_and_its_prefix() {
+    let s = TestServer::sqlite().await;
+    for path in [
+        "/console",
+        "/console/",
+        "/console/history",
+        "/console/approvals/apr_x",
+    ] {
+        let res = ok(reqwest::get(format!("{}{path}", s.origin)).await);
+        assert_eq!(res.status().as_u16(), 200, "{path}");
+        let h = res.headers().clone();
+        let csp = h
+            .get("content-security-policy")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        assert!(csp.contains("script-src 'self'"), "{csp}");
+        assert!(!csp.contains("unsafe-inline"), "{csp}");
+        assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+        assert_eq!(
+            h.get("x-content-type-options").map(|v| v.as_bytes()),
+            Some(&b"nosniff"[..])
+        );
+        let html = ok(res.text().await);
+        assert!(html.contains("/console/assets/console.js"), "{html}");
+        assert!(!html.contains("__CONSOLE_PREFIX__"));
+    }
+    // An unknown path under the prefix is a 404 with the same headers.
+    let missing = ok(reqwest::get(format!("{}/console/nope/deeper", s.origin)).await);
+    assert_eq!(missing.status().as_u16(), 404);
+    assert!(missing.headers().contains_key("content-security-policy"));
+    let js = ok(reqwest::get(format!("{}/console/assets/console.js", s.origin)).await);
+    assert!(
+        js.headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/javascript"))
+    );
+}
+
+#[tokio::test]
+async fn sign_in_takes_the_approvals_api_credentials_and_sets_a_strict_cookie() {
+    let s = TestServer::sqlite().await;
+    let (status, body) = match sign_in(&s, "tok-nobody").await {
+        Err(e) => e,
+        Ok(_) => panic!("an unknown key signed in"),
+    };
+    assert_eq!(status, 401);
+    assert_eq!(body["error"]["code"], "UNAUTHENTICATED");
+    let anon = sign_in(&s, "tok-anon").await.err().map(|e| e.0);
+    assert_eq!(anon, Some(401));
+
+    let priya = ok(sign_in(&s, "tok-priya").await.map_err(|e| format!("{e:?}")));
+    let attrs = priya.set_cookie.to_ascii_lowercase();
+    assert!(priya.cookie.starts_with("capgate_console="), "{attrs}");
+    for want in ["httponly", "samesite=strict", "path=/console", "max-age="] {
+        assert!(attrs.contains(want), "{want} missing from {attrs}");
+    }
+    // A loopback host: no Secure (the browser would drop it over plain HTTP).
+    assert!(!attrs.contains("secure"), "{attrs}");
+    assert_eq!(priya.csrf.len(), 64);
+
+    let (status, me) = priya.get("/console/session").await;
+    assert_eq!(status, 200);
+    assert_eq!(me["actor"]["id"], "u_priya");
+    assert_eq!(me["namespace"], "org_1");
+    assert_eq!(me["approver"], true);
+
+    // A form post (not JSON) cannot sign in.
+    let form = ok(reqwest::Client::new()
+        .post(format!("{}/console/session", s.origin))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("credential=tok-priya")
+        .send()
+        .await);
+    assert_eq!(form.status().as_u16(), 415);
+    // Nor can a page of another origin.
+    let cross = ok(reqwest::Client::new()
+        .post(format!("{}/console/session", s.origin))
+        .header("origin", "https://evil.example")
+        .json(&json!({"credential": "tok-priya"}))
+        .send()
+        .await);
+    assert_eq!(cross.status().as_u16(), 403);
+    // Unknown fields are refused.
+    let extra = ok(reqwest::Client::new()
+        .post(format!("{}/console/session", s.origin))
+        .json(&json!({"credential": "tok-priya", "namespace": "org_2"}))
+        .send()
+        .await);
+    assert_eq!(extra.status().as_u16(), 400);
+}
+
+#[tokio::test]
+async fn the_console_api_is_the_approvals_api_under_the_session_with_csrf_on_decisions() {
+    let s = TestServer::sqlite().await;
+    let id = held_refund(&s, "inv-console-1").await;
+    let priya = ok(sign_in(&s, "tok-priya").await.map_err(|e| format!("{e:?}")));
+
+    let (status, listed) = priya.get("/console/api/approvals?status=pending").await;
+    assert_eq!(status, 200);
+    let card = &listed[0];
+    assert_eq!(card["id"], id.as_str());
+    assert_eq!(card["policies"], json!(["refund-limit"]));
+    assert_eq!(card["mayApprove"], true);
+    assert_eq!(card["mayReject"], true);
+    assert_eq!(card["inputWithheld"], false);
+    let (_, by_requester) = priya
+        .get("/console/api/approvals?status=pending&requester=u_eve")
+        .await;
+    assert_eq!(by_requester, json!([]));
+
+    // No session: 401, whatever bearer token comes along.
+    let bearer_only = ok(reqwest::Client::new()
+        .get(format!("{}/console/api/approvals", s.origin))
+        .bearer_auth("tok-priya")
+        .send()
+        .await);
+    assert_eq!(bearer_only.status().as_u16(), 401);
+
+    // A decision without the CSRF token, with a wrong one, or from another origin: 403,
+    // and nothing is decided.
+    assert_eq!(priya.decide(&id, None, "approved").await.0, 403);
+    assert_eq!(
+        priya.decide(&id, Some(&"0".repeat(64)), "approved").await.0,
+        403
+    );
+    let (cross, _) = priya
+        .send(
+            reqwest::Method::POST,
+            &format!("/console/api/approvals/{id}/decision"),
+            Some(&priya.csrf),
+            &[("origin", "http://evil.example")],
+            Some(json!({"decision": "approved"})),
+        )
+        .await;
+    assert_eq!(cross, 403);
+    let (_, still) = priya.get(&format!("/console/api/approvals/{id}")).await;
+    assert_eq!(still["status"], "pending");
+
+    let (status, decided) = priya
+        .decide(&id, Some(&priya.csrf.clone()), "approved")
+        .await;
+    assert_eq!(status, 200, "{decided}");
+    assert_eq!(decided["status"], "approved");
+    assert_eq!(decided["decision"]["approver"]["id"], "u_priya");
+    assert_eq!(decided["mayApprove"], false);
+    // A second decision (another tab) is a conflict the page explains.
+    let (again, body) = priya
+        .decide(&id, Some(&priya.csrf.clone()), "rejected")
+        .await;
+    assert_eq!(again, 409, "{body}");
+
+    // Dana resumes; the history shows how the resumed call ended.
+    let done = ok(s
+        .client("tok-dana")
+        .resume_approval(&id, InvocationOptions::new("inv-console-1"))
+        .await);
+    assert!(
+        matches!(done, CapabilityOutcome::Completed { .. }),
+        "{done:?}"
+    );
+    let (_, consumed) = priya.get(&format!("/console/api/approvals/{id}")).await;
+    assert_eq!(consumed["status"], "consumed");
+    assert_eq!(consumed["outcome"]["status"], "completed", "{consumed}");
+}
+
+#[tokio::test]
+async fn the_requester_is_not_offered_her_own_decision_and_other_namespaces_see_nothing() {
+    let s = TestServer::sqlite().await;
+    let id = held_refund(&s, "inv-console-2").await;
+    // Dana holds no approver role: she may sign in, but listing is refused and her own
+    // refund (not self-confirmable) is not hers to decide.
+    let dana = ok(sign_in(&s, "tok-dana").await.map_err(|e| format!("{e:?}")));
+    let (_, me) = dana.get("/console/session").await;
+    assert_eq!(me["approver"], false);
+    assert_eq!(dana.get("/console/api/approvals").await.0, 403);
+    assert_eq!(
+        dana.decide(&id, Some(&dana.csrf.clone()), "approved")
+            .await
+            .0,
+        403
+    );
+    // The same actor id in another namespace does not see org_1's approval.
+    let other = ok(sign_in(&s, "tok-dana-org2")
+        .await
+        .map_err(|e| format!("{e:?}")));
+    assert_eq!(
+        other.get(&format!("/console/api/approvals/{id}")).await.0,
+        404
+    );
+}
+
+#[tokio::test]
+async fn signing_out_ends_the_session_for_every_copy_of_the_cookie() {
+    let s = TestServer::sqlite().await;
+    let priya = ok(sign_in(&s, "tok-priya").await.map_err(|e| format!("{e:?}")));
+    // Sign-out needs the CSRF token too.
+    assert_eq!(
+        priya
+            .send(reqwest::Method::DELETE, "/console/session", None, &[], None)
+            .await
+            .0,
+        403
+    );
+    assert_eq!(priya.get("/console/session").await.0, 200);
+    let (status, _) = priya
+        .send(
+            reqwest::Method::DELETE,
+            "/console/session",
+            Some(&priya.csrf.clone()),
+            &[],
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    assert_eq!(priya.get("/console/session").await.0, 401);
+    assert_eq!(priya.get("/console/api/approvals").await.0, 401);
+}

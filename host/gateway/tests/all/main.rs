@@ -1,0 +1,11 @@
+//! capgate-gateway's integration tests, one binary (link once): each module is one
+//! area of behaviour, named after it; shared support lives in the non-test modules.
+
+mod gateway_support;
+mod mcp_support;
+
+mod console_http;
+mod http_api;
+mod mcp_python;
+mod mcp_typescript;
+mod replicas_postgres;

@@ -1,0 +1,46 @@
+//! The MCP server driven by the official TypeScript MCP SDK (npm
+//! `@modelcontextprotocol/sdk`, pinned in `tests/mcp/package-lock.json`) over streamable
+//! HTTP: the list/call round trip of `tests/mcp/mcp_client_check.mjs`.
+
+use crate::mcp_support;
+
+use capgate_core::approval::InMemoryApprovalCoordinator;
+use capgate_core::audit::MemorySink;
+use mcp_support::{InProcess, drive, ensure_toolchain, fixture, options, repo_root, serve_http};
+use serde_json::json;
+use std::sync::Arc;
+use tokio::process::Command;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typescript_sdk_lists_calls_holds_resumes_and_cancels_over_streamable_http() {
+    if !ensure_toolchain("node") {
+        return;
+    }
+    let audit = Arc::new(MemorySink::new());
+    let runtime = fixture::runtime(Arc::new(InMemoryApprovalCoordinator::new()), audit.clone());
+    let url = serve_http(runtime.clone(), options()).await;
+    let mut cmd = Command::new("node");
+    cmd.arg(repo_root().join("tests/mcp/mcp_client_check.mjs"))
+        .arg(&url)
+        .current_dir(repo_root().join("tests/mcp"));
+    let done = drive(cmd, &InProcess { runtime, audit }).await;
+    assert_eq!(
+        done["tools"],
+        json!([
+            "approvals_resume",
+            "jobs_wait",
+            "orders_lookup",
+            "orders_refund"
+        ])
+    );
+    assert_eq!(
+        done["adminTools"],
+        json!([
+            "approvals_resume",
+            "jobs_wait",
+            "orders_lookup",
+            "orders_purge",
+            "orders_refund"
+        ])
+    );
+}

@@ -1,0 +1,8 @@
+//! capgate-store's integration tests, one binary (link once): each module is one
+//! area of behaviour, named after it; shared support lives in the non-test modules.
+
+#[macro_use]
+mod common;
+
+mod conformance;
+mod store;

@@ -1,0 +1,20 @@
+//! The walkthrough's people as core actors.
+
+use capgate_core::actor::{Actor, ActorKind, ActorRef};
+use serde_json::json;
+
+/// Dana, the support agent's requester: a user of `org_1` allowed to refund orders.
+pub fn dana() -> Actor {
+    Actor::user(
+        "u_dana",
+        json!({ "orgId": "org_1", "permissions": ["orders:refund"] }),
+    )
+}
+
+/// Priya, who approves Dana's large refunds.
+pub fn priya() -> ActorRef {
+    ActorRef {
+        id: "u_priya".into(),
+        kind: ActorKind::User,
+    }
+}

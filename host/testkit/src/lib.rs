@@ -1,0 +1,26 @@
+//! capgate-testkit: what capgate's integration tests share, so each crate's tests say what
+//! they check rather than how to set it up.
+//!
+//! - [`actors`]: the lifecycle walkthrough's people (Dana the requester, Priya the
+//!   approver) as core actors.
+//! - [`schemas`]: the `orders.refund` input schema the walkthrough deploys.
+//! - [`paths`]: the repository's root and where the built guest plugins are.
+//! - [`postgres`]: a fresh database per test on the server in `CAPGATE_TEST_POSTGRES_URL`,
+//!   dropped with the value; without the variable a test is skipped with a notice, except
+//!   under `CI=true`, where it fails (Postgres tests never skip silently in CI).
+//!
+//! ```
+//! use capgate_testkit::{actors, schemas};
+//! let dana = actors::dana();
+//! assert_eq!(dana.id, "u_dana");
+//! assert_eq!(schemas::refund()["required"][0], "orderId");
+//! ```
+//!
+//! Test support, not an API: `publish = false`, and it may change with the tests.
+
+#![warn(missing_docs)]
+
+pub mod actors;
+pub mod paths;
+pub mod postgres;
+pub mod schemas;

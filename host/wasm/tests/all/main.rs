@@ -1,0 +1,11 @@
+//! capgate-wasm's integration tests, one binary (link once): each module is one
+//! area of behaviour, named after it; shared support lives in the non-test modules.
+
+mod common;
+
+mod authorizer_versions;
+mod concurrency;
+mod hostile;
+mod loading;
+mod polyglot;
+mod walkthrough;
