@@ -4,6 +4,8 @@
 //! - [`actors`]: the lifecycle walkthrough's people (Dana the requester, Priya the
 //!   approver) as core actors.
 //! - [`schemas`]: the `orders.refund` input schema the walkthrough deploys.
+//! - [`walkthrough`]: `orders.refund` as a native capability (metadata, a counting
+//!   procedure).
 //! - [`paths`]: the repository's root and where the built guest plugins are.
 //! - [`postgres`]: a fresh database per test on the server in `CAPGATE_TEST_POSTGRES_URL`,
 //!   dropped with the value; without the variable a test is skipped with a notice, except
@@ -24,3 +26,4 @@ pub mod actors;
 pub mod paths;
 pub mod postgres;
 pub mod schemas;
+pub mod walkthrough;

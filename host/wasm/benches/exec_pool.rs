@@ -62,6 +62,7 @@ use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use support::{Summary, summarize};
 use wasmtime::component::{Component, HasSelf, InstancePre, Linker, ResourceTable};
 use wasmtime::{
     Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap,
@@ -578,31 +579,6 @@ const VARIANTS: [&str; 4] = [
     "sync-pool",
     "sync-spawn-blocking",
 ];
-
-/// Nearest-rank percentile of sorted samples.
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-/// p50, p99, p99.9 and max, in µs.
-struct Summary {
-    p50: f64,
-    p99: f64,
-    p999: f64,
-    max: f64,
-}
-
-fn summarize(mut samples: Vec<Duration>) -> Summary {
-    samples.sort_unstable();
-    let us = |d: Duration| d.as_secs_f64() * 1e6;
-    Summary {
-        p50: us(percentile(&samples, 50.0)),
-        p99: us(percentile(&samples, 99.0)),
-        p999: us(percentile(&samples, 99.9)),
-        max: us(*samples.last().unwrap_or(&Duration::ZERO)),
-    }
-}
 
 /// Calls one variant makes before the next variant's turn.
 const BLOCK: usize = 1_000;

@@ -105,31 +105,6 @@ impl Plan {
 const WORKLOADS: [&str; 3] = ["policy", "invoke", "approval"];
 const PLUGINS: [&str; 4] = ["native", "fresh", "fresh-inline", "pooled"];
 
-/// Nearest-rank percentile of sorted samples.
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-/// p50, p99, p99.9 and max, in µs.
-struct Summary {
-    p50: f64,
-    p99: f64,
-    p999: f64,
-    max: f64,
-}
-
-fn summarize(mut samples: Vec<Duration>) -> Summary {
-    samples.sort_unstable();
-    let us = |d: Duration| d.as_secs_f64() * 1e6;
-    Summary {
-        p50: us(percentile(&samples, 50.0)),
-        p99: us(percentile(&samples, 99.0)),
-        p999: us(percentile(&samples, 99.9)),
-        max: us(*samples.last().unwrap_or(&Duration::ZERO)),
-    }
-}
-
 fn small_refund() -> InvokeRequest {
     InvokeRequest::new(
         Surface::AiSdk,

@@ -16,12 +16,13 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use capgate_core::policy::CapabilityInfo;
+mod support;
 use capgate_core::prelude::*;
 use capgate_wasm::{Binding, Isolation, LoadSource, PluginDir, WasmHost, sha256_hex};
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use support::RefundCall;
 
 struct Lang {
     name: &'static str,
@@ -99,28 +100,8 @@ fn measure(host: &WasmHost, rt: &tokio::runtime::Runtime, lang: &Lang) -> Row {
         .collect();
     let cache_load = percentile(&mut loads, 0.5);
 
-    let info = CapabilityInfo {
-        id: "orders.refund".into(),
-        side_effect: SideEffect::Write,
-        risk: Risk::High,
-        tags: vec![],
-    };
-    let actor = Actor::user("u_dana", json!({"orgId": "org_1"}));
-    let input = json!({"orderId": "ord_42", "amount": 649});
-    let ctx = serde_json::Value::Null;
-    let shared = SharedJson::default();
-    let req = PolicyRequest {
-        phase: Phase::Invocation,
-        capability: &info,
-        surface: Surface::AiSdk,
-        namespace: "",
-        actor: &actor,
-        context: &ctx,
-        input: Some(&input),
-        execution_id: "exe_1",
-        approval: None,
-        shared: &shared,
-    };
+    let call = RefundCall::new();
+    let req = call.request();
     let per_call = |isolation: Isolation, calls: usize| {
         let policy = compiled
             .policy(

@@ -6,7 +6,6 @@
 //! Needs the plugins: `cargo xtask build-plugins`, then
 //! `cargo bench -p capgate-wasm --bench wasm -- --warm-up-time 1 --measurement-time 3`.
 
-use capgate_core::policy::CapabilityInfo;
 use capgate_core::prelude::*;
 use capgate_wasm::{Binding, Isolation, PluginDir};
 use support::*;
@@ -24,28 +23,8 @@ fn policy_call(c: &mut Criterion) {
         .enable_all()
         .build()
         .expect("rt");
-    let info = CapabilityInfo {
-        id: "orders.refund".into(),
-        side_effect: SideEffect::Write,
-        risk: Risk::High,
-        tags: vec![],
-    };
-    let actor = Actor::user("u_dana", json!({"orgId": "org_1"}));
-    let input = json!({"orderId": "ord_42", "amount": 649});
-    let ctx = serde_json::Value::Null;
-    let shared = SharedJson::default();
-    let req = PolicyRequest {
-        phase: Phase::Invocation,
-        capability: &info,
-        surface: Surface::AiSdk,
-        namespace: "",
-        actor: &actor,
-        context: &ctx,
-        input: Some(&input),
-        execution_id: "exe_1",
-        approval: None,
-        shared: &shared,
-    };
+    let call = RefundCall::new();
+    let req = call.request();
     let p = plugin("refund_limit");
     let config = json!({"maxAmount": 500});
     let fresh = p

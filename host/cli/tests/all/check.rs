@@ -1,5 +1,6 @@
 //! `capgate check`: every problem of a configuration file, located, reported at once.
 
+use crate::common;
 use std::process::Command;
 
 fn check(config: &str) -> (i32, String, String) {
@@ -320,34 +321,22 @@ fn a_broken_copy_of_the_example_fails_with_located_errors() {
 
 /// A deployment `serve` runs: two HTTP capabilities, an API key, one route. Every broken
 /// variant below changes one thing.
-const SERVABLE: &str = r#"
-revision = "r1"
+static SERVABLE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "revision = \"r1\"\n\n{REFUND_OVER_HTTP}\n{}\n{}",
+        common::LOOKUP_OVER_HTTP,
+        common::AGENT_ROUTE_WITH_DANAS_KEY
+    )
+});
 
-[[capabilities]]
+/// `orders.refund` over HTTP to a closed port.
+const REFUND_OVER_HTTP: &str = r#"[[capabilities]]
 id = "orders.refund"
 description = "Refund an order"
 expose = { aiSdk = true }
 sideEffect = "write"
 risk = "high"
 procedure = { http = { target = "orders", url = "http://127.0.0.1:9/refund" } }
-
-[[capabilities]]
-id = "orders.lookup"
-description = "Look an order up"
-expose = { aiSdk = true }
-sideEffect = "read"
-risk = "low"
-procedure = { http = { target = "lookup", url = "http://127.0.0.1:9/lookup" } }
-
-[gateway]
-authorize = "authenticated"
-routes = [{ path = "/agent", surface = "aiSdk" }]
-
-[[gateway.apiKeys]]
-sha256 = "0d3b4f6a1b2c5e8f9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f"
-namespace = "org_1"
-surfaces = ["aiSdk"]
-actor = { id = "u_dana", kind = "user" }
 "#;
 
 /// What one process did.
@@ -443,7 +432,7 @@ fn assert_located(line: &str) {
 
 #[test]
 fn the_servable_config_passes_check_and_serve_listens() {
-    let (check, serve, db, _dir) = check_and_serve(SERVABLE, 10);
+    let (check, serve, db, _dir) = check_and_serve(&SERVABLE, 10);
     assert_eq!(check.code, Some(0), "{}", check.stderr);
     // Still running at the deadline: it was serving.
     assert_eq!(serve.code, None, "{}", serve.stderr);
@@ -584,7 +573,7 @@ fn the_default_timeouts_fit_the_default_gateway_budget() {
     // Neither capability sets timeoutMs, the gateway sets no timeouts: 30 s per attempt
     // must fit the default 45 s − 5 s budget.
     assert!(!SERVABLE.contains("timeoutMs") && !SERVABLE.contains("TimeoutMs"));
-    let (code, _out, err) = check(SERVABLE);
+    let (code, _out, err) = check(&SERVABLE);
     assert_eq!(code, 0, "{err}");
 }
 

@@ -3,35 +3,19 @@
 //! `--store` is relative to the current directory, and a command that only reads refuses a
 //! SQLite database that is not there (saying what to do) instead of creating an empty one.
 
+use crate::common;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 /// A deployment with no plugins whose store is `cfg.db` beside the file.
-const CONFIG: &str = r#"
-revision = "r1"
-
-[store]
-url = "sqlite://cfg.db"
-
-[[capabilities]]
-id = "orders.lookup"
-description = "Look an order up"
-expose = { aiSdk = true }
-sideEffect = "read"
-risk = "low"
-procedure = { http = { target = "lookup", url = "http://127.0.0.1:9/lookup" } }
-
-[gateway]
-authorize = "authenticated"
-routes = [{ path = "/agent", surface = "aiSdk" }]
-
-[[gateway.apiKeys]]
-sha256 = "0d3b4f6a1b2c5e8f9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f"
-namespace = "org_1"
-surfaces = ["aiSdk"]
-actor = { id = "u_dana", kind = "user" }
-"#;
+fn config() -> String {
+    format!(
+        "revision = \"r1\"\n\n[store]\nurl = \"sqlite://cfg.db\"\n\n{}\n{}",
+        common::LOOKUP_OVER_HTTP,
+        common::AGENT_ROUTE_WITH_DANAS_KEY
+    )
+}
 
 /// `root/cfg/capgate.toml` and an empty `root/work`, the current directory of every run.
 struct Layout {
@@ -48,7 +32,7 @@ impl Layout {
         let work = base.join("work");
         std::fs::create_dir_all(&cfg).expect("cfg dir");
         std::fs::create_dir_all(&work).expect("work dir");
-        std::fs::write(cfg.join("capgate.toml"), CONFIG).expect("write config");
+        std::fs::write(cfg.join("capgate.toml"), config()).expect("write config");
         Layout {
             _root: root,
             cfg,

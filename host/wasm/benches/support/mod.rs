@@ -9,10 +9,11 @@ use capgate_wasm::{Binding, Isolation, PluginDir, ReserveOptions, WasmHost, sha2
 use serde_json::json;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Where `cargo xtask build-plugins` puts the guest plugins.
 pub fn wasm_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../plugins/target/wasm32-wasip2/release")
+    capgate_testkit::paths::plugin_wasm_dir()
 }
 
 /// A plugin file name and the SHA-256 it is pinned to.
@@ -191,4 +192,73 @@ pub fn native_runtime() -> Runtime {
         Ok(out)
     }));
     runtime(vec![org, Arc::new(refund_limit_native())], red)
+}
+
+/// The walkthrough's $649 refund by Dana as an invocation-phase policy request, owned so a
+/// bench can borrow [`RefundCall::request`] as often as it calls.
+pub struct RefundCall {
+    info: capgate_core::policy::CapabilityInfo,
+    actor: Actor,
+    input: serde_json::Value,
+    context: serde_json::Value,
+    shared: capgate_core::policy::SharedJson,
+}
+
+impl RefundCall {
+    /// Dana's refund of 649 on `ord_42`, no context.
+    pub fn new() -> Self {
+        RefundCall {
+            info: capgate_core::policy::CapabilityInfo {
+                id: "orders.refund".into(),
+                side_effect: SideEffect::Write,
+                risk: Risk::High,
+                tags: vec![],
+            },
+            actor: Actor::user("u_dana", json!({"orgId": "org_1"})),
+            input: json!({"orderId": "ord_42", "amount": 649}),
+            context: serde_json::Value::Null,
+            shared: capgate_core::policy::SharedJson::default(),
+        }
+    }
+
+    /// The request a policy sees for it.
+    pub fn request(&self) -> capgate_core::policy::PolicyRequest<'_> {
+        capgate_core::policy::PolicyRequest {
+            phase: capgate_core::policy::Phase::Invocation,
+            capability: &self.info,
+            surface: Surface::AiSdk,
+            namespace: "",
+            actor: &self.actor,
+            context: &self.context,
+            input: Some(&self.input),
+            execution_id: "exe_1",
+            approval: None,
+            shared: &self.shared,
+        }
+    }
+}
+
+/// Nearest-rank percentile of sorted samples.
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// p50, p99, p99.9 and max, in µs.
+pub struct Summary {
+    pub p50: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+}
+
+pub fn summarize(mut samples: Vec<Duration>) -> Summary {
+    samples.sort_unstable();
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    Summary {
+        p50: us(percentile(&samples, 50.0)),
+        p99: us(percentile(&samples, 99.0)),
+        p999: us(percentile(&samples, 99.9)),
+        max: us(*samples.last().unwrap_or(&Duration::ZERO)),
+    }
 }

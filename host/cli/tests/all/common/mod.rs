@@ -456,3 +456,27 @@ impl Mcp {
             .await
     }
 }
+
+/// `orders.lookup` over HTTP to a closed port (never called): the capability the small
+/// deployments these tests write share.
+pub const LOOKUP_OVER_HTTP: &str = r#"[[capabilities]]
+id = "orders.lookup"
+description = "Look an order up"
+expose = { aiSdk = true }
+sideEffect = "read"
+risk = "low"
+procedure = { http = { target = "lookup", url = "http://127.0.0.1:9/lookup" } }
+"#;
+
+/// `/agent` on the AI SDK surface for authenticated callers, and an API key of Dana's in
+/// `org_1` (the hash of no key any test sends).
+pub const AGENT_ROUTE_WITH_DANAS_KEY: &str = r#"[gateway]
+authorize = "authenticated"
+routes = [{ path = "/agent", surface = "aiSdk" }]
+
+[[gateway.apiKeys]]
+sha256 = "0d3b4f6a1b2c5e8f9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f"
+namespace = "org_1"
+surfaces = ["aiSdk"]
+actor = { id = "u_dana", kind = "user" }
+"#;

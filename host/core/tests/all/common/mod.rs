@@ -6,44 +6,22 @@ pub mod walkthrough;
 use capgate_core::prelude::*;
 use serde_json::{Value, json};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub use capgate_testkit::actors::{dana, priya};
 pub use capgate_testkit::schemas::refund as refund_schema;
+pub use capgate_testkit::walkthrough::refund_meta;
 
-/// Counts calls and echoes what it saw.
+/// Counts calls and echoes what it saw (who approved, who asked).
 #[derive(Clone, Default)]
-pub struct Counter(pub Arc<AtomicUsize>);
+pub struct Counter(pub capgate_testkit::walkthrough::Counter);
 
 impl Counter {
     pub fn get(&self) -> usize {
-        self.0.load(Ordering::SeqCst)
+        self.0.get()
     }
-    pub fn procedure(&self) -> impl Procedure {
-        let c = self.0.clone();
-        handler(move |call| {
-            let c = c.clone();
-            async move {
-                c.fetch_add(1, Ordering::SeqCst);
-                Ok(json!({
-                    "refundId": "ref_77",
-                    "amount": call.input["amount"],
-                    "status": "issued",
-                    "gatewayRef": "gw_secret_123",
-                    "approver": call.agent.approval.as_ref().map(|a| a.approver.id.clone()),
-                    "actor": call.agent.actor.id,
-                }))
-            }
-        })
+    pub fn procedure(&self) -> impl Procedure + use<> {
+        self.0.procedure_naming_parties()
     }
-}
-
-pub fn refund_meta() -> CapabilityMeta {
-    CapabilityMeta::new("Refund an order", SideEffect::Write, Risk::High).exposed_on([
-        Surface::AiSdk,
-        Surface::Mcp,
-        Surface::Direct,
-    ])
 }
 
 pub fn refund_limit() -> impl Policy {

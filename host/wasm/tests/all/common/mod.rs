@@ -6,7 +6,6 @@ use capgate_wasm::{Binding, Plugin, PluginDir, WasmHost, sha256_hex};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Where `cargo xtask build-plugins` puts the components.
 pub fn wasm_dir() -> PathBuf {
@@ -54,39 +53,9 @@ pub fn load(name: &str) -> Arc<Plugin> {
 
 pub use capgate_testkit::actors::{dana, priya};
 pub use capgate_testkit::schemas::refund as refund_schema;
+pub use capgate_testkit::walkthrough::refund_meta;
 
-pub fn refund_meta() -> CapabilityMeta {
-    CapabilityMeta::new("Refund an order", SideEffect::Write, Risk::High).exposed_on([
-        Surface::AiSdk,
-        Surface::Mcp,
-        Surface::Direct,
-    ])
-}
-
-/// Counts procedure runs and returns what the walkthrough's refund returns.
-#[derive(Clone, Default)]
-pub struct Counter(pub Arc<AtomicUsize>);
-
-impl Counter {
-    pub fn get(&self) -> usize {
-        self.0.load(Ordering::SeqCst)
-    }
-    pub fn procedure(&self) -> impl Procedure {
-        let c = self.0.clone();
-        handler(move |call| {
-            let c = c.clone();
-            async move {
-                c.fetch_add(1, Ordering::SeqCst);
-                Ok(json!({
-                    "refundId": "ref_77",
-                    "amount": call.input["amount"],
-                    "status": "issued",
-                    "gatewayRef": "gw_secret_123",
-                }))
-            }
-        })
-    }
-}
+pub use capgate_testkit::walkthrough::Counter;
 
 /// The refund-limit plugin bound as in the walkthrough.
 pub fn wasm_refund_limit() -> impl Policy {
