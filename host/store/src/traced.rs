@@ -62,6 +62,57 @@ struct Op {
 const APPROVALS: &str = "capgate_approvals";
 const INVOCATIONS: &str = "capgate_invocations";
 
+// One operation on one table; each method names itself with [`Op::method`].
+const DELETE_INVOCATIONS: Op = Op {
+    name: "DELETE capgate_invocations",
+    operation: "DELETE",
+    table: INVOCATIONS,
+    method: "",
+};
+const INSERT_APPROVALS: Op = Op {
+    name: "INSERT capgate_approvals",
+    operation: "INSERT",
+    table: APPROVALS,
+    method: "",
+};
+const INSERT_INVOCATIONS: Op = Op {
+    name: "INSERT capgate_invocations",
+    operation: "INSERT",
+    table: INVOCATIONS,
+    method: "",
+};
+const SELECT_APPROVALS: Op = Op {
+    name: "SELECT capgate_approvals",
+    operation: "SELECT",
+    table: APPROVALS,
+    method: "",
+};
+const SELECT_INVOCATIONS: Op = Op {
+    name: "SELECT capgate_invocations",
+    operation: "SELECT",
+    table: INVOCATIONS,
+    method: "",
+};
+const UPDATE_APPROVALS: Op = Op {
+    name: "UPDATE capgate_approvals",
+    operation: "UPDATE",
+    table: APPROVALS,
+    method: "",
+};
+const UPDATE_INVOCATIONS: Op = Op {
+    name: "UPDATE capgate_invocations",
+    operation: "UPDATE",
+    table: INVOCATIONS,
+    method: "",
+};
+
+impl Op {
+    /// This operation as run by `method` (the span's `capgate.store.method`).
+    const fn method(self, method: &'static str) -> Op {
+        Op { method, ..self }
+    }
+}
+
 impl<T> Traced<T> {
     async fn run<R, E: ErrorKind>(
         &self,
@@ -138,22 +189,12 @@ impl ErrorKind for JournalError {
 #[async_trait]
 impl<T: ApprovalCoordinator> ApprovalCoordinator for Traced<T> {
     async fn create(&self, request: ApprovalRequest) -> Result<ApprovalRecord, ApprovalStoreError> {
-        let op = Op {
-            name: "INSERT capgate_approvals",
-            operation: "INSERT",
-            table: APPROVALS,
-            method: "approval.create",
-        };
+        let op = INSERT_APPROVALS.method("approval.create");
         self.run(op, self.inner.create(request)).await
     }
 
     async fn get(&self, id: &str) -> Result<Option<ApprovalRecord>, ApprovalStoreError> {
-        let op = Op {
-            name: "SELECT capgate_approvals",
-            operation: "SELECT",
-            table: APPROVALS,
-            method: "approval.get",
-        };
+        let op = SELECT_APPROVALS.method("approval.get");
         self.run(op, self.inner.get(id)).await
     }
 
@@ -163,12 +204,7 @@ impl<T: ApprovalCoordinator> ApprovalCoordinator for Traced<T> {
         decision: Decision,
         now: DateTime<Utc>,
     ) -> Result<ApprovalRecord, ApprovalStoreError> {
-        let op = Op {
-            name: "UPDATE capgate_approvals",
-            operation: "UPDATE",
-            table: APPROVALS,
-            method: "approval.decide",
-        };
+        let op = UPDATE_APPROVALS.method("approval.decide");
         self.run(op, self.inner.decide(id, decision, now)).await
     }
 
@@ -178,12 +214,7 @@ impl<T: ApprovalCoordinator> ApprovalCoordinator for Traced<T> {
         execution_id: &str,
         now: DateTime<Utc>,
     ) -> Result<ApprovalRecord, ApprovalStoreError> {
-        let op = Op {
-            name: "UPDATE capgate_approvals",
-            operation: "UPDATE",
-            table: APPROVALS,
-            method: "approval.consume",
-        };
+        let op = UPDATE_APPROVALS.method("approval.consume");
         self.run(op, self.inner.mark_consumed(id, execution_id, now))
             .await
     }
@@ -193,12 +224,7 @@ impl<T: ApprovalCoordinator> ApprovalCoordinator for Traced<T> {
         filter: &ApprovalFilter,
         now: DateTime<Utc>,
     ) -> Result<Vec<ApprovalRecord>, ApprovalStoreError> {
-        let op = Op {
-            name: "SELECT capgate_approvals",
-            operation: "SELECT",
-            table: APPROVALS,
-            method: "approval.list",
-        };
+        let op = SELECT_APPROVALS.method("approval.list");
         self.run(op, self.inner.list(filter, now)).await
     }
 
@@ -214,12 +240,7 @@ impl<T: InvocationJournal> InvocationJournal for Traced<T> {
         request: ClaimRequest,
         now: DateTime<Utc>,
     ) -> Result<ClaimOutcome, JournalError> {
-        let op = Op {
-            name: "INSERT capgate_invocations",
-            operation: "INSERT",
-            table: INVOCATIONS,
-            method: "invocation.claim",
-        };
+        let op = INSERT_INVOCATIONS.method("invocation.claim");
         self.run(op, self.inner.claim(request, now)).await
     }
 
@@ -230,12 +251,7 @@ impl<T: InvocationJournal> InvocationJournal for Traced<T> {
         approval_id: &str,
         now: DateTime<Utc>,
     ) -> Result<ResumeClaim, JournalError> {
-        let op = Op {
-            name: "UPDATE capgate_invocations",
-            operation: "UPDATE",
-            table: INVOCATIONS,
-            method: "invocation.claim_resume",
-        };
+        let op = UPDATE_INVOCATIONS.method("invocation.claim_resume");
         self.run(
             op,
             self.inner
@@ -252,12 +268,7 @@ impl<T: InvocationJournal> InvocationJournal for Traced<T> {
         settlement: Settlement,
         now: DateTime<Utc>,
     ) -> Result<InvocationRecord, JournalError> {
-        let op = Op {
-            name: "UPDATE capgate_invocations",
-            operation: "UPDATE",
-            table: INVOCATIONS,
-            method: "invocation.settle",
-        };
+        let op = UPDATE_INVOCATIONS.method("invocation.settle");
         self.run(
             op,
             self.inner
@@ -274,12 +285,7 @@ impl<T: InvocationJournal> InvocationJournal for Traced<T> {
         settlement: Settlement,
         now: DateTime<Utc>,
     ) -> Result<InvocationRecord, JournalError> {
-        let op = Op {
-            name: "UPDATE capgate_invocations",
-            operation: "UPDATE",
-            table: INVOCATIONS,
-            method: "invocation.reconcile",
-        };
+        let op = UPDATE_INVOCATIONS.method("invocation.reconcile");
         self.run(
             op,
             self.inner
@@ -293,12 +299,7 @@ impl<T: InvocationJournal> InvocationJournal for Traced<T> {
         scope: &str,
         invocation_id: &str,
     ) -> Result<Option<InvocationRecord>, JournalError> {
-        let op = Op {
-            name: "SELECT capgate_invocations",
-            operation: "SELECT",
-            table: INVOCATIONS,
-            method: "invocation.get",
-        };
+        let op = SELECT_INVOCATIONS.method("invocation.get");
         self.run(op, self.inner.get(scope, invocation_id)).await
     }
 
@@ -307,23 +308,13 @@ impl<T: InvocationJournal> InvocationJournal for Traced<T> {
         scope: &str,
         approval_id: &str,
     ) -> Result<Option<InvocationRecord>, JournalError> {
-        let op = Op {
-            name: "SELECT capgate_invocations",
-            operation: "SELECT",
-            table: INVOCATIONS,
-            method: "invocation.find_approval",
-        };
+        let op = SELECT_INVOCATIONS.method("invocation.find_approval");
         self.run(op, self.inner.find_approval(scope, approval_id))
             .await
     }
 
     async fn purge_settled_before(&self, cutoff: DateTime<Utc>) -> Result<u64, JournalError> {
-        let op = Op {
-            name: "DELETE capgate_invocations",
-            operation: "DELETE",
-            table: INVOCATIONS,
-            method: "invocation.purge",
-        };
+        let op = DELETE_INVOCATIONS.method("invocation.purge");
         self.run(op, self.inner.purge_settled_before(cutoff)).await
     }
 

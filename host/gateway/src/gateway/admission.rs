@@ -150,6 +150,24 @@ impl Gateway {
             .await
     }
 
+    /// Step 4 for a lookup (getInvocation, getApproval): on the record's capability and
+    /// input when the caller's scope has one, else on the bare operation, so an unknown id
+    /// is refused exactly where a known one would be and answers only `null` otherwise.
+    pub(crate) async fn authorize_lookup(
+        &self,
+        who: &Authenticated,
+        operation: Operation,
+        record: Option<&InvocationRecord>,
+    ) -> Result<(), Reject> {
+        match record {
+            Some(r) => {
+                self.authorize(who, operation, Some(&r.capability_id), Some(&r.input))
+                    .await
+            }
+            None => self.authorize(who, operation, None, None).await,
+        }
+    }
+
     /// The caller's journal scope: namespace + actor + this surface.
     pub(crate) fn scope(&self, who: &Authenticated) -> Result<String, Reject> {
         scope_hash(

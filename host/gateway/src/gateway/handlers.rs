@@ -86,18 +86,11 @@ pub(super) async fn get_invocation(
         .get(&scope, &req.invocation_id)
         .await
         .map_err(Reject::journal)?;
+    gw.authorize_lookup(&who, Operation::GetInvocation, record.as_ref())
+        .await?;
     let Some(r) = record else {
-        gw.authorize(&who, Operation::GetInvocation, None, None)
-            .await?;
         return Ok(Json(Value::Null).into_response());
     };
-    gw.authorize(
-        &who,
-        Operation::GetInvocation,
-        Some(&r.capability_id),
-        Some(&r.input),
-    )
-    .await?;
     Ok(Json(receipt(&r)).into_response())
 }
 
@@ -112,18 +105,11 @@ pub(super) async fn get_approval(
         .find_approval(&scope, &req.approval_id)
         .await
         .map_err(Reject::journal)?;
-    let Some(record) = record else {
-        gw.authorize(&who, Operation::GetApproval, None, None)
-            .await?;
+    gw.authorize_lookup(&who, Operation::GetApproval, record.as_ref())
+        .await?;
+    if record.is_none() {
         return Ok(Json(Value::Null).into_response());
-    };
-    gw.authorize(
-        &who,
-        Operation::GetApproval,
-        Some(&record.capability_id),
-        Some(&record.input),
-    )
-    .await?;
+    }
     let me = &who.principal;
     let approval = gw
         .runtime
