@@ -1,4 +1,4 @@
-//! A small Rust client of the HTTP capability gateway (spec: "Host client").
+//! A small Rust client of the HTTP capability gateway (the contract of docs/gateway.md).
 //!
 //! ```no_run
 //! use capgate_gateway::client::{CapabilityClient, InvocationOptions};
