@@ -1,5 +1,5 @@
 //! `cargo xtask soak`: the gateway under a fixed rate of mixed traffic for a fixed time,
-//! watching the server for leaks (issue 19, point 6).
+//! watching the server for leaks.
 //!
 //! Open loop: request `i` of the run is due at `start + i / rate`, whatever happened to the
 //! ones before it. A pool of keep-alive connections (one request in flight each) takes the

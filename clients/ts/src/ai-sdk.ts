@@ -1,5 +1,5 @@
 /**
- * Vercel AI SDK tools over a capgate gateway (digest §2.9): one tool per capability the
+ * Vercel AI SDK tools over a capgate gateway: one tool per capability the
  * caller may see, whose `execute` calls `invoke` and returns a result object instead of
  * throwing. The adapter never sets the SDK's own `needsApproval`: the runtime stays the
  * only approval authority, and `approval-required` comes back as a tool result.

@@ -10,8 +10,9 @@
 //! `ops.spin` calls always in flight, each re-sent as soon as it ends). Throughout both, a
 //! prober sends `GET /healthz` every 5 ms. It prints the native calls' and the probes'
 //! p50/p99/p99.9/max for each phase, the p99 ratio, and how every looping call ended (it
-//! must be POLICY_FAILED, at its 1 s deadline: the model is answered INTERNAL_ERROR, as the
-//! spec hides POLICY_FAILED from models, and the audit trail records `policy-failed`).
+//! must be POLICY_FAILED, at its 1 s deadline: the model is answered INTERNAL_ERROR, as
+//! POLICY_FAILED is not exposed to models (docs/error-codes.md), and the audit trail records
+//! `policy-failed`).
 //!
 //! ```sh
 //! cargo xtask build-plugins && cargo xtask example-config

@@ -22,7 +22,7 @@ pub const INVENTORY_FORMAT: &str = "capgate.inventory.v1";
 pub struct Row {
     /// The capability id.
     pub id: String,
-    /// The surfaces it is exposed on, in the spec's order.
+    /// The surfaces it is exposed on, in the documented order ([`Surface::ALL`]).
     pub surfaces: Vec<String>,
     /// Side effect.
     pub side_effect: SideEffect,

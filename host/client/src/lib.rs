@@ -1,5 +1,5 @@
 //! capgate's HTTP client for agent hosts: the gateway's wire types ([`wire`], the same
-//! types the gateway serves) and a small async client of the capability gateway. Light on
+//! types the gateway serves) and a small async client of the capability gateway (the contract of docs/gateway.md). Light on
 //! purpose: serde, reqwest and capgate-core's vocabulary (error codes, risk, scope), no
 //! Wasm engine and no database driver, so an agent host can depend on it alone.
 //!

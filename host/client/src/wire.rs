@@ -1,6 +1,6 @@
-//! The gateway's wire shapes (spec: distributed-capability-runtimes.txt), camelCase as in
-//! the reference so clients written against it work unchanged. Unknown request fields are
-//! rejected.
+//! The gateway's wire shapes, camelCase as in the reference design so clients written
+//! against it work unchanged. Unknown request fields are rejected. The contract is
+//! described in docs/gateway.md.
 //!
 //! | operation | HTTP | body | answer |
 //! |---|---|---|---|
@@ -79,7 +79,7 @@ pub struct ResumeApprovalBody {
     pub approval_id: String,
     /// The ORIGINAL invocation id of the call that asked for approval.
     pub invocation_id: String,
-    /// Correlation id of this resume (the spec's `InvocationOptions`), carried into the
+    /// Correlation id of this resume (as `invoke` takes one), carried into the
     /// resumed execution and its events; without it the original call's one is kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub correlation_id: Option<String>,

@@ -129,7 +129,7 @@ pub enum Surface {
 }
 
 impl Surface {
-    /// Every surface, in the spec's order.
+    /// Every surface, in the documented order.
     pub const ALL: [Surface; 5] = [
         Surface::Direct,
         Surface::AiSdk,

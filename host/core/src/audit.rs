@@ -1,4 +1,4 @@
-//! Evidence: the eleven audit event types with exactly the payloads of digest §2.7 (ids,
+//! Evidence: the eleven audit event types with exactly the payloads of docs/events.md (ids,
 //! hashes, classifications and durations, never inputs or outputs: SI-10), the
 //! [`AuditSink`] seam, and the sinks that need no database (tracing, JSON lines, memory).
 //! Two capgate extensions record `capgate serve`'s configuration reloads
@@ -189,8 +189,8 @@ pub enum EventPayload {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         approval_id: Option<String>,
     },
-    /// A shadow policy would have changed this call's outcome (capgate extension, not a
-    /// spec event: see `policy::Shadow`). Policy, phase and stances only, never the input
+    /// A shadow policy would have changed this call's outcome (capgate extension, not one
+    /// of the eleven: see `policy::Shadow`). Policy, phase and stances only, never the input
     /// (SI-10); the envelope's `inputHash` links it to the call.
     #[serde(rename = "capgate.policy.shadow_divergence", rename_all = "camelCase")]
     ShadowDivergence {

@@ -1,5 +1,5 @@
-//! The closed error vocabulary of the pipeline (digest §2.5) and the only two shapes of
-//! it a model may ever see (SI-9).
+//! The closed error vocabulary of the pipeline (docs/error-codes.md) and the only two
+//! shapes of it a model may ever see (SI-9, docs/invariants.md).
 
 use serde::{Deserialize, Serialize, Serializer};
 use std::borrow::Cow;

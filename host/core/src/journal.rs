@@ -1,6 +1,6 @@
-//! The invocation journal (digest §2.11): how a stateless gateway replica admits each
-//! invocation id at most once, replays a settled result, and continues an approval under
-//! the original invocation id.
+//! The invocation journal (docs/gateway.md, "Invocation semantics"): how a stateless
+//! gateway replica admits each invocation id at most once, replays a settled result, and
+//! continues an approval under the original invocation id.
 //!
 //! The journal binds a caller-chosen invocation id, inside a *scope* (a hash of namespace,
 //! actor kind, actor id and surface), to the capability and the canonical input hash. A
@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-/// Longest invocation, capability or approval id the journal accepts (digest §2.11).
+/// Longest invocation, capability or approval id the journal accepts (docs/gateway.md).
 pub const MAX_ID_CHARS: usize = 256;
 
 /// Check an id against the journal's bounds: non-empty, at most [`MAX_ID_CHARS`]
@@ -203,7 +203,7 @@ impl InvocationRecord {
     }
 }
 
-/// What a client may learn about an invocation (`InvocationReceipt` of the spec).
+/// What a client may learn about an invocation (`InvocationReceipt`, docs/gateway.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InvocationReceipt {

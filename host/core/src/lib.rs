@@ -1,10 +1,10 @@
 //! capgate-core: the governed capability pipeline, with no I/O of its own.
 //!
 //! An AI agent calls tools; capgate sits between the model and the application and takes
-//! every call through one fixed, audited pipeline (the 15 stages of
-//! `spec/execution-pipeline.txt`). This crate is that pipeline plus the seams everything
-//! else plugs into: Wasm plugins, durable stores and the HTTP/MCP adapters implement its
-//! traits; nothing here touches a network or a disk.
+//! every call through one fixed, audited pipeline (the 15 stages of docs/pipeline.md). This
+//! crate is that pipeline plus the seams everything else plugs into: Wasm plugins, durable
+//! stores and the HTTP/MCP adapters implement its traits; nothing here touches a network or
+//! a disk.
 //!
 //! ```
 //! use capgate_core::prelude::*;

@@ -1,4 +1,4 @@
-//! Static capability metadata (digest §2.6): what a capability is, where it is exposed,
+//! Static capability metadata: what a capability is, where it is exposed,
 //! what it may do, and how the runtime must treat it.
 
 use crate::actor::Surface;
@@ -161,7 +161,7 @@ pub struct AdapterNames {
     pub mcp: Option<String>,
 }
 
-/// The governance metadata of one capability (digest §2.6). Policies, redactors and the
+/// The governance metadata of one capability. Policies, redactors and the
 /// procedure are attached to the capability definition, not stored here, so the meta stays
 /// plain data that can be hashed into the contract digest.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -194,12 +194,13 @@ pub struct CapabilityMeta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adapters: Option<AdapterNames>,
     /// How clients find it: listed to models, or presented by a UI in context (the
-    /// distributed spec's `discovery`). Omitted when `discoverable`, so older digests hold.
+    /// portable contract's `discovery`, docs/gateway.md). Omitted when `discoverable`, so
+    /// older digests hold.
     #[serde(default, skip_serializing_if = "Discovery::is_discoverable")]
     pub discovery: Discovery,
 }
 
-/// How a capability is found (the distributed spec's `discovery`).
+/// How a capability is found (the portable contract's `discovery`, docs/gateway.md).
 ///
 /// Both kinds are callable on the surfaces they are exposed on and governed the same way;
 /// the difference is only who offers them: a `discoverable` capability is listed to models

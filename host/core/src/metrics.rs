@@ -4,7 +4,7 @@
 //! one each call below costs a few nanoseconds.
 //!
 //! Label values come only from configuration — capability ids of the registry, policy
-//! names, surfaces, phases and the spec's fixed codes — never from request data, so the
+//! names, surfaces, phases and the fixed error codes — never from request data, so the
 //! number of series is bounded by the deployment: an id the registry does not know is
 //! counted as [`UNKNOWN_CAPABILITY`].
 //!

@@ -36,7 +36,7 @@ impl Phase {
 /// The default phases of a policy: invocation only, so nothing runs twice unless it opts in.
 pub const DEFAULT_PHASES: &[Phase] = &[Phase::Invocation];
 
-/// A policy's stance (digest §2.2).
+/// A policy's stance (combined as in docs/pipeline.md, stage 7).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum PolicyDecision {
@@ -163,8 +163,8 @@ pub struct PolicyRequest<'a> {
     /// The approval, in the execution phase after a resume.
     pub approval: Option<&'a ApprovalRef>,
     /// The JSON text of `input`, `context` and the actor's attributes, serialized at most
-    /// once per batch however many sandboxed policies ask for it (issue 15: the shared parts
-    /// of a request are lowered once per call, not once per policy). Read it through
+    /// once per batch however many sandboxed policies ask for it (the shared parts of a
+    /// request are lowered once per call, not once per policy). Read it through
     /// [`PolicyRequest::input_json`] and its siblings. One per request: a `SharedJson` filled
     /// for one request would answer for another. Native policies ignore it.
     pub shared: &'a SharedJson,
@@ -523,7 +523,7 @@ impl Verdict {
     }
 }
 
-/// Combine a batch's outcomes with the spec's precedence.
+/// Combine a batch's outcomes with the precedence of docs/pipeline.md, stage 7.
 pub fn combine(results: &[Evaluated]) -> Verdict {
     let mut deny = None;
     let mut hide = None;

@@ -1,5 +1,6 @@
 //! Stage 11: the application's operation, reached through a middleware chain that stays
-//! the authoritative gate (ADR-008), and the error mapping that keeps internals from models.
+//! the authoritative gate (docs/invariants.md, "The gates"), and the error mapping that
+//! keeps internals from models.
 
 use crate::actor::{Actor, Surface};
 use crate::approval::ApprovalRef;
@@ -66,7 +67,7 @@ impl ProcedureCall {
     }
 }
 
-/// How a procedure fails. The variants keep the spec's mapping apart.
+/// How a procedure fails. The variants keep the stage-11 mapping's cases apart.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ProcedureError {
     /// A contract-level, intentional failure the model may act on: EXECUTION_FAILED exposed
@@ -115,7 +116,7 @@ impl ProcedureError {
         ProcedureError::Internal(message.into())
     }
 
-    /// The stage-11 error mapping of digest §2.5.
+    /// The stage-11 error mapping (docs/pipeline.md, "Stage-11 error mapping").
     pub fn into_capability_error(self) -> CapabilityError {
         match self {
             ProcedureError::Defined {

@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
-/// Runtime defaults (digest §2.8 values).
+/// Runtime defaults (the table in docs/pipeline.md, "Defaults").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct Defaults {
@@ -130,7 +130,7 @@ impl InvokeRequest {
     }
 }
 
-/// Narrows discovery to a subset (ADR-017: a convenience, never an authorization check).
+/// Narrows discovery to a subset (a convenience, never an authorization check).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Scope {
@@ -212,7 +212,7 @@ pub struct ResumeOptions {
     pub idempotency_key: Option<String>,
     /// Progress callback.
     pub progress: Option<ProgressFn>,
-    /// Correlation id of the resuming request (the spec's `InvocationOptions`); carried by
+    /// Correlation id of the resuming request (as `invoke` takes one); carried by
     /// the new execution and its events. `None` keeps the one stored with the approval.
     pub correlation_id: Option<String>,
 }
@@ -356,7 +356,7 @@ impl RuntimeBuilder {
         self.coordinator = Some(c);
         self
     }
-    /// Decide approvals inline (ADR-006).
+    /// Decide approvals inline, in the call itself (stage 8), instead of suspending it.
     pub fn approval_handler(mut self, h: Arc<dyn ApprovalHandler>) -> Self {
         self.handler = Some(h);
         self
@@ -532,7 +532,7 @@ impl Runtime {
         crate::pipeline::describe(&self.inner, surface, options).await
     }
 
-    /// Continue an approved call at stage 8 (check order of digest §2.3).
+    /// Continue an approved call at stage 8 (check order: docs/pipeline.md, "Resume").
     pub async fn resume(&self, approval_id: &str, options: ResumeOptions) -> ExecutionResult {
         crate::pipeline::resume(&self.inner, approval_id, options).await
     }
@@ -547,7 +547,8 @@ impl Runtime {
         &self.inner.registry
     }
 
-    /// Names and phases of the runtime-level policies (the governance manifest; ADR-016).
+    /// Names and phases of the runtime-level policies (the governance manifest, part of
+    /// every contract digest).
     pub fn manifest(&self) -> Vec<(String, Vec<crate::policy::Phase>)> {
         self.inner
             .policies

@@ -253,7 +253,7 @@ fn opt_text(u: &mut Unstructured<'_>) -> arbitrary::Result<Option<String>> {
 /// The host's decoding of what plugins return ([`capgate_wasm::decode`], the code every
 /// Wasm call runs): a policy decision is accepted only within its bounds and valid; a
 /// redacted value or procedure output only within the binding's output cap, and then it is
-/// JSON that round-trips; a procedure's error keeps the spec's mapping and its `data` only
+/// JSON that round-trips; a procedure's error keeps the stage-11 mapping and its `data` only
 /// when it is JSON.
 pub fn plugin_outputs(data: &[u8]) {
     let mut u = Unstructured::new(data);

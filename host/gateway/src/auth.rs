@@ -1,5 +1,5 @@
-//! Authentication runs on every gateway request (spec: "authenticate executes for every
-//! call"): built-in API keys (stored hashed) and JWT bearer tokens, behind one trait that
+//! Authentication runs on every gateway request, never once per session (docs/gateway.md,
+//! "Doors"): built-in API keys (stored hashed) and JWT bearer tokens, behind one trait that
 //! embedders implement for their own sessions.
 
 use async_trait::async_trait;

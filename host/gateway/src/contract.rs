@@ -1,4 +1,4 @@
-//! The portable contract (spec: "Portable contract"): what a remote host may know about the
+//! The portable contract (docs/gateway.md, "Other shapes"): what a remote host may know about the
 //! capabilities a gateway route offers, as version-1 [`PortableCapabilityDescriptor`]s.
 //!
 //! A descriptor carries the canonical id, the original path, the description, the full

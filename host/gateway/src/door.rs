@@ -11,8 +11,8 @@
 //!    with `Retry-After`;
 //! 4. **authorize** each operation ([`Authorizer`], told the door's surface): `403`.
 //!
-//! In axum terms the first three are the [`Caller`] extractor and the fourth is
-//! [`Doorkeeper::authorize`], called by the handler once it knows the capability.
+//! In axum terms the first three are the crate's `Caller` extractor and the fourth is
+//! `Doorkeeper::authorize`, called by the handler once it knows the capability.
 
 use crate::auth::{Authenticated, Authenticator, check_principal};
 use crate::reject::Reject;

@@ -1,17 +1,119 @@
-//! capgate-gateway: the doors models and hosts come through — the HTTP capability gateway
-//! (describe, invoke, getInvocation, getApproval, resumeApproval), the human approvals API,
-//! the portable contract and the MCP server. Its wire shapes are [`capgate_client`]'s, the
-//! Rust client agent hosts use.
+//! capgate-gateway: the doors models, hosts and humans come through.
 //!
-//! - [`gateway::capability_router`]: the gateway on one fixed surface, backed by an
-//!   invocation journal; [`gateway::health_router`] for `/healthz` and `/readyz`.
+//! The core runtime governs a call once it has an actor and a surface; this crate is what
+//! gets it there over the network. Each door authenticates the caller from credentials
+//! (never from the request body), fixes the surface, rate-limits and authorizes, then hands
+//! the call to the runtime: the HTTP capability gateway (describe, invoke, getInvocation,
+//! getApproval, resumeApproval, with an invocation journal so every call is admitted once),
+//! the MCP server, and the human approvals API and console, which no model door can reach.
+//! The wire contract is described in docs/gateway.md.
+//!
+//! One route on the `aiSdk` surface, one API key, one call through it:
+//!
+//! ```
+//! use async_trait::async_trait;
+//! use axum::body::Body;
+//! use axum::http::{Request, StatusCode};
+//! use capgate_core::authz::{AuthorizeError, AuthorizeRequest, Authorizer};
+//! use capgate_core::journal::InMemoryInvocationJournal;
+//! use capgate_core::prelude::*;
+//! use capgate_gateway::auth::{ApiKeyEntry, ApiKeys, BuiltinAuthenticator, hash_api_key};
+//! use capgate_gateway::door::Doorkeeper;
+//! use capgate_gateway::gateway::{GatewayConfig, capability_router};
+//! use serde_json::{Value, json};
+//! use std::sync::Arc;
+//! use tower::ServiceExt;
+//!
+//! /// Any authenticated caller may use every operation; the policies stay the authority.
+//! struct AnyAuthenticated;
+//!
+//! #[async_trait]
+//! impl Authorizer for AnyAuthenticated {
+//!     async fn authorize(&self, _: &AuthorizeRequest<'_>) -> Result<(), AuthorizeError> {
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let registry = Registry::builder()
+//!     .capability(
+//!         CapabilityDef::new(
+//!             "orders.lookup",
+//!             CapabilityMeta::new("Look up an order", SideEffect::Read, Risk::Low)
+//!                 .exposed_on([Surface::AiSdk]),
+//!         )
+//!         .input_schema(json!({
+//!             "type": "object",
+//!             "properties": { "orderId": {"type": "string"} },
+//!             "required": ["orderId"]
+//!         }))
+//!         .procedure(handler(|call| async move {
+//!             Ok(json!({ "orderId": call.input["orderId"], "status": "shipped" }))
+//!         })),
+//!     )
+//!     .build()
+//!     .expect("a valid registry");
+//! let runtime = Runtime::builder(registry).build().expect("a valid runtime");
+//!
+//! // Dana's key: stored as its SHA-256, bound to the aiSdk door, in namespace org_1.
+//! let mut keys = ApiKeys::new();
+//! keys.insert_hashed(
+//!     hash_api_key("dana-key"),
+//!     ApiKeyEntry {
+//!         actor: Actor::user("u_dana", json!({})),
+//!         namespace: "org_1".into(),
+//!         roles: vec![],
+//!         surfaces: vec![Surface::AiSdk],
+//!         context: json!({}),
+//!     },
+//! );
+//! let authenticator = BuiltinAuthenticator { api_keys: keys, jwt: None };
+//! let doorkeeper = Doorkeeper::new(Arc::new(authenticator), Arc::new(AnyAuthenticated));
+//! // The in-memory journal is for development; use capgate-store's anywhere else.
+//! let journal = Arc::new(InMemoryInvocationJournal::new());
+//! let config = GatewayConfig::new(Surface::AiSdk, "rev-1", runtime, journal, doorkeeper);
+//! let app = axum::Router::new().nest("/agent", capability_router(config).expect("a valid route"));
+//!
+//! let call = json!({
+//!     "capabilityId": "orders.lookup",
+//!     "input": { "orderId": "ord_42" },
+//!     "invocationId": "call_1"
+//! });
+//! let request = Request::post("/agent/invoke")
+//!     .header("authorization", "Bearer dana-key")
+//!     .header("content-type", "application/json")
+//!     .body(Body::from(call.to_string()))
+//!     .expect("a request");
+//! let response = app.oneshot(request).await.expect("the router never fails");
+//! assert_eq!(response.status(), StatusCode::OK);
+//! let body = axum::body::to_bytes(response.into_body(), 1 << 20).await.expect("a body");
+//! let outcome: Value = serde_json::from_slice(&body).expect("JSON");
+//! assert_eq!(outcome["status"], "completed");
+//! assert_eq!(outcome["invocationId"], "call_1");
+//! assert_eq!(outcome["output"], json!({ "orderId": "ord_42", "status": "shipped" }));
+//! # }
+//! ```
+//!
+//! # Modules
+//!
+//! - [`gateway`]: the capability gateway on one fixed surface ([`gateway::capability_router`]),
+//!   its configuration, and `/healthz` + `/readyz` ([`gateway::health_router`]).
 //! - [`door`]: the one principal model every door runs (authenticate, bind the credential
 //!   to its surfaces, rate-limit, authorize), as axum extractors.
-//! - [`approvals_api::approvals_router`]: the human decision API, tenant-scoped.
-//! - [`console::console_router`]: the approval console, a web page on that API.
-//! - [`contract::export_contract`]: the portable contract and its digests.
-//! - [`wire`]: the bodies the doors read and answer (re-exported from `capgate-client`).
-//! - [`admin::admin_router`]: the operator's `POST /admin/reload`.
+//! - [`auth`]: authenticators — API keys stored as SHA-256, JWT bearer tokens — and the
+//!   checks every principal must pass.
+//! - [`wire`]: the camelCase request and answer shapes of the capability gateway
+//!   (re-exported from `capgate-client`, the Rust client agent hosts use, so the two cannot
+//!   drift).
+//! - [`contract`]: the portable contract ([`contract::export_contract`]) and its digests.
+//! - [`tools`]: the caller's tool list in an agent framework's shape (AI SDK, OpenAI).
+//! - [`mcp`]: the MCP server, over streamable HTTP and stdio.
+//! - [`approvals_api`]: the human decision API ([`approvals_api::approvals_router`]),
+//!   tenant-scoped.
+//! - [`console`]: the approval console ([`console::console_router`]), a web page on that API.
+//! - [`admin`]: the operator's `POST /admin/reload` ([`admin::admin_router`]).
+//! - [`metrics`]: HTTP request metrics and the Prometheus `/metrics` route.
+//! - [`trace_context`]: W3C trace context on the doors (`traceparent` in, spans out).
 
 #![warn(missing_docs)]
 

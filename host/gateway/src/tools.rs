@@ -1,5 +1,5 @@
-//! Tool definition exports (issue 6): the tool list an actor may see, in the shapes agent
-//! frameworks take as they are.
+//! Tool definition exports: the tool list an actor may see, in the shapes agent frameworks
+//! take as they are (`GET {mount}/tools`, see docs/gateway.md).
 //!
 //! - [`ToolFormat::AiSdk`]: a Vercel AI SDK tool set, `{ "<tool name>": { description,
 //!   inputSchema, capabilityId } }`; wrap each `inputSchema` in the SDK's `jsonSchema()` and

@@ -3,7 +3,7 @@
 //! Stage 11 of the capgate pipeline runs the application's operation through a procedure
 //! adapter — a native Rust handler, an HTTP upstream (the application's existing backend)
 //! or a Wasm procedure component. This crate is the provider execution runtime every such
-//! adapter runs under (`spec/provider-execution-runtime.txt`): a narrow [`Provider`]
+//! adapter runs under (docs/provider.md): a narrow [`Provider`]
 //! interface and registry, ordered events with exactly one terminal, a per-attempt stall
 //! watchdog whose `response_stalled` terminal carries only allowlisted metadata, and
 //! fail-closed exact-target health probes. [`ProviderProcedure`] plugs a provider into

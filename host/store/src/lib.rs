@@ -7,22 +7,54 @@
 //! database, never an in-process lock: two processes, or two pools in one process, sharing
 //! a database get the same guarantees as one.
 //!
-//! ```no_run
+//! ```
+//! use capgate_core::prelude::*;
 //! use capgate_store::{AuditSinkOptions, Store};
+//! use serde_json::json;
 //! use std::sync::Arc;
 //!
-//! # async fn demo(registry: capgate_core::registry::Registry) -> Result<(), Box<dyn std::error::Error>> {
+//! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! // SQLite: created if missing, WAL, migrated at open. Postgres: `postgres://…`, then
 //! // `store.migrate()` (or `capgate migrate`).
-//! let store = Store::open("sqlite://capgate.db").await?;
-//! let runtime = capgate_core::runtime::Runtime::builder(registry)
+//! let dir = tempfile::tempdir()?;
+//! let url = format!("sqlite://{}", dir.path().join("capgate.db").display());
+//! let store = Store::open(&url).await?;
+//!
+//! let registry = Registry::builder()
+//!     .capability(
+//!         CapabilityDef::new(
+//!             "orders.lookup",
+//!             CapabilityMeta::new("Look up an order", SideEffect::Read, Risk::Low)
+//!                 .exposed_on([Surface::AiSdk]),
+//!         )
+//!         .procedure(handler(|_call| async move { Ok(json!({ "status": "shipped" })) })),
+//!     )
+//!     .build()?;
+//! let runtime = Runtime::builder(registry)
 //!     .approvals(Arc::new(store.approvals()))
 //!     .audit_sink(Arc::new(store.audit_sink(AuditSinkOptions::default())?))
-//!     .strict_audit(true)
-//!     .build().expect("a valid runtime");
+//!     .strict_audit(true) // no durable `capability.started`, no execution
+//!     .build()?;
 //! let journal = store.journal(); // for the gateway
-//! let recent = store.audit_log().tail(20).await?; // for `capgate audit tail`
-//! # let _ = (runtime, journal, recent); Ok(()) }
+//!
+//! let dana = Actor::user("u_dana", json!({}));
+//! let result = runtime
+//!     .invoke(InvokeRequest::new(Surface::AiSdk, "orders.lookup", json!({}), dana))
+//!     .await;
+//! assert_eq!(result.status(), "completed");
+//! runtime.drain_audit().await?;
+//!
+//! // What `capgate audit tail` prints: the call's trail, oldest first.
+//! let recent = store.audit_log().tail(20).await?;
+//! let types: Vec<&str> = recent
+//!     .iter()
+//!     .filter_map(|row| row.event.as_ref().ok())
+//!     .map(|event| event.type_name())
+//!     .collect();
+//! assert_eq!(types, ["capability.requested", "capability.started", "capability.completed"]);
+//! # let _ = journal;
+//! # Ok(()) }
 //! ```
 //!
 //! # Layout

@@ -1,6 +1,6 @@
-//! Issue 15's two ways to keep guest code off the Tokio workers, measured side by side in one
-//! run: wasmtime's async support with epoch yielding (what capgate does), or a dedicated,
-//! bounded pool of OS threads running plain synchronous calls. The issue asks to measure
+//! Two ways to keep guest code off the Tokio workers, measured side by side in one run:
+//! wasmtime's async support with epoch yielding (what capgate does), or a dedicated,
+//! bounded pool of OS threads running plain synchronous calls. The plan was to measure
 //! both and keep the faster; capgate shipped the first without measuring the second. This
 //! measures what each adds to a short call, the common case (policies, redactors). It does
 //! not measure long guests: a guest that loops holds a pool thread until its deadline, while

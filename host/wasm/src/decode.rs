@@ -68,9 +68,10 @@ pub fn plugin_json(s: &str, max_output_bytes: usize) -> Result<serde_json::Value
     serde_json::from_str(s).map_err(|e| CallError::Malformed(format!("output is not JSON: {e}")))
 }
 
-/// A procedure's `procedure-error` → core's, keeping the spec's mapping apart: `defined` is
-/// shown to the model (its `data`, private, is kept only when it is JSON), the others map to
-/// UNAUTHENTICATED, FORBIDDEN and the hidden EXECUTION_FAILED.
+/// A procedure's `procedure-error` → core's, keeping the stage-11 mapping's cases apart
+/// (docs/pipeline.md): `defined` is shown to the model (its `data`, private, is kept only
+/// when it is JSON), the others map to UNAUTHENTICATED, FORBIDDEN and the hidden
+/// EXECUTION_FAILED.
 pub fn procedure_error(e: GuestProcedureError) -> ProcedureError {
     match e {
         GuestProcedureError::Defined(d) => ProcedureError::Defined {

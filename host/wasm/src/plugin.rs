@@ -76,7 +76,7 @@ pub enum LoadSource {
 }
 
 /// A loaded, pre-linked plugin component. Bind it to one or more interfaces with
-/// [`Plugin::policy`](crate::policy), [`Plugin::redactor`], [`Plugin::procedure`] and
+/// [`Plugin::policy`], [`Plugin::redactor`], [`Plugin::procedure`] and
 /// [`Plugin::authorizer`]. Cheap to share.
 pub struct Plugin {
     pub(crate) host: WasmHost,

@@ -1,6 +1,6 @@
-//! The pipeline, laid out like `spec/execution-pipeline.txt` so the two can be read side by
-//! side: [`invoke`] holds stages 2–8, [`execute`] stages 9–15 (shared with resume),
-//! [`resume`] the stage-8 re-entry, and [`discovery`] the discovery pipeline.
+//! The pipeline, laid out like docs/pipeline.md so the two can be read side by side:
+//! [`invoke`] holds stages 2–8, [`execute`] stages 9–15 (shared with resume), [`resume`]
+//! the stage-8 re-entry, and [`discovery`] the discovery pipeline.
 
 mod discovery;
 mod execute;

@@ -143,7 +143,7 @@ pub(crate) fn any_applicable(rt: &Inner, cap: &Capability, phase: Phase) -> bool
 /// - Invocation phase (stage 7 on invoke, its re-check on resume): a failure, deny or hide
 ///   ends the call with `capability.denied`; allow and require-approval go on (stage 8
 ///   decides about approval).
-/// - Execution phase (stage 9): the spec keeps `capability.denied` for stages 3, 4 and 7,
+/// - Execution phase (stage 9): `capability.denied` is kept for stages 3, 4 and 7,
 ///   so a failure, deny or hide here ends the call with `capability.failed` carrying the
 ///   `policyDecisions`. A require-approval is satisfied by the approval the call carries
 ///   (`approved`: a resume, or an inline decision); without one it is POLICY_DENIED, since

@@ -1,5 +1,6 @@
-//! Resume: re-entry at stage 8 with the check order of digest §2.3, then stages 9–15 under
-//! a new execution id, as the original actor, with the approver visible to the procedure.
+//! Resume: re-entry at stage 8 with the check order of docs/pipeline.md ("Resume"), then
+//! stages 9–15 under a new execution id, as the original actor, with the approver visible
+//! to the procedure.
 
 use super::execute::{Admitted, execute};
 use super::policies::{invocation_phase, refuse};
@@ -69,7 +70,7 @@ async fn checks(
     let rt = exec.rt;
     let now = rt.clock.now();
 
-    // Load the record. An unknown id is INTERNAL_ERROR (ADR-012 §6).
+    // Load the record. An unknown id is INTERNAL_ERROR: it reveals nothing.
     let record = match rt.coordinator.get(approval_id).await {
         Ok(Some(r)) => r,
         Ok(None) => {
@@ -255,7 +256,7 @@ async fn checks(
     // stored with the approval.
     let actor = opts.actor.unwrap_or_else(|| record.request.actor.clone());
 
-    // 5b. Freshness (distributed spec, Retries step 5): the current invocation-phase
+    // 5b. Freshness (docs/pipeline.md, "Resume" step 7): the current invocation-phase
     // policies are checked again, with the current actor and context, before anything is
     // consumed. A deny, hide or failure ends the call as it would on invoke and leaves the
     // approval unconsumed; a fresh require-approval is satisfied by this approval.

@@ -98,7 +98,8 @@ impl GatewayConfig {
         Ok(self)
     }
 
-    /// Check the configuration ([`capability_router`] does too).
+    /// Check the configuration ([`capability_router`](crate::gateway::capability_router)
+    /// does too).
     pub fn validate(&self) -> Result<(), GatewayConfigError> {
         if !matches!(
             self.surface,

@@ -1,5 +1,5 @@
-//! The MCP server (issue 6): a thin adapter over a [`Runtime`], with the runtime as the only
-//! authority (digest §2.9).
+//! The MCP server: a thin adapter over a [`Runtime`], with the runtime as the only
+//! authority (docs/gateway.md, "MCP").
 //!
 //! - `tools/list` is `describe(mcp)` for the caller's actor: one tool per capability, named
 //!   by the registry's MCP tool name (`orders.refund` → `orders_refund`, or the configured
@@ -52,8 +52,8 @@ pub struct McpOptions {
     /// `url` = this with `{id}` replaced by the approval id (or, without `{id}`, this with
     /// `/<id>` appended).
     pub approval_url: Option<String>,
-    /// Offer the `approvals_resume` tool. Default false: the pipeline spec keeps the resume
-    /// tool absent unless the deployment opts in (an approved call is otherwise resumed by
+    /// Offer the `approvals_resume` tool. Default false: the resume tool stays absent
+    /// unless the deployment opts in (an approved call is otherwise resumed by
     /// the application, not by the model).
     pub resume_tool: bool,
     /// How long an answer waits for the call's audit events to be written (default 5 s),
