@@ -1,4 +1,4 @@
-//! The approval console (issue 17) in a real browser: Debian's headless Chromium, driven
+//! The approval console in a real browser: Debian's headless Chromium, driven
 //! through Debian's chromedriver (installed with apt-get when missing and the test runs as
 //! root; required under CI=true, skipped loudly otherwise), against the real `capgate serve`
 //! of the customer-support example on SQLite.

@@ -1,4 +1,4 @@
-//! Crash safety (issue 19 point 3), against the real `capgate serve` on SQLite and on
+//! Crash safety (README "Shutdown and crash recovery"), against the real `capgate serve` on SQLite and on
 //! Postgres: `kill -9` the process while a call is inside its procedure, or between an
 //! approval's consumption and the procedure; after a restart on the same store the receipt
 //! is pending, `getInvocation` invents no outcome, a retry of the same invocation id answers

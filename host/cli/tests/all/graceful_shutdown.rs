@@ -1,4 +1,4 @@
-//! Graceful shutdown (issue 19 point 5), against the real `capgate serve` on SQLite and on
+//! Graceful shutdown (README "Shutdown and crash recovery"), against the real `capgate serve` on SQLite and on
 //! Postgres: SIGTERM under load turns `/readyz` unready first, keeps serving through the
 //! unready delay, closes the listener, lets calls in flight finish, flushes the audit and
 //! exits 0 — and every call that got an answer is settled in the store with its audit

@@ -1,4 +1,4 @@
-//! Traces (issue 16) through the real `capgate serve` and a test OTLP/HTTP receiver that
+//! Traces (README "Traces") through the real `capgate serve` and a test OTLP/HTTP receiver that
 //! decodes the real protobuf (`ExportTraceServiceRequest`): one governed call is one
 //! `agent.capability_call` root with its stage children, in the trace the caller's
 //! `traceparent` started (HTTP and MCP doors, and on to an HTTP upstream); approvals show

@@ -1,4 +1,4 @@
-//! The metrics as a platform team consumes them (issue 16):
+//! The metrics as a platform team consumes them:
 //!
 //! - a real Prometheus (Debian's `prometheus` package; installed with apt-get when missing
 //!   and the test runs as root, required under CI=true) scrapes the real `capgate serve` of

@@ -1,4 +1,4 @@
-//! Shadow rollout on the customer-support example (issue 18): a deny policy bound with
+//! Shadow rollout on the customer-support example: a deny policy bound with
 //! `mode = "shadow"` changes no call's outcome; each call it would have changed gets one
 //! `capgate.policy.shadow_divergence` audit event (policy, phase, stances; no input value)
 //! and a count in `capgate_policy_shadow_divergences_total`; `inspect` marks it.

@@ -1,4 +1,4 @@
-//! Issue 14's spec-fidelity fixes, against the real `capgate serve`: MCP concealment and
+//! Where capgate follows its contract exactly (docs/gateway.md, docs/pipeline.md), against the real `capgate serve`: MCP concealment and
 //! its audit, `resumeApproval` taking the spec's `InvocationOptions`, contextual
 //! capabilities and the opt-in resume tool.
 

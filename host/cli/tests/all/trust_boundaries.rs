@@ -1,4 +1,4 @@
-//! Issue 13's trust boundaries, against the real `capgate serve`: tenants, doors, approvers,
+//! The trust boundaries (docs/gateway.md, "Doors"), against the real `capgate serve`: tenants, doors, approvers,
 //! credentials, quotas and freshness on resume. Each test names the boundary it pins; the
 //! store-bound ones run on SQLite and on Postgres.
 

@@ -1,4 +1,4 @@
-//! Property tests of the canonical input hash (issue 19): for random JSON values, any
+//! Property tests of the canonical input hash (docs/invariants.md, SI-5): for random JSON values, any
 //! re-serialisation (keys in another order, arbitrary whitespace, characters written as
 //! `\u` escapes) parses back to the same canonical bytes and the same SHA-256, and the
 //! canonical form agrees with an independent RFC 8785 implementation

@@ -682,7 +682,7 @@ async fn every_run_yields_exactly_one_terminal_event() {
 #[tokio::test]
 async fn the_policies_of_one_batch_share_one_serialization_of_the_request() {
     // Sandboxed policies take input, context and attributes as JSON text; a batch serializes
-    // each once, and every policy of it reads the same text (issue 15, item 3).
+    // each once, and every policy of it reads the same text.
     let seen: Arc<Mutex<Vec<(usize, String)>>> = Arc::default();
     let recorder = |name: &'static str, seen: Arc<Mutex<Vec<(usize, String)>>>| {
         policy_sync(name, move |req| {

@@ -1,4 +1,4 @@
-//! Property tests of the policy combination laws (issue 19): for random batches of
+//! Property tests of the policy combination laws (docs/pipeline.md, stage 7): for random batches of
 //! policy outcomes, the combined verdict of the real `combine` (the function every
 //! pipeline stage calls) obeys failure > deny > hide > require-approval > allow whatever
 //! the order, and the merged approval requirement carries the same reasons, types,

@@ -1,4 +1,4 @@
-//! `spec/lifecycle-walkthrough.txt`, replayed in-process: Dana's $649 refund of ord_42,
+//! The walkthrough (docs/walkthrough.md), replayed in-process: Dana's $649 refund of ord_42,
 //! approved by Priya, resumed, redacted; then messages.draft and a confirmed messages.send.
 //! The audit trail of Act 5 is asserted event by event.
 

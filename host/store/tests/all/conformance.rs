@@ -1,4 +1,4 @@
-//! One conformance suite for `InvocationJournal` and `ApprovalCoordinator` (issue 19),
+//! One conformance suite for `InvocationJournal` and `ApprovalCoordinator`,
 //! run alike against the in-memory implementations of capgate-core and the SQL ones of
 //! capgate-store on SQLite and on Postgres (`name::in_memory`, `name::sqlite`,
 //! `name::postgres`).

@@ -1,4 +1,4 @@
-//! The lifecycle walkthrough (spec/lifecycle-walkthrough.txt) with refund-limit,
+//! The lifecycle walkthrough (docs/walkthrough.md) with refund-limit,
 //! org-isolation and pii-redactor as Wasm plugins produces the same audit trail as the
 //! native version.
 

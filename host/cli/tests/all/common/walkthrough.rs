@@ -1,4 +1,4 @@
-//! The lifecycle walkthrough's steps over HTTP (spec/lifecycle-walkthrough.txt), shared by
+//! The lifecycle walkthrough's steps over HTTP (docs/walkthrough.md), shared by
 //! the tests that run it against differently built deployments.
 
 use super::Caller;

@@ -1,4 +1,4 @@
-//! The walkthrough's support deployment (`spec/lifecycle-walkthrough.txt`), all native.
+//! The walkthrough's support deployment (docs/walkthrough.md), all native.
 //! Shared by the walkthrough test and the `customer-support` example binary.
 #![allow(dead_code)]
 
@@ -111,7 +111,7 @@ pub fn support_runtime(sink: Arc<MemorySink>) -> Runtime {
             }))
             .middleware(middleware(|call, next| {
                 Box::pin(async move {
-                    // The application's own gate (ADR-008): the permission, as for a button click.
+                    // The application's own gate (the permission, as for a button click).
                     let perms = &call.agent.actor.attributes["permissions"];
                     if !perms
                         .as_array()
