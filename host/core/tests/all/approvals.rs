@@ -151,15 +151,7 @@ async fn a_second_resume_is_approval_consumed() {
 async fn si5_a_tampered_stored_input_is_approval_input_mismatch() {
     let coord = Arc::new(InMemoryApprovalCoordinator::new());
     let c = Counter::default();
-    let rt = Runtime::builder(
-        Registry::builder()
-            .capability(refund_def(&c))
-            .build()
-            .unwrap(),
-    )
-    .approvals(coord.clone())
-    .build()
-    .expect("a valid runtime");
+    let rt = refund_runtime_over(coord.clone(), &c);
     let id = pending(&rt).await;
     approve(&rt, &id).await;
     assert!(coord.tamper(&id, |r| r.request.input["amount"] = json!(6490)));
@@ -192,15 +184,7 @@ async fn si4_self_approval_is_refused_when_decided_and_the_approval_stays_pendin
 async fn si4_self_approval_is_still_refused_at_resume_when_a_store_was_written_directly() {
     let coord = Arc::new(InMemoryApprovalCoordinator::new());
     let c = Counter::default();
-    let rt = Runtime::builder(
-        Registry::builder()
-            .capability(refund_def(&c))
-            .build()
-            .unwrap(),
-    )
-    .approvals(coord.clone())
-    .build()
-    .expect("a valid runtime");
+    let rt = refund_runtime_over(coord.clone(), &c);
     let id = pending(&rt).await;
     let decision = capgate_core::approval::Decision {
         status: DecisionStatus::Approved,
@@ -498,4 +482,17 @@ async fn an_in_memory_coordinator_for_gated_capabilities_warns_at_startup() {
     assert!(rt.warnings().iter().any(|w| w.contains("no audit sink")));
     let coord: Arc<dyn ApprovalCoordinator> = Arc::new(InMemoryApprovalCoordinator::new());
     assert!(!coord.is_durable());
+}
+
+/// The refund deployment over the approval coordinator a test tampers with.
+fn refund_runtime_over(coord: Arc<InMemoryApprovalCoordinator>, c: &Counter) -> Runtime {
+    Runtime::builder(
+        Registry::builder()
+            .capability(refund_def(c))
+            .build()
+            .unwrap(),
+    )
+    .approvals(coord)
+    .build()
+    .expect("a valid runtime")
 }
