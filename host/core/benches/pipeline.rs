@@ -110,23 +110,14 @@ fn bench(c: &mut Criterion) {
     )
     .build()
     .expect("a valid runtime");
-    c.bench_function("governed invoke, no policies", |b| {
-        b.to_async(&rt).iter(|| {
-            let req = InvokeRequest::new(
-                Surface::AiSdk,
-                "orders.refund",
-                input.clone(),
-                actor.clone(),
-            )
-            .context(json!({"orgId": "org_1"}));
-            let rt = &bare;
-            async move {
-                let r = rt.invoke(req).await;
-                debug_assert_eq!(r.status(), "completed");
-                r
-            }
-        })
-    });
+    bench_refund(
+        c,
+        &rt,
+        "governed invoke, no policies",
+        &bare,
+        &input,
+        &actor,
+    );
 
     let org_isolation = policy_sync("orgIsolation", |req| {
         Ok(if req.actor.attributes["orgId"] == req.context["orgId"] {
@@ -164,8 +155,30 @@ fn bench(c: &mut Criterion) {
     .audit_sink(Arc::new(RingSink::default()))
     .build()
     .expect("a valid runtime");
-    c.bench_function("governed invoke, 2 policies + redactor + audit", |b| {
-        b.to_async(&rt).iter(|| {
+    bench_refund(
+        c,
+        &rt,
+        "governed invoke, 2 policies + redactor + audit",
+        &governed,
+        &input,
+        &actor,
+    );
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
+
+/// One criterion bench of Dana's refund through `runtime`, which must complete it.
+fn bench_refund(
+    c: &mut Criterion,
+    rt: &tokio::runtime::Runtime,
+    name: &str,
+    runtime: &Runtime,
+    input: &serde_json::Value,
+    actor: &Actor,
+) {
+    c.bench_function(name, |b| {
+        b.to_async(rt).iter(|| {
             let req = InvokeRequest::new(
                 Surface::AiSdk,
                 "orders.refund",
@@ -173,15 +186,11 @@ fn bench(c: &mut Criterion) {
                 actor.clone(),
             )
             .context(json!({"orgId": "org_1"}));
-            let rt = &governed;
             async move {
-                let r = rt.invoke(req).await;
+                let r = runtime.invoke(req).await;
                 debug_assert_eq!(r.status(), "completed");
                 r
             }
         })
     });
 }
-
-criterion_group!(benches, bench);
-criterion_main!(benches);

@@ -18,3 +18,20 @@ pub fn priya() -> ActorRef {
         kind: ActorKind::User,
     }
 }
+
+/// Priya's decision on an approval (`status`, with `comment`), as the in-process
+/// walkthrough's approver: no namespace, no roles.
+pub fn priya_decides(
+    status: capgate_core::approval::DecisionStatus,
+    comment: Option<&str>,
+) -> capgate_core::runtime::DecideRequest {
+    capgate_core::runtime::DecideRequest {
+        status,
+        approver: priya(),
+        comment: comment.map(str::to_owned),
+        decider: capgate_core::runtime::Decider::Approver {
+            namespace: String::new(),
+            roles: Vec::new(),
+        },
+    }
+}

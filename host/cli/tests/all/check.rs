@@ -323,21 +323,12 @@ fn a_broken_copy_of_the_example_fails_with_located_errors() {
 /// variant below changes one thing.
 static SERVABLE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
-        "revision = \"r1\"\n\n{REFUND_OVER_HTTP}\n{}\n{}",
+        "revision = \"r1\"\n\n{}\n{}\n{}",
+        common::REFUND_OVER_HTTP,
         common::LOOKUP_OVER_HTTP,
         common::AGENT_ROUTE_WITH_DANAS_KEY
     )
 });
-
-/// `orders.refund` over HTTP to a closed port.
-const REFUND_OVER_HTTP: &str = r#"[[capabilities]]
-id = "orders.refund"
-description = "Refund an order"
-expose = { aiSdk = true }
-sideEffect = "write"
-risk = "high"
-procedure = { http = { target = "orders", url = "http://127.0.0.1:9/refund" } }
-"#;
 
 /// What one process did.
 struct Run {

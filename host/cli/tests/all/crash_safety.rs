@@ -28,6 +28,24 @@ fn fire(url: String, key: &str, body: Value) -> tokio::task::JoinHandle<()> {
 }
 
 /// What an operator writes after checking the backend: the call failed.
+/// The operator settles `id` as failed (`capgate invocations reconcile`), and Dana's receipt
+/// reads settled with that outcome.
+async fn reconcile_as_failed(dana: &Caller, base: &str, store: &str, id: &str) {
+    let done = reconcile(store, id, &failed(id));
+    assert!(done.contains(&format!("reconciled {id}")), "{done}");
+    let (_, receipt) = dana
+        .post(
+            &format!("{base}/agent/getInvocation"),
+            &json!({ "invocationId": id }),
+        )
+        .await;
+    assert_eq!(receipt["state"], "settled", "{receipt}");
+    assert_eq!(
+        receipt["outcome"]["error"]["code"], "EXECUTION_FAILED",
+        "{receipt}"
+    );
+}
+
 fn failed(id: &str) -> Value {
     json!({
         "status": "failed", "invocationId": id, "executionId": "",
@@ -97,19 +115,7 @@ async fn a_crash_inside_the_procedure_leaves_a_pending_receipt_that_is_never_run
     assert_eq!(upstream.hits(id), 1, "the retry did not execute again");
 
     // The operator checks the backend and settles it.
-    let done = reconcile(store.url(), id, &failed(id));
-    assert!(done.contains(&format!("reconciled {id}")), "{done}");
-    let (_, receipt) = dana
-        .post(
-            &format!("{}/agent/getInvocation", server.base),
-            &json!({ "invocationId": id }),
-        )
-        .await;
-    assert_eq!(receipt["state"], "settled", "{receipt}");
-    assert_eq!(
-        receipt["outcome"]["error"]["code"], "EXECUTION_FAILED",
-        "{receipt}"
-    );
+    reconcile_as_failed(&dana, &server.base, store.url(), id).await;
     // A retry now replays the reconciled outcome, still without executing.
     let (_, replayed) = dana
         .post(
@@ -218,19 +224,7 @@ async fn a_crash_after_the_approval_is_consumed_runs_nothing_and_leaves_a_pendin
     assert_ne!(again["status"], "outcome-unknown", "{again}");
     assert_eq!(upstream.hits(id), 0, "nothing executed");
 
-    let done = reconcile(store.url(), id, &failed(id));
-    assert!(done.contains(&format!("reconciled {id}")), "{done}");
-    let (_, receipt) = dana
-        .post(
-            &format!("{}/agent/getInvocation", server.base),
-            &json!({ "invocationId": id }),
-        )
-        .await;
-    assert_eq!(receipt["state"], "settled", "{receipt}");
-    assert_eq!(
-        receipt["outcome"]["error"]["code"], "EXECUTION_FAILED",
-        "{receipt}"
-    );
+    reconcile_as_failed(&dana, &server.base, store.url(), id).await;
     assert_eq!(upstream.hits(id), 0);
     let events = audit_events(store.url()).await;
     assert_eq!(

@@ -383,20 +383,10 @@ fn serve_refuses_to_start_without_an_authorizer() {
     let config = dir.path().join("capgate.toml");
     std::fs::write(
         &config,
-        r#"
-revision = "r1"
-
-[[capabilities]]
-id = "orders.refund"
-description = "Refund an order"
-expose = { aiSdk = true }
-sideEffect = "write"
-risk = "high"
-procedure = { http = { target = "orders", url = "http://127.0.0.1:9/refund" } }
-
-[gateway]
-routes = [{ path = "/agent", surface = "aiSdk" }]
-"#,
+        format!(
+            "revision = \"r1\"\n\n{}\n[gateway]\nroutes = [{{ path = \"/agent\", surface = \"aiSdk\" }}]\n",
+            common::REFUND_OVER_HTTP
+        ),
     )
     .expect("write config");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_capgate"))
@@ -445,22 +435,15 @@ async fn jwt_bearer_tokens_are_verified_on_every_call() {
     let config = dir.path().join("capgate.toml");
     std::fs::write(
         &config,
-        r#"
-revision = "r1"
-
-[[capabilities]]
-id = "orders.lookup"
-description = "Look up an order"
-expose = { aiSdk = true }
-sideEffect = "read"
-risk = "low"
-procedure = { http = { target = "orders", url = "http://127.0.0.1:9/lookup" } }
-
-[gateway]
+        format!(
+            "revision = \"r1\"\n\n{}\n{}",
+            common::LOOKUP_OVER_HTTP,
+            r#"[gateway]
 authorize = "authenticated"
 routes = [{ path = "/agent", surface = "aiSdk" }]
 jwt = { hs256SecretEnv = "CAPGATE_TEST_JWT_SECRET" }
-"#,
+"#
+        ),
     )
     .expect("write config");
     let store = format!("sqlite://{}", dir.path().join("capgate.db").display());

@@ -74,15 +74,7 @@ async fn resume_of_a_rejected_approval_is_approval_rejected() {
     rt.approvals()
         .decide(
             &id,
-            DecideRequest {
-                status: DecisionStatus::Rejected,
-                approver: priya(),
-                comment: Some("not eligible".into()),
-                decider: capgate_core::runtime::Decider::Approver {
-                    namespace: String::new(),
-                    roles: Vec::new(),
-                },
-            },
+            priya_decides(DecisionStatus::Rejected, Some("not eligible")),
         )
         .await
         .unwrap();
@@ -115,18 +107,7 @@ async fn resume_after_expiry_is_approval_expired() {
     clock.advance(chrono::Duration::milliseconds(900_001));
     let late = rt
         .approvals()
-        .decide(
-            &id2,
-            DecideRequest {
-                status: DecisionStatus::Approved,
-                approver: priya(),
-                comment: None,
-                decider: capgate_core::runtime::Decider::Approver {
-                    namespace: String::new(),
-                    roles: Vec::new(),
-                },
-            },
-        )
+        .decide(&id2, priya_decides(DecisionStatus::Approved, None))
         .await;
     assert!(late.is_err());
     assert_eq!(c.get(), 0);
@@ -442,18 +423,7 @@ async fn deciding_twice_is_refused() {
     approve(&rt, &id).await;
     let again = rt
         .approvals()
-        .decide(
-            &id,
-            DecideRequest {
-                status: DecisionStatus::Rejected,
-                approver: priya(),
-                comment: None,
-                decider: capgate_core::runtime::Decider::Approver {
-                    namespace: String::new(),
-                    roles: Vec::new(),
-                },
-            },
-        )
+        .decide(&id, priya_decides(DecisionStatus::Rejected, None))
         .await;
     assert!(again.is_err());
 }

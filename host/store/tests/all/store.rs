@@ -459,7 +459,7 @@ async fn state_written_by_one_process_is_read_and_resumed_by_a_new_process(db: &
     let out = Command::new(exe)
         .args([
             "--exact",
-            "restart_child_process_entry_point",
+            "store::restart_child_process_entry_point",
             "--nocapture",
             "--test-threads=1",
         ])

@@ -135,18 +135,7 @@ async fn walkthrough(policies: Vec<Arc<dyn Policy>>, redactor: Arc<dyn Redactor>
     let shown = serde_json::to_value(&pending[0].request).expect("request json");
     assert_eq!(shown["input"]["amount"], 649, "{shown}");
     rt.approvals()
-        .decide(
-            &approval.id,
-            DecideRequest {
-                status: DecisionStatus::Approved,
-                approver: priya(),
-                comment: None,
-                decider: capgate_core::runtime::Decider::Approver {
-                    namespace: String::new(),
-                    roles: Vec::new(),
-                },
-            },
-        )
+        .decide(&approval.id, priya_decides(DecisionStatus::Approved, None))
         .await
         .expect("decide");
     assert_eq!(c.get(), 0, "approving executes nothing");

@@ -480,3 +480,13 @@ namespace = "org_1"
 surfaces = ["aiSdk"]
 actor = { id = "u_dana", kind = "user" }
 "#;
+
+/// `orders.refund` over HTTP to a closed port.
+pub const REFUND_OVER_HTTP: &str = r#"[[capabilities]]
+id = "orders.refund"
+description = "Refund an order"
+expose = { aiSdk = true }
+sideEffect = "write"
+risk = "high"
+procedure = { http = { target = "orders", url = "http://127.0.0.1:9/refund" } }
+"#;

@@ -4,10 +4,10 @@
 pub mod walkthrough;
 
 use capgate_core::prelude::*;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::sync::Arc;
 
-pub use capgate_testkit::actors::{dana, priya};
+pub use capgate_testkit::actors::{dana, priya, priya_decides};
 pub use capgate_testkit::schemas::refund as refund_schema;
 pub use capgate_testkit::walkthrough::refund_meta;
 
@@ -80,18 +80,7 @@ pub fn decide_as(approver: ActorRef, namespace: &str, roles: &[&str]) -> DecideR
 
 pub async fn approve(rt: &Runtime, id: &str) {
     rt.approvals()
-        .decide(
-            id,
-            DecideRequest {
-                status: DecisionStatus::Approved,
-                approver: priya(),
-                comment: Some("ok".into()),
-                decider: capgate_core::runtime::Decider::Approver {
-                    namespace: String::new(),
-                    roles: Vec::new(),
-                },
-            },
-        )
+        .decide(id, priya_decides(DecisionStatus::Approved, Some("ok")))
         .await
         .expect("decide");
 }

@@ -169,7 +169,7 @@ impl Counter {
     }
 }
 
-pub use capgate_testkit::actors::{dana, priya};
+pub use capgate_testkit::actors::{dana, priya, priya_decides};
 
 /// `orders.refund`: approval above $500, the procedure counts its runs.
 pub fn registry(counter: &Counter) -> Registry {
@@ -242,18 +242,7 @@ pub async fn approved_refund(rt: &Runtime) -> String {
     let r = rt.invoke(refund(649.0)).await;
     let id = r.approval().expect("approval-required").id.clone();
     rt.approvals()
-        .decide(
-            &id,
-            DecideRequest {
-                status: DecisionStatus::Approved,
-                approver: priya(),
-                comment: Some("ok".into()),
-                decider: capgate_core::runtime::Decider::Approver {
-                    namespace: String::new(),
-                    roles: Vec::new(),
-                },
-            },
-        )
+        .decide(&id, priya_decides(DecisionStatus::Approved, Some("ok")))
         .await
         .expect("decided");
     id

@@ -51,7 +51,7 @@ pub fn load(name: &str) -> Arc<Plugin> {
         .unwrap_or_else(|e| panic!("load {name}: {e}"))
 }
 
-pub use capgate_testkit::actors::{dana, priya};
+pub use capgate_testkit::actors::{dana, priya_decides};
 pub use capgate_testkit::schemas::refund as refund_schema;
 pub use capgate_testkit::walkthrough::refund_meta;
 
