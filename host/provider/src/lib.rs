@@ -59,7 +59,7 @@
 //! - [`health`]: probe vocabulary, classification/normalisation, the probe coordinator,
 //!   `health_observation_seq`.
 //! - [`runtime`]: the [`ProviderRuntime`] that ties them together for one attempt.
-//! - [`procedure`]: the bridge to core's `Procedure` in both directions (and how a Wasm
+//! - [`bridge`]: the bridge to core's `Procedure` in both directions (and how a Wasm
 //!   procedure's `progress` import feeds the watchdog).
 //! - [`http`]: the HTTP upstream adapter and its documented JSON / NDJSON wire format.
 //!

@@ -28,6 +28,22 @@ fn fire(url: String, key: &str, body: Value) -> tokio::task::JoinHandle<()> {
 }
 
 /// What an operator writes after checking the backend: the call failed.
+/// Dana's receipt of `id` after the crash: pending, and no outcome invented for it.
+async fn assert_pending_without_outcome(dana: &Caller, base: &str, id: &str) {
+    let (status, receipt) = dana
+        .post(
+            &format!("{base}/agent/getInvocation"),
+            &json!({ "invocationId": id }),
+        )
+        .await;
+    assert_eq!(status, 200, "{receipt}");
+    assert_eq!(receipt["state"], "pending", "{receipt}");
+    assert!(
+        receipt["outcome"].is_null(),
+        "no invented outcome: {receipt}"
+    );
+}
+
 /// The operator settles `id` as failed (`capgate invocations reconcile`), and Dana's receipt
 /// reads settled with that outcome.
 async fn reconcile_as_failed(dana: &Caller, base: &str, store: &str, id: &str) {
@@ -91,18 +107,7 @@ async fn a_crash_inside_the_procedure_leaves_a_pending_receipt_that_is_never_run
 
     // Restarted on the same store.
     let server = serve(&config, &store);
-    let (status, receipt) = dana
-        .post(
-            &format!("{}/agent/getInvocation", server.base),
-            &json!({ "invocationId": id }),
-        )
-        .await;
-    assert_eq!(status, 200, "{receipt}");
-    assert_eq!(receipt["state"], "pending", "{receipt}");
-    assert!(
-        receipt["outcome"].is_null(),
-        "no invented outcome: {receipt}"
-    );
+    assert_pending_without_outcome(&dana, &server.base, id).await;
 
     let (status, retried) = dana
         .post(
@@ -193,18 +198,7 @@ async fn a_crash_after_the_approval_is_consumed_runs_nothing_and_leaves_a_pendin
         .get(&format!("{}/approvals/{approval}", server.base))
         .await;
     assert_eq!(view["status"], "consumed", "{view}");
-    let (status, receipt) = dana
-        .post(
-            &format!("{}/agent/getInvocation", server.base),
-            &json!({ "invocationId": id }),
-        )
-        .await;
-    assert_eq!(status, 200, "{receipt}");
-    assert_eq!(receipt["state"], "pending", "{receipt}");
-    assert!(
-        receipt["outcome"].is_null(),
-        "no invented outcome: {receipt}"
-    );
+    assert_pending_without_outcome(&dana, &server.base, id).await;
 
     // The same resume again: unknown, not a second execution.
     let (status, retried) = dana
