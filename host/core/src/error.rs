@@ -113,11 +113,13 @@ impl ErrorCode {
         }
     }
 
-    /// The per-code defaults of the table: (stage, retryable, exposeToModel, public message).
-    pub fn defaults(self) -> (Option<Stage>, bool, bool, &'static str) {
+    /// The per-code defaults of the error table (digest §2.5): what
+    /// [`CapabilityError::new`] starts from.
+    pub fn defaults(self) -> ErrorDefaults {
         use ErrorCode::*;
         use Stage as S;
-        match self {
+        // One row per code: (stage, retryable, exposed, public message).
+        let (stage, retryable, exposed, message) = match self {
             CapabilityNotFound => (Some(S::Discovery), false, true, NOT_FOUND_MESSAGE),
             InputInvalid => (
                 Some(S::InputValidation),
@@ -205,8 +207,27 @@ impl ErrorCode {
             ),
             AdapterError => (Some(S::Adapter), false, false, "The adapter failed."),
             InternalError => (None, false, false, OPERATION_FAILED),
+        };
+        ErrorDefaults {
+            stage,
+            retryable,
+            exposed,
+            message,
         }
     }
+}
+
+/// One row of the error table: the defaults a [`CapabilityError`] of a code starts with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ErrorDefaults {
+    /// The stage (none for INTERNAL_ERROR).
+    pub stage: Option<Stage>,
+    /// Whether retrying may succeed.
+    pub retryable: bool,
+    /// Whether a model may see the code and message (`exposeToModel`).
+    pub exposed: bool,
+    /// The public message.
+    pub message: &'static str,
 }
 
 impl fmt::Display for ErrorCode {
@@ -326,13 +347,13 @@ impl std::error::Error for CapabilityError {
 impl CapabilityError {
     /// An error with the code's defaults.
     pub fn new(code: ErrorCode) -> Self {
-        let (stage, retryable, expose, message) = code.defaults();
+        let defaults = code.defaults();
         CapabilityError {
             code,
-            stage,
-            public_message: Cow::Borrowed(message),
-            retryable,
-            expose_to_model: expose,
+            stage: defaults.stage,
+            public_message: Cow::Borrowed(defaults.message),
+            retryable: defaults.retryable,
+            expose_to_model: defaults.exposed,
             issues: None,
             private_details: None,
             cause: None,
