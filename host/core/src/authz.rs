@@ -38,19 +38,16 @@ pub enum Operation {
     DecideApproval,
 }
 
-impl Operation {
-    /// The wire spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Operation::Describe => "describe",
-            Operation::Invoke => "invoke",
-            Operation::GetInvocation => "getInvocation",
-            Operation::GetApproval => "getApproval",
-            Operation::ResumeApproval => "resumeApproval",
-            Operation::ListApprovals => "listApprovals",
-            Operation::ReviewApproval => "reviewApproval",
-            Operation::DecideApproval => "decideApproval",
-        }
+crate::wire_enum! {
+    Operation {
+        Describe => "describe",
+        Invoke => "invoke",
+        GetInvocation => "getInvocation",
+        GetApproval => "getApproval",
+        ResumeApproval => "resumeApproval",
+        ListApprovals => "listApprovals",
+        ReviewApproval => "reviewApproval",
+        DecideApproval => "decideApproval",
     }
 }
 

@@ -58,61 +58,6 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    /// Every code, in the table's order.
-    pub const ALL: [ErrorCode; 22] = [
-        ErrorCode::CapabilityNotFound,
-        ErrorCode::InputInvalid,
-        ErrorCode::Unauthenticated,
-        ErrorCode::Forbidden,
-        ErrorCode::PolicyDenied,
-        ErrorCode::PolicyFailed,
-        ErrorCode::ApprovalRequired,
-        ErrorCode::ApprovalPending,
-        ErrorCode::ApprovalRejected,
-        ErrorCode::ApprovalExpired,
-        ErrorCode::ApprovalConsumed,
-        ErrorCode::ApprovalInputMismatch,
-        ErrorCode::ApprovalSelfApproval,
-        ErrorCode::ApprovalUnserializableInput,
-        ErrorCode::ApprovalResumeMismatch,
-        ErrorCode::ExecutionFailed,
-        ErrorCode::OutputInvalid,
-        ErrorCode::Timeout,
-        ErrorCode::Cancelled,
-        ErrorCode::AuditUnavailable,
-        ErrorCode::AdapterError,
-        ErrorCode::InternalError,
-    ];
-
-    /// The wire spelling, e.g. `CAPABILITY_NOT_FOUND`.
-    pub fn as_str(self) -> &'static str {
-        use ErrorCode::*;
-        match self {
-            CapabilityNotFound => "CAPABILITY_NOT_FOUND",
-            InputInvalid => "INPUT_INVALID",
-            Unauthenticated => "UNAUTHENTICATED",
-            Forbidden => "FORBIDDEN",
-            PolicyDenied => "POLICY_DENIED",
-            PolicyFailed => "POLICY_FAILED",
-            ApprovalRequired => "APPROVAL_REQUIRED",
-            ApprovalPending => "APPROVAL_PENDING",
-            ApprovalRejected => "APPROVAL_REJECTED",
-            ApprovalExpired => "APPROVAL_EXPIRED",
-            ApprovalConsumed => "APPROVAL_CONSUMED",
-            ApprovalInputMismatch => "APPROVAL_INPUT_MISMATCH",
-            ApprovalSelfApproval => "APPROVAL_SELF_APPROVAL",
-            ApprovalUnserializableInput => "APPROVAL_UNSERIALIZABLE_INPUT",
-            ApprovalResumeMismatch => "APPROVAL_RESUME_MISMATCH",
-            ExecutionFailed => "EXECUTION_FAILED",
-            OutputInvalid => "OUTPUT_INVALID",
-            Timeout => "TIMEOUT",
-            Cancelled => "CANCELLED",
-            AuditUnavailable => "AUDIT_UNAVAILABLE",
-            AdapterError => "ADAPTER_ERROR",
-            InternalError => "INTERNAL_ERROR",
-        }
-    }
-
     /// The per-code defaults of the error table (digest §2.5): what
     /// [`CapabilityError::new`] starts from.
     pub fn defaults(self) -> ErrorDefaults {
@@ -217,6 +162,33 @@ impl ErrorCode {
     }
 }
 
+crate::wire_enum! {
+    ErrorCode: Display {
+        CapabilityNotFound => "CAPABILITY_NOT_FOUND",
+        InputInvalid => "INPUT_INVALID",
+        Unauthenticated => "UNAUTHENTICATED",
+        Forbidden => "FORBIDDEN",
+        PolicyDenied => "POLICY_DENIED",
+        PolicyFailed => "POLICY_FAILED",
+        ApprovalRequired => "APPROVAL_REQUIRED",
+        ApprovalPending => "APPROVAL_PENDING",
+        ApprovalRejected => "APPROVAL_REJECTED",
+        ApprovalExpired => "APPROVAL_EXPIRED",
+        ApprovalConsumed => "APPROVAL_CONSUMED",
+        ApprovalInputMismatch => "APPROVAL_INPUT_MISMATCH",
+        ApprovalSelfApproval => "APPROVAL_SELF_APPROVAL",
+        ApprovalUnserializableInput => "APPROVAL_UNSERIALIZABLE_INPUT",
+        ApprovalResumeMismatch => "APPROVAL_RESUME_MISMATCH",
+        ExecutionFailed => "EXECUTION_FAILED",
+        OutputInvalid => "OUTPUT_INVALID",
+        Timeout => "TIMEOUT",
+        Cancelled => "CANCELLED",
+        AuditUnavailable => "AUDIT_UNAVAILABLE",
+        AdapterError => "ADAPTER_ERROR",
+        InternalError => "INTERNAL_ERROR",
+    }
+}
+
 /// One row of the error table: the defaults a [`CapabilityError`] of a code starts with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ErrorDefaults {
@@ -228,12 +200,6 @@ pub struct ErrorDefaults {
     pub exposed: bool,
     /// The public message.
     pub message: &'static str,
-}
-
-impl fmt::Display for ErrorCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
 }
 
 /// The constant public message of every concealed denial (SI-8).
@@ -269,22 +235,19 @@ pub enum Stage {
     Adapter,
 }
 
-impl Stage {
-    /// The wire spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Stage::Discovery => "discovery",
-            Stage::InputValidation => "input-validation",
-            Stage::Authentication => "authentication",
-            Stage::Authorization => "authorization",
-            Stage::Policy => "policy",
-            Stage::Approval => "approval",
-            Stage::Execution => "execution",
-            Stage::OutputValidation => "output-validation",
-            Stage::Timeout => "timeout",
-            Stage::Cancellation => "cancellation",
-            Stage::Adapter => "adapter",
-        }
+crate::wire_enum! {
+    Stage {
+        Discovery => "discovery",
+        InputValidation => "input-validation",
+        Authentication => "authentication",
+        Authorization => "authorization",
+        Policy => "policy",
+        Approval => "approval",
+        Execution => "execution",
+        OutputValidation => "output-validation",
+        Timeout => "timeout",
+        Cancellation => "cancellation",
+        Adapter => "adapter",
     }
 }
 

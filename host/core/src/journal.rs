@@ -118,22 +118,10 @@ pub enum InvocationState {
     Settled,
 }
 
-impl InvocationState {
-    /// The stored spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            InvocationState::Pending => "pending",
-            InvocationState::Settled => "settled",
-        }
-    }
-
-    /// Parse the stored spelling (rows read back from a store are untrusted).
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "pending" => Some(InvocationState::Pending),
-            "settled" => Some(InvocationState::Settled),
-            _ => None,
-        }
+crate::wire_enum! {
+    InvocationState {
+        Pending => "pending",
+        Settled => "settled",
     }
 }
 

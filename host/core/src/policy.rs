@@ -22,14 +22,11 @@ pub enum Phase {
     Execution,
 }
 
-impl Phase {
-    /// The wire spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Discovery => "discovery",
-            Phase::Invocation => "invocation",
-            Phase::Execution => "execution",
-        }
+crate::wire_enum! {
+    Phase {
+        Discovery => "discovery",
+        Invocation => "invocation",
+        Execution => "execution",
     }
 }
 

@@ -28,13 +28,10 @@ pub const AUDIT_QUEUE: &str = "capgate_audit_queue_depth";
 /// Pending approvals right now, by namespace.
 pub const APPROVALS_PENDING: &str = "capgate_approvals_pending";
 
-impl Backend {
-    /// The `backend` label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Backend::Sqlite => "sqlite",
-            Backend::Postgres => "postgres",
-        }
+capgate_core::wire_enum! {
+    Backend {
+        Sqlite => "sqlite",
+        Postgres => "postgres",
     }
 }
 
