@@ -49,7 +49,9 @@ macro_rules! wire_enum {
         }
     ) => {
         impl $ty {
+            // `ALL` and `parse` are generated for every enum; a private one may use neither.
             #[doc = concat!("Every `", stringify!($ty), "`, in declaration order.")]
+            #[allow(dead_code)]
             pub const ALL: [$ty; [$($wire),+].len()] = [$($ty::$variant),+];
 
             #[doc = concat!("The wire spelling, one of" $(, " `", $wire, "`")+, ".")]
@@ -61,6 +63,7 @@ macro_rules! wire_enum {
 
             /// The variant spelled exactly `s` on the wire (the inverse of `as_str`), or
             /// `None`: text read back from outside is untrusted.
+            #[allow(dead_code)]
             pub fn parse(s: &str) -> ::core::option::Option<Self> {
                 match s {
                     $($wire => ::core::option::Option::Some($ty::$variant),)+
