@@ -3,7 +3,7 @@
 
 use super::execute::{Admitted, execute};
 use super::policies::{evaluate_batch, refuse};
-use super::{Exec, missing_actor, new_id};
+use super::{EffectProgress, Exec, missing_actor, new_id};
 use crate::approval::{ApprovalRef, ApprovalStatus, ApprovalStoreError};
 use crate::audit::DenyReason;
 use crate::canonical::input_hash;
@@ -76,16 +76,14 @@ async fn checks(
             return exec
                 .failed(
                     internal(format!("unknown approval `{approval_id}`")),
-                    0,
-                    false,
-                    false,
+                    EffectProgress::NotStarted,
                     None,
                 )
                 .await;
         }
         Err(e) => {
             return exec
-                .failed(internal(e.to_string()), 0, false, false, None)
+                .failed(internal(e.to_string()), EffectProgress::NotStarted, None)
                 .await;
         }
     };
@@ -116,9 +114,7 @@ async fn checks(
         return exec
             .failed(
                 approval_error(ErrorCode::ApprovalResumeMismatch),
-                0,
-                false,
-                false,
+                EffectProgress::NotStarted,
                 None,
             )
             .await;
@@ -147,9 +143,7 @@ async fn checks(
             return exec
                 .failed(
                     internal("approval was cancelled".into()),
-                    0,
-                    false,
-                    false,
+                    EffectProgress::NotStarted,
                     None,
                 )
                 .await;
@@ -157,16 +151,14 @@ async fn checks(
     };
     if let Some(code) = code {
         return exec
-            .failed(approval_error(code), 0, false, false, None)
+            .failed(approval_error(code), EffectProgress::NotStarted, None)
             .await;
     }
     let Some(decision) = record.decision.clone() else {
         return exec
             .failed(
                 internal("approved record carries no decision".into()),
-                0,
-                false,
-                false,
+                EffectProgress::NotStarted,
                 None,
             )
             .await;
@@ -177,9 +169,7 @@ async fn checks(
         return exec
             .failed(
                 approval_error(ErrorCode::ApprovalSelfApproval),
-                0,
-                false,
-                false,
+                EffectProgress::NotStarted,
                 None,
             )
             .await;
@@ -192,9 +182,7 @@ async fn checks(
             return exec
                 .failed(
                     approval_error(ErrorCode::ApprovalInputMismatch),
-                    0,
-                    false,
-                    false,
+                    EffectProgress::NotStarted,
                     None,
                 )
                 .await;
@@ -218,9 +206,7 @@ async fn checks(
             return exec
                 .failed(
                     CapabilityError::input_invalid(issues),
-                    0,
-                    false,
-                    false,
+                    EffectProgress::NotStarted,
                     None,
                 )
                 .await;
@@ -232,9 +218,7 @@ async fn checks(
         return exec
             .failed(
                 approval_error(ErrorCode::ApprovalInputMismatch),
-                0,
-                false,
-                false,
+                EffectProgress::NotStarted,
                 None,
             )
             .await;
@@ -243,9 +227,7 @@ async fn checks(
         return exec
             .failed(
                 CapabilityError::new(ErrorCode::Unauthenticated),
-                0,
-                false,
-                false,
+                EffectProgress::NotStarted,
                 None,
             )
             .await;
@@ -305,12 +287,12 @@ async fn checks(
                 _ => ErrorCode::ApprovalConsumed,
             };
             return exec
-                .failed(approval_error(code), 0, false, false, None)
+                .failed(approval_error(code), EffectProgress::NotStarted, None)
                 .await;
         }
         Err(e) => {
             return exec
-                .failed(internal(e.to_string()), 0, false, false, None)
+                .failed(internal(e.to_string()), EffectProgress::NotStarted, None)
                 .await;
         }
     }
