@@ -325,9 +325,9 @@ pub enum ApprovalStoreError {
         /// What is wrong.
         reason: String,
     },
-    /// The backing store failed.
+    /// The backing store failed (the database error, or why the store gave up).
     #[error("approval store unavailable: {0}")]
-    Backend(String),
+    Backend(#[source] crate::error::BoxError),
 }
 
 /// The durable home of approvals. Every cross-process guarantee (one decision, one

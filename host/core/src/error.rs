@@ -260,6 +260,10 @@ pub struct Issue {
     pub message: String,
 }
 
+/// A library error kept as the source of one of ours (a database's, an engine's...): its
+/// `Display` is what our messages print, and error reporters can walk to it.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// A private cause: kept for logs and operators, never serialized.
 pub type Cause = Arc<dyn std::error::Error + Send + Sync + 'static>;
 

@@ -401,9 +401,9 @@ pub enum JournalError {
         /// What is wrong.
         reason: String,
     },
-    /// The backing store failed.
+    /// The backing store failed (the database error, or why the store gave up).
     #[error("invocation journal unavailable: {0}")]
-    Backend(String),
+    Backend(#[source] crate::error::BoxError),
 }
 
 /// The durable record of invocations a gateway admitted. Every operation that changes a

@@ -12,6 +12,7 @@ use capgate_core::approval::{
     ApprovalCoordinator, ApprovalFilter, ApprovalRecord, ApprovalRequest, ApprovalStatus,
     ApprovalStoreError, DecidedVia, Decision, DecisionStatus,
 };
+use capgate_core::error::BoxError;
 use capgate_core::meta::{Risk, SideEffect};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -91,8 +92,8 @@ impl SqlApprovalCoordinator {
     }
 }
 
-fn backend(e: impl Display) -> ApprovalStoreError {
-    ApprovalStoreError::Backend(e.to_string())
+fn backend(e: impl Into<BoxError>) -> ApprovalStoreError {
+    ApprovalStoreError::Backend(e.into())
 }
 
 fn malformed(id: &str, reason: impl Display) -> ApprovalStoreError {

@@ -95,7 +95,7 @@ impl crate::Store {
                         .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
                         .collect::<Result<_, sqlx::Error>>()
                 })
-                .map_err(|e| crate::StoreError::Backend(e.to_string()))?,
+                .map_err(crate::StoreError::Backend)?,
             Db::Postgres(pool) => sqlx::query(PENDING_POSTGRES)
                 .bind(now)
                 .bind(MAX_PENDING_NAMESPACES)
@@ -106,7 +106,7 @@ impl crate::Store {
                         .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
                         .collect::<Result<_, sqlx::Error>>()
                 })
-                .map_err(|e| crate::StoreError::Backend(e.to_string()))?,
+                .map_err(crate::StoreError::Backend)?,
         };
         Ok(rows
             .into_iter()
