@@ -79,7 +79,7 @@ pub(crate) async fn execute(exec: Exec<'_>, a: Admitted) -> ExecutionResult {
         && let Err(e) = rt.audit.emit(started()).await
         && rt.audit.config.strict
     {
-        let err = CapabilityError::new(ErrorCode::AuditUnavailable).with_cause(e.to_string());
+        let err = CapabilityError::new(ErrorCode::AuditUnavailable).with_cause(e);
         return exec.failed(err, EffectProgress::NotStarted, None).await;
     }
 

@@ -335,7 +335,7 @@ async fn approval_gate(
                 Ok(Err(e)) => {
                     let err = CapabilityError::new(ErrorCode::InternalError)
                         .with_stage(crate::error::Stage::Approval)
-                        .with_cause(e.to_string());
+                        .with_cause(e);
                     return Gate::Suspended(
                         exec.failed(err, EffectProgress::NotStarted, None).await,
                     );
@@ -367,7 +367,7 @@ async fn approval_gate(
             Err(e) => {
                 let err = CapabilityError::new(ErrorCode::InternalError)
                     .with_stage(crate::error::Stage::Approval)
-                    .with_cause(e.to_string());
+                    .with_cause(e);
                 Gate::Suspended(exec.failed(err, EffectProgress::NotStarted, None).await)
             }
         }

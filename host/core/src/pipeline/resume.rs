@@ -53,7 +53,7 @@ fn approval_error(code: ErrorCode) -> CapabilityError {
     CapabilityError::new(code)
 }
 
-fn internal(cause: String) -> CapabilityError {
+fn internal(cause: impl Into<crate::error::BoxError>) -> CapabilityError {
     CapabilityError::new(ErrorCode::InternalError)
         .with_stage(Stage::Approval)
         .with_cause(cause)
@@ -83,7 +83,7 @@ async fn checks(
         }
         Err(e) => {
             return exec
-                .failed(internal(e.to_string()), EffectProgress::NotStarted, None)
+                .failed(internal(e), EffectProgress::NotStarted, None)
                 .await;
         }
     };
@@ -142,7 +142,7 @@ async fn checks(
         ApprovalStatus::Cancelled => {
             return exec
                 .failed(
-                    internal("approval was cancelled".into()),
+                    internal("approval was cancelled"),
                     EffectProgress::NotStarted,
                     None,
                 )
@@ -157,7 +157,7 @@ async fn checks(
     let Some(decision) = record.decision.clone() else {
         return exec
             .failed(
-                internal("approved record carries no decision".into()),
+                internal("approved record carries no decision"),
                 EffectProgress::NotStarted,
                 None,
             )
@@ -292,7 +292,7 @@ async fn checks(
         }
         Err(e) => {
             return exec
-                .failed(internal(e.to_string()), EffectProgress::NotStarted, None)
+                .failed(internal(e), EffectProgress::NotStarted, None)
                 .await;
         }
     }
