@@ -127,16 +127,17 @@ pub enum JwtKey {
 
 /// Why a JWT verification key could not be loaded.
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum JwtKeyError {
     /// The HS256 secret is empty.
     #[error("the HS256 secret is empty")]
     EmptySecret,
-    /// The HS256 secret cannot be used.
+    /// The HS256 secret cannot be used (the JWT library's error).
     #[error("unusable HS256 secret: {0}")]
-    Secret(String),
-    /// The PEM is not an RSA public key.
+    Secret(#[source] Arc<jsonwebtoken::errors::Error>),
+    /// The PEM is not an RSA public key (the JWT library's error).
     #[error("not an RSA public key in PEM form: {0}")]
-    Pem(String),
+    Pem(#[source] Arc<jsonwebtoken::errors::Error>),
     /// The JWKS document does not parse or holds no usable RS256 key.
     #[error("JWKS: {0}")]
     Jwks(String),
@@ -150,14 +151,14 @@ impl JwtKey {
         }
         jsonwebtoken::DecodingKey::from_secret(secret)
             .map(JwtKey::Hs256)
-            .map_err(|e| JwtKeyError::Secret(e.to_string()))
+            .map_err(|e| JwtKeyError::Secret(Arc::new(e)))
     }
 
     /// An RS256 public key in PEM form.
     pub fn rs256_pem(pem: &[u8]) -> Result<JwtKey, JwtKeyError> {
         jsonwebtoken::DecodingKey::from_rsa_pem(pem)
             .map(JwtKey::Rs256)
-            .map_err(|e| JwtKeyError::Pem(e.to_string()))
+            .map_err(|e| JwtKeyError::Pem(Arc::new(e)))
     }
 
     /// Every RS256 key with a `kid` in a JWKS document (JSON).

@@ -361,9 +361,9 @@ pub enum ProviderFailure {
     /// The request's stall timeout was rejected at the wire boundary.
     #[error(transparent)]
     InvalidStallTimeout(#[from] StallTimeoutError),
-    /// A wire request that does not decode.
+    /// A wire request that does not decode (the decoder's error).
     #[error("invalid request: {0}")]
-    InvalidRequest(String),
+    InvalidRequest(#[source] Arc<serde_json::Error>),
     /// Cancellation needs a non-empty run id.
     #[error("cancellation needs a non-empty run_id")]
     EmptyRunId,

@@ -4,18 +4,45 @@ use async_trait::async_trait;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
-use capgate_core::journal::InvocationJournal;
+use capgate_core::journal::{InvocationJournal, JournalError};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 
 const LOG: &str = "capgate::gateway";
 
+/// Why a readiness check failed. Logged (target `capgate::gateway`), never answered:
+/// `/readyz` sends only the check's word.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadinessError {
+    /// The store could not be asked (or refuses writes).
+    #[error(transparent)]
+    Store(#[from] capgate_store::StoreError),
+    /// An embedded migration is not applied yet.
+    #[error("migration {version} ({description}) is not applied")]
+    MigrationPending {
+        /// The migration's version.
+        version: i64,
+        /// The migration's description.
+        description: String,
+    },
+    /// The invocation journal did not answer.
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    /// The process is shutting down.
+    #[error("shutting down: draining calls in flight")]
+    Draining,
+    /// A check from a closure ([`FnProbe`]) failed, for this reason.
+    #[error("{0}")]
+    Failed(String),
+}
+
 /// What `/readyz` asks: can the gateway reach its store?
 #[async_trait]
 pub trait ReadinessProbe: Send + Sync + 'static {
     /// `Ok` when ready; the error is logged, never sent.
-    async fn ready(&self) -> Result<(), String>;
+    async fn ready(&self) -> Result<(), ReadinessError>;
 
     /// The word `/readyz` answers for this check when it fails (default `failing`): a
     /// fixed word, never the error, so nothing about the failure leaks.
@@ -27,13 +54,13 @@ pub trait ReadinessProbe: Send + Sync + 'static {
 #[async_trait]
 impl ReadinessProbe for capgate_store::Store {
     /// Ready when the database answers and every embedded migration is applied.
-    async fn ready(&self) -> Result<(), String> {
-        let status = self.migration_status().await.map_err(|e| e.to_string())?;
+    async fn ready(&self) -> Result<(), ReadinessError> {
+        let status = self.migration_status().await?;
         match status.iter().find(|m| !m.applied) {
-            Some(m) => Err(format!(
-                "migration {} ({}) is not applied",
-                m.version, m.description
-            )),
+            Some(m) => Err(ReadinessError::MigrationPending {
+                version: m.version,
+                description: m.description.clone(),
+            }),
             None => Ok(()),
         }
     }
@@ -44,12 +71,12 @@ pub struct JournalProbe(pub Arc<dyn InvocationJournal>);
 
 #[async_trait]
 impl ReadinessProbe for JournalProbe {
-    async fn ready(&self) -> Result<(), String> {
+    async fn ready(&self) -> Result<(), ReadinessError> {
         self.0
             .get("capgate.readyz", "capgate.readyz")
             .await
             .map(|_| ())
-            .map_err(|e| e.to_string())
+            .map_err(ReadinessError::from)
     }
 }
 
@@ -135,8 +162,8 @@ impl<F> ReadinessProbe for FnProbe<F>
 where
     F: Fn() -> Result<(), String> + Send + Sync + 'static,
 {
-    async fn ready(&self) -> Result<(), String> {
-        (self.0)()
+    async fn ready(&self) -> Result<(), ReadinessError> {
+        (self.0)().map_err(ReadinessError::Failed)
     }
 }
 
@@ -154,9 +181,9 @@ impl ShutdownProbe {
 
 #[async_trait]
 impl ReadinessProbe for ShutdownProbe {
-    async fn ready(&self) -> Result<(), String> {
+    async fn ready(&self) -> Result<(), ReadinessError> {
         if self.0.load(std::sync::atomic::Ordering::SeqCst) {
-            Err("shutting down: draining calls in flight".to_owned())
+            Err(ReadinessError::Draining)
         } else {
             Ok(())
         }
