@@ -201,6 +201,7 @@ impl PolicyRequest<'_> {
 
 /// Why a policy could not decide. Every variant fails the batch closed (POLICY_FAILED).
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum PolicyError {
     /// The policy reported an error.
     #[error("policy error: {0}")]
