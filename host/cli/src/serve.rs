@@ -216,7 +216,10 @@ struct StoreProbe {
 impl ReadinessProbe for StoreProbe {
     async fn ready(&self) -> Result<(), ReadinessError> {
         self.journal.ready().await?;
-        Ok(self.store.check_writable().await?)
+        self.store
+            .check_writable()
+            .await
+            .map_err(ReadinessError::from)
     }
 }
 

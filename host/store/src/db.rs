@@ -188,10 +188,6 @@ pub struct Store {
     pub(crate) db: Arc<Db>,
 }
 
-fn connect_err(e: sqlx::Error) -> StoreError {
-    StoreError::Connect(e)
-}
-
 fn is_sqlite_url(url: &str) -> bool {
     url.starts_with("sqlite:")
 }
@@ -419,7 +415,7 @@ async fn open_sqlite(url: &str, options: &StoreOptions) -> Result<Store, StoreEr
             .acquire_timeout(options.acquire_timeout)
             .connect_with(base)
             .await
-            .map_err(connect_err)?;
+            .map_err(StoreError::Connect)?;
         return Ok(Store {
             db: Arc::new(Db::Sqlite {
                 writer: pool.clone(),
@@ -445,14 +441,14 @@ async fn open_sqlite(url: &str, options: &StoreOptions) -> Result<Store, StoreEr
         .acquire_timeout(options.acquire_timeout)
         .connect_with(writer_options)
         .await
-        .map_err(connect_err)?;
+        .map_err(StoreError::Connect)?;
     let readers = SqlitePoolOptions::new()
         .max_connections(options.max_connections.unwrap_or(4).max(1))
         .test_before_acquire(false)
         .acquire_timeout(options.acquire_timeout)
         .connect_with(base.read_only(true).create_if_missing(false))
         .await
-        .map_err(connect_err)?;
+        .map_err(StoreError::Connect)?;
     Ok(Store {
         db: Arc::new(Db::Sqlite {
             group: crate::group::GroupWriter::new(writer.clone()),
@@ -472,7 +468,7 @@ async fn open_postgres(url: &str, options: &StoreOptions) -> Result<Store, Store
         .acquire_timeout(options.acquire_timeout)
         .connect_with(connect)
         .await
-        .map_err(connect_err)?;
+        .map_err(StoreError::Connect)?;
     Ok(Store {
         db: Arc::new(Db::Postgres(pool)),
     })
