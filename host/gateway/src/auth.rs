@@ -38,6 +38,7 @@ impl Authenticated {
 /// Why a request was not authenticated. The message is for logs; callers get a constant
 /// `401`.
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum AuthError {
     /// No credential was presented.
     #[error("no credentials")]
@@ -45,6 +46,9 @@ pub enum AuthError {
     /// The credential is not valid (unknown key, bad signature, expired, wrong claims).
     #[error("invalid credentials: {0}")]
     Invalid(String),
+    /// The JWT library refused the token (malformed, bad signature, expired...).
+    #[error("invalid credentials: {0}")]
+    Token(#[source] Arc<jsonwebtoken::errors::Error>),
 }
 
 /// Establishes the principal of a request. Must reject expired or invalid credentials, and
@@ -253,8 +257,8 @@ impl JwtAuthenticator {
 
     fn verify(&self, token: &str) -> Result<Authenticated, AuthError> {
         use jsonwebtoken::{decode, decode_header};
-        let bad = |e: &dyn std::fmt::Display| AuthError::Invalid(e.to_string());
-        let header = decode_header(token).map_err(|e| bad(&e))?;
+        let bad = |e| AuthError::Token(Arc::new(e));
+        let header = decode_header(token).map_err(bad)?;
         if header.alg != self.config.key.algorithm() {
             return Err(AuthError::Invalid(format!(
                 "algorithm {:?} is not accepted",
@@ -274,7 +278,7 @@ impl JwtAuthenticator {
         };
         let data =
             decode::<serde_json::Map<String, serde_json::Value>>(token, key, &self.validation)
-                .map_err(|e| bad(&e))?;
+                .map_err(bad)?;
         let claims = data.claims;
         let str_claim = |name: &str| {
             claims
