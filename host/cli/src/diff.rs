@@ -232,13 +232,10 @@ pub enum Impact {
     Breaking,
 }
 
-impl Impact {
-    /// `additive` or `breaking`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Impact::Additive => "additive",
-            Impact::Breaking => "breaking",
-        }
+capgate_core::wire_enum! {
+    Impact {
+        Additive => "additive",
+        Breaking => "breaking",
     }
 }
 
@@ -254,14 +251,11 @@ pub enum Status {
     Changed,
 }
 
-impl Status {
-    /// `added`, `removed` or `changed`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Added => "added",
-            Status::Removed => "removed",
-            Status::Changed => "changed",
-        }
+capgate_core::wire_enum! {
+    Status {
+        Added => "added",
+        Removed => "removed",
+        Changed => "changed",
     }
 }
 

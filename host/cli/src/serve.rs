@@ -18,7 +18,7 @@ use capgate_core::actor::Surface;
 use capgate_gateway::approvals_api::{ApprovalsRouter, ExecutionHistory, ExecutionOutcome};
 use capgate_gateway::console::{ConsoleOptions, ConsoleSessions};
 use capgate_gateway::door::{Doorkeeper, Quotas};
-use capgate_gateway::gateway::{FnProbe, ReadinessProbe, ShutdownProbe};
+use capgate_gateway::gateway::{FnProbe, ReadinessError, ReadinessProbe, ShutdownProbe};
 use capgate_gateway::mcp::McpSessions;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -231,9 +231,12 @@ struct StoreProbe {
 
 #[async_trait::async_trait]
 impl ReadinessProbe for StoreProbe {
-    async fn ready(&self) -> Result<(), String> {
+    async fn ready(&self) -> Result<(), ReadinessError> {
         self.journal.ready().await?;
-        self.store.check_writable().await.map_err(|e| e.to_string())
+        self.store
+            .check_writable()
+            .await
+            .map_err(|e| ReadinessError::Store(Box::new(e)))
     }
 }
 

@@ -47,6 +47,7 @@ pub type HeaderSource = Arc<dyn Fn() -> HeaderMap + Send + Sync>;
 
 /// Why a call did not produce a result.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClientError {
     /// The request is invalid before sending (e.g. an id over 256 characters).
     #[error("invalid request: {0}")]
@@ -62,10 +63,11 @@ pub enum ClientError {
     /// The gateway could not be reached, or its answer was lost (lookups only; `invoke`
     /// and `resume_approval` answer `outcome-unknown` instead once the request was sent).
     #[error("transport failure: {0}")]
-    Transport(String),
-    /// The answer was not what the protocol defines.
+    Transport(#[source] reqwest::Error),
+    /// The answer was not what the protocol defines (the decoder's error, or what is
+    /// missing).
     #[error("unrecognized response: {0}")]
-    Decode(String),
+    Decode(#[source] capgate_core::error::BoxError),
 }
 
 /// Identity and options of one invocation.
@@ -329,18 +331,18 @@ impl CapabilityClient {
         let response = match sent {
             Ok(r) => r,
             Err(e) if e.is_connect() || e.is_builder() => {
-                return Err(Failure::Refused(ClientError::Transport(e.to_string())));
+                return Err(Failure::Refused(ClientError::Transport(e)));
             }
-            Err(e) => return Err(Failure::Lost(ClientError::Transport(e.to_string()))),
+            Err(e) => return Err(Failure::Lost(ClientError::Transport(e))),
         };
         let status = response.status();
         let bytes = response
             .bytes()
             .await
-            .map_err(|e| Failure::Lost(ClientError::Transport(e.to_string())))?;
+            .map_err(|e| Failure::Lost(ClientError::Transport(e)))?;
         if status.is_success() {
             return serde_json::from_slice(&bytes)
-                .map_err(|e| Failure::Lost(ClientError::Decode(e.to_string())));
+                .map_err(|e| Failure::Lost(ClientError::Decode(e.into())));
         }
         let error = serde_json::from_slice::<GatewayErrorBody>(&bytes).ok();
         match error {
@@ -352,9 +354,9 @@ impl CapabilityClient {
                 status: status.as_u16(),
                 error: body.error,
             })),
-            None => Err(Failure::Lost(ClientError::Decode(format!(
-                "HTTP {status} without a gateway error body"
-            )))),
+            None => Err(Failure::Lost(ClientError::Decode(
+                format!("HTTP {status} without a gateway error body").into(),
+            ))),
         }
     }
 }

@@ -4,7 +4,6 @@
 //! [`Surface`]; neither ever comes from model output (SI-3).
 
 use serde::{Deserialize, Serialize};
-use std::fmt;
 use std::str::FromStr;
 
 /// The kind of principal an [`Actor`] is. Anonymous access is explicit, never an absent actor.
@@ -21,30 +20,21 @@ pub enum ActorKind {
     Anonymous,
 }
 
-impl ActorKind {
-    /// The wire spelling (`user`, `service`, `agent`, `anonymous`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ActorKind::User => "user",
-            ActorKind::Service => "service",
-            ActorKind::Agent => "agent",
-            ActorKind::Anonymous => "anonymous",
-        }
+crate::wire_enum! {
+    ActorKind {
+        User => "user",
+        Service => "service",
+        Agent => "agent",
+        Anonymous => "anonymous",
     }
 }
 
 impl FromStr for ActorKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "user" => Ok(ActorKind::User),
-            "service" => Ok(ActorKind::Service),
-            "agent" => Ok(ActorKind::Agent),
-            "anonymous" => Ok(ActorKind::Anonymous),
-            other => Err(format!(
-                "unknown actor kind `{other}` (expected user, service, agent or anonymous)"
-            )),
-        }
+        ActorKind::parse(s).ok_or_else(|| {
+            format!("unknown actor kind `{s}` (expected user, service, agent or anonymous)")
+        })
     }
 }
 
@@ -129,46 +119,27 @@ pub enum Surface {
 }
 
 impl Surface {
-    /// Every surface, in the documented order.
-    pub const ALL: [Surface; 5] = [
-        Surface::Direct,
-        Surface::AiSdk,
-        Surface::Mcp,
-        Surface::Workflow,
-        Surface::Test,
-    ];
-
-    /// The wire spelling (`direct`, `aiSdk`, `mcp`, `workflow`, `test`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Surface::Direct => "direct",
-            Surface::AiSdk => "aiSdk",
-            Surface::Mcp => "mcp",
-            Surface::Workflow => "workflow",
-            Surface::Test => "test",
-        }
-    }
-
     /// Whether a model talks through this surface (tool lists, MCP).
     pub fn is_model_facing(self) -> bool {
         matches!(self, Surface::AiSdk | Surface::Mcp)
     }
 }
 
-impl fmt::Display for Surface {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+crate::wire_enum! {
+    Surface: Display {
+        Direct => "direct",
+        AiSdk => "aiSdk",
+        Mcp => "mcp",
+        Workflow => "workflow",
+        Test => "test",
     }
 }
 
 impl FromStr for Surface {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Surface::ALL
-            .into_iter()
-            .find(|x| x.as_str() == s)
-            .ok_or_else(|| {
-                format!("unknown surface `{s}` (expected direct, aiSdk, mcp, workflow or test)")
-            })
+        Surface::parse(s).ok_or_else(|| {
+            format!("unknown surface `{s}` (expected direct, aiSdk, mcp, workflow or test)")
+        })
     }
 }

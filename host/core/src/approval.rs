@@ -28,30 +28,14 @@ pub enum ApprovalStatus {
     Consumed,
 }
 
-impl ApprovalStatus {
-    /// The wire spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ApprovalStatus::Pending => "pending",
-            ApprovalStatus::Approved => "approved",
-            ApprovalStatus::Rejected => "rejected",
-            ApprovalStatus::Expired => "expired",
-            ApprovalStatus::Cancelled => "cancelled",
-            ApprovalStatus::Consumed => "consumed",
-        }
-    }
-
-    /// Parse the wire spelling (for rows read back from a store).
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "pending" => ApprovalStatus::Pending,
-            "approved" => ApprovalStatus::Approved,
-            "rejected" => ApprovalStatus::Rejected,
-            "expired" => ApprovalStatus::Expired,
-            "cancelled" => ApprovalStatus::Cancelled,
-            "consumed" => ApprovalStatus::Consumed,
-            _ => return None,
-        })
+crate::wire_enum! {
+    ApprovalStatus {
+        Pending => "pending",
+        Approved => "approved",
+        Rejected => "rejected",
+        Expired => "expired",
+        Cancelled => "cancelled",
+        Consumed => "consumed",
     }
 }
 
@@ -144,14 +128,11 @@ pub enum DecidedVia {
     Requester,
 }
 
-impl DecidedVia {
-    /// The stored spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DecidedVia::Approver => "approver",
-            DecidedVia::Operator => "operator",
-            DecidedVia::Requester => "requester",
-        }
+crate::wire_enum! {
+    DecidedVia {
+        Approver => "approver",
+        Operator => "operator",
+        Requester => "requester",
     }
 }
 
@@ -163,6 +144,13 @@ pub enum DecisionStatus {
     Approved,
     /// Rejected.
     Rejected,
+}
+
+crate::wire_enum! {
+    DecisionStatus {
+        Approved => "approved",
+        Rejected => "rejected",
+    }
 }
 
 /// A stored approval: the request plus its state.
@@ -337,9 +325,9 @@ pub enum ApprovalStoreError {
         /// What is wrong.
         reason: String,
     },
-    /// The backing store failed.
+    /// The backing store failed (the database error, or why the store gave up).
     #[error("approval store unavailable: {0}")]
-    Backend(String),
+    Backend(#[source] crate::error::BoxError),
 }
 
 /// The durable home of approvals. Every cross-process guarantee (one decision, one

@@ -19,6 +19,7 @@ use tracing::Instrument;
 /// Why a call was denied, as audit records it (the public code hides it: SI-8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum DenyReason {
     /// No such capability.
     Unknown,
@@ -35,6 +36,7 @@ pub enum DenyReason {
 /// The event-specific part of an audit event; serialized as `{"type": …, "data": {…}}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", content = "data")]
+#[non_exhaustive]
 pub enum EventPayload {
     /// `describe` ran.
     #[serde(rename = "capabilities.discovered", rename_all = "camelCase")]

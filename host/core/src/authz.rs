@@ -4,6 +4,7 @@
 use crate::actor::{Actor, Surface};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// An authenticated caller of a gateway: the actor plus its tenant partition.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -38,26 +39,55 @@ pub enum Operation {
     DecideApproval,
 }
 
-impl Operation {
-    /// The wire spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Operation::Describe => "describe",
-            Operation::Invoke => "invoke",
-            Operation::GetInvocation => "getInvocation",
-            Operation::GetApproval => "getApproval",
-            Operation::ResumeApproval => "resumeApproval",
-            Operation::ListApprovals => "listApprovals",
-            Operation::ReviewApproval => "reviewApproval",
-            Operation::DecideApproval => "decideApproval",
-        }
+crate::wire_enum! {
+    Operation {
+        Describe => "describe",
+        Invoke => "invoke",
+        GetInvocation => "getInvocation",
+        GetApproval => "getApproval",
+        ResumeApproval => "resumeApproval",
+        ListApprovals => "listApprovals",
+        ReviewApproval => "reviewApproval",
+        DecideApproval => "decideApproval",
     }
 }
 
-/// A refusal, with a private reason for logs.
+/// A refusal, with a private reason for logs. Every variant denies (fail closed); they
+/// differ only in what the logs keep.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("not authorized: {0}")]
-pub struct AuthorizeError(pub String);
+#[non_exhaustive]
+pub enum AuthorizeError {
+    /// The authorizer said no, for this reason.
+    #[error("not authorized: {0}")]
+    Denied(String),
+    /// A named authorizer (a plugin) refused or could not answer; `source` says which.
+    #[error("not authorized: {authorizer}: {source}")]
+    Failed {
+        /// The authorizer's name.
+        authorizer: String,
+        /// Its refusal or failure.
+        #[source]
+        source: Arc<dyn std::error::Error + Send + Sync + 'static>,
+    },
+}
+
+impl AuthorizeError {
+    /// A refusal with a private reason.
+    pub fn denied(reason: impl Into<String>) -> Self {
+        AuthorizeError::Denied(reason.into())
+    }
+
+    /// A named authorizer refused or failed with `source`.
+    pub fn failed(
+        authorizer: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        AuthorizeError::Failed {
+            authorizer: authorizer.into(),
+            source: Arc::new(source),
+        }
+    }
+}
 
 /// One question to an authorizer: may this principal perform this operation, through this
 /// door, on this capability and input?

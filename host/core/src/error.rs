@@ -58,66 +58,13 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    /// Every code, in the table's order.
-    pub const ALL: [ErrorCode; 22] = [
-        ErrorCode::CapabilityNotFound,
-        ErrorCode::InputInvalid,
-        ErrorCode::Unauthenticated,
-        ErrorCode::Forbidden,
-        ErrorCode::PolicyDenied,
-        ErrorCode::PolicyFailed,
-        ErrorCode::ApprovalRequired,
-        ErrorCode::ApprovalPending,
-        ErrorCode::ApprovalRejected,
-        ErrorCode::ApprovalExpired,
-        ErrorCode::ApprovalConsumed,
-        ErrorCode::ApprovalInputMismatch,
-        ErrorCode::ApprovalSelfApproval,
-        ErrorCode::ApprovalUnserializableInput,
-        ErrorCode::ApprovalResumeMismatch,
-        ErrorCode::ExecutionFailed,
-        ErrorCode::OutputInvalid,
-        ErrorCode::Timeout,
-        ErrorCode::Cancelled,
-        ErrorCode::AuditUnavailable,
-        ErrorCode::AdapterError,
-        ErrorCode::InternalError,
-    ];
-
-    /// The wire spelling, e.g. `CAPABILITY_NOT_FOUND`.
-    pub fn as_str(self) -> &'static str {
-        use ErrorCode::*;
-        match self {
-            CapabilityNotFound => "CAPABILITY_NOT_FOUND",
-            InputInvalid => "INPUT_INVALID",
-            Unauthenticated => "UNAUTHENTICATED",
-            Forbidden => "FORBIDDEN",
-            PolicyDenied => "POLICY_DENIED",
-            PolicyFailed => "POLICY_FAILED",
-            ApprovalRequired => "APPROVAL_REQUIRED",
-            ApprovalPending => "APPROVAL_PENDING",
-            ApprovalRejected => "APPROVAL_REJECTED",
-            ApprovalExpired => "APPROVAL_EXPIRED",
-            ApprovalConsumed => "APPROVAL_CONSUMED",
-            ApprovalInputMismatch => "APPROVAL_INPUT_MISMATCH",
-            ApprovalSelfApproval => "APPROVAL_SELF_APPROVAL",
-            ApprovalUnserializableInput => "APPROVAL_UNSERIALIZABLE_INPUT",
-            ApprovalResumeMismatch => "APPROVAL_RESUME_MISMATCH",
-            ExecutionFailed => "EXECUTION_FAILED",
-            OutputInvalid => "OUTPUT_INVALID",
-            Timeout => "TIMEOUT",
-            Cancelled => "CANCELLED",
-            AuditUnavailable => "AUDIT_UNAVAILABLE",
-            AdapterError => "ADAPTER_ERROR",
-            InternalError => "INTERNAL_ERROR",
-        }
-    }
-
-    /// The per-code defaults of the table: (stage, retryable, exposeToModel, public message).
-    pub fn defaults(self) -> (Option<Stage>, bool, bool, &'static str) {
+    /// The per-code defaults of the error table (digest §2.5): what
+    /// [`CapabilityError::new`] starts from.
+    pub fn defaults(self) -> ErrorDefaults {
         use ErrorCode::*;
         use Stage as S;
-        match self {
+        // One row per code: (stage, retryable, exposed, public message).
+        let (stage, retryable, exposed, message) = match self {
             CapabilityNotFound => (Some(S::Discovery), false, true, NOT_FOUND_MESSAGE),
             InputInvalid => (
                 Some(S::InputValidation),
@@ -205,14 +152,54 @@ impl ErrorCode {
             ),
             AdapterError => (Some(S::Adapter), false, false, "The adapter failed."),
             InternalError => (None, false, false, OPERATION_FAILED),
+        };
+        ErrorDefaults {
+            stage,
+            retryable,
+            exposed,
+            message,
         }
     }
 }
 
-impl fmt::Display for ErrorCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+crate::wire_enum! {
+    ErrorCode: Display {
+        CapabilityNotFound => "CAPABILITY_NOT_FOUND",
+        InputInvalid => "INPUT_INVALID",
+        Unauthenticated => "UNAUTHENTICATED",
+        Forbidden => "FORBIDDEN",
+        PolicyDenied => "POLICY_DENIED",
+        PolicyFailed => "POLICY_FAILED",
+        ApprovalRequired => "APPROVAL_REQUIRED",
+        ApprovalPending => "APPROVAL_PENDING",
+        ApprovalRejected => "APPROVAL_REJECTED",
+        ApprovalExpired => "APPROVAL_EXPIRED",
+        ApprovalConsumed => "APPROVAL_CONSUMED",
+        ApprovalInputMismatch => "APPROVAL_INPUT_MISMATCH",
+        ApprovalSelfApproval => "APPROVAL_SELF_APPROVAL",
+        ApprovalUnserializableInput => "APPROVAL_UNSERIALIZABLE_INPUT",
+        ApprovalResumeMismatch => "APPROVAL_RESUME_MISMATCH",
+        ExecutionFailed => "EXECUTION_FAILED",
+        OutputInvalid => "OUTPUT_INVALID",
+        Timeout => "TIMEOUT",
+        Cancelled => "CANCELLED",
+        AuditUnavailable => "AUDIT_UNAVAILABLE",
+        AdapterError => "ADAPTER_ERROR",
+        InternalError => "INTERNAL_ERROR",
     }
+}
+
+/// One row of the error table: the defaults a [`CapabilityError`] of a code starts with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ErrorDefaults {
+    /// The stage (none for INTERNAL_ERROR).
+    pub stage: Option<Stage>,
+    /// Whether retrying may succeed.
+    pub retryable: bool,
+    /// Whether a model may see the code and message (`exposeToModel`).
+    pub exposed: bool,
+    /// The public message.
+    pub message: &'static str,
 }
 
 /// The constant public message of every concealed denial (SI-8).
@@ -248,22 +235,19 @@ pub enum Stage {
     Adapter,
 }
 
-impl Stage {
-    /// The wire spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Stage::Discovery => "discovery",
-            Stage::InputValidation => "input-validation",
-            Stage::Authentication => "authentication",
-            Stage::Authorization => "authorization",
-            Stage::Policy => "policy",
-            Stage::Approval => "approval",
-            Stage::Execution => "execution",
-            Stage::OutputValidation => "output-validation",
-            Stage::Timeout => "timeout",
-            Stage::Cancellation => "cancellation",
-            Stage::Adapter => "adapter",
-        }
+crate::wire_enum! {
+    Stage {
+        Discovery => "discovery",
+        InputValidation => "input-validation",
+        Authentication => "authentication",
+        Authorization => "authorization",
+        Policy => "policy",
+        Approval => "approval",
+        Execution => "execution",
+        OutputValidation => "output-validation",
+        Timeout => "timeout",
+        Cancellation => "cancellation",
+        Adapter => "adapter",
     }
 }
 
@@ -275,6 +259,10 @@ pub struct Issue {
     /// What is wrong, with instance values masked.
     pub message: String,
 }
+
+/// A library error kept as the source of one of ours (a database's, an engine's...): its
+/// `Display` is what our messages print, and error reporters can walk to it.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// A private cause: kept for logs and operators, never serialized.
 pub type Cause = Arc<dyn std::error::Error + Send + Sync + 'static>;
@@ -326,13 +314,13 @@ impl std::error::Error for CapabilityError {
 impl CapabilityError {
     /// An error with the code's defaults.
     pub fn new(code: ErrorCode) -> Self {
-        let (stage, retryable, expose, message) = code.defaults();
+        let defaults = code.defaults();
         CapabilityError {
             code,
-            stage,
-            public_message: Cow::Borrowed(message),
-            retryable,
-            expose_to_model: expose,
+            stage: defaults.stage,
+            public_message: Cow::Borrowed(defaults.message),
+            retryable: defaults.retryable,
+            expose_to_model: defaults.exposed,
             issues: None,
             private_details: None,
             cause: None,

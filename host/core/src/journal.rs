@@ -118,22 +118,10 @@ pub enum InvocationState {
     Settled,
 }
 
-impl InvocationState {
-    /// The stored spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            InvocationState::Pending => "pending",
-            InvocationState::Settled => "settled",
-        }
-    }
-
-    /// Parse the stored spelling (rows read back from a store are untrusted).
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "pending" => Some(InvocationState::Pending),
-            "settled" => Some(InvocationState::Settled),
-            _ => None,
-        }
+crate::wire_enum! {
+    InvocationState {
+        Pending => "pending",
+        Settled => "settled",
     }
 }
 
@@ -413,9 +401,9 @@ pub enum JournalError {
         /// What is wrong.
         reason: String,
     },
-    /// The backing store failed.
+    /// The backing store failed (the database error, or why the store gave up).
     #[error("invocation journal unavailable: {0}")]
-    Backend(String),
+    Backend(#[source] crate::error::BoxError),
 }
 
 /// The durable record of invocations a gateway admitted. Every operation that changes a

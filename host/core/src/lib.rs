@@ -108,6 +108,7 @@ pub mod result;
 pub mod runtime;
 pub mod schema;
 pub mod trace;
+mod wire;
 
 pub use tokio_util::sync::CancellationToken;
 

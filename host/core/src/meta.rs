@@ -22,20 +22,19 @@ pub enum SideEffect {
 }
 
 impl SideEffect {
-    /// The wire spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SideEffect::None => "none",
-            SideEffect::Read => "read",
-            SideEffect::Write => "write",
-            SideEffect::Destructive => "destructive",
-            SideEffect::External => "external",
-        }
-    }
-
     /// `none` and `read` can be retried without an idempotency declaration.
     pub fn is_read_only(self) -> bool {
         matches!(self, SideEffect::None | SideEffect::Read)
+    }
+}
+
+crate::wire_enum! {
+    SideEffect {
+        None => "none",
+        Read => "read",
+        Write => "write",
+        Destructive => "destructive",
+        External => "external",
     }
 }
 
@@ -53,15 +52,12 @@ pub enum Risk {
     Critical,
 }
 
-impl Risk {
-    /// The wire spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Risk::Low => "low",
-            Risk::Medium => "medium",
-            Risk::High => "high",
-            Risk::Critical => "critical",
-        }
+crate::wire_enum! {
+    Risk {
+        Low => "low",
+        Medium => "medium",
+        High => "high",
+        Critical => "critical",
     }
 }
 
@@ -217,17 +213,16 @@ pub enum Discovery {
 }
 
 impl Discovery {
-    /// The wire name (`discoverable`, `contextual`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Discovery::Discoverable => "discoverable",
-            Discovery::Contextual => "contextual",
-        }
-    }
-
     /// `true` for the default, so serialization can omit it.
     pub fn is_discoverable(&self) -> bool {
         *self == Discovery::Discoverable
+    }
+}
+
+crate::wire_enum! {
+    Discovery {
+        Discoverable => "discoverable",
+        Contextual => "contextual",
     }
 }
 

@@ -217,16 +217,13 @@ pub enum ApprovalEvent {
     Expired,
 }
 
-impl ApprovalEvent {
-    /// The `event` label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ApprovalEvent::Created => "created",
-            ApprovalEvent::Approved => "approved",
-            ApprovalEvent::Rejected => "rejected",
-            ApprovalEvent::Consumed => "consumed",
-            ApprovalEvent::Expired => "expired",
-        }
+crate::wire_enum! {
+    ApprovalEvent {
+        Created => "created",
+        Approved => "approved",
+        Rejected => "rejected",
+        Consumed => "consumed",
+        Expired => "expired",
     }
 }
 

@@ -22,14 +22,11 @@ pub enum Phase {
     Execution,
 }
 
-impl Phase {
-    /// The wire spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Discovery => "discovery",
-            Phase::Invocation => "invocation",
-            Phase::Execution => "execution",
-        }
+crate::wire_enum! {
+    Phase {
+        Discovery => "discovery",
+        Invocation => "invocation",
+        Execution => "execution",
     }
 }
 
@@ -204,6 +201,7 @@ impl PolicyRequest<'_> {
 
 /// Why a policy could not decide. Every variant fails the batch closed (POLICY_FAILED).
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum PolicyError {
     /// The policy reported an error.
     #[error("policy error: {0}")]

@@ -7,8 +7,39 @@ use std::sync::Arc;
 
 /// Why a redactor failed. Output redaction failing withholds the output (fail closed).
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("redaction failed: {0}")]
-pub struct RedactError(pub String);
+#[non_exhaustive]
+pub enum RedactError {
+    /// The redactor refused the value, for this reason.
+    #[error("redaction failed: {0}")]
+    Refused(String),
+    /// A named redactor (a plugin) failed; `source` says how.
+    #[error("redaction failed: {redactor}: {source}")]
+    Failed {
+        /// The redactor's name.
+        redactor: String,
+        /// Its failure.
+        #[source]
+        source: Arc<dyn std::error::Error + Send + Sync + 'static>,
+    },
+}
+
+impl RedactError {
+    /// A refusal with a reason.
+    pub fn refused(reason: impl Into<String>) -> Self {
+        RedactError::Refused(reason.into())
+    }
+
+    /// A named redactor failed with `source`.
+    pub fn failed(
+        redactor: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        RedactError::Failed {
+            redactor: redactor.into(),
+            source: Arc::new(source),
+        }
+    }
+}
 
 /// Maps values to their model-safe (or approver-safe) form.
 #[async_trait]

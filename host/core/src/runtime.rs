@@ -219,6 +219,7 @@ pub struct ResumeOptions {
 
 /// Why [`RuntimeBuilder::build`] refused a configuration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RuntimeBuildError {
     /// `strict_audit(true)` with no audit sink: strict means no record, no execution, and
     /// there would be no record.

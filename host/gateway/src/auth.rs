@@ -38,6 +38,7 @@ impl Authenticated {
 /// Why a request was not authenticated. The message is for logs; callers get a constant
 /// `401`.
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum AuthError {
     /// No credential was presented.
     #[error("no credentials")]
@@ -45,6 +46,9 @@ pub enum AuthError {
     /// The credential is not valid (unknown key, bad signature, expired, wrong claims).
     #[error("invalid credentials: {0}")]
     Invalid(String),
+    /// The JWT library refused the token (malformed, bad signature, expired...).
+    #[error("invalid credentials: {0}")]
+    Token(#[source] Arc<jsonwebtoken::errors::Error>),
 }
 
 /// Establishes the principal of a request. Must reject expired or invalid credentials, and
@@ -127,16 +131,17 @@ pub enum JwtKey {
 
 /// Why a JWT verification key could not be loaded.
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum JwtKeyError {
     /// The HS256 secret is empty.
     #[error("the HS256 secret is empty")]
     EmptySecret,
-    /// The HS256 secret cannot be used.
+    /// The HS256 secret cannot be used (the JWT library's error).
     #[error("unusable HS256 secret: {0}")]
-    Secret(String),
-    /// The PEM is not an RSA public key.
+    Secret(#[source] Arc<jsonwebtoken::errors::Error>),
+    /// The PEM is not an RSA public key (the JWT library's error).
     #[error("not an RSA public key in PEM form: {0}")]
-    Pem(String),
+    Pem(#[source] Arc<jsonwebtoken::errors::Error>),
     /// The JWKS document does not parse or holds no usable RS256 key.
     #[error("JWKS: {0}")]
     Jwks(String),
@@ -150,14 +155,14 @@ impl JwtKey {
         }
         jsonwebtoken::DecodingKey::from_secret(secret)
             .map(JwtKey::Hs256)
-            .map_err(|e| JwtKeyError::Secret(e.to_string()))
+            .map_err(|e| JwtKeyError::Secret(Arc::new(e)))
     }
 
     /// An RS256 public key in PEM form.
     pub fn rs256_pem(pem: &[u8]) -> Result<JwtKey, JwtKeyError> {
         jsonwebtoken::DecodingKey::from_rsa_pem(pem)
             .map(JwtKey::Rs256)
-            .map_err(|e| JwtKeyError::Pem(e.to_string()))
+            .map_err(|e| JwtKeyError::Pem(Arc::new(e)))
     }
 
     /// Every RS256 key with a `kid` in a JWKS document (JSON).
@@ -252,8 +257,8 @@ impl JwtAuthenticator {
 
     fn verify(&self, token: &str) -> Result<Authenticated, AuthError> {
         use jsonwebtoken::{decode, decode_header};
-        let bad = |e: &dyn std::fmt::Display| AuthError::Invalid(e.to_string());
-        let header = decode_header(token).map_err(|e| bad(&e))?;
+        let bad = |e| AuthError::Token(Arc::new(e));
+        let header = decode_header(token).map_err(bad)?;
         if header.alg != self.config.key.algorithm() {
             return Err(AuthError::Invalid(format!(
                 "algorithm {:?} is not accepted",
@@ -273,7 +278,7 @@ impl JwtAuthenticator {
         };
         let data =
             decode::<serde_json::Map<String, serde_json::Value>>(token, key, &self.validation)
-                .map_err(|e| bad(&e))?;
+                .map_err(bad)?;
         let claims = data.claims;
         let str_claim = |name: &str| {
             claims

@@ -30,13 +30,10 @@ pub enum ToolFormat {
     OpenAi,
 }
 
-impl ToolFormat {
-    /// The query/CLI spelling (`ai-sdk`, `openai`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ToolFormat::AiSdk => "ai-sdk",
-            ToolFormat::OpenAi => "openai",
-        }
+capgate_core::wire_enum! {
+    ToolFormat {
+        AiSdk => "ai-sdk",
+        OpenAi => "openai",
     }
 }
 
@@ -49,9 +46,9 @@ impl FromStr for ToolFormat {
     type Err = UnknownToolFormat;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
-            "ai-sdk" | "aiSdk" | "ai_sdk" => Ok(ToolFormat::AiSdk),
-            "openai" => Ok(ToolFormat::OpenAi),
-            other => Err(UnknownToolFormat(other.to_string())),
+            // Aliases beside the wire spelling `ai-sdk`.
+            "aiSdk" | "ai_sdk" => Ok(ToolFormat::AiSdk),
+            other => ToolFormat::parse(other).ok_or_else(|| UnknownToolFormat(other.to_string())),
         }
     }
 }
@@ -196,6 +193,11 @@ mod tests {
     fn formats_parse_from_their_query_spelling() {
         assert_eq!("ai-sdk".parse(), Ok(ToolFormat::AiSdk));
         assert_eq!("openai".parse(), Ok(ToolFormat::OpenAi));
+        assert_eq!("aiSdk".parse(), Ok(ToolFormat::AiSdk));
+        assert_eq!("ai_sdk".parse(), Ok(ToolFormat::AiSdk));
+        for f in ToolFormat::ALL {
+            assert_eq!(f.as_str().parse(), Ok(f));
+        }
         assert!("xml".parse::<ToolFormat>().is_err());
         assert_eq!(object_schema(&json!(true)), json!({"type": "object"}));
     }

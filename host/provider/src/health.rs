@@ -33,14 +33,11 @@ pub enum ProviderHealth {
     HealthUnknown,
 }
 
-impl ProviderHealth {
-    /// The wire spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderHealth::RequestStalled => "request_stalled",
-            ProviderHealth::ProviderUnhealthy => "provider_unhealthy",
-            ProviderHealth::HealthUnknown => "health_unknown",
-        }
+capgate_core::wire_enum! {
+    ProviderHealth {
+        RequestStalled => "request_stalled",
+        ProviderUnhealthy => "provider_unhealthy",
+        HealthUnknown => "health_unknown",
     }
 }
 
@@ -65,30 +62,6 @@ pub enum LivenessClassification {
 }
 
 impl LivenessClassification {
-    /// Every classification.
-    pub const ALL: [LivenessClassification; 7] = [
-        LivenessClassification::Available,
-        LivenessClassification::Unavailable,
-        LivenessClassification::Timeout,
-        LivenessClassification::Error,
-        LivenessClassification::Unsupported,
-        LivenessClassification::Unknown,
-        LivenessClassification::IdentityMismatch,
-    ];
-
-    /// The wire spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LivenessClassification::Available => "available",
-            LivenessClassification::Unavailable => "unavailable",
-            LivenessClassification::Timeout => "timeout",
-            LivenessClassification::Error => "error",
-            LivenessClassification::Unsupported => "unsupported",
-            LivenessClassification::Unknown => "unknown",
-            LivenessClassification::IdentityMismatch => "identity_mismatch",
-        }
-    }
-
     /// The health this classification normalizes to.
     pub fn health(self) -> ProviderHealth {
         match self {
@@ -96,6 +69,18 @@ impl LivenessClassification {
             LivenessClassification::Unavailable => ProviderHealth::ProviderUnhealthy,
             _ => ProviderHealth::HealthUnknown,
         }
+    }
+}
+
+capgate_core::wire_enum! {
+    LivenessClassification {
+        Available => "available",
+        Unavailable => "unavailable",
+        Timeout => "timeout",
+        Error => "error",
+        Unsupported => "unsupported",
+        Unknown => "unknown",
+        IdentityMismatch => "identity_mismatch",
     }
 }
 
@@ -366,6 +351,33 @@ impl ObservationScope {
         match self {
             ObservationScope::Connection(s) => Some(s.next_health_observation_seq()),
             ObservationScope::Internal => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{LivenessClassification, ProviderHealth};
+    use crate::provider::ProviderCommand;
+
+    /// The `wire_enum!` spellings are the serde spellings, both ways.
+    #[test]
+    fn the_wire_spellings_are_the_serde_spellings() {
+        for h in [
+            ProviderHealth::RequestStalled,
+            ProviderHealth::ProviderUnhealthy,
+            ProviderHealth::HealthUnknown,
+        ] {
+            assert_eq!(serde_json::to_value(h).unwrap(), h.as_str());
+            assert_eq!(ProviderHealth::parse(h.as_str()), Some(h));
+        }
+        for c in LivenessClassification::ALL {
+            assert_eq!(serde_json::to_value(c).unwrap(), c.as_str());
+            assert_eq!(LivenessClassification::parse(c.as_str()), Some(c));
+        }
+        for c in ProviderCommand::ALL {
+            assert_eq!(serde_json::to_value(c).unwrap(), c.as_str());
+            assert_eq!(c.as_str().parse::<ProviderCommand>().ok(), Some(c));
         }
     }
 }

@@ -237,21 +237,11 @@ pub enum ProviderCommand {
     OllamaApi,
 }
 
-impl ProviderCommand {
-    /// Every allowed command.
-    pub const ALL: [ProviderCommand; 3] = [
-        ProviderCommand::Capabilities,
-        ProviderCommand::TransportStatus,
-        ProviderCommand::OllamaApi,
-    ];
-
-    /// The wire spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderCommand::Capabilities => "capabilities",
-            ProviderCommand::TransportStatus => "transport_status",
-            ProviderCommand::OllamaApi => "ollama_api",
-        }
+capgate_core::wire_enum! {
+    ProviderCommand {
+        Capabilities => "capabilities",
+        TransportStatus => "transport_status",
+        OllamaApi => "ollama_api",
     }
 }
 
@@ -260,10 +250,7 @@ impl FromStr for ProviderCommand {
 
     /// Exact match against the allowlist; anything else is `CommandNotAllowed`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        ProviderCommand::ALL
-            .into_iter()
-            .find(|c| c.as_str() == s)
-            .ok_or_else(|| ProviderFailure::CommandNotAllowed(s.to_string()))
+        ProviderCommand::parse(s).ok_or_else(|| ProviderFailure::CommandNotAllowed(s.to_string()))
     }
 }
 
@@ -374,9 +361,9 @@ pub enum ProviderFailure {
     /// The request's stall timeout was rejected at the wire boundary.
     #[error(transparent)]
     InvalidStallTimeout(#[from] StallTimeoutError),
-    /// A wire request that does not decode.
+    /// A wire request that does not decode (the decoder's error).
     #[error("invalid request: {0}")]
-    InvalidRequest(String),
+    InvalidRequest(#[source] Arc<serde_json::Error>),
     /// Cancellation needs a non-empty run id.
     #[error("cancellation needs a non-empty run_id")]
     EmptyRunId,

@@ -227,7 +227,7 @@ impl ProviderRuntime {
     ) -> Result<ExecutionOutcome, ProviderFailure> {
         normalize_wire_request(&mut raw)?;
         let request: RunRequest = serde_json::from_value(raw)
-            .map_err(|e| ProviderFailure::InvalidRequest(e.to_string()))?;
+            .map_err(|e| ProviderFailure::InvalidRequest(Arc::new(e)))?;
         self.execute(provider, request, options).await
     }
 
@@ -240,7 +240,7 @@ impl ProviderRuntime {
     ) -> Result<TunnelOutcome, ProviderFailure> {
         normalize_wire_request(&mut raw)?;
         let request: ProviderTunnelRequest = serde_json::from_value(raw)
-            .map_err(|e| ProviderFailure::InvalidRequest(e.to_string()))?;
+            .map_err(|e| ProviderFailure::InvalidRequest(Arc::new(e)))?;
         self.tunnel(provider, request, options).await
     }
 

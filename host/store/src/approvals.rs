@@ -12,6 +12,7 @@ use capgate_core::approval::{
     ApprovalCoordinator, ApprovalFilter, ApprovalRecord, ApprovalRequest, ApprovalStatus,
     ApprovalStoreError, DecidedVia, Decision, DecisionStatus,
 };
+use capgate_core::error::BoxError;
 use capgate_core::meta::{Risk, SideEffect};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -91,8 +92,8 @@ impl SqlApprovalCoordinator {
     }
 }
 
-fn backend(e: impl Display) -> ApprovalStoreError {
-    ApprovalStoreError::Backend(e.to_string())
+fn backend(e: impl Into<BoxError>) -> ApprovalStoreError {
+    ApprovalStoreError::Backend(e.into())
 }
 
 fn malformed(id: &str, reason: impl Display) -> ApprovalStoreError {
@@ -197,18 +198,15 @@ impl RawApproval {
         let decision = match (self.decision_status, self.decided_by, self.decided_at) {
             (None, None, None) => None,
             (Some(s), Some(by), Some(at)) => {
-                let status = match s.as_str() {
-                    "approved" => DecisionStatus::Approved,
-                    "rejected" => DecisionStatus::Rejected,
-                    other => return Err(bad(format!("unknown decision `{other}`"))),
-                };
+                let status = DecisionStatus::parse(&s)
+                    .ok_or_else(|| bad(format!("unknown decision `{s}`")))?;
                 let approver: ActorRef =
                     serde_json::from_value(by).map_err(|e| bad(format!("decided_by: {e}")))?;
                 let via = match self.decided_via.as_deref() {
-                    None | Some("approver") => DecidedVia::Approver,
-                    Some("operator") => DecidedVia::Operator,
-                    Some("requester") => DecidedVia::Requester,
-                    Some(other) => return Err(bad(format!("unknown decided_via `{other}`"))),
+                    // Rows decided before `decided_via` was recorded.
+                    None => DecidedVia::Approver,
+                    Some(v) => DecidedVia::parse(v)
+                        .ok_or_else(|| bad(format!("unknown decided_via `{v}`")))?,
                 };
                 Some(Decision {
                     status,
@@ -398,10 +396,7 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
         now: DateTime<Utc>,
     ) -> Result<ApprovalRecord, ApprovalStoreError> {
         crate::metrics::timed(self.store.backend(), "approvals.decide", async move {
-            let status = match decision.status {
-                DecisionStatus::Approved => "approved",
-                DecisionStatus::Rejected => "rejected",
-            };
+            let status = decision.status.as_str();
             let now = trunc(now);
             let decided_at = trunc(decision.decided_at);
             // The UPDATE and the read that explains a refusal are two statements: a row

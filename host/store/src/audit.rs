@@ -21,6 +21,7 @@ use crate::db::{Db, Store, StoreError};
 use crate::time::{from_micros, micros, trunc};
 use async_trait::async_trait;
 use capgate_core::audit::{AuditEvent, AuditSink, AuditSinkError};
+use capgate_core::error::BoxError;
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 use sqlx::error::BoxDynError;
@@ -654,10 +655,11 @@ pub struct StoredAuditEvent {
 
 /// Why an audit query failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum AuditQueryError {
-    /// The store failed.
+    /// The store failed (the database error, or an unreadable row).
     #[error("audit store unavailable: {0}")]
-    Backend(String),
+    Backend(#[source] BoxError),
 }
 
 macro_rules! audit_select {
@@ -758,9 +760,9 @@ fn stored(id: i64, raw: Result<RawAudit, String>) -> StoredAuditEvent {
 }
 
 fn sqlite_audit(row: &SqliteRow) -> Result<StoredAuditEvent, AuditQueryError> {
-    let id: i64 = row
-        .try_get("id")
-        .map_err(|e| AuditQueryError::Backend(format!("audit row without a readable id: {e}")))?;
+    let id: i64 = row.try_get("id").map_err(|e| {
+        AuditQueryError::Backend(format!("audit row without a readable id: {e}").into())
+    })?;
     let raw = (|| {
         let e = |c: &str, e: &dyn Display| format!("{c}: {e}");
         let text = |c: &str| row.try_get::<String, _>(c).map_err(|x| e(c, &x));
@@ -783,9 +785,9 @@ fn sqlite_audit(row: &SqliteRow) -> Result<StoredAuditEvent, AuditQueryError> {
 }
 
 fn pg_audit(row: &PgRow) -> Result<StoredAuditEvent, AuditQueryError> {
-    let id: i64 = row
-        .try_get("id")
-        .map_err(|e| AuditQueryError::Backend(format!("audit row without a readable id: {e}")))?;
+    let id: i64 = row.try_get("id").map_err(|e| {
+        AuditQueryError::Backend(format!("audit row without a readable id: {e}").into())
+    })?;
     let raw = (|| {
         let e = |c: &str, e: &dyn Display| format!("{c}: {e}");
         let text = |c: &str| row.try_get::<String, _>(c).map_err(|x| e(c, &x));
@@ -813,7 +815,7 @@ impl AuditLog {
 
     /// Rows matching `q`, in `q.order`.
     pub async fn query(&self, q: &AuditQuery) -> Result<Vec<StoredAuditEvent>, AuditQueryError> {
-        let backend = |e: sqlx::Error| AuditQueryError::Backend(e.to_string());
+        let backend = |e: sqlx::Error| AuditQueryError::Backend(e.into());
         match &*self.store.db {
             Db::Sqlite { readers, .. } => {
                 let sql = match q.order {

@@ -4,6 +4,7 @@ use crate::approvals::SqlApprovalCoordinator;
 use crate::audit::{AuditLog, AuditSinkOptions, SqlAuditSink};
 use crate::columns::Columns;
 use crate::journal::SqlInvocationJournal;
+use capgate_core::error::BoxError;
 use sqlx::SqlSafeStr;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
@@ -87,19 +88,20 @@ fn description_of(file: &str) -> String {
 
 /// Why a store could not be opened, migrated or used.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// The URL is not `sqlite:…` or `postgres://…`, or does not parse.
     #[error("invalid store URL: {0}")]
-    Url(String),
+    Url(#[source] BoxError),
     /// The database could not be reached or opened.
     #[error("cannot open the store: {0}")]
-    Connect(String),
+    Connect(#[source] sqlx::Error),
     /// Applying or inspecting migrations failed.
     #[error("store migration failed: {0}")]
-    Migrate(String),
+    Migrate(#[source] BoxError),
     /// A statement failed.
     #[error("store unavailable: {0}")]
-    Backend(String),
+    Backend(#[source] sqlx::Error),
     /// A background task was requested outside a Tokio runtime.
     #[error("the audit sink needs a Tokio runtime to run its writer task")]
     NoRuntime,
@@ -186,10 +188,6 @@ pub struct Store {
     pub(crate) db: Arc<Db>,
 }
 
-fn connect_err(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Connect(e.to_string())
-}
-
 fn is_sqlite_url(url: &str) -> bool {
     url.starts_with("sqlite:")
 }
@@ -246,7 +244,7 @@ impl Store {
             Db::Sqlite { writer, .. } => SQLITE_MIGRATIONS.run(writer).await,
             Db::Postgres(pool) => POSTGRES_MIGRATIONS.run(pool).await,
         };
-        result.map_err(|e| StoreError::Migrate(e.to_string()))?;
+        result.map_err(|e| StoreError::Migrate(e.into()))?;
         let status = self.migration_status().await?;
         let applied = status
             .iter()
@@ -262,7 +260,7 @@ impl Store {
 
     /// Every embedded migration and whether this database has applied it.
     pub async fn migration_status(&self) -> Result<Vec<MigrationState>, StoreError> {
-        let mig_err = |e: sqlx::Error| StoreError::Migrate(e.to_string());
+        let mig_err = |e: sqlx::Error| StoreError::Migrate(e.into());
         let (migrator, applied): (&Migrator, Vec<i64>) = match &*self.db {
             Db::Sqlite { writer, .. } => {
                 let exists: i64 = sqlx::query_scalar(
@@ -375,7 +373,7 @@ impl Store {
                 sqlx::sqlite::SqliteArguments::default(),
             )
             .await
-            .map_err(|e| StoreError::Backend(e.to_string()))?;
+            .map_err(StoreError::Backend)?;
         if rewritten == 0 {
             group.clear_refusal();
         }
@@ -403,7 +401,7 @@ impl Store {
 /// connection whose worker thread died fails its next statement instead.
 async fn open_sqlite(url: &str, options: &StoreOptions) -> Result<Store, StoreError> {
     let base = SqliteConnectOptions::from_str(url)
-        .map_err(|e| StoreError::Url(e.to_string()))?
+        .map_err(|e| StoreError::Url(e.into()))?
         .busy_timeout(options.busy_timeout);
     if is_sqlite_memory(url) {
         // One connection that never closes: an in-memory database lives exactly as long
@@ -417,7 +415,7 @@ async fn open_sqlite(url: &str, options: &StoreOptions) -> Result<Store, StoreEr
             .acquire_timeout(options.acquire_timeout)
             .connect_with(base)
             .await
-            .map_err(connect_err)?;
+            .map_err(StoreError::Connect)?;
         return Ok(Store {
             db: Arc::new(Db::Sqlite {
                 writer: pool.clone(),
@@ -443,14 +441,14 @@ async fn open_sqlite(url: &str, options: &StoreOptions) -> Result<Store, StoreEr
         .acquire_timeout(options.acquire_timeout)
         .connect_with(writer_options)
         .await
-        .map_err(connect_err)?;
+        .map_err(StoreError::Connect)?;
     let readers = SqlitePoolOptions::new()
         .max_connections(options.max_connections.unwrap_or(4).max(1))
         .test_before_acquire(false)
         .acquire_timeout(options.acquire_timeout)
         .connect_with(base.read_only(true).create_if_missing(false))
         .await
-        .map_err(connect_err)?;
+        .map_err(StoreError::Connect)?;
     Ok(Store {
         db: Arc::new(Db::Sqlite {
             group: crate::group::GroupWriter::new(writer.clone()),
@@ -461,8 +459,7 @@ async fn open_sqlite(url: &str, options: &StoreOptions) -> Result<Store, StoreEr
 }
 
 async fn open_postgres(url: &str, options: &StoreOptions) -> Result<Store, StoreError> {
-    let mut connect =
-        PgConnectOptions::from_str(url).map_err(|e| StoreError::Url(e.to_string()))?;
+    let mut connect = PgConnectOptions::from_str(url).map_err(|e| StoreError::Url(e.into()))?;
     if options.read_only {
         connect = connect.options([("default_transaction_read_only", "on")]);
     }
@@ -471,7 +468,7 @@ async fn open_postgres(url: &str, options: &StoreOptions) -> Result<Store, Store
         .acquire_timeout(options.acquire_timeout)
         .connect_with(connect)
         .await
-        .map_err(connect_err)?;
+        .map_err(StoreError::Connect)?;
     Ok(Store {
         db: Arc::new(Db::Postgres(pool)),
     })

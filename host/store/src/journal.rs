@@ -7,6 +7,7 @@ use crate::db::{Db, Store};
 use crate::group::sqlite_args;
 use crate::time::{micros, trunc};
 use async_trait::async_trait;
+use capgate_core::error::BoxError;
 use capgate_core::journal::{
     ClaimOutcome, ClaimRequest, InvocationJournal, InvocationRecord, InvocationState, JournalError,
     ResumeClaim, Settlement, new_claim_token, validate_id,
@@ -73,8 +74,8 @@ pub struct SqlInvocationJournal {
     replay_horizon: Duration,
 }
 
-fn backend(e: impl Display) -> JournalError {
-    JournalError::Backend(e.to_string())
+fn backend(e: impl Into<BoxError>) -> JournalError {
+    JournalError::Backend(e.into())
 }
 
 fn malformed(id: &str, reason: impl Display) -> JournalError {
@@ -365,7 +366,7 @@ impl InvocationJournal for SqlInvocationJournal {
                     });
                 }
             }
-            Err(JournalError::Backend(format!(
+            Err(backend(format!(
                 "invocation `{}` kept disappearing while being claimed",
                 request.invocation_id
             )))
@@ -422,7 +423,7 @@ impl InvocationJournal for SqlInvocationJournal {
                     None => return Ok(ResumeClaim::NotFound),
                 }
             }
-            Err(JournalError::Backend(format!(
+            Err(backend(format!(
                 "invocation `{invocation_id}` kept changing while being resumed"
             )))
         })

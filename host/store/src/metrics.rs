@@ -28,13 +28,10 @@ pub const AUDIT_QUEUE: &str = "capgate_audit_queue_depth";
 /// Pending approvals right now, by namespace.
 pub const APPROVALS_PENDING: &str = "capgate_approvals_pending";
 
-impl Backend {
-    /// The `backend` label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Backend::Sqlite => "sqlite",
-            Backend::Postgres => "postgres",
-        }
+capgate_core::wire_enum! {
+    Backend {
+        Sqlite => "sqlite",
+        Postgres => "postgres",
     }
 }
 
@@ -106,7 +103,7 @@ impl crate::Store {
                         .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
                         .collect::<Result<_, sqlx::Error>>()
                 })
-                .map_err(|e| crate::StoreError::Backend(e.to_string()))?,
+                .map_err(crate::StoreError::Backend)?,
             Db::Postgres(pool) => sqlx::query(PENDING_POSTGRES)
                 .bind(now)
                 .bind(MAX_PENDING_NAMESPACES)
@@ -117,7 +114,7 @@ impl crate::Store {
                         .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
                         .collect::<Result<_, sqlx::Error>>()
                 })
-                .map_err(|e| crate::StoreError::Backend(e.to_string()))?,
+                .map_err(crate::StoreError::Backend)?,
         };
         Ok(rows
             .into_iter()

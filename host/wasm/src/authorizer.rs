@@ -163,11 +163,11 @@ fn operation_v1(o: Operation) -> V1Operation {
 }
 
 fn deny(name: &str, e: CallError) -> AuthorizeError {
-    AuthorizeError(format!("{name}: {e}"))
+    AuthorizeError::failed(name, e)
 }
 
 fn unknown_operation(name: &str, interface: &str, o: Operation) -> AuthorizeError {
-    AuthorizeError(format!(
+    AuthorizeError::denied(format!(
         "{name}: `{interface}` cannot express the operation `{}`; denied",
         o.as_str()
     ))

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 /// Why a plugin could not be loaded or bound. Refused at startup, never on the request path.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LoadError {
     /// The file's digest is not the pinned one.
     #[error(
@@ -56,9 +57,9 @@ pub enum LoadError {
         /// The cause.
         reason: String,
     },
-    /// The engine could not be created.
+    /// The engine could not be created (Wasmtime's error).
     #[error("the Wasm engine could not be created: {0}")]
-    Engine(String),
+    Engine(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
 }
 
 /// Why one call into a plugin failed. Every variant is a refusal (fail closed).

@@ -188,21 +188,21 @@ impl WasmHost {
     /// slots or compiled code.
     pub fn new(options: HostOptions) -> Result<WasmHost, LoadError> {
         let engine =
-            Engine::new(&engine_config(&options)?).map_err(|e| LoadError::Engine(e.to_string()))?;
+            Engine::new(&engine_config(&options)?).map_err(|e| LoadError::Engine(e.into()))?;
         let mut linker: Linker<StoreData> = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
-            .map_err(|e| LoadError::Engine(e.to_string()))?;
-        deny_stdio(&mut linker).map_err(|e| LoadError::Engine(e.to_string()))?;
+            .map_err(|e| LoadError::Engine(e.into()))?;
+        deny_stdio(&mut linker).map_err(|e| LoadError::Engine(e.into()))?;
         wit::capgate::plugin::host::add_to_linker::<StoreData, HasSelf<StoreData>>(
             &mut linker,
             |d| d,
         )
-        .map_err(|e| LoadError::Engine(e.to_string()))?;
+        .map_err(|e| LoadError::Engine(e.into()))?;
         wit::capgate::plugin::progress::add_to_linker::<StoreData, HasSelf<StoreData>>(
             &mut linker,
             |d| d,
         )
-        .map_err(|e| LoadError::Engine(e.to_string()))?;
+        .map_err(|e| LoadError::Engine(e.into()))?;
         let compat = compatibility_hash(&engine);
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
@@ -224,7 +224,9 @@ impl WasmHost {
                         }
                     }
                 })
-                .map_err(|e| LoadError::Engine(format!("cannot start the epoch ticker: {e}")))?,
+                .map_err(|e| {
+                    LoadError::Engine(format!("cannot start the epoch ticker: {e}").into())
+                })?,
         );
 
         // The upkeep thread: dropping a store returns its slot to the pool (memory reset);
@@ -252,7 +254,9 @@ impl WasmHost {
                     std::thread::park_timeout(period);
                 }
             })
-            .map_err(|e| LoadError::Engine(format!("cannot start the upkeep thread: {e}")))?;
+            .map_err(|e| {
+                LoadError::Engine(format!("cannot start the upkeep thread: {e}").into())
+            })?;
         let upkeep_thread = Some(upkeep_handle.thread().clone());
         threads.push(upkeep_handle);
 

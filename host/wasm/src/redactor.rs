@@ -136,7 +136,7 @@ impl Redactor for WasmRedactor {
     ) -> Result<serde_json::Value, RedactError> {
         self.run(Which::Output, capability, namespace, &output)
             .await
-            .map_err(|e| RedactError(format!("{}: {e}", self.sandbox.name)))
+            .map_err(|e| RedactError::failed(&*self.sandbox.name, e))
     }
     async fn redact_approval_input(
         &self,
@@ -146,6 +146,6 @@ impl Redactor for WasmRedactor {
     ) -> Result<serde_json::Value, RedactError> {
         self.run(Which::ApprovalInput, capability, namespace, &input)
             .await
-            .map_err(|e| RedactError(format!("{}: {e}", self.sandbox.name)))
+            .map_err(|e| RedactError::failed(&*self.sandbox.name, e))
     }
 }

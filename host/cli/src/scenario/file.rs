@@ -163,14 +163,11 @@ pub enum Refusal {
     Conflict,
 }
 
-impl Refusal {
-    /// The spelling in scenario files.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Refusal::Forbidden => "forbidden",
-            Refusal::NotFound => "not-found",
-            Refusal::Conflict => "conflict",
-        }
+capgate_core::wire_enum! {
+    Refusal {
+        Forbidden => "forbidden",
+        NotFound => "not-found",
+        Conflict => "conflict",
     }
 }
 

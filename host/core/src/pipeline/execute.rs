@@ -2,7 +2,7 @@
 //! output validation, redaction, completion. Shared by invoke and resume.
 
 use super::policies::{any_applicable, evaluate_batch, refuse};
-use super::{Exec, new_id, panic_message};
+use super::{EffectProgress, Exec, new_id, panic_message};
 use crate::actor::Actor;
 use crate::approval::ApprovalRef;
 use crate::audit::EventPayload;
@@ -79,8 +79,8 @@ pub(crate) async fn execute(exec: Exec<'_>, a: Admitted) -> ExecutionResult {
         && let Err(e) = rt.audit.emit(started()).await
         && rt.audit.config.strict
     {
-        let err = CapabilityError::new(ErrorCode::AuditUnavailable).with_cause(e.to_string());
-        return exec.failed(err, 0, false, false, None).await;
+        let err = CapabilityError::new(ErrorCode::AuditUnavailable).with_cause(e);
+        return exec.failed(err, EffectProgress::NotStarted, None).await;
     }
 
     // ── Stage 11: the procedure through its middleware chain; retries wrap this stage ──
@@ -129,7 +129,9 @@ pub(crate) async fn execute(exec: Exec<'_>, a: Admitted) -> ExecutionResult {
                     || !retry_allowed
                     || attempt >= max_attempts;
                 if terminal {
-                    return exec.failed(err, attempt, true, false, None).await;
+                    return exec
+                        .failed(err, EffectProgress::Attempted { attempts: attempt }, None)
+                        .await;
                 }
                 let base = retry
                     .and_then(|r| r.backoff_ms)
@@ -139,7 +141,7 @@ pub(crate) async fn execute(exec: Exec<'_>, a: Admitted) -> ExecutionResult {
                     biased;
                     _ = caller.cancelled() => {
                         let err = CapabilityError::new(ErrorCode::Cancelled);
-                        return exec.failed(err, attempt, true, false, None).await;
+                        return exec.failed(err, EffectProgress::Attempted { attempts: attempt }, None).await;
                     }
                     _ = tokio::time::sleep(Duration::from_millis(backoff)) => {}
                 }
@@ -161,7 +163,9 @@ pub(crate) async fn execute(exec: Exec<'_>, a: Admitted) -> ExecutionResult {
     if let Some(Err(issues)) = checked {
         let err = CapabilityError::new(ErrorCode::OutputInvalid)
             .with_private_details(serde_json::json!({ "issues": issues }));
-        return exec.failed(err, attempt, true, true, None).await;
+        return exec
+            .failed(err, EffectProgress::Executed { attempts: attempt }, None)
+            .await;
     }
 
     // ── Stage 13: redaction, before any envelope, event or span attribute (SI-10) ──
@@ -181,7 +185,9 @@ pub(crate) async fn execute(exec: Exec<'_>, a: Admitted) -> ExecutionResult {
             Ok(Err(e)) => {
                 let err = CapabilityError::new(ErrorCode::ExecutionFailed)
                     .with_cause(format!("redactor `{}`: {e}", r.name()));
-                return exec.failed(err, attempt, true, true, None).await;
+                return exec
+                    .failed(err, EffectProgress::Executed { attempts: attempt }, None)
+                    .await;
             }
             Err(p) => {
                 let err = CapabilityError::new(ErrorCode::ExecutionFailed).with_cause(format!(
@@ -189,7 +195,9 @@ pub(crate) async fn execute(exec: Exec<'_>, a: Admitted) -> ExecutionResult {
                     r.name(),
                     panic_message(&*p)
                 ));
-                return exec.failed(err, attempt, true, true, None).await;
+                return exec
+                    .failed(err, EffectProgress::Executed { attempts: attempt }, None)
+                    .await;
             }
         }
     }

@@ -2,7 +2,7 @@
 
 use super::execute::{Admitted, execute};
 use super::policies::{invocation_phase, refuse};
-use super::{Exec, missing_actor, new_id, panic_message};
+use super::{EffectProgress, Exec, missing_actor, new_id, panic_message};
 use crate::approval::{ApprovalRef, ApprovalRequest, DecisionStatus};
 use crate::audit::{DenyReason, EventPayload};
 use crate::canonical::input_hash;
@@ -120,9 +120,7 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
             return exec
                 .failed(
                     CapabilityError::input_invalid(issues),
-                    0,
-                    false,
-                    false,
+                    EffectProgress::NotStarted,
                     None,
                 )
                 .await;
@@ -144,9 +142,7 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
             return exec
                 .failed(
                     CapabilityError::new(ErrorCode::Unauthenticated),
-                    0,
-                    false,
-                    false,
+                    EffectProgress::NotStarted,
                     None,
                 )
                 .await;
@@ -181,7 +177,7 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
             Err(e) => {
                 let err =
                     CapabilityError::new(ErrorCode::ApprovalUnserializableInput).with_cause(e);
-                return exec.failed(err, 0, false, false, None).await;
+                return exec.failed(err, EffectProgress::NotStarted, None).await;
             }
         };
         match approval_gate(&exec, &cap, &actor, &input, hash, requirement).await {
@@ -289,9 +285,7 @@ async fn approval_gate(
                             return Gate::Suspended(
                                 exec.failed(
                                     CapabilityError::new(ErrorCode::ApprovalRejected),
-                                    0,
-                                    false,
-                                    false,
+                                    EffectProgress::NotStarted,
                                     None,
                                 )
                                 .await,
@@ -302,9 +296,7 @@ async fn approval_gate(
                                 return Gate::Suspended(
                                     exec.failed(
                                         CapabilityError::new(ErrorCode::ApprovalSelfApproval),
-                                        0,
-                                        false,
-                                        false,
+                                        EffectProgress::NotStarted,
                                         None,
                                     )
                                     .await,
@@ -328,14 +320,18 @@ async fn approval_gate(
                 Ok(Err(e)) => {
                     let err = CapabilityError::new(ErrorCode::InternalError)
                         .with_stage(crate::error::Stage::Approval)
-                        .with_cause(e.to_string());
-                    return Gate::Suspended(exec.failed(err, 0, false, false, None).await);
+                        .with_cause(e);
+                    return Gate::Suspended(
+                        exec.failed(err, EffectProgress::NotStarted, None).await,
+                    );
                 }
                 Err(p) => {
                     let err = CapabilityError::new(ErrorCode::InternalError)
                         .with_stage(crate::error::Stage::Approval)
                         .with_cause(format!("approval handler panicked: {}", panic_message(&*p)));
-                    return Gate::Suspended(exec.failed(err, 0, false, false, None).await);
+                    return Gate::Suspended(
+                        exec.failed(err, EffectProgress::NotStarted, None).await,
+                    );
                 }
             }
         }
@@ -356,8 +352,8 @@ async fn approval_gate(
             Err(e) => {
                 let err = CapabilityError::new(ErrorCode::InternalError)
                     .with_stage(crate::error::Stage::Approval)
-                    .with_cause(e.to_string());
-                Gate::Suspended(exec.failed(err, 0, false, false, None).await)
+                    .with_cause(e);
+                Gate::Suspended(exec.failed(err, EffectProgress::NotStarted, None).await)
             }
         }
     }

@@ -24,6 +24,45 @@ pub(crate) fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", uuid::Uuid::now_v7())
 }
 
+/// How far a failed call got towards its effect: what `capability.failed` records
+/// (`attempts`, `executedBeforeFailure`) and what the envelope's `effectStatus` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EffectProgress {
+    /// Refused or failed before the procedure was entered: no attempt, no effect.
+    NotStarted,
+    /// The procedure was entered and its last attempt failed or was cut short (timeout,
+    /// cancellation): whether the effect happened is unknown.
+    Attempted {
+        /// Attempts made, the failed one included.
+        attempts: u32,
+    },
+    /// The procedure returned, then a later stage (output validation, redaction) failed:
+    /// the effect happened, its output is withheld.
+    Executed {
+        /// Attempts made, the successful one included.
+        attempts: u32,
+    },
+}
+
+impl EffectProgress {
+    fn attempts(self) -> u32 {
+        match self {
+            EffectProgress::NotStarted => 0,
+            EffectProgress::Attempted { attempts } | EffectProgress::Executed { attempts } => {
+                attempts
+            }
+        }
+    }
+
+    fn entered_procedure(self) -> bool {
+        !matches!(self, EffectProgress::NotStarted)
+    }
+
+    fn executed_before_failure(self) -> bool {
+        matches!(self, EffectProgress::Executed { .. })
+    }
+}
+
 /// The facts every event of one execution shares.
 pub(crate) struct Exec<'a> {
     pub(crate) rt: &'a Inner,
@@ -108,12 +147,12 @@ impl Exec<'_> {
     pub(crate) async fn failed(
         &self,
         error: CapabilityError,
-        attempts: u32,
-        entered_procedure: bool,
-        executed_before_failure: bool,
+        progress: EffectProgress,
         policy_decisions: Option<Vec<crate::policy::PolicyStance>>,
     ) -> ExecutionResult {
-        let effect_status = entered_procedure.then_some(EffectStatus::Unknown);
+        let effect_status = progress
+            .entered_procedure()
+            .then_some(EffectStatus::Unknown);
         if matches!(error.code(), ErrorCode::Timeout | ErrorCode::Cancelled) {
             let metadata = error
                 .private_details()
@@ -137,8 +176,8 @@ impl Exec<'_> {
             code: error.code(),
             stage: error.stage(),
             retryable: error.retryable(),
-            attempts,
-            executed_before_failure: executed_before_failure.then_some(true),
+            attempts: progress.attempts(),
+            executed_before_failure: progress.executed_before_failure().then_some(true),
             policy_decisions,
             approval_id: self.approval_id.clone(),
         })

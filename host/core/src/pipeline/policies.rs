@@ -4,7 +4,7 @@
 //! run in the same batch, but only their divergences are recorded: their stances never
 //! reach the verdict.
 
-use super::Exec;
+use super::{EffectProgress, Exec};
 use crate::actor::Actor;
 use crate::audit::DenyReason;
 use crate::audit::EventPayload;
@@ -189,7 +189,10 @@ pub(crate) async fn refuse(
     };
     let decisions = (!evaluated.is_empty()).then(|| stances(evaluated));
     Some(match phase {
-        Phase::Execution => exec.failed(err, 0, false, false, decisions).await,
+        Phase::Execution => {
+            exec.failed(err, EffectProgress::NotStarted, decisions)
+                .await
+        }
         Phase::Invocation | Phase::Discovery => exec.denied(reason, err, decisions).await,
     })
 }

@@ -4,7 +4,7 @@
 
 use super::execute::{Admitted, execute};
 use super::policies::{invocation_phase, refuse};
-use super::{Exec, missing_actor, new_id};
+use super::{EffectProgress, Exec, missing_actor, new_id};
 use crate::approval::{ApprovalRef, ApprovalStatus, ApprovalStoreError};
 use crate::audit::DenyReason;
 use crate::canonical::input_hash;
@@ -54,7 +54,7 @@ fn approval_error(code: ErrorCode) -> CapabilityError {
     CapabilityError::new(code)
 }
 
-fn internal(cause: String) -> CapabilityError {
+fn internal(cause: impl Into<crate::error::BoxError>) -> CapabilityError {
     CapabilityError::new(ErrorCode::InternalError)
         .with_stage(Stage::Approval)
         .with_cause(cause)
@@ -77,16 +77,14 @@ async fn checks(
             return exec
                 .failed(
                     internal(format!("unknown approval `{approval_id}`")),
-                    0,
-                    false,
-                    false,
+                    EffectProgress::NotStarted,
                     None,
                 )
                 .await;
         }
         Err(e) => {
             return exec
-                .failed(internal(e.to_string()), 0, false, false, None)
+                .failed(internal(e), EffectProgress::NotStarted, None)
                 .await;
         }
     };
@@ -117,9 +115,7 @@ async fn checks(
         return exec
             .failed(
                 approval_error(ErrorCode::ApprovalResumeMismatch),
-                0,
-                false,
-                false,
+                EffectProgress::NotStarted,
                 None,
             )
             .await;
@@ -147,10 +143,8 @@ async fn checks(
         ApprovalStatus::Cancelled => {
             return exec
                 .failed(
-                    internal("approval was cancelled".into()),
-                    0,
-                    false,
-                    false,
+                    internal("approval was cancelled"),
+                    EffectProgress::NotStarted,
                     None,
                 )
                 .await;
@@ -158,16 +152,14 @@ async fn checks(
     };
     if let Some(code) = code {
         return exec
-            .failed(approval_error(code), 0, false, false, None)
+            .failed(approval_error(code), EffectProgress::NotStarted, None)
             .await;
     }
     let Some(decision) = record.decision.clone() else {
         return exec
             .failed(
-                internal("approved record carries no decision".into()),
-                0,
-                false,
-                false,
+                internal("approved record carries no decision"),
+                EffectProgress::NotStarted,
                 None,
             )
             .await;
@@ -178,9 +170,7 @@ async fn checks(
         return exec
             .failed(
                 approval_error(ErrorCode::ApprovalSelfApproval),
-                0,
-                false,
-                false,
+                EffectProgress::NotStarted,
                 None,
             )
             .await;
@@ -193,9 +183,7 @@ async fn checks(
             return exec
                 .failed(
                     approval_error(ErrorCode::ApprovalInputMismatch),
-                    0,
-                    false,
-                    false,
+                    EffectProgress::NotStarted,
                     None,
                 )
                 .await;
@@ -219,9 +207,7 @@ async fn checks(
             return exec
                 .failed(
                     CapabilityError::input_invalid(issues),
-                    0,
-                    false,
-                    false,
+                    EffectProgress::NotStarted,
                     None,
                 )
                 .await;
@@ -233,9 +219,7 @@ async fn checks(
         return exec
             .failed(
                 approval_error(ErrorCode::ApprovalInputMismatch),
-                0,
-                false,
-                false,
+                EffectProgress::NotStarted,
                 None,
             )
             .await;
@@ -244,9 +228,7 @@ async fn checks(
         return exec
             .failed(
                 CapabilityError::new(ErrorCode::Unauthenticated),
-                0,
-                false,
-                false,
+                EffectProgress::NotStarted,
                 None,
             )
             .await;
@@ -291,12 +273,12 @@ async fn checks(
                 _ => ErrorCode::ApprovalConsumed,
             };
             return exec
-                .failed(approval_error(code), 0, false, false, None)
+                .failed(approval_error(code), EffectProgress::NotStarted, None)
                 .await;
         }
         Err(e) => {
             return exec
-                .failed(internal(e.to_string()), 0, false, false, None)
+                .failed(internal(e), EffectProgress::NotStarted, None)
                 .await;
         }
     }

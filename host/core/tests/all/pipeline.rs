@@ -488,7 +488,7 @@ async fn a_failing_redactor_withholds_the_output() {
     let c = Counter::default();
     let def = CapabilityDef::new("orders.refund", refund_meta())
         .redactor(redactor_fn("broken", |_| {
-            Err(RedactError("bad path".into()))
+            Err(RedactError::refused("bad path"))
         }))
         .procedure(c.procedure());
     let rt = runtime_with(vec![def], sink.clone());

@@ -254,7 +254,10 @@ async fn si2_discovery_is_ux_and_invocation_still_enforces() {
 #[test]
 fn the_error_table_has_the_spec_defaults() {
     use capgate_core::error::ErrorCode as C;
-    let exposed: Vec<C> = C::ALL.into_iter().filter(|c| c.defaults().2).collect();
+    let exposed: Vec<C> = C::ALL
+        .into_iter()
+        .filter(|c| c.defaults().exposed)
+        .collect();
     assert_eq!(
         exposed,
         vec![
@@ -273,12 +276,15 @@ fn the_error_table_has_the_spec_defaults() {
             C::Cancelled,
         ]
     );
-    let retryable: Vec<C> = C::ALL.into_iter().filter(|c| c.defaults().1).collect();
+    let retryable: Vec<C> = C::ALL
+        .into_iter()
+        .filter(|c| c.defaults().retryable)
+        .collect();
     assert_eq!(
         retryable,
         vec![C::ApprovalPending, C::Timeout, C::AuditUnavailable]
     );
-    assert_eq!(C::InternalError.defaults().0, None);
+    assert_eq!(C::InternalError.defaults().stage, None);
     for c in C::ALL {
         assert_eq!(serde_json::to_value(c).unwrap(), json!(c.as_str()));
     }

@@ -4,18 +4,38 @@ use async_trait::async_trait;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
-use capgate_core::journal::InvocationJournal;
+use capgate_core::journal::{InvocationJournal, JournalError};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 
 const LOG: &str = "capgate::gateway";
 
+/// Why a readiness check failed. Logged (target `capgate::gateway`), never answered:
+/// `/readyz` sends only the check's word.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadinessError {
+    /// The store could not be asked (or refuses writes): the store's own error, which the
+    /// gateway does not know the type of (the binary wires the store in).
+    #[error(transparent)]
+    Store(capgate_core::error::BoxError),
+    /// The invocation journal did not answer.
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    /// The process is shutting down.
+    #[error("shutting down: draining calls in flight")]
+    Draining,
+    /// A check from a closure ([`FnProbe`]) failed, for this reason.
+    #[error("{0}")]
+    Failed(String),
+}
+
 /// What `/readyz` asks: can the gateway reach its store?
 #[async_trait]
 pub trait ReadinessProbe: Send + Sync + 'static {
     /// `Ok` when ready; the error is logged, never sent.
-    async fn ready(&self) -> Result<(), String>;
+    async fn ready(&self) -> Result<(), ReadinessError>;
 
     /// The word `/readyz` answers for this check when it fails (default `failing`): a
     /// fixed word, never the error, so nothing about the failure leaks.
@@ -29,12 +49,12 @@ pub struct JournalProbe(pub Arc<dyn InvocationJournal>);
 
 #[async_trait]
 impl ReadinessProbe for JournalProbe {
-    async fn ready(&self) -> Result<(), String> {
+    async fn ready(&self) -> Result<(), ReadinessError> {
         self.0
             .get("capgate.readyz", "capgate.readyz")
             .await
             .map(|_| ())
-            .map_err(|e| e.to_string())
+            .map_err(ReadinessError::from)
     }
 }
 
@@ -120,8 +140,8 @@ impl<F> ReadinessProbe for FnProbe<F>
 where
     F: Fn() -> Result<(), String> + Send + Sync + 'static,
 {
-    async fn ready(&self) -> Result<(), String> {
-        (self.0)()
+    async fn ready(&self) -> Result<(), ReadinessError> {
+        (self.0)().map_err(ReadinessError::Failed)
     }
 }
 
@@ -139,9 +159,9 @@ impl ShutdownProbe {
 
 #[async_trait]
 impl ReadinessProbe for ShutdownProbe {
-    async fn ready(&self) -> Result<(), String> {
+    async fn ready(&self) -> Result<(), ReadinessError> {
         if self.0.load(std::sync::atomic::Ordering::SeqCst) {
-            Err("shutting down: draining calls in flight".to_owned())
+            Err(ReadinessError::Draining)
         } else {
             Ok(())
         }

@@ -59,8 +59,8 @@ pub use config::{
     GatewayConfigError,
 };
 pub use health::{
-    FnProbe, JournalProbe, READINESS_TIMEOUT, ReadinessProbe, ShutdownProbe, health_router,
-    readiness_router,
+    FnProbe, JournalProbe, READINESS_TIMEOUT, ReadinessError, ReadinessProbe, ShutdownProbe,
+    health_router, readiness_router,
 };
 
 use crate::contract::try_export_contract;

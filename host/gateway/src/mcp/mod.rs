@@ -118,16 +118,17 @@ impl McpOptions {
 
 /// Why the stdio server stopped abnormally.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum McpServeError {
     /// The actor cannot run capabilities (anonymous, malformed id, empty namespace).
     #[error("invalid service actor: {0}")]
     InvalidActor(String),
-    /// The MCP handshake failed.
+    /// The MCP handshake failed (the MCP library's error).
     #[error("MCP initialization failed: {0}")]
-    Initialize(String),
-    /// The session task failed.
+    Initialize(#[source] capgate_core::error::BoxError),
+    /// The session task failed (its join error).
     #[error("MCP session failed: {0}")]
-    Session(String),
+    Session(#[source] capgate_core::error::BoxError),
 }
 
 /// Serve one MCP session over stdin/stdout as a fixed service actor (`capgate mcp --stdio`).
@@ -172,10 +173,10 @@ where
     let running = server
         .serve(io)
         .await
-        .map_err(|e| McpServeError::Initialize(e.to_string()))?;
+        .map_err(|e| McpServeError::Initialize(e.into()))?;
     running
         .waiting()
         .await
-        .map_err(|e| McpServeError::Session(e.to_string()))?;
+        .map_err(|e| McpServeError::Session(e.into()))?;
     Ok(())
 }

@@ -304,8 +304,8 @@ impl Authorizer for RecordingAuthorizer {
         let secret =
             input.and_then(|i| i.get("orderId")).and_then(Value::as_str) == Some("ord_secret");
         if operation == Operation::GetInvocation && secret {
-            return Err(AuthorizeError(
-                "receipts of secret orders are not readable".into(),
+            return Err(AuthorizeError::denied(
+                "receipts of secret orders are not readable",
             ));
         }
         Ok(())
