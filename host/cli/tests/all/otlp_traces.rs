@@ -195,6 +195,13 @@ fn call_in<'a>(spans: &'a [Span], trace: &str, capability: &str) -> Option<&'a S
     roots.first().copied()
 }
 
+/// [`call_in`], once the request's server span (the root's parent) is exported too: it ends
+/// after the response is written, so it may reach the collector in a later batch than the
+/// root.
+fn served<'a>(spans: &'a [Span], trace: &str, capability: &str) -> Option<&'a Span> {
+    call_in(spans, trace, capability).filter(|root| by_id(spans, &root.parent_span_id).is_some())
+}
+
 fn children<'a>(spans: &'a [Span], parent: &Span) -> Vec<&'a Span> {
     spans
         .iter()
@@ -275,7 +282,7 @@ async fn a_governed_call_is_one_root_with_its_stages_in_the_callers_trace_and_no
     let done = post(base, "/agent/invoke", DANA, &tp, &refund(49, "inv-trace-1")).await;
     assert_eq!(done["status"], "completed", "{done}");
     let (root, stages) = wait_for(&got, "the completed refund's root", |s| {
-        let root = call_in(s, &trace, "orders.refund")?.clone();
+        let root = served(s, &trace, "orders.refund")?.clone();
         let stages: Vec<Span> = children(s, &root).into_iter().cloned().collect();
         Some((root, stages))
     })
@@ -373,7 +380,7 @@ async fn a_governed_call_is_one_root_with_its_stages_in_the_callers_trace_and_no
         .expect("approval id")
         .to_string();
     let (held_root, request) = wait_for(&got, "the approval request", |s| {
-        let root = call_in(s, &trace2, "orders.refund")?.clone();
+        let root = served(s, &trace2, "orders.refund")?.clone();
         let request = children(s, &root)
             .into_iter()
             .find(|x| x.name == "agent.approval_request")?
@@ -447,7 +454,7 @@ async fn a_governed_call_is_one_root_with_its_stages_in_the_callers_trace_and_no
     .await;
     assert_eq!(looked["status"], "completed", "{looked}");
     let client = wait_for(&got, "the upstream client span", |s| {
-        let root = call_in(s, &trace5, "orders.lookup")?;
+        let root = served(s, &trace5, "orders.lookup")?;
         let attempt = children(s, root)
             .into_iter()
             .find(|x| x.name == "agent.procedure_execution")?;
@@ -492,7 +499,7 @@ async fn a_governed_call_is_one_root_with_its_stages_in_the_callers_trace_and_no
         "{answer}"
     );
     let mcp_root = wait_for(&got, "the MCP call's root", |s| {
-        call_in(s, &trace6, "orders.refund").cloned()
+        served(s, &trace6, "orders.refund").cloned()
     })
     .await;
     assert_eq!(attr(&mcp_root, "capgate.surface").as_deref(), Some("mcp"));
