@@ -75,7 +75,7 @@ pub enum DiffError {
     #[error(
         "unknown surface `{0}`: a contract is per surface, pass --surface aiSdk, mcp or workflow"
     )]
-    Surface(String),
+    Surface(Surface),
 }
 
 /// One side of a diff, as read from its file.
@@ -151,16 +151,14 @@ impl Side {
 
 /// The surfaces to compare: `--surface` when given; every gateway surface for two
 /// deployment files; aiSdk (`contract export`'s default) when a contract file is involved.
-pub fn surfaces(flag: Option<&str>, old: &Side, new: &Side) -> Result<Vec<Surface>, DiffError> {
+pub fn surfaces(flag: Option<Surface>, old: &Side, new: &Side) -> Result<Vec<Surface>, DiffError> {
     select_surfaces(flag, old.is_config() && new.is_config())
 }
 
-fn select_surfaces(flag: Option<&str>, two_configs: bool) -> Result<Vec<Surface>, DiffError> {
+fn select_surfaces(flag: Option<Surface>, two_configs: bool) -> Result<Vec<Surface>, DiffError> {
     match flag {
-        Some(name) => match name.parse::<Surface>() {
-            Ok(s) if GATEWAY_SURFACES.contains(&s) => Ok(vec![s]),
-            _ => Err(DiffError::Surface(name.to_string())),
-        },
+        Some(s) if GATEWAY_SURFACES.contains(&s) => Ok(vec![s]),
+        Some(s) => Err(DiffError::Surface(s)),
         None if two_configs => Ok(GATEWAY_SURFACES.to_vec()),
         None => Ok(vec![Surface::AiSdk]),
     }
@@ -260,6 +258,7 @@ capgate_core::wire_enum! {
 }
 
 /// One change of one capability.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Change {
@@ -272,10 +271,8 @@ pub struct Change {
     /// What it means for a caller, in a sentence.
     pub detail: String,
     /// The old value, where there is one.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub old: Option<Value>,
     /// The new value, where there is one.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub new: Option<Value>,
 }
 
@@ -1146,9 +1143,9 @@ mod tests {
         };
         assert_eq!(names(None, true), ["aiSdk", "mcp", "workflow"]);
         assert_eq!(names(None, false), ["aiSdk"]);
-        assert_eq!(names(Some("mcp"), true), ["mcp"]);
-        assert_eq!(names(Some("workflow"), false), ["workflow"]);
-        for bad in ["direct", "test", "aisdk"] {
+        assert_eq!(names(Some(Surface::Mcp), true), ["mcp"]);
+        assert_eq!(names(Some(Surface::Workflow), false), ["workflow"]);
+        for bad in [Surface::Direct, Surface::Test] {
             assert!(matches!(
                 select_surfaces(Some(bad), true),
                 Err(DiffError::Surface(_))

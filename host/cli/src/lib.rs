@@ -3,6 +3,7 @@
 //! targets (host/fuzz) drive the same configuration loader `capgate check` runs; it is
 //! not a stable API.
 
+pub mod args;
 pub mod build;
 pub mod config;
 pub mod diff;

@@ -18,6 +18,10 @@ use capgate::{
 };
 
 use anyhow::Context;
+use capgate::args;
+use capgate_core::actor::Surface;
+use capgate_gateway::tools::ToolFormat;
+use chrono::{DateTime, Utc};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -179,7 +183,7 @@ enum ContractCommand {
         config: PathBuf,
         /// The surface (aiSdk, mcp, workflow).
         #[arg(long, default_value = "aiSdk")]
-        surface: String,
+        surface: Surface,
     },
     /// Print tool definitions for an agent framework.
     ///
@@ -190,10 +194,10 @@ enum ContractCommand {
         config: PathBuf,
         /// The surface (aiSdk, mcp, workflow).
         #[arg(long, default_value = "aiSdk")]
-        surface: String,
+        surface: Surface,
         /// `ai-sdk` or `openai`.
         #[arg(long, default_value = "ai-sdk")]
-        format: String,
+        format: ToolFormat,
     },
     /// Compare two contracts: added, removed and changed capabilities, each change breaking
     /// (a call that worked may fail now) or additive.
@@ -211,7 +215,7 @@ enum ContractCommand {
         /// Compare this surface only (aiSdk, mcp, workflow). Default: every one of them for
         /// two deployment files, else aiSdk (what `contract export` writes by default).
         #[arg(long)]
-        surface: Option<String>,
+        surface: Option<Surface>,
         /// `table` for people, `json` for programs (shape: README "Reviewing a change").
         #[arg(long, value_enum, default_value = "table")]
         format: table::Format,
@@ -232,7 +236,7 @@ enum ApprovalsCommand {
         config: PathBuf,
         /// pending, approved, rejected, expired or consumed; `all` for every status.
         #[arg(long, default_value = "pending")]
-        status: String,
+        status: args::StatusFilter,
         /// Only this capability.
         #[arg(long)]
         capability: Option<String>,
@@ -403,13 +407,13 @@ enum AuditCommand {
         #[arg(long = "type")]
         event_type: Option<String>,
         /// At or after this RFC 3339 time.
-        #[arg(long)]
-        since: Option<String>,
+        #[arg(long, value_parser = args::rfc3339)]
+        since: Option<DateTime<Utc>>,
         /// Before this RFC 3339 time.
-        #[arg(long)]
-        until: Option<String>,
+        #[arg(long, value_parser = args::rfc3339)]
+        until: Option<DateTime<Utc>>,
         /// At most this many events (1 to 10000).
-        #[arg(long, default_value_t = 100)]
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
         limit: u32,
     },
 }
@@ -492,7 +496,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Contract { command } => match command {
             ContractCommand::Export { config, surface } => {
-                ops::contract(&load(&config)?, &surface, None)?;
+                ops::contract(&load(&config)?, surface, None)?;
                 Ok(ExitCode::SUCCESS)
             }
             ContractCommand::Tools {
@@ -500,7 +504,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 surface,
                 format,
             } => {
-                ops::contract(&load(&config)?, &surface, Some(&format))?;
+                ops::contract(&load(&config)?, surface, Some(format))?;
                 Ok(ExitCode::SUCCESS)
             }
             ContractCommand::Diff {
@@ -509,7 +513,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 surface,
                 format,
                 allow_breaking,
-            } => contract_diff(&old, &new, surface.as_deref(), format, allow_breaking),
+            } => contract_diff(&old, &new, surface, format, allow_breaking),
         },
         Command::Approvals { command } => {
             let rt = runtime()?;
@@ -522,7 +526,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 } => rt.block_on(ops::approvals_list(
                     &load(&config)?,
                     store.as_deref(),
-                    &status,
+                    status,
                     capability,
                 ))?,
                 ApprovalsCommand::Show { id, config, store } => {
@@ -600,28 +604,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     limit,
                 },
         } => {
-            let time = |flag: &str, v: Option<String>| -> anyhow::Result<_> {
-                v.map(|t| {
-                    chrono::DateTime::parse_from_rfc3339(&t)
-                        .map(|t| t.with_timezone(&chrono::Utc))
-                        .with_context(|| {
-                            format!(
-                                "{flag} `{t}` is not an RFC 3339 time (e.g. 2026-11-29T08:00:00Z)"
-                            )
-                        })
-                })
-                .transpose()
-            };
-            if !(1..=10_000).contains(&limit) {
-                anyhow::bail!("--limit must be between 1 and 10000");
-            }
             let query = capgate_store::AuditQuery {
                 execution_id: execution,
                 capability_id: capability,
                 actor_id: actor,
                 event_type,
-                since: time("--since", since)?,
-                until: time("--until", until)?,
+                since,
+                until,
                 limit: Some(limit),
                 ..Default::default()
             };
@@ -630,10 +619,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Keys {
             command: KeysCommand::Hash { key },
         } => {
-            println!(
-                "{}",
-                hex::encode(<sha2::Sha256 as sha2::Digest>::digest(key.as_bytes()))
-            );
+            // The very function the gateway hashes a presented key with.
+            println!("{}", capgate_gateway::auth::hash_api_key(&key));
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -645,7 +632,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 fn contract_diff(
     old: &std::path::Path,
     new: &std::path::Path,
-    surface: Option<&str>,
+    surface: Option<Surface>,
     format: table::Format,
     allow_breaking: bool,
 ) -> anyhow::Result<ExitCode> {
@@ -685,7 +672,7 @@ fn contract_diff(
 fn diff_report(
     old: &std::path::Path,
     new: &std::path::Path,
-    surface: Option<&str>,
+    surface: Option<Surface>,
 ) -> Result<diff::Report, diff::DiffError> {
     let (a, b) = (diff::Side::read(old)?, diff::Side::read(new)?);
     let surfaces = diff::surfaces(surface, &a, &b)?;

@@ -1,20 +1,16 @@
 //! Operator commands over a deployment or its store: MCP over stdio, the portable contract,
 //! approvals from the shell, and invocation receipts (show, reconcile).
 
+use crate::args::StatusFilter;
 use crate::build::{Deployment, build};
 use crate::store::{Access, StoreUrl};
 use crate::validate::Checked;
 use anyhow::{Context, anyhow, bail};
 use capgate_core::actor::{ActorKind, ActorRef, Surface};
-use capgate_core::approval::{ApprovalFilter, ApprovalStatus, DecisionStatus};
+use capgate_core::approval::{ApprovalFilter, DecisionStatus};
 use capgate_core::journal::{InvocationJournal, Settlement, scope_hash};
 use capgate_core::runtime::{CapabilityDescriptor, DecideRequest, Decider};
 use capgate_gateway::tools::{ToolFormat, export_tools_named};
-
-fn surface(s: &str) -> anyhow::Result<Surface> {
-    s.parse::<Surface>()
-        .map_err(|_| anyhow!("unknown surface `{s}` (expected aiSdk, mcp or workflow)"))
-}
 
 /// The deployment of a command with a configuration file, over its store (`--store` when
 /// given, else `store.url`).
@@ -52,8 +48,7 @@ pub async fn mcp_stdio(checked: Checked, store: Option<String>) -> anyhow::Resul
 }
 
 /// `capgate contract export|tools`.
-pub fn contract(checked: &Checked, surface_name: &str, format: Option<&str>) -> anyhow::Result<()> {
-    let s = surface(surface_name)?;
+pub fn contract(checked: &Checked, s: Surface, format: Option<ToolFormat>) -> anyhow::Result<()> {
     // The contract is the configuration's alone: no store is opened.
     let runtime = checked
         .scratch_runtime()
@@ -62,10 +57,7 @@ pub fn contract(checked: &Checked, surface_name: &str, format: Option<&str>) -> 
         capgate_gateway::contract::export_contract(&runtime, s, &checked.config.revision);
     let out = match format {
         None => serde_json::to_value(&contract)?,
-        Some(f) => {
-            let format: ToolFormat = f
-                .parse()
-                .map_err(|_| anyhow!("unknown tool format `{f}` (expected ai-sdk or openai)"))?;
+        Some(format) => {
             let descriptors: Vec<CapabilityDescriptor> = contract
                 .iter()
                 .map(|p| CapabilityDescriptor {
@@ -95,26 +87,15 @@ pub fn contract(checked: &Checked, surface_name: &str, format: Option<&str>) -> 
     Ok(())
 }
 
-fn status_filter(s: &str) -> anyhow::Result<Option<ApprovalStatus>> {
-    if s == "all" {
-        return Ok(None);
-    }
-    serde_json::from_value(serde_json::Value::String(s.to_string()))
-        .map(Some)
-        .map_err(|_| {
-            anyhow!("unknown status `{s}` (pending, approved, rejected, expired, consumed or all)")
-        })
-}
-
 /// `capgate approvals list`.
 pub async fn approvals_list(
     checked: &Checked,
     store: Option<&str>,
-    status: &str,
+    status: StatusFilter,
     capability: Option<String>,
 ) -> anyhow::Result<()> {
     let filter = ApprovalFilter {
-        status: status_filter(status)?,
+        status: status.0,
         capability_id: capability,
         ..Default::default()
     };
@@ -205,11 +186,11 @@ pub struct ScopeArgs {
     #[arg(long)]
     namespace: String,
     /// The caller as KIND:ID (e.g. user:u_dana).
-    #[arg(long)]
-    actor: String,
+    #[arg(long, value_parser = crate::args::actor_ref)]
+    actor: ActorRef,
     /// The surface of the route it came through (aiSdk, mcp, workflow).
     #[arg(long)]
-    surface: String,
+    surface: Surface,
     /// Store URL (a relative sqlite:// path is relative to the current directory); the
     /// database must exist.
     #[arg(long, env = "CAPGATE_STORE")]
@@ -218,21 +199,7 @@ pub struct ScopeArgs {
 
 impl ScopeArgs {
     fn scope(&self) -> anyhow::Result<String> {
-        let (kind, id) = self
-            .actor
-            .split_once(':')
-            .ok_or_else(|| anyhow!("--actor must be KIND:ID, e.g. user:u_dana"))?;
-        let kind: ActorKind = kind
-            .parse()
-            .map_err(|_| anyhow!("unknown actor kind `{kind}` (user, service, agent, system)"))?;
-        Ok(scope_hash(
-            &self.namespace,
-            &ActorRef {
-                id: id.to_string(),
-                kind,
-            },
-            surface(&self.surface)?,
-        )?)
+        Ok(scope_hash(&self.namespace, &self.actor, self.surface)?)
     }
 }
 
@@ -249,8 +216,9 @@ pub async fn invocations_show(scope: &ScopeArgs, id: &str) -> anyhow::Result<()>
     let (store, hash) = journal(scope).await?;
     let record = store.journal().get(&hash, id).await?.ok_or_else(|| {
         anyhow!(
-            "no invocation `{id}` for {} in {} on {}",
-            scope.actor,
+            "no invocation `{id}` for {}:{} in {} on {}",
+            scope.actor.kind.as_str(),
+            scope.actor.id,
             scope.namespace,
             scope.surface
         )
