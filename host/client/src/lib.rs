@@ -32,9 +32,10 @@ pub mod wire;
 
 use crate::wire::{
     CapabilityOutcome, DescribeBody, GatewayError, GatewayErrorBody, GetApprovalBody,
-    GetInvocationBody, InvocationReceipt, InvokeBody, MAX_ID_LEN, MAX_SCOPE_ENTRIES,
-    PortableApproval, PortableCapabilityDescriptor, ResumeApprovalBody,
+    GetInvocationBody, InvocationReceipt, InvokeBody, MAX_SCOPE_ENTRIES, PortableApproval,
+    PortableCapabilityDescriptor, ResumeApprovalBody,
 };
+use capgate_core::id::BoundedId;
 use capgate_core::runtime::Scope;
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use serde::Serialize;
@@ -119,13 +120,14 @@ impl std::fmt::Debug for CapabilityClient {
     }
 }
 
-fn check_id(field: &str, value: &str) -> Result<(), ClientError> {
-    if value.is_empty() || value.chars().count() > MAX_ID_LEN {
-        return Err(ClientError::InvalidRequest(format!(
-            "`{field}` must have 1 to {MAX_ID_LEN} characters"
-        )));
-    }
-    Ok(())
+/// `value` as the [`BoundedId`] the wire body holds; refused before anything is sent.
+fn id(field: &str, value: &str) -> Result<BoundedId, ClientError> {
+    BoundedId::new(value).map_err(|e| ClientError::InvalidRequest(format!("`{field}` {e}")))
+}
+
+/// An optional id of the wire body.
+fn optional_id(field: &str, value: Option<&str>) -> Result<Option<BoundedId>, ClientError> {
+    value.map(|v| id(field, v)).transpose()
 }
 
 /// Whether a response that should carry a result lost it.
@@ -203,20 +205,12 @@ impl CapabilityClient {
         input: serde_json::Value,
         options: InvocationOptions,
     ) -> Result<CapabilityOutcome, ClientError> {
-        check_id("capabilityId", capability_id)?;
-        check_id("invocationId", &options.invocation_id)?;
-        if let Some(c) = &options.correlation_id {
-            check_id("correlationId", c)?;
-        }
-        if let Some(d) = &options.contract_digest {
-            check_id("contractDigest", d)?;
-        }
         let body = InvokeBody {
-            capability_id: capability_id.to_string(),
+            capability_id: id("capabilityId", capability_id)?,
             input,
-            invocation_id: options.invocation_id.clone(),
-            correlation_id: options.correlation_id,
-            contract_digest: options.contract_digest,
+            invocation_id: id("invocationId", &options.invocation_id)?,
+            correlation_id: optional_id("correlationId", options.correlation_id.as_deref())?,
+            contract_digest: optional_id("contractDigest", options.contract_digest.as_deref())?,
         };
         self.outcome("invoke", &body, &options.invocation_id).await
     }
@@ -226,9 +220,8 @@ impl CapabilityClient {
         &self,
         invocation_id: &str,
     ) -> Result<Option<InvocationReceipt>, ClientError> {
-        check_id("invocationId", invocation_id)?;
         let body = GetInvocationBody {
-            invocation_id: invocation_id.to_string(),
+            invocation_id: id("invocationId", invocation_id)?,
         };
         self.lookup("getInvocation", &body).await
     }
@@ -238,9 +231,8 @@ impl CapabilityClient {
         &self,
         approval_id: &str,
     ) -> Result<Option<PortableApproval>, ClientError> {
-        check_id("approvalId", approval_id)?;
         let body = GetApprovalBody {
-            approval_id: approval_id.to_string(),
+            approval_id: id("approvalId", approval_id)?,
         };
         self.lookup("getApproval", &body).await
     }
@@ -251,19 +243,11 @@ impl CapabilityClient {
         approval_id: &str,
         options: InvocationOptions,
     ) -> Result<CapabilityOutcome, ClientError> {
-        check_id("approvalId", approval_id)?;
-        check_id("invocationId", &options.invocation_id)?;
-        if let Some(c) = &options.correlation_id {
-            check_id("correlationId", c)?;
-        }
-        if let Some(d) = &options.contract_digest {
-            check_id("contractDigest", d)?;
-        }
         let body = ResumeApprovalBody {
-            approval_id: approval_id.to_string(),
-            invocation_id: options.invocation_id.clone(),
-            correlation_id: options.correlation_id,
-            contract_digest: options.contract_digest,
+            approval_id: id("approvalId", approval_id)?,
+            invocation_id: id("invocationId", &options.invocation_id)?,
+            correlation_id: optional_id("correlationId", options.correlation_id.as_deref())?,
+            contract_digest: optional_id("contractDigest", options.contract_digest.as_deref())?,
         };
         self.outcome("resumeApproval", &body, &options.invocation_id)
             .await

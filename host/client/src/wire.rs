@@ -18,41 +18,39 @@
 
 use capgate_core::approval::ApprovalSummary;
 use capgate_core::error::{ErrorCode, PublicDetails, PublicError};
+use capgate_core::id::BoundedId;
 use capgate_core::meta::{Risk, SideEffect};
 use capgate_core::runtime::Scope;
 use serde::{Deserialize, Serialize};
 
-/// Longest accepted id (invocation, approval, correlation, capability).
-pub const MAX_ID_LEN: usize = 256;
 /// Most scope entries (tags + ids).
 pub const MAX_SCOPE_ENTRIES: usize = 1000;
 
 /// `describe` request.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DescribeBody {
     /// Optional narrowing.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<Scope>,
 }
 
 /// `invoke` request.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct InvokeBody {
     /// The capability.
-    pub capability_id: String,
+    pub capability_id: BoundedId,
     /// The input (validated by the runtime).
     #[serde(default)]
     pub input: serde_json::Value,
     /// Stable identity of this call, chosen by the caller before dispatch.
-    pub invocation_id: String,
+    pub invocation_id: BoundedId,
     /// Correlation id carried into audit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub correlation_id: Option<String>,
+    pub correlation_id: Option<BoundedId>,
     /// The contract digest the caller was built against; a stale one is CONTRACT_MISMATCH.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub contract_digest: Option<String>,
+    pub contract_digest: Option<BoundedId>,
 }
 
 /// `getInvocation` request.
@@ -60,7 +58,7 @@ pub struct InvokeBody {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GetInvocationBody {
     /// The invocation.
-    pub invocation_id: String,
+    pub invocation_id: BoundedId,
 }
 
 /// `getApproval` request.
@@ -68,25 +66,24 @@ pub struct GetInvocationBody {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GetApprovalBody {
     /// The approval.
-    pub approval_id: String,
+    pub approval_id: BoundedId,
 }
 
 /// `resumeApproval` request.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ResumeApprovalBody {
     /// The approval.
-    pub approval_id: String,
+    pub approval_id: BoundedId,
     /// The ORIGINAL invocation id of the call that asked for approval.
-    pub invocation_id: String,
+    pub invocation_id: BoundedId,
     /// Correlation id of this resume (as `invoke` takes one), carried into the
     /// resumed execution and its events; without it the original call's one is kept.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub correlation_id: Option<String>,
+    pub correlation_id: Option<BoundedId>,
     /// The contract digest the caller is built against, checked as on invoke: a stale one
     /// is CONTRACT_MISMATCH and nothing runs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub contract_digest: Option<String>,
+    pub contract_digest: Option<BoundedId>,
 }
 
 /// What a human must decide, without stored input or actor records.
@@ -201,6 +198,7 @@ impl CapabilityOutcome {
 /// The error of a failed or cancelled [`CapabilityOutcome`]: the model-safe
 /// [`PublicError`] shape, with a code that is either a core [`ErrorCode`] or one of the
 /// [`gateway_codes`] (which the core's closed list does not hold).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OutcomeError {
@@ -211,7 +209,6 @@ pub struct OutcomeError {
     /// Whether retrying may succeed.
     pub retryable: bool,
     /// INPUT_INVALID issue paths and messages, never values.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub details: Option<PublicDetails>,
 }
 
@@ -271,32 +268,8 @@ pub struct GatewayError {
     pub retryable: bool,
 }
 
-/// A receipt of an invocation.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct InvocationReceipt {
-    /// The invocation.
-    pub invocation_id: String,
-    /// The capability.
-    pub capability_id: String,
-    /// The contract digest at admission.
-    pub contract_digest: String,
-    /// Correlation id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub correlation_id: Option<String>,
-    /// Approval id, once one was requested.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub approval_id: Option<String>,
-    /// `pending` (no authoritative result; the effect may have happened) or `settled`.
-    pub state: String,
-    /// The settled outcome.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub outcome: Option<CapabilityOutcome>,
-    /// ISO creation time.
-    pub created_at: String,
-    /// ISO last update time.
-    pub updated_at: String,
-}
+/// A receipt of an invocation: core's one receipt type, with the gateway's typed outcome.
+pub type InvocationReceipt = capgate_core::journal::InvocationReceipt<CapabilityOutcome>;
 
 /// One capability of the portable contract (version 1).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

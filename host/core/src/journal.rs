@@ -16,32 +16,18 @@
 
 use crate::actor::{ActorKind, ActorRef, Surface};
 use crate::canonical::{canonical_json, input_hash, sha256_hex};
+use crate::id::BoundedId;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-/// Longest invocation, capability or approval id the journal accepts (docs/gateway.md).
-pub const MAX_ID_CHARS: usize = 256;
-
-/// Check an id against the journal's bounds: non-empty, at most [`MAX_ID_CHARS`]
-/// characters, no control characters. `what` names the field in the error.
+/// Check an id against the journal's bounds, those of every [`BoundedId`]: non-empty, at
+/// most [`BoundedId::MAX_CHARS`] characters, no control characters. `what` names the field
+/// in the error.
 pub fn validate_id(what: &str, id: &str) -> Result<(), JournalError> {
-    if id.is_empty() {
-        return Err(JournalError::Invalid(format!("{what} is empty")));
-    }
-    if id.chars().count() > MAX_ID_CHARS {
-        return Err(JournalError::Invalid(format!(
-            "{what} is longer than {MAX_ID_CHARS} characters"
-        )));
-    }
-    if id.chars().any(char::is_control) {
-        return Err(JournalError::Invalid(format!(
-            "{what} contains control characters"
-        )));
-    }
-    Ok(())
+    BoundedId::check(id).map_err(|e| JournalError::Invalid(format!("{what} {e}")))
 }
 
 fn hash_parts(parts: &[&str]) -> Result<String, JournalError> {
@@ -127,6 +113,7 @@ crate::wire_enum! {
 
 /// A journal entry: the public receipt plus the private fields (scope, input, hashes,
 /// claim token) that must never reach a model or a client.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InvocationRecord {
@@ -147,19 +134,15 @@ pub struct InvocationRecord {
     /// Pending or settled.
     pub state: InvocationState,
     /// The approval this invocation asked for, kept after it is resumed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval_id: Option<String>,
     /// Settled as approval-required and not yet resumed: [`InvocationJournal::claim_resume`]
     /// may reopen it.
     pub awaiting_approval: bool,
     /// Caller correlation id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub correlation_id: Option<String>,
     /// The contract digest the caller invoked against.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub contract_digest: Option<String>,
     /// The settled outcome (the gateway's `CapabilityOutcome` JSON); `None` while pending.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<serde_json::Value>,
     /// Settled by an operator through [`InvocationJournal::reconcile`], not by the call.
     pub reconciled: bool,
@@ -175,8 +158,16 @@ impl InvocationRecord {
         self.capability_id == capability_id && self.input_hash == input_hash
     }
 
-    /// The public receipt (no scope, input, hashes or claim token).
+    /// The public receipt (no scope, input, hashes or claim token), with the stored
+    /// outcome as JSON.
     pub fn receipt(&self) -> InvocationReceipt {
+        self.receipt_with(self.outcome.clone())
+    }
+
+    /// The public receipt with the outcome as the caller reads it back (the gateway's
+    /// typed `CapabilityOutcome`, say); `outcome` is what the caller decoded from
+    /// [`InvocationRecord::outcome`].
+    pub fn receipt_with<O>(&self, outcome: Option<O>) -> InvocationReceipt<O> {
         InvocationReceipt {
             invocation_id: self.invocation_id.clone(),
             capability_id: self.capability_id.clone(),
@@ -184,17 +175,21 @@ impl InvocationRecord {
             correlation_id: self.correlation_id.clone(),
             approval_id: self.approval_id.clone(),
             state: self.state,
-            outcome: self.outcome.clone(),
+            outcome,
             created_at: self.created_at,
             updated_at: self.updated_at,
         }
     }
 }
 
-/// What a client may learn about an invocation (`InvocationReceipt`, docs/gateway.md).
+/// What a client may learn about an invocation (`InvocationReceipt`, docs/gateway.md): the
+/// one receipt type, whose outcome is JSON here and the gateway's typed outcome on the
+/// wire (`capgate_client::wire::InvocationReceipt`). Timestamps are RFC 3339 UTC with
+/// milliseconds on the wire.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct InvocationReceipt {
+pub struct InvocationReceipt<O = serde_json::Value> {
     /// The invocation id.
     pub invocation_id: String,
     /// The capability.
@@ -208,15 +203,33 @@ pub struct InvocationReceipt {
     /// The approval, if one was asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval_id: Option<String>,
-    /// Pending or settled.
+    /// Pending (no authoritative result; the effect may have happened) or settled.
     pub state: InvocationState,
     /// The settled outcome.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub outcome: Option<serde_json::Value>,
+    pub outcome: Option<O>,
     /// When first claimed.
+    #[serde(with = "rfc3339_millis")]
     pub created_at: DateTime<Utc>,
     /// When last changed.
+    #[serde(with = "rfc3339_millis")]
     pub updated_at: DateTime<Utc>,
+}
+
+/// Receipt timestamps on the wire: `2026-11-29T08:00:00.123Z`.
+mod rfc3339_millis {
+    use chrono::{DateTime, SecondsFormat, Utc};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&t.to_rfc3339_opts(SecondsFormat::Millis, true))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        DateTime::parse_from_rfc3339(&text)
+            .map(|t| t.with_timezone(&Utc))
+            .map_err(serde::de::Error::custom)
+    }
 }
 
 /// A request to admit one invocation. Built with [`ClaimRequest::new`], which validates

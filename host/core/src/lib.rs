@@ -62,6 +62,7 @@
 //! - [`Redactor`](redact::Redactor): what leaves the trust boundary.
 //! - [`AuditSink`](audit::AuditSink): evidence without payloads.
 //! - [`ExecutionResult`](result::ExecutionResult): the one envelope every call returns.
+//! - [`BoundedId`](id::BoundedId): the one rule for every id that crosses a trust boundary.
 //! - [`metrics`]: calls, policies and approvals counted through the `metrics` facade, with
 //!   labels from configuration only (install a recorder to collect them).
 //!
@@ -96,6 +97,7 @@ pub mod authz;
 pub mod canonical;
 pub mod clock;
 pub mod error;
+pub mod id;
 pub mod journal;
 pub mod meta;
 pub mod metrics;

@@ -22,6 +22,7 @@ use axum::http::request::Parts;
 use capgate_core::actor::Surface;
 use capgate_core::authz::{AuthorizeRequest, Authorizer, Operation};
 use capgate_core::clock::Clock;
+use capgate_core::id::BoundedId;
 use governor::clock::{Clock as _, DefaultClock};
 use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota, RateLimiter};
@@ -360,35 +361,35 @@ impl<S: DoorState, T: WireBody> FromRequest<S> for Valid<T> {
     }
 }
 
-/// Parse a JSON request body; an empty body is `{}`. Errors name the field and position.
+/// Parse a JSON request body; an empty body is `{}`. Errors name the field (its path, as
+/// `scope.tags[3]`) and the position.
 pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8], operation: &str) -> Result<T, Reject> {
     let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
         b"{}"
     } else {
         bytes
     };
-    serde_json::from_slice(bytes)
-        .map_err(|e| Reject::bad_request(format!("Invalid {operation} request: {e}.")))
+    let invalid = |e: &dyn std::fmt::Display| {
+        Reject::bad_request(format!("Invalid {operation} request: {e}."))
+    };
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." {
+            invalid(&inner)
+        } else {
+            invalid(&format_args!("`{path}`: {inner}"))
+        }
+    })?;
+    de.end().map_err(|e| invalid(&e))?;
+    Ok(value)
 }
 
-/// A bounded id: non-empty, at most [`crate::wire::MAX_ID_LEN`] characters, no control
-/// characters.
+/// A bounded id ([`BoundedId`]) that arrives outside a wire body: a path segment, a query
+/// parameter, a scope entry.
 pub(crate) fn check_id(field: &str, value: &str) -> Result<(), Reject> {
-    use crate::wire::MAX_ID_LEN;
-    if value.is_empty() {
-        return Err(Reject::bad_request(format!("`{field}` must not be empty.")));
-    }
-    if value.chars().count() > MAX_ID_LEN {
-        return Err(Reject::bad_request(format!(
-            "`{field}` is longer than {MAX_ID_LEN} characters."
-        )));
-    }
-    if value.chars().any(char::is_control) {
-        return Err(Reject::bad_request(format!(
-            "`{field}` contains control characters."
-        )));
-    }
-    Ok(())
+    BoundedId::check(value).map_err(|e| Reject::bad_request(format!("`{field}` {e}.")))
 }
 
 #[cfg(test)]

@@ -64,48 +64,21 @@ impl WireBody for DescribeBody {
     }
 }
 
+// Their ids are `BoundedId`s, refused while the body is parsed.
 impl WireBody for InvokeBody {
     const OPERATION: &'static str = "invoke";
-    fn check(&self) -> Result<(), Reject> {
-        check_id("capabilityId", &self.capability_id)?;
-        check_id("invocationId", &self.invocation_id)?;
-        if let Some(c) = &self.correlation_id {
-            check_id("correlationId", c)?;
-        }
-        if let Some(d) = &self.contract_digest {
-            check_id("contractDigest", d)?;
-        }
-        Ok(())
-    }
 }
 
 impl WireBody for GetInvocationBody {
     const OPERATION: &'static str = "getInvocation";
-    fn check(&self) -> Result<(), Reject> {
-        check_id("invocationId", &self.invocation_id)
-    }
 }
 
 impl WireBody for GetApprovalBody {
     const OPERATION: &'static str = "getApproval";
-    fn check(&self) -> Result<(), Reject> {
-        check_id("approvalId", &self.approval_id)
-    }
 }
 
 impl WireBody for ResumeApprovalBody {
     const OPERATION: &'static str = "resumeApproval";
-    fn check(&self) -> Result<(), Reject> {
-        check_id("approvalId", &self.approval_id)?;
-        check_id("invocationId", &self.invocation_id)?;
-        if let Some(c) = &self.correlation_id {
-            check_id("correlationId", c)?;
-        }
-        if let Some(d) = &self.contract_digest {
-            check_id("contractDigest", d)?;
-        }
-        Ok(())
-    }
 }
 
 fn check_scope(scope: &Scope) -> Result<(), Reject> {
@@ -296,7 +269,7 @@ impl Gateway {
             // the same concealed not-found an unknown id gets (SI-8).
             let scope = Scope {
                 tags: vec![],
-                ids: vec![req.capability_id.clone()],
+                ids: vec![req.capability_id.to_string()],
             };
             if self.describe_for(&who, Some(scope)).await?.is_empty() {
                 let result = self.runtime.conceal(self.invoke_request(&who, &req)).await;
@@ -357,9 +330,9 @@ impl Gateway {
                 claim_token,
                 idempotency_key: record.idempotency_key,
                 call: Call::Invoke {
-                    capability_id: req.capability_id,
+                    capability_id: req.capability_id.into(),
                     input: req.input,
-                    correlation_id: req.correlation_id,
+                    correlation_id: req.correlation_id.map(String::from),
                 },
             })),
         })
@@ -467,8 +440,8 @@ impl Gateway {
                 claim_token,
                 idempotency_key: reopened.idempotency_key,
                 call: Call::Resume {
-                    approval_id: req.approval_id.clone(),
-                    correlation_id: req.correlation_id.clone(),
+                    approval_id: req.approval_id.to_string(),
+                    correlation_id: req.correlation_id.clone().map(String::from),
                     previous_outcome: record.outcome.clone(),
                 },
             })),

@@ -269,24 +269,10 @@ pub(crate) fn stored_outcome(record: &InvocationRecord) -> Option<CapabilityOutc
     }
 }
 
-fn iso(t: chrono::DateTime<chrono::Utc>) -> String {
-    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
-
 /// The public receipt of a record.
 pub(crate) fn receipt(record: &InvocationRecord) -> InvocationReceipt {
-    InvocationReceipt {
-        invocation_id: record.invocation_id.clone(),
-        capability_id: record.capability_id.clone(),
-        contract_digest: record.contract_digest.clone().unwrap_or_default(),
-        correlation_id: record.correlation_id.clone(),
-        approval_id: record.approval_id.clone(),
-        state: record.state.as_str().to_string(),
-        outcome: match record.state {
-            InvocationState::Settled => stored_outcome(record),
-            InvocationState::Pending => None,
-        },
-        created_at: iso(record.created_at),
-        updated_at: iso(record.updated_at),
-    }
+    record.receipt_with(match record.state {
+        InvocationState::Settled => stored_outcome(record),
+        InvocationState::Pending => None,
+    })
 }

@@ -6,6 +6,7 @@ use crate::auth::{Authenticated, check_principal};
 use capgate_core::actor::{Actor, ActorKind, Surface};
 use capgate_core::authz::{AuthorizeRequest, Authorizer, Operation, Principal};
 use capgate_core::error::{CapabilityError, ErrorCode, Issue};
+use capgate_core::id::BoundedId;
 use capgate_core::meta::{Discovery, SideEffect};
 use capgate_core::procedure::ProgressFn;
 use capgate_core::result::ExecutionResult;
@@ -39,9 +40,6 @@ fn bounded_name(name: &str) -> String {
     }
     name[..end].to_string()
 }
-
-/// Longest approval id the resume tool accepts.
-const MAX_APPROVAL_ID_LEN: usize = 256;
 
 /// Where the caller's identity comes from.
 #[derive(Debug, Clone)]
@@ -229,7 +227,7 @@ impl CapgateMcp {
                 "approvalId": {
                     "type": "string",
                     "minLength": 1,
-                    "maxLength": MAX_APPROVAL_ID_LEN,
+                    "maxLength": BoundedId::MAX_CHARS,
                     "description": "The id of an approval a human has approved (apr_…)."
                 }
             },
@@ -495,22 +493,18 @@ fn object_schema(schema: &Value) -> JsonObject {
     }
 }
 
-fn approval_id_of(input: &Value) -> Result<String, CapabilityError> {
-    let issue = |message: &str| {
+fn approval_id_of(input: &Value) -> Result<BoundedId, CapabilityError> {
+    let issue = |message: String| {
         CapabilityError::input_invalid(vec![Issue {
             path: "/approvalId".into(),
-            message: message.into(),
+            message,
         }])
     };
     match input.get("approvalId") {
-        Some(Value::String(s)) if !s.trim().is_empty() && s.len() <= MAX_APPROVAL_ID_LEN => {
-            Ok(s.clone())
-        }
-        Some(Value::String(_)) => Err(issue(
-            "must be a non-empty string of at most 256 characters",
-        )),
-        Some(_) => Err(issue("must be a string")),
-        None => Err(issue("is required")),
+        Some(Value::String(s)) if s.trim().is_empty() => Err(issue("is blank".into())),
+        Some(Value::String(s)) => BoundedId::new(s.as_str()).map_err(|e| issue(e.to_string())),
+        Some(_) => Err(issue("must be a string".into())),
+        None => Err(issue("is required".into())),
     }
 }
 
@@ -625,6 +619,8 @@ mod tests {
             json!({}),
             json!({"approvalId": 3}),
             json!({"approvalId": " "}),
+            json!({"approvalId": "x".repeat(257)}),
+            json!({"approvalId": "apr_1\nforged"}),
         ] {
             let e = approval_id_of(&bad).err();
             assert_eq!(e.map(|e| e.code()), Some(ErrorCode::InputInvalid));

@@ -8,6 +8,7 @@
 use crate::gateway_support;
 
 use capgate_client::InvocationOptions;
+use capgate_core::journal::InvocationState;
 use capgate_gateway::wire::CapabilityOutcome;
 use gateway_support::{Counters, TestServer};
 use serde_json::json;
@@ -77,7 +78,7 @@ async fn fifty_concurrent_invokes_over_three_replicas_execute_once() {
             .await
             .unwrap_or_else(|e| panic!("getInvocation: {e}"))
             .unwrap_or_else(|| panic!("a receipt"));
-        assert_eq!(receipt.state, "settled");
+        assert_eq!(receipt.state, InvocationState::Settled);
         assert_eq!(receipt.outcome.as_ref(), Some(&completed[0]));
         let replay = client
             .invoke(
