@@ -163,26 +163,19 @@ pub struct PluginSection {
     pub path: String,
     /// Pinned SHA-256 (hex) of the Wasm bytes: required for a file, optional for an
     /// `oci://` path (whose digest already pins them; when given, it must agree).
-    #[serde(default)]
     pub sha256: Option<String>,
     /// Fuel per call.
-    #[serde(default)]
     pub fuel: Option<u64>,
     /// Memory cap in MiB.
-    #[serde(default)]
     pub memory_mb: Option<u64>,
     /// Per-call deadline.
-    #[serde(default)]
     pub timeout_ms: Option<u64>,
     /// `fresh` (default) or `pooled`.
-    #[serde(default)]
     pub isolation: Option<String>,
     /// Fresh isolation: ready instances kept instantiated ahead of calls (default 8; 0 turns
     /// the reserve off).
-    #[serde(default)]
     pub reserve: Option<u32>,
     /// Refill the reserve when this many or fewer are left (default: half of `reserve`).
-    #[serde(default)]
     pub reserve_refill_at: Option<u32>,
 }
 
@@ -193,7 +186,6 @@ pub struct BindingSection {
     /// The plugin.
     pub plugin: String,
     /// Phases (policies only).
-    #[serde(default)]
     pub phases: Option<Vec<capgate_core::policy::Phase>>,
     /// `enforce` (the default) or `shadow` (policies only): a shadow policy is evaluated
     /// like an enforcing one, but its stance never changes the outcome; where it would
@@ -231,10 +223,8 @@ pub enum SchemaRef {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ProcedureSection {
     /// A Wasm procedure plugin.
-    #[serde(default)]
     pub plugin: Option<String>,
     /// An HTTP upstream.
-    #[serde(default)]
     pub http: Option<capgate_provider::HttpUpstreamConfig>,
     /// Handed to the plugin.
     #[serde(default)]
@@ -262,29 +252,23 @@ pub struct CapabilitySection {
     #[serde(default)]
     pub tags: Vec<String>,
     /// Timeout.
-    #[serde(default)]
     pub timeout_ms: Option<u64>,
     /// Retries.
-    #[serde(default)]
     pub retry: Option<RetryConfig>,
     /// Idempotency.
     #[serde(default)]
     pub idempotent: bool,
     /// Static approval.
-    #[serde(default)]
     pub approval: Option<ApprovalConfig>,
     /// Tool names.
-    #[serde(default)]
     pub adapters: Option<AdapterNames>,
     /// `discoverable` (default: listed to models) or `contextual` (left out of model tool
     /// lists, presented by a UI; callable where exposed).
     #[serde(default)]
     pub discovery: capgate_core::meta::Discovery,
     /// Input schema.
-    #[serde(default)]
     pub input_schema: Option<SchemaRef>,
     /// Output schema.
-    #[serde(default)]
     pub output_schema: Option<SchemaRef>,
     /// Policy bindings, in order.
     #[serde(default)]
@@ -471,26 +455,19 @@ pub struct ApiKeySection {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JwtSection {
     /// HS256 secret, read from this environment variable.
-    #[serde(default)]
     pub hs256_secret_env: Option<String>,
     /// RS256 public key PEM file.
-    #[serde(default)]
     pub rs256_public_key: Option<String>,
     /// JWKS file.
-    #[serde(default)]
     pub jwks: Option<String>,
     /// Required issuer.
-    #[serde(default)]
     pub issuer: Option<String>,
     /// Required audience.
-    #[serde(default)]
     pub audience: Option<String>,
     /// Namespace claim (default `org`).
-    #[serde(default)]
     pub namespace_claim: Option<String>,
     /// Claim listing the surfaces a token may use (default `surfaces`); a token without it
     /// gets no model surface.
-    #[serde(default)]
     pub surfaces_claim: Option<String>,
 }
 

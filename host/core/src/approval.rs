@@ -40,6 +40,7 @@ crate::wire_enum! {
 }
 
 /// What stage 8 asks a coordinator to store.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ApprovalRequest {
@@ -75,7 +76,6 @@ pub struct ApprovalRequest {
     /// The execution that requested it.
     pub execution_id: String,
     /// The correlation id of the original call, kept for the resumed execution.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub correlation_id: Option<String>,
     /// The tenant partition the call was made in (empty when the embedder has none). The
     /// approvals API lists, shows and decides only within the approver's namespace, and a
@@ -89,6 +89,7 @@ pub struct ApprovalRequest {
 }
 
 /// A human decision.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Decision {
@@ -97,13 +98,11 @@ pub struct Decision {
     /// Who decided.
     pub approver: ActorRef,
     /// Optional comment.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comment: Option<String>,
     /// When.
     pub decided_at: DateTime<Utc>,
     /// The namespace the approver decided from (`None` for an operator's shell decision and
     /// for records decided before namespaces were recorded).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approver_namespace: Option<String>,
     /// How the decision was made: by an approver through the approvals API, by the
     /// requester confirming their own self-confirmable request, or by an operator from the
@@ -154,6 +153,7 @@ crate::wire_enum! {
 }
 
 /// A stored approval: the request plus its state.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ApprovalRecord {
@@ -163,10 +163,8 @@ pub struct ApprovalRecord {
     /// Current status (see [`ApprovalRecord::effective_status`] for lazy expiry).
     pub status: ApprovalStatus,
     /// The decision, once made.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<Decision>,
     /// The execution that consumed it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consumed_by_execution_id: Option<String>,
 }
 
@@ -239,32 +237,25 @@ pub struct ApprovalRef {
 }
 
 /// Filters for listing approvals.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ApprovalFilter {
     /// Only this effective status.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<ApprovalStatus>,
     /// Only this capability.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capability_id: Option<String>,
     /// Only this requester.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor_id: Option<String>,
     /// Only this tenant partition (the approvals API always sets the approver's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     /// Requested at or after.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested_after: Option<DateTime<Utc>>,
     /// Requested before.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested_before: Option<DateTime<Utc>>,
     /// Page size (default 100, at most 1000).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
     /// Records to skip.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offset: Option<u32>,
 }
 

@@ -34,6 +34,7 @@ pub enum DenyReason {
 }
 
 /// The event-specific part of an audit event; serialized as `{"type": …, "data": {…}}`.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", content = "data")]
 #[non_exhaustive]
@@ -48,17 +49,14 @@ pub enum EventPayload {
         /// SHA-256 of the canonical list of returned ids.
         digest: String,
         /// The ids, only when `audit.verbose` is set.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         capability_ids: Option<Vec<String>>,
     },
     /// Stage 2.
     #[serde(rename = "capability.requested", rename_all = "camelCase")]
     Requested {
         /// The capability's side effect, once resolved.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         side_effect: Option<SideEffect>,
         /// The capability's risk, once resolved.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         risk: Option<Risk>,
     },
     /// Stages 3, 4, 7.
@@ -69,11 +67,9 @@ pub enum EventPayload {
         /// What the caller was told.
         public_code: ErrorCode,
         /// Every policy's stance, when policies ran.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         policy_decisions: Option<Vec<PolicyStance>>,
         /// The approval a resume was asked to consume (capgate extension, on resume only),
         /// so a refused resume links to its approval as an executed one does.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         approval_id: Option<String>,
     },
     /// Stage 8 suspended the call.
@@ -96,16 +92,13 @@ pub enum EventPayload {
         /// Who.
         approver: ActorRef,
         /// Comment.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         comment: Option<String>,
         /// The approver's tenant partition (capgate extension; absent for an operator's
         /// shell decision).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         namespace: Option<String>,
         /// `operator` when an operator decided from the shell on the approver's behalf,
         /// `requester` when the requester confirmed their own call (capgate extension;
         /// absent for an approver's own decision).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         via: Option<String>,
     },
     /// A human rejected.
@@ -116,16 +109,13 @@ pub enum EventPayload {
         /// Who.
         approver: ActorRef,
         /// Comment.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         comment: Option<String>,
         /// The approver's tenant partition (capgate extension; absent for an operator's
         /// shell decision).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         namespace: Option<String>,
         /// `operator` when an operator decided from the shell on the approver's behalf,
         /// `requester` when the requester confirmed their own call (capgate extension;
         /// absent for an approver's own decision).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         via: Option<String>,
     },
     /// Stage 10.
@@ -134,7 +124,6 @@ pub enum EventPayload {
         /// Attempt number (1-based).
         attempt: u32,
         /// The approval this execution consumed.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         approval_id: Option<String>,
     },
     /// Stage 11 re-attempt.
@@ -159,21 +148,17 @@ pub enum EventPayload {
         /// The code.
         code: ErrorCode,
         /// The stage.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         stage: Option<Stage>,
         /// Whether retrying may help.
         retryable: bool,
         /// Attempts made.
         attempts: u32,
         /// The procedure ran before the failure (stages 12/13).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         executed_before_failure: Option<bool>,
         /// Policy stances, when a policy batch led to it.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         policy_decisions: Option<Vec<PolicyStance>>,
         /// The approval a resume was asked to consume (capgate extension, on resume only),
         /// so a refused resume links to its approval as an executed one does.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         approval_id: Option<String>,
     },
     /// Timeout or cancellation.
@@ -184,11 +169,9 @@ pub enum EventPayload {
         /// Wall time of the execution.
         duration_ms: u64,
         /// Allow-listed adapter metadata (e.g. a provider's stall terminal).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         metadata: Option<serde_json::Value>,
         /// The approval a resume was asked to consume (capgate extension, on resume only),
         /// so a refused resume links to its approval as an executed one does.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         approval_id: Option<String>,
     },
     /// A shadow policy would have changed this call's outcome (capgate extension, not one
@@ -215,7 +198,6 @@ pub enum EventPayload {
         /// What asked: `signal` (SIGHUP) or `admin` (`POST /admin/reload`).
         trigger: String,
         /// The operator's namespace (an `admin` reload only).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         namespace: Option<String>,
         /// The revision served before.
         previous_revision: String,
@@ -234,7 +216,6 @@ pub enum EventPayload {
         /// What asked: `signal` or `admin`.
         trigger: String,
         /// The operator's namespace (an `admin` reload only).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         namespace: Option<String>,
         /// The revision still served.
         revision: String,
@@ -270,6 +251,7 @@ impl EventPayload {
 }
 
 /// One audit event: the envelope plus the typed payload.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AuditEvent {
@@ -280,16 +262,12 @@ pub struct AuditEvent {
     /// Who (attributes stripped).
     pub actor: ActorRef,
     /// The execution.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub execution_id: Option<String>,
     /// The capability.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capability_id: Option<String>,
     /// Caller correlation.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub correlation_id: Option<String>,
     /// SHA-256 of the canonical validated input.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_hash: Option<String>,
     /// Type and data.
     #[serde(flatten)]

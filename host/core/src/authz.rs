@@ -2,9 +2,9 @@
 //! that Wasm `authorizer` plugins and native closures implement one trait.
 
 use crate::actor::{Actor, Surface};
+use crate::error::NamedFailure;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
 
 /// An authenticated caller of a gateway: the actor plus its tenant partition.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -60,32 +60,15 @@ pub enum AuthorizeError {
     /// The authorizer said no, for this reason.
     #[error("not authorized: {0}")]
     Denied(String),
-    /// A named authorizer (a plugin) refused or could not answer; `source` says which.
-    #[error("not authorized: {authorizer}: {source}")]
-    Failed {
-        /// The authorizer's name.
-        authorizer: String,
-        /// Its refusal or failure.
-        #[source]
-        source: Arc<dyn std::error::Error + Send + Sync + 'static>,
-    },
+    /// A named authorizer (a plugin) refused or could not answer: `NamedFailure::new(name, e).into()`.
+    #[error("not authorized: {0}")]
+    Failed(#[from] NamedFailure),
 }
 
 impl AuthorizeError {
     /// A refusal with a private reason.
     pub fn denied(reason: impl Into<String>) -> Self {
         AuthorizeError::Denied(reason.into())
-    }
-
-    /// A named authorizer refused or failed with `source`.
-    pub fn failed(
-        authorizer: impl Into<String>,
-        source: impl std::error::Error + Send + Sync + 'static,
-    ) -> Self {
-        AuthorizeError::Failed {
-            authorizer: authorizer.into(),
-            source: Arc::new(source),
-        }
     }
 }
 

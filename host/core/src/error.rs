@@ -63,101 +63,64 @@ impl ErrorCode {
     pub fn defaults(self) -> ErrorDefaults {
         use ErrorCode::*;
         use Stage as S;
-        // One row per code: (stage, retryable, exposed, public message).
-        let (stage, retryable, exposed, message) = match self {
-            CapabilityNotFound => (Some(S::Discovery), false, true, NOT_FOUND_MESSAGE),
-            InputInvalid => (
-                Some(S::InputValidation),
-                false,
-                true,
-                "The input is invalid.",
-            ),
-            Unauthenticated => (
-                Some(S::Authentication),
-                false,
-                true,
-                "Authentication is required.",
-            ),
-            Forbidden => (
-                Some(S::Authorization),
-                false,
-                true,
-                "The operation is forbidden.",
-            ),
-            PolicyDenied => (
-                Some(S::Policy),
-                false,
-                true,
-                "The request was denied by policy.",
-            ),
-            PolicyFailed => (Some(S::Policy), false, false, "Policy evaluation failed."),
-            ApprovalRequired => (Some(S::Approval), false, true, "Approval is required."),
-            ApprovalPending => (
-                Some(S::Approval),
-                true,
-                true,
-                "The approval is still pending.",
-            ),
-            ApprovalRejected => (Some(S::Approval), false, true, "The approval was rejected."),
-            ApprovalExpired => (Some(S::Approval), false, true, "The approval has expired."),
-            ApprovalConsumed => (
-                Some(S::Approval),
-                false,
-                true,
-                "The approval has already been used.",
-            ),
-            ApprovalInputMismatch => (
-                Some(S::Approval),
-                false,
-                false,
-                "The approved input does not match its hash.",
-            ),
-            ApprovalSelfApproval => (
-                Some(S::Approval),
-                false,
-                true,
-                "The requester cannot approve their own request.",
-            ),
-            ApprovalUnserializableInput => (
-                Some(S::Approval),
-                false,
-                false,
-                "The input cannot be serialized for approval.",
-            ),
-            ApprovalResumeMismatch => (
-                Some(S::Approval),
-                false,
-                false,
-                "The approval does not belong to this caller.",
-            ),
-            ExecutionFailed => (Some(S::Execution), false, false, OPERATION_FAILED),
-            OutputInvalid => (
-                Some(S::OutputValidation),
-                false,
-                false,
-                "The output violated its contract.",
-            ),
-            Timeout => (Some(S::Timeout), true, true, "The operation timed out."),
-            Cancelled => (
-                Some(S::Cancellation),
-                false,
-                true,
-                "The operation was cancelled.",
-            ),
-            AuditUnavailable => (
-                Some(S::Execution),
-                true,
-                false,
-                "The audit trail is unavailable.",
-            ),
-            AdapterError => (Some(S::Adapter), false, false, "The adapter failed."),
-            InternalError => (None, false, false, OPERATION_FAILED),
+        // One row per code: (stage, retryable, exposed); the message is `default_message`.
+        let (stage, retryable, exposed) = match self {
+            CapabilityNotFound => (Some(S::Discovery), false, true),
+            InputInvalid => (Some(S::InputValidation), false, true),
+            Unauthenticated => (Some(S::Authentication), false, true),
+            Forbidden => (Some(S::Authorization), false, true),
+            PolicyDenied => (Some(S::Policy), false, true),
+            PolicyFailed => (Some(S::Policy), false, false),
+            ApprovalRequired => (Some(S::Approval), false, true),
+            ApprovalPending => (Some(S::Approval), true, true),
+            ApprovalRejected => (Some(S::Approval), false, true),
+            ApprovalExpired => (Some(S::Approval), false, true),
+            ApprovalConsumed => (Some(S::Approval), false, true),
+            ApprovalInputMismatch => (Some(S::Approval), false, false),
+            ApprovalSelfApproval => (Some(S::Approval), false, true),
+            ApprovalUnserializableInput => (Some(S::Approval), false, false),
+            ApprovalResumeMismatch => (Some(S::Approval), false, false),
+            ExecutionFailed => (Some(S::Execution), false, false),
+            OutputInvalid => (Some(S::OutputValidation), false, false),
+            Timeout => (Some(S::Timeout), true, true),
+            Cancelled => (Some(S::Cancellation), false, true),
+            AuditUnavailable => (Some(S::Execution), true, false),
+            AdapterError => (Some(S::Adapter), false, false),
+            InternalError => (None, false, false),
         };
         ErrorDefaults {
             stage,
             retryable,
             exposed,
-            message,
+            message: self.default_message(),
+        }
+    }
+
+    /// The public message a [`CapabilityError`] of this code starts with.
+    fn default_message(self) -> &'static str {
+        use ErrorCode::*;
+        match self {
+            CapabilityNotFound => NOT_FOUND_MESSAGE,
+            InputInvalid => "The input is invalid.",
+            Unauthenticated => "Authentication is required.",
+            Forbidden => "The operation is forbidden.",
+            PolicyDenied => "The request was denied by policy.",
+            PolicyFailed => "Policy evaluation failed.",
+            ApprovalRequired => "Approval is required.",
+            ApprovalPending => "The approval is still pending.",
+            ApprovalRejected => "The approval was rejected.",
+            ApprovalExpired => "The approval has expired.",
+            ApprovalConsumed => "The approval has already been used.",
+            ApprovalInputMismatch => "The approved input does not match its hash.",
+            ApprovalSelfApproval => "The requester cannot approve their own request.",
+            ApprovalUnserializableInput => "The input cannot be serialized for approval.",
+            ApprovalResumeMismatch => "The approval does not belong to this caller.",
+            ExecutionFailed | InternalError => OPERATION_FAILED,
+            OutputInvalid => "The output violated its contract.",
+            Timeout => "The operation timed out.",
+            Cancelled => "The operation was cancelled.",
+            AuditUnavailable => "The audit trail is unavailable.",
+            AdapterError => "The adapter failed.",
         }
     }
 }
@@ -266,6 +229,32 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// A private cause: kept for logs and operators, never serialized.
 pub type Cause = Arc<dyn std::error::Error + Send + Sync + 'static>;
+
+/// A named seam implementation (an authorizer or redactor plugin, say) that refused or
+/// failed, with its error: what [`AuthorizeError`](crate::authz::AuthorizeError) and
+/// [`RedactError`](crate::redact::RedactError) keep, so logs say which one and why.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{name}: {source}")]
+pub struct NamedFailure {
+    /// The configured name of what failed.
+    pub name: String,
+    /// Its refusal or failure.
+    #[source]
+    pub source: Cause,
+}
+
+impl NamedFailure {
+    /// `name` failed with `source`.
+    pub fn new(
+        name: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        NamedFailure {
+            name: name.into(),
+            source: Arc::new(source),
+        }
+    }
+}
 
 /// A governed failure. Serializing it yields only the model-safe wire shape (see
 /// [`CapabilityError::to_public`]); the stage, the private cause and private details stay
@@ -440,6 +429,7 @@ impl Serialize for CapabilityError {
 }
 
 /// What crosses a trust boundary of an error.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PublicError {
@@ -450,7 +440,6 @@ pub struct PublicError {
     /// Whether retrying may succeed.
     pub retryable: bool,
     /// INPUT_INVALID issue paths and messages, never values.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub details: Option<PublicDetails>,
 }
 

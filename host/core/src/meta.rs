@@ -116,17 +116,16 @@ impl Expose {
 }
 
 /// Runtime-managed retries of stage 11 (SI-11 decides eligibility).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RetryConfig {
     /// Additional attempts after the first.
     pub max_attempts: u32,
     /// Base backoff; attempt n waits `backoff_ms * 2^(n-1)`. Default 250.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff_ms: Option<u64>,
     /// When set, only errors with one of these codes are retried (the declarative form of
     /// the reference's `retryOn` predicate).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_on: Option<Vec<ErrorCode>>,
 }
 
@@ -146,20 +145,20 @@ pub struct ApprovalConfig {
 }
 
 /// Tool-name overrides per model adapter.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AdapterNames {
     /// Tool name for the AI SDK adapter (default: id with `.` replaced by `_`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ai_sdk: Option<String>,
     /// Tool name for MCP (default: id with `.` replaced by `_`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp: Option<String>,
 }
 
 /// The governance metadata of one capability. Policies, redactors and the
 /// procedure are attached to the capability definition, not stored here, so the meta stays
 /// plain data that can be hashed into the contract digest.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CapabilityMeta {
@@ -175,19 +174,15 @@ pub struct CapabilityMeta {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
     /// Per-capability timeout of one attempt; default `defaults.timeout_ms`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
     /// Runtime retries.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetryConfig>,
     /// Explicit declaration that repeating a call is safe.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub idempotent: bool,
     /// Static approval requirement.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<ApprovalConfig>,
     /// Tool-name overrides.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adapters: Option<AdapterNames>,
     /// How clients find it: listed to models, or presented by a UI in context (the
     /// portable contract's `discovery`, docs/gateway.md). Omitted when `discoverable`, so

@@ -34,6 +34,7 @@ crate::wire_enum! {
 pub const DEFAULT_PHASES: &[Phase] = &[Phase::Invocation];
 
 /// A policy's stance (combined as in docs/pipeline.md, stage 7).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum PolicyDecision {
@@ -42,10 +43,8 @@ pub enum PolicyDecision {
     /// Refuse with POLICY_DENIED; `message` becomes the public message.
     Deny {
         /// Private code for audit/logs.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         code: Option<String>,
         /// Public message shown to the model.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         message: Option<String>,
     },
     /// Conceal: CAPABILITY_NOT_FOUND externally, `hidden` in audit.
@@ -56,10 +55,8 @@ pub enum PolicyDecision {
         /// Why (required, non-empty).
         reason: String,
         /// Approval type (e.g. `manager`).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         approval_type: Option<String>,
         /// Expiry; the minimum over all policies wins.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         expires_in_ms: Option<u64>,
     },
 }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 /// What the procedure learns about the governed call (`context.agent` in the reference).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentInvocationInfo {
@@ -29,10 +30,8 @@ pub struct AgentInvocationInfo {
     /// The actor the call runs as (the original requester after a resume).
     pub actor: Actor,
     /// The approval and its approver, after a resume or inline approval.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<ApprovalRef>,
     /// Caller-supplied correlation id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub correlation_id: Option<String>,
     /// Stable across runtime retries (`idk_…`), or supplied by the adapter.
     pub idempotency_key: String,

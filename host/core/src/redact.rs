@@ -1,6 +1,7 @@
 //! Redaction shapes what leaves the trust boundary: the output a model sees (stage 13) and
 //! the input a human approver sees in approval listings.
 
+use crate::error::NamedFailure;
 use crate::policy::CapabilityInfo;
 use async_trait::async_trait;
 use std::sync::Arc;
@@ -12,32 +13,15 @@ pub enum RedactError {
     /// The redactor refused the value, for this reason.
     #[error("redaction failed: {0}")]
     Refused(String),
-    /// A named redactor (a plugin) failed; `source` says how.
-    #[error("redaction failed: {redactor}: {source}")]
-    Failed {
-        /// The redactor's name.
-        redactor: String,
-        /// Its failure.
-        #[source]
-        source: Arc<dyn std::error::Error + Send + Sync + 'static>,
-    },
+    /// A named redactor (a plugin) failed: `NamedFailure::new(name, e).into()`.
+    #[error("redaction failed: {0}")]
+    Failed(#[from] NamedFailure),
 }
 
 impl RedactError {
     /// A refusal with a reason.
     pub fn refused(reason: impl Into<String>) -> Self {
         RedactError::Refused(reason.into())
-    }
-
-    /// A named redactor failed with `source`.
-    pub fn failed(
-        redactor: impl Into<String>,
-        source: impl std::error::Error + Send + Sync + 'static,
-    ) -> Self {
-        RedactError::Failed {
-            redactor: redactor.into(),
-            source: Arc::new(source),
-        }
     }
 }
 

@@ -14,6 +14,7 @@ pub enum EffectStatus {
 }
 
 /// The outcome of `invoke` or `resume`.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "status", rename_all = "kebab-case")]
 pub enum ExecutionResult {
@@ -41,7 +42,6 @@ pub enum ExecutionResult {
         /// The error (serializes to its model-safe shape only).
         error: CapabilityError,
         /// Set when the procedure was entered.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         effect_status: Option<EffectStatus>,
     },
     /// TIMEOUT or CANCELLED.
@@ -52,7 +52,6 @@ pub enum ExecutionResult {
         /// The error.
         error: CapabilityError,
         /// Set when the procedure was entered.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         effect_status: Option<EffectStatus>,
     },
 }

@@ -165,6 +165,7 @@ pub struct DescribeOptions {
 }
 
 /// What a model learns about a capability: enough to call it, nothing else.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CapabilityDescriptor {
@@ -181,7 +182,6 @@ pub struct CapabilityDescriptor {
     /// Tags.
     pub tags: Vec<String>,
     /// Set when a call will need approval.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requires_approval: Option<bool>,
     /// Whether model tool lists offer it or a UI presents it in context.
     #[serde(

@@ -64,7 +64,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use capgate_core::actor::{ActorRef, Surface};
 use capgate_core::approval::{
-    ApprovalFilter, ApprovalRecord, ApprovalStatus, ApprovalStoreError, Decision, DecisionStatus,
+    ApprovalFilter, ApprovalRecord, ApprovalStatus, ApprovalStoreError, ApprovalSummary, Decision,
+    DecisionStatus,
 };
 use capgate_core::authz::Operation;
 use capgate_core::meta::{Risk, SideEffect};
@@ -83,13 +84,14 @@ pub const MAX_DECISION_BODY_BYTES: usize = 16 * 1024;
 pub const DECISION_AUDIT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One approval as an approver sees it.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ApprovalView {
-    /// `apr_…`
-    pub id: String,
-    /// The capability.
-    pub capability_id: String,
+    /// What the requester may see too (id, capability, status with lazy expiry applied,
+    /// reasons, types, times); its fields stand at the top level of the JSON.
+    #[serde(flatten)]
+    pub summary: ApprovalSummary,
     /// The surface of the original call.
     pub surface: Surface,
     /// Who asked (id and kind only).
@@ -98,30 +100,17 @@ pub struct ApprovalView {
     pub input: serde_json::Value,
     /// SHA-256 of the canonical input the approval binds.
     pub input_hash: String,
-    /// Why approval is needed.
-    pub reasons: Vec<String>,
-    /// Approval types.
-    pub types: Vec<String>,
     /// Risk of the capability.
     pub risk: Risk,
     /// Side effect of the capability.
     pub side_effect: SideEffect,
-    /// Status, with lazy expiry applied.
-    pub status: ApprovalStatus,
-    /// When requested.
-    pub requested_at: DateTime<Utc>,
-    /// When it expires.
-    pub expires_at: DateTime<Utc>,
     /// The execution that asked.
     pub execution_id: String,
     /// Correlation id of the original call.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub correlation_id: Option<String>,
     /// The decision, once made.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<Decision>,
     /// The execution that consumed it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consumed_by_execution_id: Option<String>,
     /// Whether the viewer is the requester (a self-decision is refused unless the
     /// approval's types are self-confirmable).
@@ -143,15 +132,14 @@ pub struct ApprovalView {
     #[serde(default)]
     pub may_reject: bool,
     /// Why a decision is not offered, for the viewer.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision_note: Option<String>,
     /// For a consumed approval, how the resumed call ended (from the audit trail), when
     /// the API was given an [`ExecutionHistory`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<ExecutionOutcome>,
 }
 
 /// How the execution that consumed an approval ended, as its audit trail tells it.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecutionOutcome {
@@ -160,7 +148,6 @@ pub struct ExecutionOutcome {
     /// How it ended (or that it has not yet).
     pub status: OutcomeStatus,
     /// The error code of a failure or cancellation.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<String>,
     /// When its last event was recorded.
     pub at: DateTime<Utc>,
@@ -231,19 +218,21 @@ impl From<ApprovalRecord> for ApprovalView {
         let q = r.request;
         let input_withheld = q.input.is_null();
         ApprovalView {
-            id: q.id,
-            capability_id: q.capability_id,
+            summary: ApprovalSummary {
+                id: q.id,
+                capability_id: q.capability_id,
+                status: r.status,
+                reasons: q.reasons,
+                types: q.types,
+                requested_at: q.requested_at,
+                expires_at: q.expires_at,
+            },
             surface: q.surface,
             requester: q.actor.reference(),
             input: q.input,
             input_hash: q.input_hash,
-            reasons: q.reasons,
-            types: q.types,
             risk: q.risk,
             side_effect: q.side_effect,
-            status: r.status,
-            requested_at: q.requested_at,
-            expires_at: q.expires_at,
             execution_id: q.execution_id,
             correlation_id: q.correlation_id,
             decision: r.decision,
@@ -260,13 +249,13 @@ impl From<ApprovalRecord> for ApprovalView {
 }
 
 /// The body of `POST /approvals/{id}/decision`.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DecisionBody {
     /// `approved` or `rejected`.
     pub decision: DecisionStatus,
     /// Optional comment (at most 4096 bytes).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comment: Option<String>,
 }
 

@@ -45,6 +45,7 @@ pub enum EventType {
 }
 
 /// One execution event.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RuntimeEvent {
     /// The type.
@@ -57,10 +58,8 @@ pub struct RuntimeEvent {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
     /// A structured progress value (what a `ProgressFn` receives), if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<serde_json::Value>,
     /// Token usage, observation data.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<TokenUsage>,
 }
 
@@ -175,13 +174,13 @@ pub enum FrameType {
 }
 
 /// One frame of a provider tunnel's response.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TunnelFrame {
     /// The type.
     #[serde(rename = "type")]
     pub frame_type: FrameType,
     /// Response status (on `response_start`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
     /// Response headers (on `response_start`, optional).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -193,7 +192,6 @@ pub struct TunnelFrame {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub error: String,
     /// Token usage, observation data.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<TokenUsage>,
 }
 

@@ -121,6 +121,7 @@ pub enum ProbeError {
 }
 
 /// The exact target a probe must answer for.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProbeTarget {
     /// The adapter.
@@ -128,11 +129,11 @@ pub struct ProbeTarget {
     /// The exact target.
     pub target: String,
     /// A pinned instance key, when set.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_key: Option<String>,
 }
 
 /// The typed, target-aware result of one probe. It has no room for arbitrary metadata.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProbeOutcome {
     /// The adapter that answered.
@@ -140,12 +141,10 @@ pub struct ProbeOutcome {
     /// The target it answered for.
     pub target: String,
     /// The instance that answered, if known.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_key: Option<String>,
     /// The reported status.
     pub status: ProbeStatus,
     /// A returned error (takes precedence over `status`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ProbeError>,
 }
 

@@ -86,6 +86,7 @@ pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
 
 /// How to reach one application backend.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HttpUpstreamConfig {
@@ -94,18 +95,15 @@ pub struct HttpUpstreamConfig {
     /// Where calls are POSTed.
     pub url: String,
     /// The health endpoint; without one, probes fail closed to `health_unknown`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_url: Option<String>,
     /// Static headers sent with every call (e.g. a service credential).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
     /// Connect timeout (default [`DEFAULT_CONNECT_TIMEOUT_MS`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_timeout_ms: Option<u64>,
     /// A PEM bundle of extra trusted root certificates for `https://` (e.g. a private CA),
     /// trusted in addition to the system's roots. A relative path is opened from the
     /// working directory; the `capgate` binary resolves it against the config file first.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_file: Option<PathBuf>,
 }
 
@@ -400,6 +398,7 @@ impl HttpUpstream {
     }
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct UpstreamRequest<'a> {
@@ -407,7 +406,6 @@ struct UpstreamRequest<'a> {
     attempt: u32,
     input: &'a serde_json::Value,
     context: &'a serde_json::Value,
-    #[serde(skip_serializing_if = "Option::is_none")]
     agent: Option<&'a AgentInvocationInfo>,
 }
 

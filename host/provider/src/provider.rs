@@ -68,20 +68,19 @@ impl TokenUsage {
 }
 
 /// One execution request, as it crosses the wire boundary (`RunRequest`).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct RunRequest {
     /// The run this attempt belongs to; cancellation targets it when non-empty.
     pub run_id: String,
     /// Opaque correlation value: selects, creates, resumes and terminates nothing.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
     /// The validated input.
     pub input: serde_json::Value,
     /// The application context.
     pub context: serde_json::Value,
     /// Governance facts about the call, when it comes from the capability pipeline.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub agent: Option<Arc<AgentInvocationInfo>>,
     /// The attempt number (1-based; 0 is read as 1).
     pub attempt: u32,
@@ -95,13 +94,13 @@ pub struct RunRequest {
 
 /// One tunnel request (`ProviderTunnelRequest`): a raw exchange with the provider whose
 /// response comes back as [`TunnelFrame`](crate::events::TunnelFrame)s.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ProviderTunnelRequest {
     /// The run this tunnel belongs to; cancellation targets it when non-empty.
     pub run_id: String,
     /// Opaque correlation value.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
     /// What to send through the tunnel (provider-specific).
     pub payload: serde_json::Value,
@@ -255,13 +254,13 @@ impl FromStr for ProviderCommand {
 }
 
 /// Per-provider configuration (`NodeProviderConf`).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ProviderConf {
     /// Stall timeout for this provider; zero means the documented default.
     pub response_stall_timeout_ms: i64,
     /// A pinned instance key the health probe must match, when set.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub instance_key: Option<String>,
 }
 

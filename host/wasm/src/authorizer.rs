@@ -18,6 +18,7 @@ use crate::store_data::StoreData;
 use crate::wit::{names, wit_authorizer, wit_authorizer_v1};
 use async_trait::async_trait;
 use capgate_core::authz::{AuthorizeError, AuthorizeRequest, Authorizer, Operation};
+use capgate_core::error::NamedFailure;
 use std::sync::Arc;
 use wasmtime::Store;
 use wasmtime::component::Instance;
@@ -163,7 +164,7 @@ fn operation_v1(o: Operation) -> V1Operation {
 }
 
 fn deny(name: &str, e: CallError) -> AuthorizeError {
-    AuthorizeError::failed(name, e)
+    NamedFailure::new(name, e).into()
 }
 
 fn unknown_operation(name: &str, interface: &str, o: Operation) -> AuthorizeError {

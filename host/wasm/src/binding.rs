@@ -1,6 +1,6 @@
 //! How a plugin is bound: a name for audit, its `config`, limits, isolation and namespace.
 
-use crate::limits::{Isolation, Limits, ReserveOptions};
+use crate::limits::{Isolation, Limits, ReserveOptions, setters};
 use serde::{Deserialize, Serialize};
 
 /// One binding of a plugin to an interface, as the configuration file describes it.
@@ -38,25 +38,15 @@ impl Binding {
             reserve: ReserveOptions::default(),
         }
     }
-    /// Builder: the `config` JSON.
-    pub fn config(mut self, config: serde_json::Value) -> Self {
-        self.config = config;
-        self
-    }
-    /// Builder: limits.
-    pub fn limits(mut self, limits: Limits) -> Self {
-        self.limits = limits;
-        self
-    }
-    /// Builder: isolation.
-    pub fn isolation(mut self, isolation: Isolation) -> Self {
-        self.isolation = isolation;
-        self
-    }
-    /// Builder: the reserve of ready instances (fresh isolation).
-    pub fn reserve(mut self, reserve: ReserveOptions) -> Self {
-        self.reserve = reserve;
-        self
+    setters! {
+        /// Builder: the `config` JSON.
+        config => config: serde_json::Value;
+        /// Builder: limits.
+        limits => limits: Limits;
+        /// Builder: isolation.
+        isolation => isolation: Isolation;
+        /// Builder: the reserve of ready instances (fresh isolation).
+        reserve => reserve: ReserveOptions;
     }
     /// Builder: namespace.
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {

@@ -3,6 +3,21 @@
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
+/// By-value builder setters, `fn name(mut self, value: T) -> Self`, one per field: the
+/// builders of [`Limits`] and [`Binding`](crate::Binding).
+macro_rules! setters {
+    ($($(#[doc = $doc:literal])* $name:ident => $field:ident: $ty:ty;)+) => {
+        $(
+            $(#[doc = $doc])*
+            pub fn $name(mut self, value: $ty) -> Self {
+                self.$field = value;
+                self
+            }
+        )+
+    };
+}
+pub(crate) use setters;
+
 /// Per-binding resource limits. Every call starts with the full budget.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
@@ -56,25 +71,15 @@ impl Limits {
             ..Limits::default()
         }
     }
-    /// Builder: fuel per call.
-    pub fn with_fuel(mut self, fuel: Option<u64>) -> Self {
-        self.fuel = fuel;
-        self
-    }
-    /// Builder: wall-clock budget per call.
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-    /// Builder: memory cap in bytes.
-    pub fn with_memory_bytes(mut self, bytes: usize) -> Self {
-        self.memory_bytes = bytes;
-        self
-    }
-    /// Builder: output cap in bytes.
-    pub fn with_max_output_bytes(mut self, bytes: usize) -> Self {
-        self.max_output_bytes = bytes;
-        self
+    setters! {
+        /// Builder: fuel per call.
+        with_fuel => fuel: Option<u64>;
+        /// Builder: wall-clock budget per call.
+        with_timeout => timeout: Duration;
+        /// Builder: memory cap in bytes.
+        with_memory_bytes => memory_bytes: usize;
+        /// Builder: output cap in bytes.
+        with_max_output_bytes => max_output_bytes: usize;
     }
 }
 

@@ -9,6 +9,7 @@ use crate::plugin::Plugin;
 use crate::sandbox::{CallOpts, Sandbox, pool_key};
 use crate::wit::{names, wit_redactor};
 use async_trait::async_trait;
+use capgate_core::error::NamedFailure;
 use capgate_core::policy::CapabilityInfo;
 use capgate_core::redact::{RedactError, Redactor};
 use std::sync::Arc;
@@ -136,7 +137,7 @@ impl Redactor for WasmRedactor {
     ) -> Result<serde_json::Value, RedactError> {
         self.run(Which::Output, capability, namespace, &output)
             .await
-            .map_err(|e| RedactError::failed(&*self.sandbox.name, e))
+            .map_err(|e| RedactError::from(NamedFailure::new(&*self.sandbox.name, e)))
     }
     async fn redact_approval_input(
         &self,
@@ -146,6 +147,6 @@ impl Redactor for WasmRedactor {
     ) -> Result<serde_json::Value, RedactError> {
         self.run(Which::ApprovalInput, capability, namespace, &input)
             .await
-            .map_err(|e| RedactError::failed(&*self.sandbox.name, e))
+            .map_err(|e| RedactError::from(NamedFailure::new(&*self.sandbox.name, e)))
     }
 }

@@ -60,13 +60,11 @@ pub struct ActorSpec {
     /// The tenant partition (a credential's `namespace`).
     pub namespace: String,
     /// Attributes the policies and the procedure read.
-    #[serde(default)]
     pub attributes: Option<Value>,
     /// Roles, for deciding approvals (`approver`, `manager`, …).
     #[serde(default)]
     pub roles: Vec<String>,
     /// The application context of this actor's calls, unless a call sets its own.
-    #[serde(default)]
     pub context: Option<Value>,
 }
 
@@ -94,17 +92,13 @@ pub struct Call {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Stub {
     /// Return this output (validated and redacted by the pipeline like any output).
-    #[serde(default)]
     pub output: Option<Value>,
     /// Fail: `defined`, `forbidden`, `unauthorized` or `internal` (the procedure contract's
     /// four failures).
-    #[serde(default)]
     pub error: Option<StubError>,
     /// The application's code of a `defined` error (private: audit only).
-    #[serde(default)]
     pub code: Option<String>,
     /// The message of the error (public only for `defined`).
-    #[serde(default)]
     pub message: Option<String>,
     /// Whether a `defined` error is retryable.
     #[serde(default)]
@@ -176,10 +170,8 @@ capgate_core::wire_enum! {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Expect {
     /// completed, approval-required, failed or cancelled.
-    #[serde(default)]
     pub status: Option<String>,
     /// The public error code (`/error/code`).
-    #[serde(default)]
     pub error: Option<String>,
     /// JSON pointer into the output → value, `"absent"` or `"present"`.
     #[serde(default)]
@@ -188,7 +180,6 @@ pub struct Expect {
     #[serde(default)]
     pub envelope: BTreeMap<String, Value>,
     /// Policy → stance of this call, exactly (every policy that ran, none other).
-    #[serde(default)]
     pub policies: Option<BTreeMap<String, String>>,
 }
 

@@ -4,6 +4,7 @@
 use super::Gateway;
 use super::admission::Admission;
 use super::execution::receipt;
+use crate::auth::Authenticated;
 use crate::door::{Caller, Valid};
 use crate::reject::Reject;
 use crate::tools::{ToolFormat, export_tools};
@@ -15,6 +16,7 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
 use capgate_core::authz::Operation;
+use capgate_core::journal::InvocationRecord;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -75,19 +77,40 @@ async fn answer_admitted(
     Json(outcome).into_response()
 }
 
+/// What a lookup asks the journal for, in the caller's scope.
+enum Key<'a> {
+    /// The record of an invocation id.
+    Invocation(&'a str),
+    /// The record that asked for an approval.
+    Approval(&'a str),
+}
+
+/// The caller's journal record for `key`, read in the caller's own scope and authorized
+/// as every lookup is (the authorizer sees the stored capability and input).
+async fn lookup(
+    gw: &Gateway,
+    who: &Authenticated,
+    key: Key<'_>,
+) -> Result<Option<InvocationRecord>, Reject> {
+    let scope = gw.scope(who)?;
+    let (found, operation) = match key {
+        Key::Invocation(id) => (gw.journal.get(&scope, id).await, Operation::GetInvocation),
+        Key::Approval(id) => (
+            gw.journal.find_approval(&scope, id).await,
+            Operation::GetApproval,
+        ),
+    };
+    let record = found.map_err(Reject::journal)?;
+    gw.authorize_lookup(who, operation, record.as_ref()).await?;
+    Ok(record)
+}
+
 pub(super) async fn get_invocation(
     State(gw): Gw,
     Caller(who): Caller,
     Valid(req): Valid<GetInvocationBody>,
 ) -> Result<Response, Reject> {
-    let scope = gw.scope(&who)?;
-    let record = gw
-        .journal
-        .get(&scope, &req.invocation_id)
-        .await
-        .map_err(Reject::journal)?;
-    gw.authorize_lookup(&who, Operation::GetInvocation, record.as_ref())
-        .await?;
+    let record = lookup(&gw, &who, Key::Invocation(&req.invocation_id)).await?;
     let Some(r) = record else {
         return Ok(Json(Value::Null).into_response());
     };
@@ -99,14 +122,7 @@ pub(super) async fn get_approval(
     Caller(who): Caller,
     Valid(req): Valid<GetApprovalBody>,
 ) -> Result<Response, Reject> {
-    let scope = gw.scope(&who)?;
-    let record = gw
-        .journal
-        .find_approval(&scope, &req.approval_id)
-        .await
-        .map_err(Reject::journal)?;
-    gw.authorize_lookup(&who, Operation::GetApproval, record.as_ref())
-        .await?;
+    let record = lookup(&gw, &who, Key::Approval(&req.approval_id)).await?;
     if record.is_none() {
         return Ok(Json(Value::Null).into_response());
     }
