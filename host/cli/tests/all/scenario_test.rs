@@ -189,6 +189,28 @@ fn junit_output_is_well_formed_with_one_testcase_per_scenario_and_the_diff_as_fa
     );
 }
 
+/// A scenario in which dana asks for `capability` (the refund's input) in `org`'s context and
+/// is answered exactly as for an unknown capability, with these `policies` verdicts.
+fn not_found_scenario(name: &str, capability: &str, org: &str, policies: &str) -> String {
+    format!(
+        r#"
+[[scenario]]
+name = "{name}"
+actor = "dana"
+surface = "aiSdk"
+capability = "{capability}"
+input = {{ orderId = "ord_43", amount = 120 }}
+context = {{ orgId = "{org}" }}
+events = ["capability.requested", "capability.denied"]
+[scenario.expect]
+status = "failed"
+error = "CAPABILITY_NOT_FOUND"
+policies = {policies}
+envelope = {{ "/error/message" = "Capability not found.", "/error/retryable" = false }}
+"#
+    )
+}
+
 #[test]
 fn a_policy_hide_answers_exactly_like_an_unknown_capability() {
     // The example's orgIsolation denies a mismatch; this variant hides instead (SI-8).
@@ -204,45 +226,25 @@ fn a_policy_hide_answers_exactly_like_an_unknown_capability() {
         "",
     );
     let scenarios = dir.path().join("hide.toml");
-    std::fs::write(
-        &scenarios,
+    let file = [
         r#"
 [actors.dana]
 id = "u_dana"
 kind = "user"
 namespace = "org_1"
 attributes = { orgId = "org_1", permissions = ["orders:refund"] }
-
-[[scenario]]
-name = "a session of another organisation: orgIsolation hides the refund"
-actor = "dana"
-surface = "aiSdk"
-capability = "orders.refund"
-input = { orderId = "ord_43", amount = 120 }
-context = { orgId = "org_2" }
-events = ["capability.requested", "capability.denied"]
-[scenario.expect]
-status = "failed"
-error = "CAPABILITY_NOT_FOUND"
-policies = { orgIsolation = "hide", refundLimit = "allow" }
-envelope = { "/error/message" = "Capability not found.", "/error/retryable" = false }
-
-[[scenario]]
-name = "an id nobody registered"
-actor = "dana"
-surface = "aiSdk"
-capability = "orders.refundd"
-input = { orderId = "ord_43", amount = 120 }
-context = { orgId = "org_1" }
-events = ["capability.requested", "capability.denied"]
-[scenario.expect]
-status = "failed"
-error = "CAPABILITY_NOT_FOUND"
-policies = {}
-envelope = { "/error/message" = "Capability not found.", "/error/retryable" = false }
-"#,
-    )
-    .expect("write scenarios");
+"#
+        .to_string(),
+        not_found_scenario(
+            "a session of another organisation: orgIsolation hides the refund",
+            "orders.refund",
+            "org_2",
+            r#"{ orgIsolation = "hide", refundLimit = "allow" }"#,
+        ),
+        not_found_scenario("an id nobody registered", "orders.refundd", "org_1", "{}"),
+    ]
+    .concat();
+    std::fs::write(&scenarios, file).expect("write scenarios");
     let ran = test(&[
         "--config",
         &config.display().to_string(),

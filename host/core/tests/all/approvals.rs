@@ -5,7 +5,7 @@ use crate::common;
 use capgate_core::approval::{ApprovalCoordinator, ApprovalHandler, InlineDecision};
 use capgate_core::clock::ManualClock;
 use capgate_core::prelude::*;
-use capgate_core::runtime::ApprovalsError;
+use capgate_core::runtime::{ApprovalsError, RuntimeBuilder};
 use common::*;
 use serde_json::json;
 use std::sync::Arc;
@@ -88,15 +88,7 @@ async fn resume_of_a_rejected_approval_is_approval_rejected() {
 async fn resume_after_expiry_is_approval_expired() {
     let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
     let c = Counter::default();
-    let rt = Runtime::builder(
-        Registry::builder()
-            .capability(refund_def(&c))
-            .build()
-            .unwrap(),
-    )
-    .clock(clock.clone())
-    .build()
-    .expect("a valid runtime");
+    let rt = refund_runtime(&c, |b| b.clock(clock.clone()));
     let id = pending(&rt).await;
     approve(&rt, &id).await;
     clock.advance(chrono::Duration::milliseconds(900_001));
@@ -241,15 +233,7 @@ async fn resume_guards_mismatch_is_indistinguishable_from_an_unknown_id() {
 async fn a_schema_tightened_between_approval_and_resume_is_input_invalid() {
     let coord = Arc::new(InMemoryApprovalCoordinator::new());
     let c = Counter::default();
-    let before = Runtime::builder(
-        Registry::builder()
-            .capability(refund_def(&c))
-            .build()
-            .unwrap(),
-    )
-    .approvals(coord.clone())
-    .build()
-    .expect("a valid runtime");
+    let before = refund_runtime_over(coord.clone(), &c);
     let id = pending(&before).await;
     approve(&before, &id).await;
 
@@ -339,17 +323,8 @@ impl ApprovalHandler for Inline {
 #[tokio::test]
 async fn an_inline_handler_approves_in_the_same_call_and_refuses_self_approval() {
     let c = Counter::default();
-    let make = |d: Option<InlineDecision>| {
-        Runtime::builder(
-            Registry::builder()
-                .capability(refund_def(&c))
-                .build()
-                .unwrap(),
-        )
-        .approval_handler(Arc::new(Inline(d)))
-        .build()
-        .expect("a valid runtime")
-    };
+    let make =
+        |d: Option<InlineDecision>| refund_runtime(&c, |b| b.approval_handler(Arc::new(Inline(d))));
     let approved = make(Some(InlineDecision {
         status: DecisionStatus::Approved,
         approver: priya(),
@@ -456,13 +431,20 @@ async fn an_in_memory_coordinator_for_gated_capabilities_warns_at_startup() {
 
 /// The refund deployment over the approval coordinator a test tampers with.
 fn refund_runtime_over(coord: Arc<InMemoryApprovalCoordinator>, c: &Counter) -> Runtime {
-    Runtime::builder(
-        Registry::builder()
-            .capability(refund_def(c))
-            .build()
-            .unwrap(),
-    )
-    .approvals(coord)
-    .build()
-    .expect("a valid runtime")
+    refund_runtime(c, |b| b.approvals(coord))
+}
+
+/// The refund deployment (`orders.refund` under refundLimit, counted by `c`), its runtime
+/// built as `configure` says.
+fn refund_runtime(
+    c: &Counter,
+    configure: impl FnOnce(RuntimeBuilder) -> RuntimeBuilder,
+) -> Runtime {
+    let registry = Registry::builder()
+        .capability(refund_def(c))
+        .build()
+        .unwrap();
+    configure(Runtime::builder(registry))
+        .build()
+        .expect("a valid runtime")
 }

@@ -24,6 +24,26 @@ fn decide(status: DecisionStatus, who: &str) -> DecideRequest {
     }
 }
 
+/// `who` decides approval `id` with `status`; the decision is accepted.
+async fn decided(rt: &Runtime, id: &str, status: DecisionStatus, who: &str) {
+    rt.approvals()
+        .decide(id, decide(status, who))
+        .await
+        .unwrap();
+}
+
+/// Resume approval `id` with a fresh context (the walkthrough's session).
+async fn resume_in_context(rt: &Runtime, id: &str) -> ExecutionResult {
+    rt.resume(
+        id,
+        ResumeOptions {
+            context: ctx(),
+            ..Default::default()
+        },
+    )
+    .await
+}
+
 /// (type, executionId, capabilityId, actor id, data) of one event.
 type TrailRow = (String, Option<String>, Option<String>, String, Value);
 
@@ -91,21 +111,10 @@ async fn the_lifecycle_walkthrough_replays_with_the_act_5_audit_trail() {
         .unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].request.input, refund);
-    rt.approvals()
-        .decide(&apr_9.id, decide(DecisionStatus::Approved, "u_priya"))
-        .await
-        .unwrap();
+    decided(&rt, &apr_9.id, DecisionStatus::Approved, "u_priya").await;
 
     // Act 4: resume with a fresh context: new execution, as Dana, approver visible.
-    let r2 = rt
-        .resume(
-            &apr_9.id,
-            ResumeOptions {
-                context: ctx(),
-                ..Default::default()
-            },
-        )
-        .await;
+    let r2 = resume_in_context(&rt, &apr_9.id).await;
     // Act 5: validated, redacted, completed.
     assert_eq!(r2.status(), "completed", "{r2:?}");
     let exe_02 = r2.execution_id().to_string();
@@ -131,19 +140,8 @@ async fn the_lifecycle_walkthrough_replays_with_the_act_5_audit_trail() {
     let exe_04 = r4.execution_id().to_string();
     let send_apr = r4.approval().unwrap().id.clone();
     assert_eq!(r4.approval().unwrap().types, vec!["human-confirmation"]);
-    rt.approvals()
-        .decide(&send_apr, decide(DecisionStatus::Approved, "u_dana"))
-        .await
-        .unwrap();
-    let r5 = rt
-        .resume(
-            &send_apr,
-            ResumeOptions {
-                context: ctx(),
-                ..Default::default()
-            },
-        )
-        .await;
+    decided(&rt, &send_apr, DecisionStatus::Approved, "u_dana").await;
+    let r5 = resume_in_context(&rt, &send_apr).await;
     assert_eq!(r5.status(), "completed", "{r5:?}");
     let exe_05 = r5.execution_id().to_string();
 
@@ -263,19 +261,8 @@ async fn the_walkthrough_failure_branches_are_typed_envelopes() {
         ))
         .await;
     let id = r.approval().unwrap().id.clone();
-    rt.approvals()
-        .decide(&id, decide(DecisionStatus::Rejected, "u_priya"))
-        .await
-        .unwrap();
-    let again = rt
-        .resume(
-            &id,
-            ResumeOptions {
-                context: ctx(),
-                ..Default::default()
-            },
-        )
-        .await;
+    decided(&rt, &id, DecisionStatus::Rejected, "u_priya").await;
+    let again = resume_in_context(&rt, &id).await;
     assert_eq!(again.error().unwrap().code(), ErrorCode::ApprovalRejected);
     // Dana may not approve her own refund (SI-4), even with self-confirmation enabled for
     // human-confirmation approvals.
@@ -297,15 +284,7 @@ async fn the_walkthrough_failure_branches_are_typed_envelopes() {
         ),
         "refused when decided: {selfish:?}"
     );
-    let still = rt
-        .resume(
-            &id,
-            ResumeOptions {
-                context: ctx(),
-                ..Default::default()
-            },
-        )
-        .await;
+    let still = resume_in_context(&rt, &id).await;
     assert_eq!(still.error().unwrap().code(), ErrorCode::ApprovalPending);
     // Another org's context: orgIsolation denies.
     let other = rt

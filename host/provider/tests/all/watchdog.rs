@@ -44,6 +44,28 @@ async fn run_once(p: Scripted) -> (Result<ExecutionOutcome, ProviderFailure>, Du
     (r, start.elapsed())
 }
 
+/// Run one attempt of `p` as `run_id` with timeout `T`, observed: the result plus the runtime
+/// events the caller's observer received.
+async fn run_observed(
+    p: Scripted,
+    run_id: &str,
+) -> (Result<ExecutionOutcome, ProviderFailure>, Vec<RuntimeEvent>) {
+    let id = p.identity().clone();
+    let rt = runtime_of(vec![(Arc::new(p), conf(T))]);
+    let rec = recorder();
+    let r = rt
+        .execute(
+            &id,
+            request(run_id, T),
+            RunOptions {
+                observer: Some(rec.observer()),
+                ..Default::default()
+            },
+        )
+        .await;
+    (r, rec.events())
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_watchdog_starts_from_attempt_admission() {
     // A provider that never says anything and stops when told.
@@ -171,22 +193,9 @@ async fn the_watchdog_emits_one_typed_stall_terminal_and_does_not_retry_the_prov
         wait_for_cancel(run.cancel).await
     });
     let calls = p.calls();
-    let id = p.identity().clone();
-    let rt = runtime_of(vec![(Arc::new(p), conf(T))]);
-    let rec = recorder();
-    let r = rt
-        .execute(
-            &id,
-            request("run_1", T),
-            RunOptions {
-                observer: Some(rec.observer()),
-                ..Default::default()
-            },
-        )
-        .await;
+    let (r, events) = run_observed(p, "run_1").await;
     let t = stalled(r);
     assert_eq!(t.metadata()["code"], json!(RESPONSE_STALLED));
-    let events = rec.events();
     let terminals: Vec<&RuntimeEvent> = events
         .iter()
         .filter(|e| classify_runtime_event(e) == ProgressDisposition::Terminal)
@@ -469,19 +478,7 @@ async fn provider_availability_is_evidence_only_and_late_provider_output_stays_f
         Ok(ExecutionOutcome::new(json!("late output")))
     })
     .with_prober(prober.clone());
-    let id = p.identity().clone();
-    let rt = runtime_of(vec![(Arc::new(p), conf(T))]);
-    let rec = recorder();
-    let r = rt
-        .execute(
-            &id,
-            request("run_late", T),
-            RunOptions {
-                observer: Some(rec.observer()),
-                ..Default::default()
-            },
-        )
-        .await;
+    let (r, events) = run_observed(p, "run_late").await;
     let t = stalled(r);
     assert_eq!(t.health, JoinedHealth::RequestStalled);
     assert_eq!(t.idle_ms, T as u64, "availability never reset progress");
@@ -491,7 +488,6 @@ async fn provider_availability_is_evidence_only_and_late_provider_output_stays_f
         "it did finish inside the grace"
     );
     assert_eq!(prober.calls.load(Ordering::SeqCst), 1);
-    let events = rec.events();
     assert_eq!(
         events.len(),
         1,

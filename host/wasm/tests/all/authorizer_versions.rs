@@ -71,6 +71,25 @@ async fn ask(
         .map_err(|e| e.to_string())
 }
 
+/// `authorizer`, configured to deny namespace org_2, is asked about every gateway operation
+/// on every model door: org_2 is denied with a reason containing `reason`, org_1 allowed.
+async fn denies_org_2_and_allows_org_1_on_the_model_doors(
+    authorizer: &WasmAuthorizer,
+    reason: &str,
+) {
+    for surface in MODEL_DOORS {
+        for op in GATEWAY_OPERATIONS {
+            let denied = ask(authorizer, "org_2", op, Some(surface))
+                .await
+                .expect_err("asked, and org_2 is denied");
+            assert!(denied.contains(reason), "{denied}");
+            ask(authorizer, "org_1", op, Some(surface))
+                .await
+                .unwrap_or_else(|e| panic!("org_1 {op:?} on {surface:?}: {e}"));
+        }
+    }
+}
+
 #[test]
 fn namespace_gate_exports_and_binds_the_0_2_authorizer() {
     let plugin = load("namespace_gate");
@@ -90,20 +109,8 @@ fn namespace_gate_exports_and_binds_the_0_2_authorizer() {
 #[tokio::test]
 async fn namespace_gate_denies_a_denied_namespace_on_every_door_and_allows_other_namespaces() {
     let gate = gate(json!({ "denyNamespaces": ["org_2"] }));
-    for surface in MODEL_DOORS {
-        for op in GATEWAY_OPERATIONS {
-            let denied = ask(&gate, "org_2", op, Some(surface))
-                .await
-                .expect_err("org_2 is denied");
-            assert!(
-                denied.contains("denyNamespaces: namespace org_2"),
-                "{denied}"
-            );
-            ask(&gate, "org_1", op, Some(surface))
-                .await
-                .unwrap_or_else(|e| panic!("org_1 {op:?} on {surface:?}: {e}"));
-        }
-    }
+    denies_org_2_and_allows_org_1_on_the_model_doors(&gate, "denyNamespaces: namespace org_2")
+        .await;
     for op in APPROVALS_API_OPERATIONS {
         let denied = ask(&gate, "org_2", op, None)
             .await
@@ -229,20 +236,11 @@ fn legacy_0_1_authorizer_still_loads_and_binds_to_the_0_1_interface() {
 #[tokio::test]
 async fn legacy_0_1_authorizer_is_asked_about_the_gateway_operations() {
     let legacy = legacy(json!({ "denyNamespaces": ["org_2"] }));
-    for surface in MODEL_DOORS {
-        for op in GATEWAY_OPERATIONS {
-            let denied = ask(&legacy, "org_2", op, Some(surface))
-                .await
-                .expect_err("asked, and org_2 is denied");
-            assert!(
-                denied.contains("denyNamespaces: namespace org_2, operation"),
-                "{denied}"
-            );
-            ask(&legacy, "org_1", op, Some(surface))
-                .await
-                .unwrap_or_else(|e| panic!("org_1 {op:?} on {surface:?}: {e}"));
-        }
-    }
+    denies_org_2_and_allows_org_1_on_the_model_doors(
+        &legacy,
+        "denyNamespaces: namespace org_2, operation",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -296,13 +294,7 @@ fn sdk_built_policies_redactors_and_procedures_still_export_the_0_1_interfaces()
     load("pii_redactor")
         .redactor(Binding::new("pii"))
         .expect("binds as a redactor");
-    let info = capgate_core::policy::CapabilityInfo {
-        id: "orders.refund".into(),
-        side_effect: SideEffect::Write,
-        risk: Risk::High,
-        tags: Vec::new(),
-    };
     load("support_desk")
-        .procedure(Binding::new("desk"), info)
+        .procedure(Binding::new("desk"), refund_info())
         .expect("binds as a procedure");
 }

@@ -2,7 +2,6 @@
 
 use crate::common;
 
-use capgate_core::policy::CapabilityInfo;
 use capgate_core::prelude::*;
 use capgate_wasm::{Binding, Isolation};
 use common::*;
@@ -35,30 +34,13 @@ async fn eight_tasks_of_ten_thousand_calls_complete_without_error_or_cross_talk(
         let policy = policy.clone();
         let redactor = redactor.clone();
         tasks.push(tokio::spawn(async move {
-            let info = CapabilityInfo {
-                id: "orders.refund".into(),
-                side_effect: SideEffect::Write,
-                risk: Risk::High,
-                tags: vec![],
-            };
-            let actor = dana();
+            let ask = RefundAsk::by_dana();
             for i in 0..CALLS {
                 if i % 2 == 0 {
                     let amount = 501 + t * CALLS + i;
                     let input = json!({"orderId": "o", "amount": amount});
                     let shared = SharedJson::default();
-                    let req = PolicyRequest {
-                        phase: Phase::Invocation,
-                        capability: &info,
-                        surface: Surface::AiSdk,
-                        namespace: "",
-                        actor: &actor,
-                        context: &serde_json::Value::Null,
-                        input: Some(&input),
-                        execution_id: "exe_x",
-                        approval: None,
-                        shared: &shared,
-                    };
+                    let req = ask.request(Some(&input), "exe_x", &shared);
                     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
                     match policy.evaluate(&req, deadline).await {
                         Ok(PolicyDecision::RequireApproval { reason, .. }) => {
@@ -68,7 +50,7 @@ async fn eight_tasks_of_ten_thousand_calls_complete_without_error_or_cross_talk(
                     }
                 } else {
                     let out = json!({"task": t, "call": i, "secret": "s", "mail": format!("t{t}c{i}@example.com")});
-                    let red = redactor.redact_output(&info, "", out).await.expect("redact");
+                    let red = redactor.redact_output(&ask.info, "", out).await.expect("redact");
                     assert_eq!(red, json!({"task": t, "call": i, "mail": "[email]"}), "task {t} call {i}");
                 }
                 if i % 256 == 0 {

@@ -176,27 +176,10 @@ async fn redactor_output_that_is_not_json_is_withheld() {
 }
 
 fn counter_request_calls(policy: &capgate_wasm::WasmPolicy, n: usize) -> Vec<String> {
-    let info = capgate_core::policy::CapabilityInfo {
-        id: "orders.refund".into(),
-        side_effect: SideEffect::Write,
-        risk: Risk::High,
-        tags: vec![],
-    };
-    let actor = dana();
+    let ask = RefundAsk::by_dana();
     let input = json!({"amount": 1});
     let shared = SharedJson::default();
-    let req = PolicyRequest {
-        phase: Phase::Invocation,
-        capability: &info,
-        surface: Surface::AiSdk,
-        namespace: "",
-        actor: &actor,
-        context: &serde_json::Value::Null,
-        input: Some(&input),
-        execution_id: "exe_1",
-        approval: None,
-        shared: &shared,
-    };
+    let req = ask.request(Some(&input), "exe_1", &shared);
     (0..n)
         .map(
             |_| match futures::executor::block_on(policy.evaluate_raw(&req, None)) {
@@ -292,26 +275,9 @@ fn pooled_instance_is_recycled_after_a_trap() {
     let policy = load("hostile_panic")
         .policy(Binding::new("panics").isolation(Isolation::pooled()))
         .expect("bind");
-    let info = capgate_core::policy::CapabilityInfo {
-        id: "orders.refund".into(),
-        side_effect: SideEffect::Write,
-        risk: Risk::High,
-        tags: vec![],
-    };
-    let actor = dana();
+    let ask = RefundAsk::by_dana();
     let shared = SharedJson::default();
-    let req = PolicyRequest {
-        phase: Phase::Invocation,
-        capability: &info,
-        surface: Surface::AiSdk,
-        namespace: "",
-        actor: &actor,
-        context: &serde_json::Value::Null,
-        input: None,
-        execution_id: "exe_1",
-        approval: None,
-        shared: &shared,
-    };
+    let req = ask.request(None, "exe_1", &shared);
     for _ in 0..3 {
         let err = futures::executor::block_on(policy.evaluate_raw(&req, None)).expect_err("panics");
         assert!(matches!(err, CallError::Trap(_)), "{err:?}");

@@ -1,6 +1,7 @@
 //! Shared fixtures: the built plugins, runtimes around them, audit helpers.
 #![allow(dead_code)]
 
+use capgate_core::policy::CapabilityInfo;
 use capgate_core::prelude::*;
 use capgate_wasm::{Binding, Plugin, PluginDir, WasmHost, sha256_hex};
 use serde_json::{Value, json};
@@ -56,6 +57,53 @@ pub use capgate_testkit::schemas::refund as refund_schema;
 pub use capgate_testkit::walkthrough::refund_meta;
 
 pub use capgate_testkit::walkthrough::Counter;
+
+/// `orders.refund` as a plugin binding sees it.
+pub fn refund_info() -> CapabilityInfo {
+    CapabilityInfo {
+        id: "orders.refund".into(),
+        side_effect: SideEffect::Write,
+        risk: Risk::High,
+        tags: Vec::new(),
+    }
+}
+
+/// What a policy request about dana's `orders.refund` borrows.
+pub struct RefundAsk {
+    pub info: CapabilityInfo,
+    pub actor: Actor,
+}
+
+impl RefundAsk {
+    pub fn by_dana() -> Self {
+        RefundAsk {
+            info: refund_info(),
+            actor: dana(),
+        }
+    }
+
+    /// The invocation-phase request through the AI SDK door, with no namespace, context or
+    /// approval. `shared` is one per request, as core keeps it.
+    pub fn request<'a>(
+        &'a self,
+        input: Option<&'a Value>,
+        execution_id: &'a str,
+        shared: &'a SharedJson,
+    ) -> PolicyRequest<'a> {
+        PolicyRequest {
+            phase: Phase::Invocation,
+            capability: &self.info,
+            surface: Surface::AiSdk,
+            namespace: "",
+            actor: &self.actor,
+            context: &Value::Null,
+            input,
+            execution_id,
+            approval: None,
+            shared,
+        }
+    }
+}
 
 /// The refund-limit plugin bound as in the walkthrough.
 pub fn wasm_refund_limit() -> impl Policy {
