@@ -193,6 +193,16 @@ pub(crate) enum Via {
     Writer,
 }
 
+/// A statement's destination, resolved from a [`Via`] on one store.
+enum Target<'a> {
+    /// SQLite's group writer.
+    Group(&'a crate::group::GroupWriter),
+    /// One of SQLite's pools.
+    Sqlite(&'a SqlitePool),
+    /// The Postgres pool.
+    Postgres(&'a PgPool),
+}
+
 /// A statement's text on each backend; most statements are the same on both.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Sql {
@@ -359,6 +369,16 @@ impl Store {
         AuditLog::new(self.clone())
     }
 
+    /// Where a statement sent `via` runs on this store.
+    fn target(&self, via: Via) -> Target<'_> {
+        match (&*self.db, via) {
+            (Db::Sqlite { group, .. }, Via::Group) => Target::Group(group),
+            (Db::Sqlite { readers, .. }, Via::Readers) => Target::Sqlite(readers),
+            (Db::Sqlite { writer, .. }, Via::Writer) => Target::Sqlite(writer),
+            (Db::Postgres(pool), _) => Target::Postgres(pool),
+        }
+    }
+
     /// The first row (if any) of a statement with `params`, decoded by `decode`, run where
     /// `via` says on SQLite.
     pub(crate) async fn fetch_optional<T>(
@@ -369,28 +389,21 @@ impl Store {
         decode: impl Fn(&dyn Columns) -> T,
     ) -> Result<Option<T>, BoxError> {
         let sql = sql.into();
-        Ok(match &*self.db {
-            Db::Sqlite {
-                writer,
-                group,
-                readers,
-            } => {
-                let args = arguments::<Sqlite>(params)?;
-                let row = match via {
-                    Via::Group => group.fetch_optional(sql.sqlite, args).await?,
-                    Via::Readers | Via::Writer => {
-                        let pool = if via == Via::Readers { readers } else { writer };
-                        sqlx::query_with(sql.sqlite, args)
-                            .fetch_optional(pool)
-                            .await?
-                    }
-                };
-                row.map(|r| decode(&r))
-            }
-            Db::Postgres(pool) => sqlx::query_with(sql.postgres, arguments::<Postgres>(params)?)
+        Ok(match self.target(via) {
+            Target::Group(group) => group
+                .fetch_optional(sql.sqlite, arguments::<Sqlite>(params)?)
+                .await?
+                .map(|r| decode(&r)),
+            Target::Sqlite(pool) => sqlx::query_with(sql.sqlite, arguments::<Sqlite>(params)?)
                 .fetch_optional(pool)
                 .await?
                 .map(|r| decode(&r)),
+            Target::Postgres(pool) => {
+                sqlx::query_with(sql.postgres, arguments::<Postgres>(params)?)
+                    .fetch_optional(pool)
+                    .await?
+                    .map(|r| decode(&r))
+            }
         })
     }
 
@@ -429,28 +442,22 @@ impl Store {
         params: &[&dyn Param],
     ) -> Result<u64, BoxError> {
         let sql = sql.into();
-        Ok(match &*self.db {
-            Db::Sqlite {
-                writer,
-                group,
-                readers,
-            } => {
-                let args = arguments::<Sqlite>(params)?;
-                match via {
-                    Via::Group => group.execute(sql.sqlite, args).await?,
-                    Via::Readers | Via::Writer => {
-                        let pool = if via == Via::Readers { readers } else { writer };
-                        sqlx::query_with(sql.sqlite, args)
-                            .execute(pool)
-                            .await?
-                            .rows_affected()
-                    }
-                }
+        Ok(match self.target(via) {
+            Target::Group(group) => {
+                group
+                    .execute(sql.sqlite, arguments::<Sqlite>(params)?)
+                    .await?
             }
-            Db::Postgres(pool) => sqlx::query_with(sql.postgres, arguments::<Postgres>(params)?)
+            Target::Sqlite(pool) => sqlx::query_with(sql.sqlite, arguments::<Sqlite>(params)?)
                 .execute(pool)
                 .await?
                 .rows_affected(),
+            Target::Postgres(pool) => {
+                sqlx::query_with(sql.postgres, arguments::<Postgres>(params)?)
+                    .execute(pool)
+                    .await?
+                    .rows_affected()
+            }
         })
     }
 
