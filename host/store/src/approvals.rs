@@ -2,10 +2,10 @@
 //! `mark_consumed` are single conditional UPDATEs (compare-and-set), expiry is compared
 //! against the caller's clock inside those statements and lazily on read.
 
-use crate::columns::{ColumnError, Columns};
-use crate::db::{Db, Store};
-use crate::group::sqlite_args;
-use crate::time::{micros, trunc};
+use crate::columns::{Columns, keyed, record_errors, row};
+use crate::db::{Sql, Store, Via};
+use crate::params::{Json, Param};
+use crate::time::trunc;
 use async_trait::async_trait;
 use capgate_core::actor::{Actor, ActorRef, Surface};
 use capgate_core::approval::{
@@ -16,8 +16,6 @@ use capgate_core::error::BoxError;
 use capgate_core::meta::{Risk, SideEffect};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::types::Json;
-use std::fmt::Display;
 use std::str::FromStr;
 
 macro_rules! cols {
@@ -78,6 +76,11 @@ const LIST_POSTGRES: &str = concat!(
      ORDER BY requested_at DESC, id DESC LIMIT $7 OFFSET $8"
 );
 
+const LIST: Sql = Sql {
+    sqlite: LIST_SQLITE,
+    postgres: LIST_POSTGRES,
+};
+
 /// The [`ApprovalCoordinator`] on a [`Store`]: SQLite or Postgres, shared safely by any
 /// number of runtimes, pools and processes.
 #[derive(Clone)]
@@ -92,83 +95,42 @@ impl SqlApprovalCoordinator {
     }
 }
 
-fn backend(e: impl Into<BoxError>) -> ApprovalStoreError {
-    ApprovalStoreError::Backend(e.into())
-}
+record_errors!(ApprovalStoreError, id);
 
-fn malformed(id: &str, reason: impl Display) -> ApprovalStoreError {
-    ApprovalStoreError::Malformed {
-        id: id.to_string(),
-        reason: reason.to_string(),
+row! {
+    /// A row as read, before validation.
+    struct RawApproval {
+        id: String,
+        capability_id: String,
+        surface: String,
+        actor: Value,
+        input: Value,
+        input_hash: String,
+        reasons: Value,
+        types: Value,
+        risk: String,
+        side_effect: String,
+        status: String,
+        requested_at: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+        execution_id: String,
+        correlation_id: Option<String>,
+        decision_status: Option<String>,
+        decided_by: Option<Value>,
+        decided_at: Option<DateTime<Utc>>,
+        decision_comment: Option<String>,
+        consumed_by: Option<String> = "consumed_by_execution_id",
+        namespace: String,
+        untyped: bool,
+        decided_namespace: Option<String>,
+        decided_via: Option<String>,
+        policies: Value,
     }
-}
-
-fn encode(what: &str, v: &impl serde::Serialize) -> Result<String, ApprovalStoreError> {
-    serde_json::to_string(v).map_err(|e| backend(format!("cannot encode {what}: {e}")))
-}
-
-/// A row as read, before validation.
-struct RawApproval {
-    id: String,
-    capability_id: String,
-    surface: String,
-    actor: Value,
-    input: Value,
-    input_hash: String,
-    reasons: Value,
-    types: Value,
-    risk: String,
-    side_effect: String,
-    status: String,
-    requested_at: DateTime<Utc>,
-    expires_at: DateTime<Utc>,
-    execution_id: String,
-    correlation_id: Option<String>,
-    decision_status: Option<String>,
-    decided_by: Option<Value>,
-    decided_at: Option<DateTime<Utc>>,
-    decision_comment: Option<String>,
-    consumed_by: Option<String>,
-    namespace: String,
-    untyped: bool,
-    decided_namespace: Option<String>,
-    decided_via: Option<String>,
-    policies: Value,
 }
 
 /// Decode a row of either backend.
 fn read_row(row: &dyn Columns) -> Result<RawApproval, ApprovalStoreError> {
-    let id = row
-        .text("id")
-        .map_err(|e| malformed("<unreadable id>", e))?;
-    let bad = |e: ColumnError| malformed(&id, e);
-    Ok(RawApproval {
-        capability_id: row.text("capability_id").map_err(bad)?,
-        surface: row.text("surface").map_err(bad)?,
-        actor: row.json("actor").map_err(bad)?,
-        input: row.json("input").map_err(bad)?,
-        input_hash: row.text("input_hash").map_err(bad)?,
-        reasons: row.json("reasons").map_err(bad)?,
-        types: row.json("types").map_err(bad)?,
-        risk: row.text("risk").map_err(bad)?,
-        side_effect: row.text("side_effect").map_err(bad)?,
-        status: row.text("status").map_err(bad)?,
-        requested_at: row.ts("requested_at").map_err(bad)?,
-        expires_at: row.ts("expires_at").map_err(bad)?,
-        execution_id: row.text("execution_id").map_err(bad)?,
-        correlation_id: row.opt_text("correlation_id").map_err(bad)?,
-        decision_status: row.opt_text("decision_status").map_err(bad)?,
-        decided_by: row.opt_json("decided_by").map_err(bad)?,
-        decided_at: row.opt_ts("decided_at").map_err(bad)?,
-        decision_comment: row.opt_text("decision_comment").map_err(bad)?,
-        consumed_by: row.opt_text("consumed_by_execution_id").map_err(bad)?,
-        namespace: row.text("namespace").map_err(bad)?,
-        untyped: row.flag("untyped").map_err(bad)?,
-        decided_namespace: row.opt_text("decided_namespace").map_err(bad)?,
-        decided_via: row.opt_text("decided_via").map_err(bad)?,
-        policies: row.json("policies").map_err(bad)?,
-        id,
-    })
+    keyed(row, "id", RawApproval::read, malformed)
 }
 
 impl RawApproval {
@@ -285,7 +247,7 @@ fn validate_request(r: &ApprovalRequest) -> Result<(), ApprovalStoreError> {
 impl SqlApprovalCoordinator {
     async fn fetch(&self, id: &str) -> Result<Option<ApprovalRecord>, ApprovalStoreError> {
         self.store
-            .read_optional(GET, &[id], read_row)
+            .fetch_optional(Via::Readers, GET, &[&id], read_row)
             .await
             .map_err(backend)?
             .transpose()?
@@ -313,10 +275,44 @@ impl SqlApprovalCoordinator {
             Err(e) => Some(e),
         }
     }
+
+    /// Run a compare-and-set UPDATE of approval `id` (`sql` with `params`, returning the
+    /// row) that applies while its status at `now` is `expected`; `doing` names it in the
+    /// error when the row keeps changing. The UPDATE and the read that explains a refusal
+    /// are two statements: a row that met the condition in between is updated again, not
+    /// refused.
+    async fn compare_and_set(
+        &self,
+        sql: &'static str,
+        params: &[&dyn Param],
+        id: &str,
+        expected: ApprovalStatus,
+        now: DateTime<Utc>,
+        doing: &str,
+    ) -> Result<ApprovalRecord, ApprovalStoreError> {
+        for _ in 0..3 {
+            let raw = self
+                .store
+                .fetch_optional(Via::Group, sql, params, read_row)
+                .await
+                .map_err(backend)?
+                .transpose()?;
+            match raw {
+                Some(raw) => return raw.validate(),
+                None => match self.refusal(id, expected, now).await {
+                    Some(e) => return Err(e),
+                    None => continue,
+                },
+            }
+        }
+        Err(backend(format!(
+            "approval `{id}` kept changing while being {doing}"
+        )))
+    }
 }
 
-fn unique_violation(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Database(d) if d.is_unique_violation())
+fn unique_violation(e: &BoxError) -> bool {
+    matches!(e.downcast_ref::<sqlx::Error>(), Some(sqlx::Error::Database(d)) if d.is_unique_violation())
 }
 
 #[async_trait]
@@ -328,51 +324,32 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
             request.requested_at = trunc(request.requested_at);
             request.expires_at = trunc(request.expires_at);
             let r = &request;
-            let result = match &*self.store.db {
-                Db::Sqlite { group, .. } => match sqlite_args!(
-                    &r.id,
-                    &r.capability_id,
-                    r.surface.as_str(),
-                    encode("actor", &r.actor)?,
-                    encode("input", &r.input)?,
-                    &r.input_hash,
-                    encode("reasons", &r.reasons)?,
-                    encode("types", &r.types)?,
-                    r.risk.as_str(),
-                    r.side_effect.as_str(),
-                    micros(r.requested_at),
-                    micros(r.expires_at),
-                    &r.execution_id,
-                    &r.correlation_id,
-                    &r.namespace,
-                    i64::from(r.untyped),
-                    encode("policies", &r.policies)?,
-                ) {
-                    Ok(args) => group.execute(INSERT, args).await.map(|_| ()),
-                    Err(e) => Err(e),
-                },
-                Db::Postgres(pool) => sqlx::query(INSERT)
-                    .bind(&r.id)
-                    .bind(&r.capability_id)
-                    .bind(r.surface.as_str())
-                    .bind(Json(&r.actor))
-                    .bind(Json(&r.input))
-                    .bind(&r.input_hash)
-                    .bind(Json(&r.reasons))
-                    .bind(Json(&r.types))
-                    .bind(r.risk.as_str())
-                    .bind(r.side_effect.as_str())
-                    .bind(r.requested_at)
-                    .bind(r.expires_at)
-                    .bind(&r.execution_id)
-                    .bind(&r.correlation_id)
-                    .bind(&r.namespace)
-                    .bind(r.untyped)
-                    .bind(Json(&r.policies))
-                    .execute(pool)
-                    .await
-                    .map(|_| ()),
-            };
+            let result = self
+                .store
+                .execute(
+                    Via::Group,
+                    INSERT,
+                    &[
+                        &r.id,
+                        &r.capability_id,
+                        &r.surface.as_str(),
+                        &Json("actor", &r.actor),
+                        &Json("input", &r.input),
+                        &r.input_hash,
+                        &Json("reasons", &r.reasons),
+                        &Json("types", &r.types),
+                        &r.risk.as_str(),
+                        &r.side_effect.as_str(),
+                        &r.requested_at,
+                        &r.expires_at,
+                        &r.execution_id,
+                        &r.correlation_id,
+                        &r.namespace,
+                        &r.untyped,
+                        &Json("policies", &r.policies),
+                    ],
+                )
+                .await;
             match result {
                 Ok(_) => Ok(ApprovalRecord::pending(request)),
                 Err(e) if unique_violation(&e) => Err(ApprovalStoreError::Duplicate(request.id)),
@@ -396,58 +373,19 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
         now: DateTime<Utc>,
     ) -> Result<ApprovalRecord, ApprovalStoreError> {
         crate::metrics::timed(self.store.backend(), "approvals.decide", async move {
-            let status = decision.status.as_str();
             let now = trunc(now);
-            let decided_at = trunc(decision.decided_at);
-            // The UPDATE and the read that explains a refusal are two statements: a row
-            // that met the condition in between is updated again, not refused.
-            for _ in 0..3 {
-                let raw = match &*self.store.db {
-                    Db::Sqlite { group, .. } => group
-                        .fetch_optional(
-                            DECIDE,
-                            sqlite_args!(
-                                id,
-                                status,
-                                encode("approver", &decision.approver)?,
-                                micros(decided_at),
-                                &decision.comment,
-                                micros(now),
-                                &decision.approver_namespace,
-                                decision.via.as_str(),
-                            )
-                            .map_err(backend)?,
-                        )
-                        .await
-                        .map_err(backend)?
-                        .map(|r| read_row(&r))
-                        .transpose()?,
-                    Db::Postgres(pool) => sqlx::query(DECIDE)
-                        .bind(id)
-                        .bind(status)
-                        .bind(Json(&decision.approver))
-                        .bind(decided_at)
-                        .bind(&decision.comment)
-                        .bind(now)
-                        .bind(&decision.approver_namespace)
-                        .bind(decision.via.as_str())
-                        .fetch_optional(pool)
-                        .await
-                        .map_err(backend)?
-                        .map(|r| read_row(&r))
-                        .transpose()?,
-                };
-                match raw {
-                    Some(raw) => return raw.validate(),
-                    None => match self.refusal(id, ApprovalStatus::Pending, now).await {
-                        Some(e) => return Err(e),
-                        None => continue,
-                    },
-                }
-            }
-            Err(backend(format!(
-                "approval `{id}` kept changing while being decided"
-            )))
+            let params: [&dyn Param; 8] = [
+                &id,
+                &decision.status.as_str(),
+                &Json("approver", &decision.approver),
+                &trunc(decision.decided_at),
+                &decision.comment,
+                &now,
+                &decision.approver_namespace,
+                &decision.via.as_str(),
+            ];
+            self.compare_and_set(DECIDE, &params, id, ApprovalStatus::Pending, now, "decided")
+                .await
         })
         .await
     }
@@ -463,40 +401,16 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
             "approvals.mark_consumed",
             async move {
                 let now = trunc(now);
-                // The UPDATE and the read that explains a refusal are two statements: a row
-                // that met the condition in between is updated again, not refused.
-                for _ in 0..3 {
-                    let raw = match &*self.store.db {
-                        Db::Sqlite { group, .. } => group
-                            .fetch_optional(
-                                CONSUME,
-                                sqlite_args!(id, execution_id, micros(now)).map_err(backend)?,
-                            )
-                            .await
-                            .map_err(backend)?
-                            .map(|r| read_row(&r))
-                            .transpose()?,
-                        Db::Postgres(pool) => sqlx::query(CONSUME)
-                            .bind(id)
-                            .bind(execution_id)
-                            .bind(now)
-                            .fetch_optional(pool)
-                            .await
-                            .map_err(backend)?
-                            .map(|r| read_row(&r))
-                            .transpose()?,
-                    };
-                    match raw {
-                        Some(raw) => return raw.validate(),
-                        None => match self.refusal(id, ApprovalStatus::Approved, now).await {
-                            Some(e) => return Err(e),
-                            None => continue,
-                        },
-                    }
-                }
-                Err(backend(format!(
-                    "approval `{id}` kept changing while being consumed"
-                )))
+                let params: [&dyn Param; 3] = [&id, &execution_id, &now];
+                self.compare_and_set(
+                    CONSUME,
+                    &params,
+                    id,
+                    ApprovalStatus::Approved,
+                    now,
+                    "consumed",
+                )
+                .await
             },
         )
         .await
@@ -509,43 +423,27 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
     ) -> Result<Vec<ApprovalRecord>, ApprovalStoreError> {
         crate::metrics::timed(self.store.backend(), "approvals.list", async move {
             let now = trunc(now);
-            let status = filter.status.map(ApprovalStatus::as_str);
-            let limit = filter.effective_limit() as i64;
-            let offset = i64::from(filter.offset.unwrap_or(0));
-            let raws = match &*self.store.db {
-                Db::Sqlite { readers, .. } => sqlx::query(LIST_SQLITE)
-                    .bind(status)
-                    .bind(micros(now))
-                    .bind(&filter.capability_id)
-                    .bind(&filter.actor_id)
-                    .bind(filter.requested_after.map(micros))
-                    .bind(filter.requested_before.map(micros))
-                    .bind(limit)
-                    .bind(offset)
-                    .bind(&filter.namespace)
-                    .fetch_all(readers)
-                    .await
-                    .map_err(backend)?
-                    .iter()
-                    .map(|r| read_row(r))
-                    .collect::<Result<Vec<_>, _>>()?,
-                Db::Postgres(pool) => sqlx::query(LIST_POSTGRES)
-                    .bind(status)
-                    .bind(now)
-                    .bind(&filter.capability_id)
-                    .bind(&filter.actor_id)
-                    .bind(filter.requested_after)
-                    .bind(filter.requested_before)
-                    .bind(limit)
-                    .bind(offset)
-                    .bind(&filter.namespace)
-                    .fetch_all(pool)
-                    .await
-                    .map_err(backend)?
-                    .iter()
-                    .map(|r| read_row(r))
-                    .collect::<Result<Vec<_>, _>>()?,
-            };
+            let raws = self
+                .store
+                .fetch_all(
+                    LIST,
+                    &[
+                        &filter.status.map(ApprovalStatus::as_str),
+                        &now,
+                        &filter.capability_id,
+                        &filter.actor_id,
+                        &filter.requested_after,
+                        &filter.requested_before,
+                        &(filter.effective_limit() as i64),
+                        &i64::from(filter.offset.unwrap_or(0)),
+                        &filter.namespace,
+                    ],
+                    read_row,
+                )
+                .await
+                .map_err(backend)?
+                .into_iter()
+                .collect::<Result<Vec<_>, _>>()?;
             raws.into_iter().map(RawApproval::validate).collect()
         })
         .await

@@ -17,19 +17,16 @@
 //! for retry with the others (best effort: the call runs, and its record must still land) is
 //! [`AuditSinkOptions::keep_failed_write_through`].
 
-use crate::db::{Db, Store, StoreError};
-use crate::time::{from_micros, micros, trunc};
+use crate::columns::{Columns, row};
+use crate::db::{Db, Sql, Store, StoreError};
+use crate::params::{Json, Param, arguments};
+use crate::time::trunc;
 use async_trait::async_trait;
 use capgate_core::audit::{AuditEvent, AuditSink, AuditSinkError};
 use capgate_core::error::BoxError;
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
-use sqlx::error::BoxDynError;
-use sqlx::postgres::PgRow;
-use sqlx::sqlite::{SqliteArguments, SqliteRow};
-use sqlx::types::Json;
-use sqlx::{Arguments, Postgres, QueryBuilder, Row};
-use std::fmt::Display;
+use sqlx::{AssertSqlSafe, Postgres, Sqlite};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -126,7 +123,7 @@ struct AuditRow {
     capability_id: Option<String>,
     correlation_id: Option<String>,
     input_hash: Option<String>,
-    data: Value,
+    data: Json<Value>,
     /// Written through for an emitter that waits: the index of its answer in the writer's
     /// pending acks (set by the writer). Dropped if its write fails (strict).
     through: Option<usize>,
@@ -150,7 +147,7 @@ impl AuditRow {
             capability_id: event.capability_id.clone(),
             correlation_id: event.correlation_id.clone(),
             input_hash: event.input_hash.clone(),
-            data,
+            data: Json("data", data),
             through: None,
         })
     }
@@ -512,40 +509,70 @@ const INSERT_HEAD: &str = "INSERT INTO capgate_audit_events (type, at, surface, 
 /// Most rows in one SQLite INSERT (10 parameters each, well under SQLite's 32 766).
 const SQLITE_ROWS_PER_INSERT: usize = 64;
 
+/// The INSERT of `n` rows, each row's placeholders as `placeholders(first index)` writes them.
+fn insert_sql(n: usize, placeholders: impl Fn(usize) -> String) -> String {
+    let rows: Vec<String> = (0..n).map(|i| placeholders(i * 10 + 1)).collect();
+    format!("{INSERT_HEAD}VALUES {}", rows.join(", "))
+}
+
+/// The Postgres INSERT of `n` rows (`$1` to `$10n`).
+fn postgres_insert_sql(n: usize) -> String {
+    insert_sql(n, |first| {
+        let marks: Vec<String> = (first..first + 10).map(|k| format!("${k}")).collect();
+        format!("({})", marks.join(", "))
+    })
+}
+
 /// The SQLite INSERT of `n` rows (1..=[`SQLITE_ROWS_PER_INSERT`]), built once per size so
 /// each is one prepared statement in the writer connection's cache.
 fn sqlite_insert_sql(n: usize) -> &'static str {
     static SQL: OnceLock<Vec<String>> = OnceLock::new();
     let all = SQL.get_or_init(|| {
         (1..=SQLITE_ROWS_PER_INSERT)
-            .map(|n| {
-                let row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
-                format!("{INSERT_HEAD}VALUES {}", vec![row; n].join(", "))
-            })
+            .map(|n| insert_sql(n, |_| "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)".to_string()))
             .collect()
     });
     all[n.clamp(1, SQLITE_ROWS_PER_INSERT) - 1].as_str()
 }
 
-/// One row's ten values, in the column order of [`INSERT_HEAD`].
-fn sqlite_row_args(args: &mut SqliteArguments, r: &AuditRow) -> Result<(), BoxDynError> {
-    args.add(r.ty)?;
-    args.add(micros(r.at))?;
-    args.add(r.surface)?;
-    args.add(r.actor_id.clone())?;
-    args.add(r.actor_kind)?;
-    args.add(r.execution_id.clone())?;
-    args.add(r.capability_id.clone())?;
-    args.add(r.correlation_id.clone())?;
-    args.add(r.input_hash.clone())?;
-    args.add(r.data.to_string())?;
-    Ok(())
+impl AuditRow {
+    /// The row's ten values, in the column order of [`INSERT_HEAD`].
+    fn params(&self) -> [&dyn Param; 10] {
+        [
+            &self.ty,
+            &self.at,
+            &self.surface,
+            &self.actor_id,
+            &self.actor_kind,
+            &self.execution_id,
+            &self.capability_id,
+            &self.correlation_id,
+            &self.input_hash,
+            &self.data,
+        ]
+    }
 }
 
 /// Insert `rows` in order, one statement per chunk, stopping at the first failure: how
 /// many rows were committed, and the error if not all were.
 async fn insert(store: &Store, rows: &[AuditRow]) -> (usize, Result<(), String>) {
+    let per_insert = match &*store.db {
+        Db::Sqlite { .. } => SQLITE_ROWS_PER_INSERT,
+        Db::Postgres(_) => POSTGRES_ROWS_PER_INSERT,
+    };
     let mut committed = 0;
+    for chunk in rows.chunks(per_insert) {
+        if let Err(e) = insert_chunk(store, chunk).await {
+            return (committed, Err(e.to_string()));
+        }
+        committed += chunk.len();
+    }
+    (committed, Ok(()))
+}
+
+/// Insert one chunk of rows as one statement.
+async fn insert_chunk(store: &Store, chunk: &[AuditRow]) -> Result<(), BoxError> {
+    let params: Vec<&dyn Param> = chunk.iter().flat_map(AuditRow::params).collect();
     match &*store.db {
         // Through the store's group writer: the batch commits in the same transaction as
         // whatever journal and approval statements are waiting (one commit, one set of WAL
@@ -553,42 +580,17 @@ async fn insert(store: &Store, rows: &[AuditRow]) -> (usize, Result<(), String>)
         // acknowledged only after that commit. Chunks of at most `SQLITE_ROWS_PER_INSERT`
         // rows, each one statement, in order.
         Db::Sqlite { group, .. } => {
-            for chunk in rows.chunks(SQLITE_ROWS_PER_INSERT) {
-                let mut args = SqliteArguments::default();
-                for r in chunk {
-                    if let Err(e) = sqlite_row_args(&mut args, r) {
-                        return (committed, Err(e.to_string()));
-                    }
-                }
-                if let Err(e) = group.execute(sqlite_insert_sql(chunk.len()), args).await {
-                    return (committed, Err(e.to_string()));
-                }
-                committed += chunk.len();
-            }
+            let args = arguments::<Sqlite>(&params)?;
+            group.execute(sqlite_insert_sql(chunk.len()), args).await?;
         }
         Db::Postgres(pool) => {
-            for chunk in rows.chunks(POSTGRES_ROWS_PER_INSERT) {
-                let mut qb = QueryBuilder::<Postgres>::new(INSERT_HEAD);
-                qb.push_values(chunk, |mut b, r| {
-                    b.push_bind(r.ty)
-                        .push_bind(r.at)
-                        .push_bind(r.surface)
-                        .push_bind(r.actor_id.clone())
-                        .push_bind(r.actor_kind)
-                        .push_bind(r.execution_id.clone())
-                        .push_bind(r.capability_id.clone())
-                        .push_bind(r.correlation_id.clone())
-                        .push_bind(r.input_hash.clone())
-                        .push_bind(Json(r.data.clone()));
-                });
-                if let Err(e) = qb.build().execute(pool).await {
-                    return (committed, Err(e.to_string()));
-                }
-                committed += chunk.len();
-            }
+            let args = arguments::<Postgres>(&params)?;
+            sqlx::query_with(AssertSqlSafe(postgres_insert_sql(chunk.len())), args)
+                .execute(pool)
+                .await?;
         }
     }
-    (committed, Ok(()))
+    Ok(())
 }
 
 // ── The read side ──────────────────────────────────────────────────────────────────────
@@ -699,6 +701,14 @@ const SELECT_SQLITE_ASC: &str = audit_select!("", "", "", "ASC");
 const SELECT_SQLITE_DESC: &str = audit_select!("", "", "", "DESC");
 const SELECT_PG_ASC: &str = audit_select!("::text", "::timestamptz", "::bigint", "ASC");
 const SELECT_PG_DESC: &str = audit_select!("::text", "::timestamptz", "::bigint", "DESC");
+const SELECT_ASC: Sql = Sql {
+    sqlite: SELECT_SQLITE_ASC,
+    postgres: SELECT_PG_ASC,
+};
+const SELECT_DESC: Sql = Sql {
+    sqlite: SELECT_SQLITE_DESC,
+    postgres: SELECT_PG_DESC,
+};
 
 /// The read side of the audit table: queries by execution, capability, actor, type and
 /// time, and the `tail` that `capgate audit tail` prints. Reads never go through the
@@ -708,18 +718,20 @@ pub struct AuditLog {
     store: Store,
 }
 
-/// The columns of a row before the event is rebuilt.
-struct RawAudit {
-    ty: String,
-    at: DateTime<Utc>,
-    surface: String,
-    actor_id: String,
-    actor_kind: String,
-    execution_id: Option<String>,
-    capability_id: Option<String>,
-    correlation_id: Option<String>,
-    input_hash: Option<String>,
-    data: Value,
+row! {
+    /// The columns of a row before the event is rebuilt.
+    struct RawAudit {
+        ty: String = "type",
+        at: DateTime<Utc>,
+        surface: String,
+        actor_id: String,
+        actor_kind: String,
+        execution_id: Option<String>,
+        capability_id: Option<String>,
+        correlation_id: Option<String>,
+        input_hash: Option<String>,
+        data: Value,
+    }
 }
 
 impl RawAudit {
@@ -759,53 +771,14 @@ fn stored(id: i64, raw: Result<RawAudit, String>) -> StoredAuditEvent {
     }
 }
 
-fn sqlite_audit(row: &SqliteRow) -> Result<StoredAuditEvent, AuditQueryError> {
-    let id: i64 = row.try_get("id").map_err(|e| {
-        AuditQueryError::Backend(format!("audit row without a readable id: {e}").into())
+/// Decode a row of either backend: a row without a readable id fails the query; any other
+/// bad column makes the row a [`MalformedAuditRow`].
+fn read_row(row: &dyn Columns) -> Result<StoredAuditEvent, AuditQueryError> {
+    // The column error reads `id: …`.
+    let id = row.int("id").map_err(|e| {
+        AuditQueryError::Backend(format!("audit row without a readable {e}").into())
     })?;
-    let raw = (|| {
-        let e = |c: &str, e: &dyn Display| format!("{c}: {e}");
-        let text = |c: &str| row.try_get::<String, _>(c).map_err(|x| e(c, &x));
-        let opt = |c: &str| row.try_get::<Option<String>, _>(c).map_err(|x| e(c, &x));
-        let at: i64 = row.try_get("at").map_err(|x| e("at", &x))?;
-        Ok(RawAudit {
-            ty: text("type")?,
-            at: from_micros(at).ok_or_else(|| "at: timestamp out of range".to_string())?,
-            surface: text("surface")?,
-            actor_id: text("actor_id")?,
-            actor_kind: text("actor_kind")?,
-            execution_id: opt("execution_id")?,
-            capability_id: opt("capability_id")?,
-            correlation_id: opt("correlation_id")?,
-            input_hash: opt("input_hash")?,
-            data: serde_json::from_str(&text("data")?).map_err(|x| e("data", &x))?,
-        })
-    })();
-    Ok(stored(id, raw))
-}
-
-fn pg_audit(row: &PgRow) -> Result<StoredAuditEvent, AuditQueryError> {
-    let id: i64 = row.try_get("id").map_err(|e| {
-        AuditQueryError::Backend(format!("audit row without a readable id: {e}").into())
-    })?;
-    let raw = (|| {
-        let e = |c: &str, e: &dyn Display| format!("{c}: {e}");
-        let text = |c: &str| row.try_get::<String, _>(c).map_err(|x| e(c, &x));
-        let opt = |c: &str| row.try_get::<Option<String>, _>(c).map_err(|x| e(c, &x));
-        Ok(RawAudit {
-            ty: text("type")?,
-            at: row.try_get("at").map_err(|x| e("at", &x))?,
-            surface: text("surface")?,
-            actor_id: text("actor_id")?,
-            actor_kind: text("actor_kind")?,
-            execution_id: opt("execution_id")?,
-            capability_id: opt("capability_id")?,
-            correlation_id: opt("correlation_id")?,
-            input_hash: opt("input_hash")?,
-            data: row.try_get("data").map_err(|x| e("data", &x))?,
-        })
-    })();
-    Ok(stored(id, raw))
+    Ok(stored(id, RawAudit::read(row)))
 }
 
 impl AuditLog {
@@ -815,51 +788,29 @@ impl AuditLog {
 
     /// Rows matching `q`, in `q.order`.
     pub async fn query(&self, q: &AuditQuery) -> Result<Vec<StoredAuditEvent>, AuditQueryError> {
-        let backend = |e: sqlx::Error| AuditQueryError::Backend(e.into());
-        match &*self.store.db {
-            Db::Sqlite { readers, .. } => {
-                let sql = match q.order {
-                    AuditOrder::OldestFirst => SELECT_SQLITE_ASC,
-                    AuditOrder::NewestFirst => SELECT_SQLITE_DESC,
-                };
-                sqlx::query(sql)
-                    .bind(&q.execution_id)
-                    .bind(&q.capability_id)
-                    .bind(&q.actor_id)
-                    .bind(&q.event_type)
-                    .bind(q.since.map(micros))
-                    .bind(q.until.map(micros))
-                    .bind(q.after_id)
-                    .bind(q.effective_limit())
-                    .fetch_all(readers)
-                    .await
-                    .map_err(backend)?
-                    .iter()
-                    .map(sqlite_audit)
-                    .collect()
-            }
-            Db::Postgres(pool) => {
-                let sql = match q.order {
-                    AuditOrder::OldestFirst => SELECT_PG_ASC,
-                    AuditOrder::NewestFirst => SELECT_PG_DESC,
-                };
-                sqlx::query(sql)
-                    .bind(&q.execution_id)
-                    .bind(&q.capability_id)
-                    .bind(&q.actor_id)
-                    .bind(&q.event_type)
-                    .bind(q.since)
-                    .bind(q.until)
-                    .bind(q.after_id)
-                    .bind(q.effective_limit())
-                    .fetch_all(pool)
-                    .await
-                    .map_err(backend)?
-                    .iter()
-                    .map(pg_audit)
-                    .collect()
-            }
-        }
+        let sql = match q.order {
+            AuditOrder::OldestFirst => SELECT_ASC,
+            AuditOrder::NewestFirst => SELECT_DESC,
+        };
+        self.store
+            .fetch_all(
+                sql,
+                &[
+                    &q.execution_id,
+                    &q.capability_id,
+                    &q.actor_id,
+                    &q.event_type,
+                    &q.since,
+                    &q.until,
+                    &q.after_id,
+                    &q.effective_limit(),
+                ],
+                read_row,
+            )
+            .await
+            .map_err(AuditQueryError::Backend)?
+            .into_iter()
+            .collect()
     }
 
     /// Every event of one execution, in order.

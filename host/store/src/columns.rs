@@ -2,6 +2,9 @@
 //! as integer microseconds and booleans as 0/1; Postgres has jsonb, timestamptz and boolean.
 //! Each table has one decoder written against [`Columns`], and every error names its column
 //! ("decided_at: timestamp out of range"), because rows are hostile input too.
+//!
+//! A table's row type is declared once with [`row!`](crate::columns::row): the struct and its
+//! decoder, each field read from the column of its name as its type says ([`FromColumn`]).
 
 use crate::time::from_micros;
 use chrono::{DateTime, Utc};
@@ -27,6 +30,7 @@ pub(crate) trait Columns {
     fn ts(&self, col: &str) -> Result<DateTime<Utc>, ColumnError>;
     fn opt_ts(&self, col: &str) -> Result<Option<DateTime<Utc>>, ColumnError>;
     fn flag(&self, col: &str) -> Result<bool, ColumnError>;
+    fn int(&self, col: &str) -> Result<i64, ColumnError>;
 }
 
 fn micros_ts(col: &str, v: i64) -> Result<DateTime<Utc>, ColumnError> {
@@ -64,6 +68,9 @@ impl Columns for SqliteRow {
             other => Err(err(col, format!("not a boolean: {other}"))),
         }
     }
+    fn int(&self, col: &str) -> Result<i64, ColumnError> {
+        self.try_get(col).map_err(|e| err(col, e))
+    }
 }
 
 impl Columns for PgRow {
@@ -88,4 +95,96 @@ impl Columns for PgRow {
     fn flag(&self, col: &str) -> Result<bool, ColumnError> {
         self.try_get(col).map_err(|e| err(col, e))
     }
+    fn int(&self, col: &str) -> Result<i64, ColumnError> {
+        self.try_get(col).map_err(|e| err(col, e))
+    }
 }
+
+/// A field type read from one column, by the [`Columns`] reader of its kind.
+pub(crate) trait FromColumn: Sized {
+    fn from_column(row: &dyn Columns, col: &str) -> Result<Self, ColumnError>;
+}
+
+macro_rules! from_column {
+    ($($ty:ty => $read:ident),* $(,)?) => {$(
+        impl FromColumn for $ty {
+            fn from_column(row: &dyn Columns, col: &str) -> Result<Self, ColumnError> {
+                row.$read(col)
+            }
+        }
+    )*};
+}
+
+from_column!(
+    String => text,
+    Option<String> => opt_text,
+    Value => json,
+    Option<Value> => opt_json,
+    DateTime<Utc> => ts,
+    Option<DateTime<Utc>> => opt_ts,
+    bool => flag,
+    i64 => int,
+);
+
+/// Decode a row whose errors name the record by its `key` column: an unreadable key is
+/// `malformed("<unreadable id>", …)`, any other bad column `malformed(key, …)`.
+pub(crate) fn keyed<T, E>(
+    row: &dyn Columns,
+    key: &str,
+    decode: impl FnOnce(&dyn Columns) -> Result<T, ColumnError>,
+    malformed: impl Fn(&str, ColumnError) -> E,
+) -> Result<T, E> {
+    let id = row.text(key).map_err(|e| malformed("<unreadable id>", e))?;
+    decode(row).map_err(|e| malformed(&id, e))
+}
+
+/// A record store's two error constructors, for its error type `$error`: `backend(e)` (the
+/// database failed) and `malformed(id, reason)` (a record that does not read back, named
+/// by its id in field `$id`).
+macro_rules! record_errors {
+    ($error:ident, $id:ident) => {
+        fn backend(e: impl Into<capgate_core::error::BoxError>) -> $error {
+            $error::Backend(e.into())
+        }
+
+        fn malformed(id: &str, reason: impl std::fmt::Display) -> $error {
+            $error::Malformed {
+                $id: id.to_string(),
+                reason: reason.to_string(),
+            }
+        }
+    };
+}
+pub(crate) use record_errors;
+
+/// Declare a row type: the struct, and `fn read(&dyn Columns) -> Result<Self, ColumnError>`
+/// that reads its fields in order, each from the column of its name (or the one named
+/// after `=`) as its type says.
+macro_rules! row {
+    (
+        $(#[$meta:meta])*
+        struct $name:ident {
+            $($field:ident: $ty:ty $(= $col:literal)?),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        struct $name {
+            $($field: $ty),*
+        }
+
+        impl $name {
+            /// Read a row of either backend.
+            fn read(row: &dyn $crate::columns::Columns) -> Result<Self, $crate::columns::ColumnError> {
+                Ok($name {
+                    $($field: <$ty as $crate::columns::FromColumn>::from_column(
+                        row,
+                        $crate::columns::row!(@column $field $($col)?),
+                    )?),*
+                })
+            }
+        }
+    };
+    (@column $field:ident) => { stringify!($field) };
+    (@column $field:ident $col:literal) => { $col };
+}
+pub(crate) use row;

@@ -4,13 +4,14 @@ use crate::approvals::SqlApprovalCoordinator;
 use crate::audit::{AuditLog, AuditSinkOptions, SqlAuditSink};
 use crate::columns::Columns;
 use crate::journal::SqlInvocationJournal;
+use crate::params::{Param, arguments};
 use capgate_core::error::BoxError;
-use sqlx::SqlSafeStr;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
+use sqlx::{Postgres, SqlSafeStr, Sqlite};
 use std::borrow::Cow;
 use std::str::FromStr;
 use std::sync::{Arc, LazyLock};
@@ -181,6 +182,45 @@ pub struct MigrationReport {
     pub status: Vec<MigrationState>,
 }
 
+/// Where a statement runs on SQLite; Postgres runs every statement on its one pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Via {
+    /// The reader pool: reads.
+    Readers,
+    /// The group writer: the hot writes, committed together with whatever is waiting.
+    Group,
+    /// The writer connection on its own.
+    Writer,
+}
+
+/// A statement's destination, resolved from a [`Via`] on one store.
+enum Target<'a> {
+    /// SQLite's group writer.
+    Group(&'a crate::group::GroupWriter),
+    /// One of SQLite's pools.
+    Sqlite(&'a SqlitePool),
+    /// The Postgres pool.
+    Postgres(&'a PgPool),
+}
+
+/// A statement's text on each backend; most statements are the same on both.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sql {
+    /// The text SQLite runs.
+    pub(crate) sqlite: &'static str,
+    /// The text Postgres runs.
+    pub(crate) postgres: &'static str,
+}
+
+impl From<&'static str> for Sql {
+    fn from(sql: &'static str) -> Sql {
+        Sql {
+            sqlite: sql,
+            postgres: sql,
+        }
+    }
+}
+
 /// An open store: the pools behind the approval coordinator, the audit sink and log, and
 /// the invocation journal. Cheap to clone; share one per process (or per replica).
 #[derive(Clone)]
@@ -329,28 +369,94 @@ impl Store {
         AuditLog::new(self.clone())
     }
 
-    /// A read by text keys on either backend (the reader pool on SQLite), the row (if any)
-    /// decoded by `decode`: the one place a single-row lookup dispatches on the backend.
-    pub(crate) async fn read_optional<T>(
+    /// Where a statement sent `via` runs on this store.
+    fn target(&self, via: Via) -> Target<'_> {
+        match (&*self.db, via) {
+            (Db::Sqlite { group, .. }, Via::Group) => Target::Group(group),
+            (Db::Sqlite { readers, .. }, Via::Readers) => Target::Sqlite(readers),
+            (Db::Sqlite { writer, .. }, Via::Writer) => Target::Sqlite(writer),
+            (Db::Postgres(pool), _) => Target::Postgres(pool),
+        }
+    }
+
+    /// The first row (if any) of a statement with `params`, decoded by `decode`, run where
+    /// `via` says on SQLite.
+    pub(crate) async fn fetch_optional<T>(
         &self,
-        sql: &'static str,
-        keys: &[&str],
+        via: Via,
+        sql: impl Into<Sql>,
+        params: &[&dyn Param],
         decode: impl Fn(&dyn Columns) -> T,
-    ) -> Result<Option<T>, sqlx::Error> {
+    ) -> Result<Option<T>, BoxError> {
+        let sql = sql.into();
+        Ok(match self.target(via) {
+            Target::Group(group) => group
+                .fetch_optional(sql.sqlite, arguments::<Sqlite>(params)?)
+                .await?
+                .map(|r| decode(&r)),
+            Target::Sqlite(pool) => sqlx::query_with(sql.sqlite, arguments::<Sqlite>(params)?)
+                .fetch_optional(pool)
+                .await?
+                .map(|r| decode(&r)),
+            Target::Postgres(pool) => {
+                sqlx::query_with(sql.postgres, arguments::<Postgres>(params)?)
+                    .fetch_optional(pool)
+                    .await?
+                    .map(|r| decode(&r))
+            }
+        })
+    }
+
+    /// Every row of a read with `params`, each decoded by `decode` (the reader pool on
+    /// SQLite).
+    pub(crate) async fn fetch_all<T>(
+        &self,
+        sql: impl Into<Sql>,
+        params: &[&dyn Param],
+        decode: impl Fn(&dyn Columns) -> T,
+    ) -> Result<Vec<T>, BoxError> {
+        let sql = sql.into();
         Ok(match &*self.db {
             Db::Sqlite { readers, .. } => {
-                let mut query = sqlx::query(sql);
-                for key in keys {
-                    query = query.bind(*key);
-                }
-                query.fetch_optional(readers).await?.map(|r| decode(&r))
+                sqlx::query_with(sql.sqlite, arguments::<Sqlite>(params)?)
+                    .fetch_all(readers)
+                    .await?
+                    .iter()
+                    .map(|r| decode(r))
+                    .collect()
             }
-            Db::Postgres(pool) => {
-                let mut query = sqlx::query(sql);
-                for key in keys {
-                    query = query.bind(*key);
-                }
-                query.fetch_optional(pool).await?.map(|r| decode(&r))
+            Db::Postgres(pool) => sqlx::query_with(sql.postgres, arguments::<Postgres>(params)?)
+                .fetch_all(pool)
+                .await?
+                .iter()
+                .map(|r| decode(r))
+                .collect(),
+        })
+    }
+
+    /// Run a write with `params` where `via` says on SQLite; how many rows it changed.
+    pub(crate) async fn execute(
+        &self,
+        via: Via,
+        sql: impl Into<Sql>,
+        params: &[&dyn Param],
+    ) -> Result<u64, BoxError> {
+        let sql = sql.into();
+        Ok(match self.target(via) {
+            Target::Group(group) => {
+                group
+                    .execute(sql.sqlite, arguments::<Sqlite>(params)?)
+                    .await?
+            }
+            Target::Sqlite(pool) => sqlx::query_with(sql.sqlite, arguments::<Sqlite>(params)?)
+                .execute(pool)
+                .await?
+                .rows_affected(),
+            Target::Postgres(pool) => {
+                sqlx::query_with(sql.postgres, arguments::<Postgres>(params)?)
+                    .execute(pool)
+                    .await?
+                    .rows_affected()
             }
         })
     }

@@ -249,27 +249,3 @@ async fn commit(pool: &SqlitePool, jobs: Vec<Job>, refusing: &AtomicBool) {
         let _ = job.reply.send(result);
     }
 }
-
-/// The arguments of a grouped statement, bound in order (what `.bind(…)` chains do for a
-/// statement run directly). A `?` in a value expression returns from the enclosing function,
-/// as it would in a `.bind(…)` chain; an encoding failure is the macro's `Err`.
-macro_rules! sqlite_args {
-    ($($value:expr),* $(,)?) => {{
-        #[allow(unused_mut)]
-        let mut args = sqlx::sqlite::SqliteArguments::default();
-        let mut failed: Option<sqlx::Error> = None;
-        $(
-            let value = $value;
-            if failed.is_none()
-                && let Err(e) = sqlx::Arguments::add(&mut args, value)
-            {
-                failed = Some(sqlx::Error::Encode(e));
-            }
-        )*
-        match failed {
-            None => Ok::<_, sqlx::Error>(args),
-            Some(e) => Err(e),
-        }
-    }};
-}
-pub(crate) use sqlite_args;

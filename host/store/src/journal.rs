@@ -2,20 +2,17 @@
 //! `INSERT … ON CONFLICT DO NOTHING`; resume, settle and reconcile are single conditional
 //! UPDATEs, so the database (not a process) decides who owns an invocation.
 
-use crate::columns::{ColumnError, Columns};
-use crate::db::{Db, Store};
-use crate::group::sqlite_args;
-use crate::time::{micros, trunc};
+use crate::columns::{Columns, keyed, record_errors, row};
+use crate::db::{Store, Via};
+use crate::params::Json;
+use crate::time::trunc;
 use async_trait::async_trait;
-use capgate_core::error::BoxError;
 use capgate_core::journal::{
     ClaimOutcome, ClaimRequest, InvocationJournal, InvocationRecord, InvocationState, JournalError,
     ResumeClaim, Settlement, new_claim_token, validate_id,
 };
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::types::Json;
-use std::fmt::Display;
 use std::time::Duration;
 
 macro_rules! cols {
@@ -74,61 +71,33 @@ pub struct SqlInvocationJournal {
     replay_horizon: Duration,
 }
 
-fn backend(e: impl Into<BoxError>) -> JournalError {
-    JournalError::Backend(e.into())
-}
+record_errors!(JournalError, invocation_id);
 
-fn malformed(id: &str, reason: impl Display) -> JournalError {
-    JournalError::Malformed {
-        invocation_id: id.to_string(),
-        reason: reason.to_string(),
+row! {
+    /// A row as read, before validation.
+    struct RawInvocation {
+        scope: String,
+        invocation_id: String,
+        state: String,
+        claim_token: String,
+        approval_id: Option<String>,
+        awaiting_approval: bool,
+        capability_id: String,
+        input: Value,
+        input_hash: String,
+        idempotency_key: String,
+        correlation_id: Option<String>,
+        contract_digest: Option<String>,
+        outcome: Option<Value>,
+        reconciled: bool,
+        created_at: DateTime<Utc>,
+        updated_at: DateTime<Utc>,
     }
-}
-
-/// A row as read, before validation.
-struct RawInvocation {
-    scope: String,
-    invocation_id: String,
-    state: String,
-    claim_token: String,
-    approval_id: Option<String>,
-    awaiting_approval: bool,
-    capability_id: String,
-    input: Value,
-    input_hash: String,
-    idempotency_key: String,
-    correlation_id: Option<String>,
-    contract_digest: Option<String>,
-    outcome: Option<Value>,
-    reconciled: bool,
-    created_at: DateTime<Utc>,
-    updated_at: DateTime<Utc>,
 }
 
 /// Decode a row of either backend.
 fn read_row(row: &dyn Columns) -> Result<RawInvocation, JournalError> {
-    let id = row
-        .text("invocation_id")
-        .map_err(|e| malformed("<unreadable id>", e))?;
-    let bad = |e: ColumnError| malformed(&id, e);
-    Ok(RawInvocation {
-        scope: row.text("scope").map_err(bad)?,
-        state: row.text("state").map_err(bad)?,
-        claim_token: row.text("claim_token").map_err(bad)?,
-        approval_id: row.opt_text("approval_id").map_err(bad)?,
-        awaiting_approval: row.flag("awaiting_approval").map_err(bad)?,
-        capability_id: row.text("capability_id").map_err(bad)?,
-        input: row.json("input").map_err(bad)?,
-        input_hash: row.text("input_hash").map_err(bad)?,
-        idempotency_key: row.text("idempotency_key").map_err(bad)?,
-        correlation_id: row.opt_text("correlation_id").map_err(bad)?,
-        contract_digest: row.opt_text("contract_digest").map_err(bad)?,
-        outcome: row.opt_json("outcome").map_err(bad)?,
-        reconciled: row.flag("reconciled").map_err(bad)?,
-        created_at: row.ts("created_at").map_err(bad)?,
-        updated_at: row.ts("updated_at").map_err(bad)?,
-        invocation_id: id,
-    })
+    keyed(row, "invocation_id", RawInvocation::read, malformed)
 }
 
 impl RawInvocation {
@@ -188,10 +157,6 @@ fn resumable(r: &InvocationRecord, approval_id: &str) -> bool {
         && r.approval_id.as_deref() == Some(approval_id)
 }
 
-fn encode(what: &str, v: &Value) -> Result<String, JournalError> {
-    serde_json::to_string(v).map_err(|e| backend(format!("cannot encode {what}: {e}")))
-}
-
 impl SqlInvocationJournal {
     /// A journal on `store` (also [`Store::journal`]).
     pub fn new(store: Store) -> Self {
@@ -231,7 +196,7 @@ impl SqlInvocationJournal {
         key: &str,
     ) -> Result<Option<InvocationRecord>, JournalError> {
         self.store
-            .read_optional(sql, &[scope, key], read_row)
+            .fetch_optional(Via::Readers, sql, &[&scope, &key], read_row)
             .await
             .map_err(backend)?
             .transpose()?
@@ -251,41 +216,26 @@ impl SqlInvocationJournal {
         settlement.validate()?;
         let now = trunc(now);
         let awaiting = settlement.awaiting_approval.is_some();
-        let raw = match &*self.store.db {
-            Db::Sqlite { group, .. } => group
-                .fetch_optional(
-                    SETTLE,
-                    sqlite_args!(
-                        scope,
-                        invocation_id,
-                        claim_token,
-                        encode("outcome", &settlement.outcome)?,
-                        &settlement.awaiting_approval,
-                        awaiting,
-                        reconciled,
-                        micros(now),
-                    )
-                    .map_err(backend)?,
-                )
-                .await
-                .map_err(backend)?
-                .map(|r| read_row(&r))
-                .transpose()?,
-            Db::Postgres(pool) => sqlx::query(SETTLE)
-                .bind(scope)
-                .bind(invocation_id)
-                .bind(claim_token)
-                .bind(Json(&settlement.outcome))
-                .bind(&settlement.awaiting_approval)
-                .bind(awaiting)
-                .bind(reconciled)
-                .bind(now)
-                .fetch_optional(pool)
-                .await
-                .map_err(backend)?
-                .map(|r| read_row(&r))
-                .transpose()?,
-        };
+        let raw = self
+            .store
+            .fetch_optional(
+                Via::Group,
+                SETTLE,
+                &[
+                    &scope,
+                    &invocation_id,
+                    &claim_token,
+                    &Json("outcome", &settlement.outcome),
+                    &settlement.awaiting_approval,
+                    &awaiting,
+                    &reconciled,
+                    &now,
+                ],
+                read_row,
+            )
+            .await
+            .map_err(backend)?
+            .transpose()?;
         if let Some(raw) = raw {
             return raw.validate();
         }
@@ -314,43 +264,28 @@ impl InvocationJournal for SqlInvocationJournal {
             for _ in 0..3 {
                 let token = new_claim_token();
                 let r = &request;
-                let inserted = match &*self.store.db {
-                    Db::Sqlite { group, .. } => group
-                        .fetch_optional(
-                            CLAIM,
-                            sqlite_args!(
-                                &r.scope,
-                                &r.invocation_id,
-                                &token,
-                                &r.capability_id,
-                                encode("input", &r.input)?,
-                                &r.input_hash,
-                                &r.idempotency_key,
-                                &r.correlation_id,
-                                &r.contract_digest,
-                                micros(now),
-                            )
-                            .map_err(backend)?,
-                        )
-                        .await
-                        .map_err(backend)?
-                        .is_some(),
-                    Db::Postgres(pool) => sqlx::query(CLAIM)
-                        .bind(&r.scope)
-                        .bind(&r.invocation_id)
-                        .bind(&token)
-                        .bind(&r.capability_id)
-                        .bind(Json(&r.input))
-                        .bind(&r.input_hash)
-                        .bind(&r.idempotency_key)
-                        .bind(&r.correlation_id)
-                        .bind(&r.contract_digest)
-                        .bind(now)
-                        .fetch_optional(pool)
-                        .await
-                        .map_err(backend)?
-                        .is_some(),
-                };
+                let inserted = self
+                    .store
+                    .fetch_optional(
+                        Via::Group,
+                        CLAIM,
+                        &[
+                            &r.scope,
+                            &r.invocation_id,
+                            &token,
+                            &r.capability_id,
+                            &Json("input", &r.input),
+                            &r.input_hash,
+                            &r.idempotency_key,
+                            &r.correlation_id,
+                            &r.contract_digest,
+                            &now,
+                        ],
+                        |_| (),
+                    )
+                    .await
+                    .map_err(backend)?
+                    .is_some();
                 if inserted {
                     // The row is exactly what was just inserted: no need to read it back.
                     return Ok(ClaimOutcome::Admitted {
@@ -388,29 +323,17 @@ impl InvocationJournal for SqlInvocationJournal {
             // is claimed again rather than reported as not resumable.
             for _ in 0..3 {
                 let token = new_claim_token();
-                let raw = match &*self.store.db {
-                    Db::Sqlite { group, .. } => group
-                        .fetch_optional(
-                            CLAIM_RESUME,
-                            sqlite_args!(scope, invocation_id, approval_id, &token, micros(now))
-                                .map_err(backend)?,
-                        )
-                        .await
-                        .map_err(backend)?
-                        .map(|r| read_row(&r))
-                        .transpose()?,
-                    Db::Postgres(pool) => sqlx::query(CLAIM_RESUME)
-                        .bind(scope)
-                        .bind(invocation_id)
-                        .bind(approval_id)
-                        .bind(&token)
-                        .bind(now)
-                        .fetch_optional(pool)
-                        .await
-                        .map_err(backend)?
-                        .map(|r| read_row(&r))
-                        .transpose()?,
-                };
+                let raw = self
+                    .store
+                    .fetch_optional(
+                        Via::Group,
+                        CLAIM_RESUME,
+                        &[&scope, &invocation_id, &approval_id, &token, &now],
+                        read_row,
+                    )
+                    .await
+                    .map_err(backend)?
+                    .transpose()?;
                 if let Some(raw) = raw {
                     return Ok(ResumeClaim::Admitted {
                         claim_token: token,
@@ -497,20 +420,11 @@ impl InvocationJournal for SqlInvocationJournal {
             "journal.purge_settled_before",
             async move {
                 let cutoff = trunc(cutoff);
-                let done = match &*self.store.db {
-                    Db::Sqlite { writer, .. } => sqlx::query(PURGE)
-                        .bind(micros(cutoff))
-                        .execute(writer)
-                        .await
-                        .map_err(backend)?
-                        .rows_affected(),
-                    Db::Postgres(pool) => sqlx::query(PURGE)
-                        .bind(cutoff)
-                        .execute(pool)
-                        .await
-                        .map_err(backend)?
-                        .rows_affected(),
-                };
+                let done = self
+                    .store
+                    .execute(Via::Writer, PURGE, &[&cutoff])
+                    .await
+                    .map_err(backend)?;
                 Ok(done)
             },
         )

@@ -84,6 +84,7 @@ mod db;
 mod group;
 mod journal;
 pub mod metrics;
+mod params;
 mod time;
 mod traced;
 

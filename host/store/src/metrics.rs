@@ -75,9 +75,7 @@ pub fn record_audit(stats: AuditSinkStats, queued: usize) {
 /// runaway table cannot make unbounded series).
 const MAX_PENDING_NAMESPACES: i64 = 1_000;
 
-const PENDING_SQLITE: &str = "SELECT namespace, COUNT(*) FROM capgate_approvals \
-     WHERE status = 'pending' AND expires_at > $1 GROUP BY namespace ORDER BY namespace LIMIT $2";
-const PENDING_POSTGRES: &str = "SELECT namespace, COUNT(*) FROM capgate_approvals \
+const PENDING: &str = "SELECT namespace, COUNT(*) AS pending FROM capgate_approvals \
      WHERE status = 'pending' AND expires_at > $1 GROUP BY namespace ORDER BY namespace LIMIT $2";
 
 /// Namespaces a pending gauge was ever set for, so one that empties reads 0, not stale.
@@ -90,32 +88,27 @@ impl crate::Store {
         &self,
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<Vec<(String, u64)>, crate::StoreError> {
-        use crate::db::Db;
-        use sqlx::Row;
-        let rows: Vec<(String, i64)> = match &*self.db {
-            Db::Sqlite { readers, .. } => sqlx::query(PENDING_SQLITE)
-                .bind(crate::time::micros(now))
-                .bind(MAX_PENDING_NAMESPACES)
-                .fetch_all(readers)
-                .await
-                .and_then(|rows| {
-                    rows.iter()
-                        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
-                        .collect::<Result<_, sqlx::Error>>()
-                })
-                .map_err(crate::StoreError::Backend)?,
-            Db::Postgres(pool) => sqlx::query(PENDING_POSTGRES)
-                .bind(now)
-                .bind(MAX_PENDING_NAMESPACES)
-                .fetch_all(pool)
-                .await
-                .and_then(|rows| {
-                    rows.iter()
-                        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
-                        .collect::<Result<_, sqlx::Error>>()
-                })
-                .map_err(crate::StoreError::Backend)?,
-        };
+        use crate::columns::{ColumnError, Columns};
+        let rows: Vec<(String, i64)> = self
+            .fetch_all(
+                PENDING,
+                &[&now, &MAX_PENDING_NAMESPACES],
+                |row: &dyn Columns| -> Result<_, ColumnError> {
+                    Ok((row.text("namespace")?, row.int("pending")?))
+                },
+            )
+            .await
+            // Statements fail with sqlx errors, and these parameters always encode.
+            .map_err(|e| {
+                e.downcast::<sqlx::Error>()
+                    .map_or_else(sqlx::Error::Encode, |e| *e)
+            })
+            .and_then(|rows| {
+                rows.into_iter()
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| sqlx::Error::Decode(e.into()))
+            })
+            .map_err(crate::StoreError::Backend)?;
         Ok(rows
             .into_iter()
             .map(|(ns, n)| (ns, u64::try_from(n).unwrap_or(0)))

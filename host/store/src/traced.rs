@@ -59,52 +59,26 @@ struct Op {
     method: &'static str,
 }
 
-const APPROVALS: &str = "capgate_approvals";
-const INVOCATIONS: &str = "capgate_invocations";
+/// The operation `$operation` on table `$table`, its span named `{operation} {table}`; each
+/// method names itself with [`Op::method`].
+macro_rules! op {
+    ($operation:ident $table:ident) => {
+        Op {
+            name: concat!(stringify!($operation), " ", stringify!($table)),
+            operation: stringify!($operation),
+            table: stringify!($table),
+            method: "",
+        }
+    };
+}
 
-// One operation on one table; each method names itself with [`Op::method`].
-const DELETE_INVOCATIONS: Op = Op {
-    name: "DELETE capgate_invocations",
-    operation: "DELETE",
-    table: INVOCATIONS,
-    method: "",
-};
-const INSERT_APPROVALS: Op = Op {
-    name: "INSERT capgate_approvals",
-    operation: "INSERT",
-    table: APPROVALS,
-    method: "",
-};
-const INSERT_INVOCATIONS: Op = Op {
-    name: "INSERT capgate_invocations",
-    operation: "INSERT",
-    table: INVOCATIONS,
-    method: "",
-};
-const SELECT_APPROVALS: Op = Op {
-    name: "SELECT capgate_approvals",
-    operation: "SELECT",
-    table: APPROVALS,
-    method: "",
-};
-const SELECT_INVOCATIONS: Op = Op {
-    name: "SELECT capgate_invocations",
-    operation: "SELECT",
-    table: INVOCATIONS,
-    method: "",
-};
-const UPDATE_APPROVALS: Op = Op {
-    name: "UPDATE capgate_approvals",
-    operation: "UPDATE",
-    table: APPROVALS,
-    method: "",
-};
-const UPDATE_INVOCATIONS: Op = Op {
-    name: "UPDATE capgate_invocations",
-    operation: "UPDATE",
-    table: INVOCATIONS,
-    method: "",
-};
+const DELETE_INVOCATIONS: Op = op!(DELETE capgate_invocations);
+const INSERT_APPROVALS: Op = op!(INSERT capgate_approvals);
+const INSERT_INVOCATIONS: Op = op!(INSERT capgate_invocations);
+const SELECT_APPROVALS: Op = op!(SELECT capgate_approvals);
+const SELECT_INVOCATIONS: Op = op!(SELECT capgate_invocations);
+const UPDATE_APPROVALS: Op = op!(UPDATE capgate_approvals);
+const UPDATE_INVOCATIONS: Op = op!(UPDATE capgate_invocations);
 
 impl Op {
     /// This operation as run by `method` (the span's `capgate.store.method`).
@@ -186,139 +160,58 @@ impl ErrorKind for JournalError {
     }
 }
 
-#[async_trait]
-impl<T: ApprovalCoordinator> ApprovalCoordinator for Traced<T> {
-    async fn create(&self, request: ApprovalRequest) -> Result<ApprovalRecord, ApprovalStoreError> {
-        let op = INSERT_APPROVALS.method("approval.create");
-        self.run(op, self.inner.create(request)).await
-    }
+/// The traced implementation of a store trait: each listed method runs the inner one inside
+/// the span of its operation (`OP "capgate.store.operation" => fn …`); `is_durable` is the
+/// inner one's.
+macro_rules! traced {
+    ($trait:ident {
+        $($op:ident $method:literal => fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty;)*
+    }) => {
+        #[async_trait]
+        impl<T: $trait> $trait for Traced<T> {
+            $(
+                async fn $name(&self, $($arg: $ty),*) -> $ret {
+                    self.run($op.method($method), self.inner.$name($($arg),*)).await
+                }
+            )*
 
-    async fn get(&self, id: &str) -> Result<Option<ApprovalRecord>, ApprovalStoreError> {
-        let op = SELECT_APPROVALS.method("approval.get");
-        self.run(op, self.inner.get(id)).await
-    }
-
-    async fn decide(
-        &self,
-        id: &str,
-        decision: Decision,
-        now: DateTime<Utc>,
-    ) -> Result<ApprovalRecord, ApprovalStoreError> {
-        let op = UPDATE_APPROVALS.method("approval.decide");
-        self.run(op, self.inner.decide(id, decision, now)).await
-    }
-
-    async fn mark_consumed(
-        &self,
-        id: &str,
-        execution_id: &str,
-        now: DateTime<Utc>,
-    ) -> Result<ApprovalRecord, ApprovalStoreError> {
-        let op = UPDATE_APPROVALS.method("approval.consume");
-        self.run(op, self.inner.mark_consumed(id, execution_id, now))
-            .await
-    }
-
-    async fn list(
-        &self,
-        filter: &ApprovalFilter,
-        now: DateTime<Utc>,
-    ) -> Result<Vec<ApprovalRecord>, ApprovalStoreError> {
-        let op = SELECT_APPROVALS.method("approval.list");
-        self.run(op, self.inner.list(filter, now)).await
-    }
-
-    fn is_durable(&self) -> bool {
-        self.inner.is_durable()
-    }
+            fn is_durable(&self) -> bool {
+                self.inner.is_durable()
+            }
+        }
+    };
 }
 
-#[async_trait]
-impl<T: InvocationJournal> InvocationJournal for Traced<T> {
-    async fn claim(
-        &self,
-        request: ClaimRequest,
+traced!(ApprovalCoordinator {
+    INSERT_APPROVALS "approval.create" => fn create(request: ApprovalRequest)
+        -> Result<ApprovalRecord, ApprovalStoreError>;
+    SELECT_APPROVALS "approval.get" => fn get(id: &str)
+        -> Result<Option<ApprovalRecord>, ApprovalStoreError>;
+    UPDATE_APPROVALS "approval.decide" => fn decide(id: &str, decision: Decision, now: DateTime<Utc>)
+        -> Result<ApprovalRecord, ApprovalStoreError>;
+    UPDATE_APPROVALS "approval.consume" => fn mark_consumed(id: &str, execution_id: &str, now: DateTime<Utc>)
+        -> Result<ApprovalRecord, ApprovalStoreError>;
+    SELECT_APPROVALS "approval.list" => fn list(filter: &ApprovalFilter, now: DateTime<Utc>)
+        -> Result<Vec<ApprovalRecord>, ApprovalStoreError>;
+});
+
+traced!(InvocationJournal {
+    INSERT_INVOCATIONS "invocation.claim" => fn claim(request: ClaimRequest, now: DateTime<Utc>)
+        -> Result<ClaimOutcome, JournalError>;
+    UPDATE_INVOCATIONS "invocation.claim_resume" => fn claim_resume(
+        scope: &str, invocation_id: &str, approval_id: &str, now: DateTime<Utc>,
+    ) -> Result<ResumeClaim, JournalError>;
+    UPDATE_INVOCATIONS "invocation.settle" => fn settle(
+        scope: &str, invocation_id: &str, claim_token: &str, settlement: Settlement, now: DateTime<Utc>,
+    ) -> Result<InvocationRecord, JournalError>;
+    UPDATE_INVOCATIONS "invocation.reconcile" => fn reconcile(
+        scope: &str, invocation_id: &str, observed_claim_token: &str, settlement: Settlement,
         now: DateTime<Utc>,
-    ) -> Result<ClaimOutcome, JournalError> {
-        let op = INSERT_INVOCATIONS.method("invocation.claim");
-        self.run(op, self.inner.claim(request, now)).await
-    }
-
-    async fn claim_resume(
-        &self,
-        scope: &str,
-        invocation_id: &str,
-        approval_id: &str,
-        now: DateTime<Utc>,
-    ) -> Result<ResumeClaim, JournalError> {
-        let op = UPDATE_INVOCATIONS.method("invocation.claim_resume");
-        self.run(
-            op,
-            self.inner
-                .claim_resume(scope, invocation_id, approval_id, now),
-        )
-        .await
-    }
-
-    async fn settle(
-        &self,
-        scope: &str,
-        invocation_id: &str,
-        claim_token: &str,
-        settlement: Settlement,
-        now: DateTime<Utc>,
-    ) -> Result<InvocationRecord, JournalError> {
-        let op = UPDATE_INVOCATIONS.method("invocation.settle");
-        self.run(
-            op,
-            self.inner
-                .settle(scope, invocation_id, claim_token, settlement, now),
-        )
-        .await
-    }
-
-    async fn reconcile(
-        &self,
-        scope: &str,
-        invocation_id: &str,
-        observed_claim_token: &str,
-        settlement: Settlement,
-        now: DateTime<Utc>,
-    ) -> Result<InvocationRecord, JournalError> {
-        let op = UPDATE_INVOCATIONS.method("invocation.reconcile");
-        self.run(
-            op,
-            self.inner
-                .reconcile(scope, invocation_id, observed_claim_token, settlement, now),
-        )
-        .await
-    }
-
-    async fn get(
-        &self,
-        scope: &str,
-        invocation_id: &str,
-    ) -> Result<Option<InvocationRecord>, JournalError> {
-        let op = SELECT_INVOCATIONS.method("invocation.get");
-        self.run(op, self.inner.get(scope, invocation_id)).await
-    }
-
-    async fn find_approval(
-        &self,
-        scope: &str,
-        approval_id: &str,
-    ) -> Result<Option<InvocationRecord>, JournalError> {
-        let op = SELECT_INVOCATIONS.method("invocation.find_approval");
-        self.run(op, self.inner.find_approval(scope, approval_id))
-            .await
-    }
-
-    async fn purge_settled_before(&self, cutoff: DateTime<Utc>) -> Result<u64, JournalError> {
-        let op = DELETE_INVOCATIONS.method("invocation.purge");
-        self.run(op, self.inner.purge_settled_before(cutoff)).await
-    }
-
-    fn is_durable(&self) -> bool {
-        self.inner.is_durable()
-    }
-}
+    ) -> Result<InvocationRecord, JournalError>;
+    SELECT_INVOCATIONS "invocation.get" => fn get(scope: &str, invocation_id: &str)
+        -> Result<Option<InvocationRecord>, JournalError>;
+    SELECT_INVOCATIONS "invocation.find_approval" => fn find_approval(scope: &str, approval_id: &str)
+        -> Result<Option<InvocationRecord>, JournalError>;
+    DELETE_INVOCATIONS "invocation.purge" => fn purge_settled_before(cutoff: DateTime<Utc>)
+        -> Result<u64, JournalError>;
+});

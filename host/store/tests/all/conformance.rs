@@ -35,6 +35,7 @@ use capgate_core::journal::{
 use capgate_core::meta::{Risk, SideEffect};
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use common::TestDb;
+use futures::future::BoxFuture;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::{Value, json};
@@ -233,24 +234,62 @@ on_every_backend!(
 // Serial search: is there an order of the operations that explains what was observed?
 // ---------------------------------------------------------------------------------------
 
-/// A model that can check one operation's observed answer and move on.
-trait Model: Clone {
-    type Op: PartialEq;
-    type Answer: PartialEq;
-    /// Check `answer` is what the model answers to `op`; update the state.
-    fn apply(&mut self, op: &Self::Op, answer: &Self::Answer) -> Result<(), String>;
+/// A reference model and how to drive the implementations against it: the generated
+/// operations, the calls they resolve to, and the stored state a case can touch.
+trait Machine: Clone + Default {
+    /// An operation as generated.
+    type Gen: Copy + std::fmt::Debug;
+    /// An operation ready to run: concrete strings, tokens and clock.
+    type Call: Clone + PartialEq + std::fmt::Debug + Send + 'static;
+    /// What an implementation answered, comparable.
+    type Answer: Clone + PartialEq + std::fmt::Debug + Send + 'static;
+    /// The stored records of every key a case can touch.
+    type Stored;
+    /// The seconds a generated clock advance moves; `None` for an operation.
+    fn tick(op: &Self::Gen) -> Option<u8>;
+    /// A generated operation as a concrete call at `now` (tokens from the model's state).
+    /// A clock advance has no call.
+    fn resolve(&self, case: &Case, op: Self::Gen, now: DateTime<Utc>) -> Option<Self::Call>;
+    /// Run one call on the subject. Backend and malformed-row errors fail the test.
+    fn run(
+        s: &Subject,
+        call: Self::Call,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'static, Result<Self::Answer, String>>;
+    /// Check `answer` is what the model answers to `call` at `now` (taking the tokens the
+    /// implementation chooses from it); the state moves on.
+    fn step(
+        &mut self,
+        call: &Self::Call,
+        now: DateTime<Utc>,
+        answer: &Self::Answer,
+    ) -> Result<(), String>;
+    /// What the subject stores for every key `case` can touch.
+    async fn stored(s: &Subject, case: &Case) -> Result<Self::Stored, String>;
+    /// Whether the model holds exactly the `stored` records.
+    fn matches(&self, stored: &Self::Stored) -> Result<(), String>;
 }
+
+/// A resolved call with its clock: the unit the serial search reorders.
+#[derive(Debug, Clone, PartialEq)]
+struct Timed<C> {
+    call: C,
+    now: DateTime<Utc>,
+}
+
+/// The observed answers to some calls, in call order.
+type Observed<M> = Vec<(Timed<<M as Machine>::Call>, <M as Machine>::Answer)>;
 
 /// Some serial order of `ops` (with their observed `answers`) that the model accepts and
 /// that ends in a state `accept_final` accepts; the first error seen otherwise.
-fn linearize<M: Model>(
+fn linearize<M: Machine>(
     model: &M,
-    ops: &[(M::Op, M::Answer)],
+    ops: &[(Timed<M::Call>, M::Answer)],
     accept_final: &dyn Fn(&M) -> Result<(), String>,
 ) -> Result<M, String> {
-    fn go<M: Model>(
+    fn go<M: Machine>(
         model: &M,
-        ops: &[(M::Op, M::Answer)],
+        ops: &[(Timed<M::Call>, M::Answer)],
         left: &mut Vec<usize>,
         accept_final: &dyn Fn(&M) -> Result<(), String>,
         last_error: &mut String,
@@ -271,7 +310,8 @@ fn linearize<M: Model>(
                 continue;
             }
             let mut next = model.clone();
-            if let Err(e) = next.apply(&ops[i].0, &ops[i].1) {
+            let (op, answer) = &ops[i];
+            if let Err(e) = next.step(&op.call, op.now, answer) {
                 *last_error = e;
                 continue;
             }
@@ -288,6 +328,170 @@ fn linearize<M: Model>(
     let mut last_error = String::new();
     go(model, ops, &mut left, accept_final, &mut last_error)
         .ok_or_else(|| format!("no serial order explains the answers (e.g. {last_error})"))
+}
+
+// ---------------------------------------------------------------------------------------
+// The drivers, alike for both models.
+// ---------------------------------------------------------------------------------------
+
+fn fail(e: String) -> TestCaseError {
+    TestCaseError::fail(e)
+}
+
+/// Run generated `ops` one after another from `clock` (which ticks move on), checking every
+/// answer against `model`.
+async fn run_serial<M: Machine>(
+    s: &Subject,
+    case: &Case,
+    model: &mut M,
+    clock: &mut i64,
+    ops: Vec<M::Gen>,
+) -> Result<(), String> {
+    for op in ops {
+        if let Some(secs) = M::tick(&op) {
+            *clock += i64::from(secs);
+            continue;
+        }
+        let now = case.at(*clock);
+        let Some(call) = model.resolve(case, op, now) else {
+            continue;
+        };
+        let answer = M::run(s, call.clone(), now).await?;
+        model.step(&call, now, &answer)?;
+    }
+    Ok(())
+}
+
+/// Run random sequences of `op` one after another, checking every answer, then the final
+/// state.
+fn answers_random_sequences<M: Machine>(
+    s: &Subject,
+    rt: &tokio::runtime::Runtime,
+    op: impl Strategy<Value = M::Gen>,
+) {
+    let ops = proptest::collection::vec(op, 1..24);
+    check(s, s.cases(256, 48), ops, |s, case, ops| {
+        rt.block_on(async {
+            let mut model = M::default();
+            run_serial(s, &case, &mut model, &mut 0, ops)
+                .await
+                .map_err(fail)?;
+            let stored = M::stored(s, &case).await.map_err(fail)?;
+            model.matches(&stored).map_err(fail)
+        })
+    });
+}
+
+/// Run a serial prefix of `op`, then `batch`es concurrently, the clock `step` seconds on
+/// before each (plus each operation's own offset); accept each batch only if a serial
+/// order of it explains the answers and the stored state.
+fn concurrent_batches<M: Machine>(
+    s: &Subject,
+    rt: &tokio::runtime::Runtime,
+    op: impl Strategy<Value = M::Gen>,
+    batch: impl Strategy<Value = Vec<(M::Gen, i64)>>,
+    step: i64,
+) {
+    let strategy = (
+        proptest::collection::vec(op, 0..10),
+        proptest::collection::vec(batch, 1..4),
+    );
+    check(
+        s,
+        s.cases(128, 32),
+        strategy,
+        |s, case, (prefix, batches)| {
+            rt.block_on(async {
+                let mut model = M::default();
+                let mut clock = 0i64;
+                run_serial(s, &case, &mut model, &mut clock, prefix)
+                    .await
+                    .map_err(fail)?;
+                for batch in batches {
+                    clock += step;
+                    let calls: Vec<Timed<M::Call>> = batch
+                        .into_iter()
+                        .filter_map(|(op, dt)| {
+                            let now = case.at(clock + dt);
+                            model
+                                .resolve(&case, op, now)
+                                .map(|call| Timed { call, now })
+                        })
+                        .collect();
+                    let observed = race::<M>(s, calls).await.map_err(fail)?;
+                    let stored = M::stored(s, &case).await.map_err(fail)?;
+                    model = linearize(&model, &observed, &|m: &M| m.matches(&stored))
+                        .map_err(|e| fail(format!("batch {observed:#?}: {e}")))?;
+                }
+                Ok(())
+            })
+        },
+    );
+}
+
+/// Run `calls` at once on the subject; their answers, in call order.
+async fn race<M: Machine>(s: &Subject, calls: Vec<Timed<M::Call>>) -> Result<Observed<M>, String> {
+    let tasks: Vec<_> = calls
+        .iter()
+        .cloned()
+        .map(|t| tokio::spawn(M::run(s, t.call, t.now)))
+        .collect();
+    let mut observed = Vec::new();
+    for (call, task) in calls.into_iter().zip(tasks) {
+        observed.push((call, task.await.map_err(|e| e.to_string())??));
+    }
+    Ok(observed)
+}
+
+/// Resolve `ops`, each at its own clock, race them, and check a serial order explains the
+/// answers and the stored state; the answers, in order.
+async fn race_ops<M: Machine>(
+    s: &Subject,
+    model: &M,
+    case: &Case,
+    ops: impl IntoIterator<Item = (M::Gen, DateTime<Utc>)>,
+) -> Vec<M::Answer> {
+    let calls = ops
+        .into_iter()
+        .map(|(op, now)| Timed {
+            call: model.resolve(case, op, now).expect("call"),
+            now,
+        })
+        .collect();
+    let observed = race::<M>(s, calls).await.expect("every call answers");
+    let stored = M::stored(s, case).await.expect("stored");
+    if let Err(e) = linearize(model, &observed, &|m: &M| m.matches(&stored)) {
+        panic!("{:?}: {e}\n{observed:#?}", s.backend);
+    }
+    observed.into_iter().map(|(_, a)| a).collect()
+}
+
+/// Serial calls at the case's start that set it up, checked against the model as they go.
+async fn setup<M: Machine>(s: &Subject, model: &mut M, case: &Case, ops: &[M::Gen]) {
+    for op in ops {
+        let now = case.at(0);
+        let call = model.resolve(case, *op, now).expect("a call");
+        let answer = M::run(s, call.clone(), now).await.expect("answer");
+        model
+            .step(&call, now, &answer)
+            .expect("setup follows the model");
+    }
+}
+
+/// Whether `records` (the model's) are exactly the `stored` ones, key by key.
+fn same_records<K: Ord + std::fmt::Debug, R: PartialEq + std::fmt::Debug>(
+    records: &BTreeMap<K, R>,
+    stored: &BTreeMap<K, Option<R>>,
+) -> Result<(), String> {
+    for (key, got) in stored {
+        if got.as_ref() != records.get(key) {
+            return Err(format!(
+                "{key:?}: model {:?}, stored {got:?}",
+                records.get(key)
+            ));
+        }
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------
@@ -515,9 +719,19 @@ fn outcome_of(how: How) -> Value {
     }
 }
 
-impl JournalModel {
-    /// A generated operation as a concrete call at `now` (tokens from the model's state).
-    /// `Tick` has no call.
+impl Machine for JournalModel {
+    type Gen = JOp;
+    type Call = JCall;
+    type Answer = JAnswer;
+    type Stored = BTreeMap<(String, String), Option<InvocationRecord>>;
+
+    fn tick(op: &JOp) -> Option<u8> {
+        match op {
+            JOp::Tick { secs } => Some(*secs),
+            _ => None,
+        }
+    }
+
     fn resolve(&self, case: &Case, op: JOp, now: DateTime<Utc>) -> Option<JCall> {
         Some(match op {
             JOp::Claim {
@@ -587,19 +801,13 @@ impl JournalModel {
         })
     }
 
-    /// Accept a token an implementation just issued: well-formed and never seen before.
-    fn adopt(&mut self, key: &(String, String), token: &str) -> Result<(), String> {
-        if !token.starts_with("clm_") || token.len() < 20 {
-            return Err(format!("claim token `{token}` is not a fresh clm_ token"));
-        }
-        if !self.issued.insert(token.to_string()) {
-            return Err(format!("claim token `{token}` was issued before"));
-        }
-        self.tokens
-            .entry(key.clone())
-            .or_default()
-            .push(token.to_string());
-        Ok(())
+    fn run(
+        s: &Subject,
+        call: JCall,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'static, Result<JAnswer, String>> {
+        let j = s.journal.clone();
+        Box::pin(async move { run_jcall(&*j, &call, now).await })
     }
 
     /// The expected answer to `call` at `now`, given the tokens in `answer` where the
@@ -725,42 +933,42 @@ impl JournalModel {
         }
     }
 
-    /// Check the implementation holds exactly the model's records for the keys this case
-    /// can touch.
-    async fn check_state(&self, j: &dyn InvocationJournal, case: &Case) -> Result<(), String> {
+    async fn stored(s: &Subject, case: &Case) -> Result<Self::Stored, String> {
+        let mut stored = BTreeMap::new();
         for scope in 0..2 {
             for id in 0..3 {
                 let key = (case.scope(scope), format!("inv_{id}"));
-                let got = j.get(&key.0, &key.1).await.map_err(|e| e.to_string())?;
-                let want = self.records.get(&key);
-                if got.as_ref() != want {
-                    return Err(format!(
-                        "final state of {key:?}: expected {want:?}, stored {got:?}"
-                    ));
-                }
+                let got = s
+                    .journal
+                    .get(&key.0, &key.1)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                stored.insert(key, got);
             }
         }
+        Ok(stored)
+    }
+
+    fn matches(&self, stored: &Self::Stored) -> Result<(), String> {
+        same_records(&self.records, stored)
+    }
+}
+
+impl JournalModel {
+    /// Accept a token an implementation just issued: well-formed and never seen before.
+    fn adopt(&mut self, key: &(String, String), token: &str) -> Result<(), String> {
+        if !token.starts_with("clm_") || token.len() < 20 {
+            return Err(format!("claim token `{token}` is not a fresh clm_ token"));
+        }
+        if !self.issued.insert(token.to_string()) {
+            return Err(format!("claim token `{token}` was issued before"));
+        }
+        self.tokens
+            .entry(key.clone())
+            .or_default()
+            .push(token.to_string());
         Ok(())
     }
-}
-
-/// A resolved journal call with its clock: the unit the serial search reorders.
-#[derive(Debug, Clone, PartialEq)]
-struct Timed<C> {
-    call: C,
-    now: DateTime<Utc>,
-}
-
-impl Model for JournalModel {
-    type Op = Timed<JCall>;
-    type Answer = JAnswer;
-    fn apply(&mut self, op: &Self::Op, answer: &JAnswer) -> Result<(), String> {
-        self.step(&op.call, op.now, answer)
-    }
-}
-
-fn fail(e: String) -> TestCaseError {
-    TestCaseError::fail(e)
 }
 
 /// Run `ops` one after another, checking every answer, then the final state.
@@ -768,26 +976,7 @@ fn journal_answers_random_operation_sequences_as_the_model_does(
     s: &Subject,
     rt: &tokio::runtime::Runtime,
 ) {
-    let ops = proptest::collection::vec(jop(), 1..24);
-    check(s, s.cases(256, 48), ops, |s, case, ops| {
-        rt.block_on(async {
-            let mut model = JournalModel::default();
-            let mut clock = 0i64;
-            for op in ops {
-                if let JOp::Tick { secs } = op {
-                    clock += i64::from(secs);
-                    continue;
-                }
-                let now = case.at(clock);
-                let Some(call) = model.resolve(&case, op, now) else {
-                    continue;
-                };
-                let answer = run_jcall(&*s.journal, &call, now).await.map_err(fail)?;
-                model.step(&call, now, &answer).map_err(fail)?;
-            }
-            model.check_state(&*s.journal, &case).await.map_err(fail)
-        })
-    });
+    answers_random_sequences::<JournalModel>(s, rt, jop());
 }
 
 /// Run a serial prefix, then batches of operations concurrently; accept each batch only if
@@ -830,84 +1019,7 @@ fn journal_concurrent_batches_are_linearizable_against_the_model(
         }),
         2..6,
     );
-    let strategy = (
-        proptest::collection::vec(jop(), 0..10),
-        proptest::collection::vec(batch, 1..4),
-    );
-    check(
-        s,
-        s.cases(128, 32),
-        strategy,
-        |s, case, (prefix, batches)| {
-            rt.block_on(async {
-                let mut model = JournalModel::default();
-                let mut clock = 0i64;
-                for op in prefix {
-                    if let JOp::Tick { secs } = op {
-                        clock += i64::from(secs);
-                        continue;
-                    }
-                    let now = case.at(clock);
-                    let Some(call) = model.resolve(&case, op, now) else {
-                        continue;
-                    };
-                    let answer = run_jcall(&*s.journal, &call, now).await.map_err(fail)?;
-                    model.step(&call, now, &answer).map_err(fail)?;
-                }
-                for batch in batches {
-                    clock += 3;
-                    let calls: Vec<Timed<JCall>> = batch
-                        .into_iter()
-                        .filter_map(|(op, dt)| {
-                            let now = case.at(clock + dt);
-                            model
-                                .resolve(&case, op, now)
-                                .map(|call| Timed { call, now })
-                        })
-                        .collect();
-                    let tasks: Vec<_> = calls
-                        .iter()
-                        .cloned()
-                        .map(|t| {
-                            let j = s.journal.clone();
-                            tokio::spawn(async move { run_jcall(&*j, &t.call, t.now).await })
-                        })
-                        .collect();
-                    let mut observed = Vec::new();
-                    for (call, task) in calls.into_iter().zip(tasks) {
-                        let answer = task.await.map_err(|e| fail(e.to_string()))?.map_err(fail)?;
-                        observed.push((call, answer));
-                    }
-                    let mut stored = BTreeMap::new();
-                    for scope in 0..2 {
-                        for id in 0..3 {
-                            let key = (case.scope(scope), format!("inv_{id}"));
-                            let got = s
-                                .journal
-                                .get(&key.0, &key.1)
-                                .await
-                                .map_err(|e| fail(e.to_string()))?;
-                            stored.insert(key, got);
-                        }
-                    }
-                    let final_ok = |m: &JournalModel| -> Result<(), String> {
-                        for (key, got) in &stored {
-                            if got.as_ref() != m.records.get(key) {
-                                return Err(format!(
-                                    "{key:?}: model {:?}, stored {got:?}",
-                                    m.records.get(key)
-                                ));
-                            }
-                        }
-                        Ok(())
-                    };
-                    model = linearize(&model, &observed, &final_ok)
-                        .map_err(|e| fail(format!("batch {observed:#?}: {e}")))?;
-                }
-                Ok(())
-            })
-        },
-    );
+    concurrent_batches::<JournalModel>(s, rt, jop(), batch, 3);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1079,8 +1191,20 @@ fn request(case: &Case, id: u8, now: DateTime<Utc>, ttl: u8, untyped: bool) -> A
     }
 }
 
-impl ApprovalsModel {
-    fn resolve(case: &Case, op: AOp, now: DateTime<Utc>) -> Option<ACall> {
+impl Machine for ApprovalsModel {
+    type Gen = AOp;
+    type Call = ACall;
+    type Answer = AAnswer;
+    type Stored = BTreeMap<String, Option<ApprovalRecord>>;
+
+    fn tick(op: &AOp) -> Option<u8> {
+        match op {
+            AOp::Tick { secs } => Some(*secs),
+            _ => None,
+        }
+    }
+
+    fn resolve(&self, case: &Case, op: AOp, now: DateTime<Utc>) -> Option<ACall> {
         Some(match op {
             AOp::Create { id, ttl, untyped } => {
                 ACall::Create(Box::new(request(case, id, now, ttl, untyped)))
@@ -1126,6 +1250,15 @@ impl ApprovalsModel {
             }),
             AOp::Tick { .. } => return None,
         })
+    }
+
+    fn run(
+        s: &Subject,
+        call: ACall,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'static, Result<AAnswer, String>> {
+        let a = s.approvals.clone();
+        Box::pin(async move { run_acall(&*a, &call, now).await })
     }
 
     fn step(&mut self, call: &ACall, now: DateTime<Utc>, answer: &AAnswer) -> Result<(), String> {
@@ -1198,37 +1331,18 @@ impl ApprovalsModel {
         }
     }
 
-    async fn stored(
-        a: &dyn ApprovalCoordinator,
-        case: &Case,
-    ) -> Result<BTreeMap<String, Option<ApprovalRecord>>, String> {
+    async fn stored(s: &Subject, case: &Case) -> Result<Self::Stored, String> {
         let mut out = BTreeMap::new();
         for id in 0..3 {
             let id = case.approval(id);
-            let got = a.get(&id).await.map_err(|e| e.to_string())?;
+            let got = s.approvals.get(&id).await.map_err(|e| e.to_string())?;
             out.insert(id, got);
         }
         Ok(out)
     }
 
-    fn matches(&self, stored: &BTreeMap<String, Option<ApprovalRecord>>) -> Result<(), String> {
-        for (id, got) in stored {
-            if got.as_ref() != self.records.get(id) {
-                return Err(format!(
-                    "{id}: model {:?}, stored {got:?}",
-                    self.records.get(id)
-                ));
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Model for ApprovalsModel {
-    type Op = Timed<ACall>;
-    type Answer = AAnswer;
-    fn apply(&mut self, op: &Self::Op, answer: &AAnswer) -> Result<(), String> {
-        self.step(&op.call, op.now, answer)
+    fn matches(&self, stored: &Self::Stored) -> Result<(), String> {
+        same_records(&self.records, stored)
     }
 }
 
@@ -1236,29 +1350,7 @@ fn approvals_answer_random_operation_sequences_as_the_model_does(
     s: &Subject,
     rt: &tokio::runtime::Runtime,
 ) {
-    let ops = proptest::collection::vec(aop(), 1..24);
-    check(s, s.cases(256, 48), ops, |s, case, ops| {
-        rt.block_on(async {
-            let mut model = ApprovalsModel::default();
-            let mut clock = 0i64;
-            for op in ops {
-                if let AOp::Tick { secs } = op {
-                    clock += i64::from(secs);
-                    continue;
-                }
-                let now = case.at(clock);
-                let Some(call) = ApprovalsModel::resolve(&case, op, now) else {
-                    continue;
-                };
-                let answer = run_acall(&*s.approvals, &call, now).await.map_err(fail)?;
-                model.step(&call, now, &answer).map_err(fail)?;
-            }
-            let stored = ApprovalsModel::stored(&*s.approvals, &case)
-                .await
-                .map_err(fail)?;
-            model.matches(&stored).map_err(fail)
-        })
-    });
+    answers_random_sequences::<ApprovalsModel>(s, rt, aop());
 }
 
 fn approvals_concurrent_batches_are_linearizable_against_the_model(
@@ -1300,153 +1392,19 @@ fn approvals_concurrent_batches_are_linearizable_against_the_model(
             }),
         2..6,
     );
-    let strategy = (
-        proptest::collection::vec(aop(), 0..10),
-        proptest::collection::vec(batch, 1..4),
-    );
-    check(
-        s,
-        s.cases(128, 32),
-        strategy,
-        |s, case, (prefix, batches)| {
-            rt.block_on(async {
-                let mut model = ApprovalsModel::default();
-                let mut clock = 0i64;
-                for op in prefix {
-                    if let AOp::Tick { secs } = op {
-                        clock += i64::from(secs);
-                        continue;
-                    }
-                    let now = case.at(clock);
-                    let Some(call) = ApprovalsModel::resolve(&case, op, now) else {
-                        continue;
-                    };
-                    let answer = run_acall(&*s.approvals, &call, now).await.map_err(fail)?;
-                    model.step(&call, now, &answer).map_err(fail)?;
-                }
-                for batch in batches {
-                    clock += 2;
-                    let calls: Vec<Timed<ACall>> = batch
-                        .into_iter()
-                        .filter_map(|(op, dt)| {
-                            let now = case.at(clock + dt);
-                            ApprovalsModel::resolve(&case, op, now).map(|call| Timed { call, now })
-                        })
-                        .collect();
-                    let observed = race_approvals(s, calls).await.map_err(fail)?;
-                    let stored = ApprovalsModel::stored(&*s.approvals, &case)
-                        .await
-                        .map_err(fail)?;
-                    model = linearize(&model, &observed, &|m: &ApprovalsModel| m.matches(&stored))
-                        .map_err(|e| fail(format!("batch {observed:#?}: {e}")))?;
-                }
-                Ok(())
-            })
-        },
-    );
-}
-
-/// Run `calls` at once on the coordinator; their answers, in call order.
-async fn race_approvals(
-    s: &Subject,
-    calls: Vec<Timed<ACall>>,
-) -> Result<Vec<(Timed<ACall>, AAnswer)>, String> {
-    let tasks: Vec<_> = calls
-        .iter()
-        .cloned()
-        .map(|t| {
-            let a = s.approvals.clone();
-            tokio::spawn(async move { run_acall(&*a, &t.call, t.now).await })
-        })
-        .collect();
-    let mut observed = Vec::new();
-    for (call, task) in calls.into_iter().zip(tasks) {
-        observed.push((call, task.await.map_err(|e| e.to_string())??));
-    }
-    Ok(observed)
-}
-
-/// Run `calls` at once on the journal; their answers, in call order.
-async fn race_journal(
-    s: &Subject,
-    calls: Vec<Timed<JCall>>,
-) -> Result<Vec<(Timed<JCall>, JAnswer)>, String> {
-    let tasks: Vec<_> = calls
-        .iter()
-        .cloned()
-        .map(|t| {
-            let j = s.journal.clone();
-            tokio::spawn(async move { run_jcall(&*j, &t.call, t.now).await })
-        })
-        .collect();
-    let mut observed = Vec::new();
-    for (call, task) in calls.into_iter().zip(tasks) {
-        observed.push((call, task.await.map_err(|e| e.to_string())??));
-    }
-    Ok(observed)
+    concurrent_batches::<ApprovalsModel>(s, rt, aop(), batch, 2);
 }
 
 // ---------------------------------------------------------------------------------------
 // Fixed races: eight tasks on one record, on every backend.
 // ---------------------------------------------------------------------------------------
 
-/// Serial calls that set a case up, checked against the model as they go.
-async fn journal_setup(s: &Subject, model: &mut JournalModel, case: &Case, ops: &[JOp]) -> JAnswer {
-    let mut last = None;
-    for op in ops {
-        let now = case.at(0);
-        let call = model.resolve(case, *op, now).expect("a call");
-        let answer = run_jcall(&*s.journal, &call, now).await.expect("answer");
-        model
-            .step(&call, now, &answer)
-            .expect("setup follows the model");
-        last = Some(answer);
-    }
-    last.expect("at least one setup call")
-}
-
-/// Race `calls`, check a serial order explains them, return the answers.
-async fn journal_race(
-    s: &Subject,
-    model: &JournalModel,
-    case: &Case,
-    calls: Vec<Timed<JCall>>,
-) -> Vec<JAnswer> {
-    let observed = race_journal(s, calls).await.expect("every call answers");
-    let mut stored = BTreeMap::new();
-    for id in 0..3 {
-        let key = (case.scope(0), format!("inv_{id}"));
-        stored.insert(
-            key.clone(),
-            s.journal.get(&key.0, &key.1).await.expect("get"),
-        );
-    }
-    let final_ok = |m: &JournalModel| -> Result<(), String> {
-        for (key, got) in &stored {
-            if got.as_ref() != m.records.get(key) {
-                return Err(format!("{key:?}: stored {got:?}"));
-            }
-        }
-        Ok(())
-    };
-    if let Err(e) = linearize(model, &observed, &final_ok) {
-        panic!("{:?}: {e}\n{observed:#?}", s.backend);
-    }
-    observed.into_iter().map(|(_, a)| a).collect()
-}
-
 fn eight_concurrent_claims_of_one_id_admit_exactly_one(s: &Subject, rt: &tokio::runtime::Runtime) {
     rt.block_on(async {
         let case = s.next_case();
         let model = JournalModel::default();
         let claim = JOp::Claim { scope: 0, id: 0, cap: 0, input: 0 };
-        let calls = (0..8)
-            .map(|i| {
-                let now = case.at(i);
-                Timed { call: model.resolve(&case, claim, now).expect("call"), now }
-            })
-            .collect();
-        let answers = journal_race(s, &model, &case, calls).await;
+        let answers = race_ops(s, &model, &case, (0..8).map(|i| (claim, case.at(i)))).await;
         let admitted = answers
             .iter()
             .filter(|a| matches!(a, JAnswer::Claim(ClaimOutcome::Admitted { .. })))
@@ -1463,7 +1421,7 @@ fn eight_concurrent_resume_claims_admit_exactly_one(s: &Subject, rt: &tokio::run
     rt.block_on(async {
         let case = s.next_case();
         let mut model = JournalModel::default();
-        journal_setup(
+        setup(
             s,
             &mut model,
             &case,
@@ -1489,16 +1447,8 @@ fn eight_concurrent_resume_claims_admit_exactly_one(s: &Subject, rt: &tokio::run
             id: 0,
             approval: 0,
         };
-        let calls = (0..8)
-            .map(|i| {
-                let now = case.at(i + 1);
-                Timed {
-                    call: model.resolve(&case, resume, now).expect("call"),
-                    now,
-                }
-            })
-            .collect();
-        let answers = journal_race(s, &model, &case, calls).await;
+        let ops = (0..8).map(|i| (resume, case.at(i + 1)));
+        let answers = race_ops(s, &model, &case, ops).await;
         let admitted: Vec<&String> = answers
             .iter()
             .filter_map(|a| match a {
@@ -1536,7 +1486,7 @@ fn eight_concurrent_settles_with_one_token_settle_exactly_once(
     rt.block_on(async {
         let case = s.next_case();
         let mut model = JournalModel::default();
-        journal_setup(
+        setup(
             s,
             &mut model,
             &case,
@@ -1548,29 +1498,23 @@ fn eight_concurrent_settles_with_one_token_settle_exactly_once(
             }],
         )
         .await;
-        let calls = (0..8u8)
-            .map(|i| {
-                // Half of them would complete, half would fail: exactly one outcome lands.
-                let how = if i % 2 == 0 {
-                    How::Completed
-                } else {
-                    How::Failed
-                };
-                let op = JOp::Settle {
-                    scope: 0,
-                    id: 0,
-                    token: Token::Current,
-                    how,
-                    reconcile: false,
-                };
-                let now = case.at(i64::from(i) + 1);
-                Timed {
-                    call: model.resolve(&case, op, now).expect("call"),
-                    now,
-                }
-            })
-            .collect();
-        let answers = journal_race(s, &model, &case, calls).await;
+        let ops = (0..8u8).map(|i| {
+            // Half of them would complete, half would fail: exactly one outcome lands.
+            let how = if i % 2 == 0 {
+                How::Completed
+            } else {
+                How::Failed
+            };
+            let op = JOp::Settle {
+                scope: 0,
+                id: 0,
+                token: Token::Current,
+                how,
+                reconcile: false,
+            };
+            (op, case.at(i64::from(i) + 1))
+        });
+        let answers = race_ops(s, &model, &case, ops).await;
         let settled: Vec<&InvocationRecord> = answers
             .iter()
             .filter_map(|a| match a {
@@ -1614,31 +1558,7 @@ async fn approval_setup(
             comment: false,
         });
     }
-    for op in ops {
-        let now = case.at(0);
-        let call = ApprovalsModel::resolve(case, op, now).expect("a call");
-        let answer = run_acall(&*s.approvals, &call, now).await.expect("answer");
-        model
-            .step(&call, now, &answer)
-            .expect("setup follows the model");
-    }
-}
-
-/// Race `calls` on the coordinator and check a serial order explains them.
-async fn approvals_race(
-    s: &Subject,
-    model: &ApprovalsModel,
-    case: &Case,
-    calls: Vec<Timed<ACall>>,
-) -> Vec<AAnswer> {
-    let observed = race_approvals(s, calls).await.expect("every call answers");
-    let stored = ApprovalsModel::stored(&*s.approvals, case)
-        .await
-        .expect("stored");
-    if let Err(e) = linearize(model, &observed, &|m: &ApprovalsModel| m.matches(&stored)) {
-        panic!("{:?}: {e}\n{observed:#?}", s.backend);
-    }
-    observed.into_iter().map(|(_, a)| a).collect()
+    setup(s, model, case, &ops).await;
 }
 
 fn eight_concurrent_consumes_of_one_approval_succeed_exactly_once(
@@ -1649,20 +1569,14 @@ fn eight_concurrent_consumes_of_one_approval_succeed_exactly_once(
         let case = s.next_case();
         let mut model = ApprovalsModel::default();
         approval_setup(s, &mut model, &case, 60, true).await;
-        let calls = (0..8u8)
-            .map(|i| {
-                let now = case.at(1);
-                let op = AOp::Consume {
-                    id: 0,
-                    execution: i % 3,
-                };
-                Timed {
-                    call: ApprovalsModel::resolve(&case, op, now).expect("call"),
-                    now,
-                }
-            })
-            .collect();
-        let answers = approvals_race(s, &model, &case, calls).await;
+        let ops = (0..8u8).map(|i| {
+            let op = AOp::Consume {
+                id: 0,
+                execution: i % 3,
+            };
+            (op, case.at(1))
+        });
+        let answers = race_ops(s, &model, &case, ops).await;
         let consumed = answers
             .iter()
             .filter(|a| matches!(a, AAnswer::Record(Ok(_))))
@@ -1685,22 +1599,16 @@ fn eight_concurrent_decisions_record_exactly_one(s: &Subject, rt: &tokio::runtim
         let case = s.next_case();
         let mut model = ApprovalsModel::default();
         approval_setup(s, &mut model, &case, 60, false).await;
-        let calls = (0..8u8)
-            .map(|i| {
-                let now = case.at(1);
-                let op = AOp::Decide {
-                    id: 0,
-                    approve: i % 2 == 0,
-                    via: i % 3,
-                    comment: i % 4 == 0,
-                };
-                Timed {
-                    call: ApprovalsModel::resolve(&case, op, now).expect("call"),
-                    now,
-                }
-            })
-            .collect();
-        let answers = approvals_race(s, &model, &case, calls).await;
+        let ops = (0..8u8).map(|i| {
+            let op = AOp::Decide {
+                id: 0,
+                approve: i % 2 == 0,
+                via: i % 3,
+                comment: i % 4 == 0,
+            };
+            (op, case.at(1))
+        });
+        let answers = race_ops(s, &model, &case, ops).await;
         let winners: Vec<&ApprovalRecord> = answers
             .iter()
             .filter_map(|a| match a {
@@ -1722,7 +1630,7 @@ fn decisions_racing_expiry_never_land_after_it(s: &Subject, rt: &tokio::runtime:
         // two consumptions after it: whatever the interleaving, one approval lands and
         // everything late sees the record expired (pending or approved, it lapsed).
         approval_setup(s, &mut model, &case, 4, false).await;
-        let mut calls: Vec<Timed<ACall>> = (0..8u8)
+        let mut ops: Vec<(AOp, DateTime<Utc>)> = (0..8u8)
             .map(|i| {
                 let now = case.at(if i < 4 { 3 } else { 4 + i64::from(i % 2) });
                 let op = AOp::Decide {
@@ -1731,25 +1639,18 @@ fn decisions_racing_expiry_never_land_after_it(s: &Subject, rt: &tokio::runtime:
                     via: i % 3,
                     comment: false,
                 };
-                Timed {
-                    call: ApprovalsModel::resolve(&case, op, now).expect("call"),
-                    now,
-                }
+                (op, now)
             })
             .collect();
         for e in 0..2 {
-            let now = case.at(5);
             let op = AOp::Consume {
                 id: 0,
                 execution: e,
             };
-            calls.push(Timed {
-                call: ApprovalsModel::resolve(&case, op, now).expect("call"),
-                now,
-            });
+            ops.push((op, case.at(5)));
         }
-        let late: Vec<bool> = calls.iter().map(|c| c.now >= case.at(4)).collect();
-        let answers = approvals_race(s, &model, &case, calls).await;
+        let late: Vec<bool> = ops.iter().map(|(_, now)| *now >= case.at(4)).collect();
+        let answers = race_ops(s, &model, &case, ops).await;
         let mut won = 0;
         for (answer, late) in answers.iter().zip(late) {
             match answer {

@@ -122,33 +122,23 @@ impl TestDb {
 
     /// Run one statement with one text parameter on a fresh connection (tampering).
     pub async fn raw_execute(&self, sql: &'static str, param: &str) -> u64 {
+        // The statement on a fresh connection of type `$conn`.
+        macro_rules! on_fresh {
+            ($conn:ty) => {{
+                let mut c = <$conn>::connect(&self.url).await.expect("connect");
+                let n = sqlx::query(sql)
+                    .bind(param)
+                    .execute(&mut c)
+                    .await
+                    .expect("tamper statement")
+                    .rows_affected();
+                let _ = c.close().await;
+                n
+            }};
+        }
         match self.kind {
-            Kind::Sqlite => {
-                let mut c = sqlx::SqliteConnection::connect(&self.url)
-                    .await
-                    .expect("connect");
-                let n = sqlx::query(sql)
-                    .bind(param)
-                    .execute(&mut c)
-                    .await
-                    .expect("tamper statement")
-                    .rows_affected();
-                let _ = c.close().await;
-                n
-            }
-            Kind::Postgres => {
-                let mut c = sqlx::PgConnection::connect(&self.url)
-                    .await
-                    .expect("connect");
-                let n = sqlx::query(sql)
-                    .bind(param)
-                    .execute(&mut c)
-                    .await
-                    .expect("tamper statement")
-                    .rows_affected();
-                let _ = c.close().await;
-                n
-            }
+            Kind::Sqlite => on_fresh!(sqlx::SqliteConnection),
+            Kind::Postgres => on_fresh!(sqlx::PgConnection),
         }
     }
 
