@@ -11,6 +11,7 @@ mod console_browser;
 mod contract_diff;
 mod crash_safety;
 mod db_loss;
+mod docs_truth;
 mod example_commands;
 mod example_tenancy;
 mod graceful_shutdown;
