@@ -9,9 +9,9 @@
 //!    gateway's authorizer and authenticators (JWT keys), every plugin loaded and pinned
 //!    and every binding bound to the interface it needs, every procedure's provider
 //!    (HTTP upstreams, one identity each), the capability registry (SI-11 retries, tool
-//!    names, schemas…), each capability's worst-case time against the gateway's budget,
-//!    and each gateway route built for real over a scratch runtime (its configuration and
-//!    contract).
+//!    names, schemas…), each capability's worst-case time (policy batches included)
+//!    against the gateway's budget, and each gateway route built for real over a scratch
+//!    runtime (its configuration and contract).
 //!
 //! What passes is a [`Checked`] deployment: `serve`, `mcp` and the operator commands build
 //! from it and can then fail only on the store (or the listen address).
@@ -25,7 +25,7 @@ use capgate_core::audit::AuditConfig;
 use capgate_core::authz::{AuthorizeError, AuthorizeRequest, Authorizer};
 use capgate_core::journal::InMemoryInvocationJournal;
 use capgate_core::meta::CapabilityMeta;
-use capgate_core::policy::{CapabilityInfo, Policy};
+use capgate_core::policy::{CapabilityInfo, Phase, Policy};
 use capgate_core::redact::Redactor;
 use capgate_core::registry::{CapabilityDef, Registry, RegistryError, RegistryProblem};
 use capgate_core::runtime::{Defaults, Runtime};
@@ -132,7 +132,6 @@ pub fn validate(path: &Path) -> Result<Checked, Refused> {
         problems: Vec::new(),
     };
     let authenticator = v.authenticator();
-    v.budgets();
     let plugins = v.plugins();
     let policies = v.bindings("policies", &config.policies, &plugins, |plugin, b, name| {
         let mut p = plugin.policy(binding_of(name, b, plugins_section(&config, &b.plugin)))?;
@@ -144,6 +143,7 @@ pub fn validate(path: &Path) -> Result<Checked, Refused> {
             crate::config::PolicyMode::Shadow => Arc::new(capgate_core::policy::Shadow::new(p)),
         })
     });
+    v.budgets(&policies);
     let redactors = v.bindings(
         "redactors",
         &config.redactors,
@@ -297,10 +297,12 @@ fn meta_of(c: &CapabilitySection) -> CapabilityMeta {
     m
 }
 
-/// The longest a governed call can keep its procedure busy, as the runtime runs it (stage
-/// 10–11): every attempt up to its timeout, plus the backoff between attempts
-/// (`backoffMs × 2^(n-1)` before attempt n+1).
-pub fn worst_case_ms(meta: &CapabilityMeta, defaults: &Defaults) -> WorstCase {
+/// The longest a governed call can take inside the runtime, as the runtime runs it: each
+/// policy batch it has (stage 7 and stage 9, each under one shared deadline of
+/// `policyTimeoutMs`; `policy_batches` of them, 0 to 2), then every attempt up to its
+/// timeout (stages 10–11), plus the backoff between attempts (`backoffMs × 2^(n-1)` before
+/// attempt n+1). A resume runs the same two batches (its freshness re-check and stage 9).
+pub fn worst_case_ms(meta: &CapabilityMeta, defaults: &Defaults, policy_batches: u32) -> WorstCase {
     let timeout = meta.timeout_ms.unwrap_or(defaults.timeout_ms);
     let retry = meta.retry.as_ref().filter(|_| meta.retry_eligible());
     let retries = retry.map_or(0, |r| r.max_attempts);
@@ -311,13 +313,19 @@ pub fn worst_case_ms(meta: &CapabilityMeta, defaults: &Defaults) -> WorstCase {
         sum.saturating_add(base.saturating_mul(1u64 << (n - 1).min(20)))
     });
     let attempts = 1 + retries;
+    let policies = defaults
+        .policy_timeout_ms
+        .saturating_mul(u64::from(policy_batches));
     WorstCase {
         attempts,
         timeout,
         backoff,
+        policy_batches,
+        policy_timeout: defaults.policy_timeout_ms,
         total: timeout
             .saturating_mul(u64::from(attempts))
-            .saturating_add(backoff),
+            .saturating_add(backoff)
+            .saturating_add(policies),
     }
 }
 
@@ -330,6 +338,10 @@ pub struct WorstCase {
     pub timeout: u64,
     /// Sum of the backoffs.
     pub backoff: u64,
+    /// Policy batches the call runs (invocation phase, execution phase: 0 to 2).
+    pub policy_batches: u32,
+    /// The deadline of each policy batch (`runtime.policyTimeoutMs`).
+    pub policy_timeout: u64,
     /// The total.
     pub total: u64,
 }
@@ -508,15 +520,19 @@ impl Validation<'_> {
     }
 
     /// Every capability a gateway route serves must be able to finish (or time out) inside
-    /// the gateway's work budget; otherwise a hung procedure reaches the client as
-    /// `outcome-unknown`, never as `TIMEOUT`.
-    fn budgets(&mut self) {
+    /// the gateway's work budget, policy batches included (`policies`: the bound policy
+    /// bindings, for their phases). Within it, a hung procedure is ended by the runtime's
+    /// own timer (TIMEOUT in the audit trail, the envelope `cancelled` with effect unknown);
+    /// past it the gateway cancels it first (CANCELLED). Over HTTP both answer
+    /// `outcome-unknown` and leave the receipt pending: the effect may have happened.
+    fn budgets(&mut self, policies: &BTreeMap<String, Arc<dyn Policy>>) {
         let g = &self.cfg.gateway;
         let budget = g
             .request_timeout_ms
             .saturating_sub(g.audit_drain_timeout_ms);
         let defaults = Defaults {
             timeout_ms: self.cfg.runtime.timeout_ms,
+            policy_timeout_ms: self.cfg.runtime.policy_timeout_ms,
             ..Defaults::default()
         };
         let surfaces: Vec<Surface> = g.routes.iter().map(|r| r.surface).collect();
@@ -529,7 +545,22 @@ impl Validation<'_> {
             if served.is_empty() {
                 continue;
             }
-            let w = worst_case_ms(&meta_of(c), &defaults);
+            // Runtime policies, then the capability's own: a batch runs when any of them
+            // (shadow ones too) takes part in its phase.
+            let bound: Vec<&Arc<dyn Policy>> = self
+                .cfg
+                .runtime
+                .policies
+                .iter()
+                .chain(&c.policies)
+                .filter_map(|name| policies.get(name))
+                .collect();
+            let batches = [Phase::Invocation, Phase::Execution]
+                .into_iter()
+                .filter(|phase| bound.iter().any(|p| p.phases().contains(phase)))
+                .count();
+            let batches = u32::try_from(batches).unwrap_or(2);
+            let w = worst_case_ms(&meta_of(c), &defaults, batches);
             if w.total <= budget {
                 continue;
             }
@@ -538,13 +569,18 @@ impl Validation<'_> {
                 (format!("{at}/retry"), "timeoutMs or retry.maxAttempts")
             } else if c.timeout_ms.is_some() {
                 (format!("{at}/timeoutMs"), "timeoutMs")
+            } else if w.policy_batches > 0 && !c.policies.is_empty() {
+                (
+                    format!("{at}/policies"),
+                    "its timeoutMs (it uses runtime.timeoutMs) or runtime.policyTimeoutMs",
+                )
             } else {
                 (
                     format!("{at}/id"),
                     "its timeoutMs (it uses runtime.timeoutMs)",
                 )
             };
-            let breakdown = if w.attempts > 1 {
+            let mut breakdown = if w.attempts > 1 {
                 format!(
                     "{} attempts × {} ms + {} ms backoff",
                     w.attempts, w.timeout, w.backoff
@@ -552,12 +588,22 @@ impl Validation<'_> {
             } else {
                 format!("its {} ms timeout", w.timeout)
             };
+            if w.policy_batches > 0 {
+                breakdown = format!(
+                    "{} policy batch{} × {} ms (runtime.policyTimeoutMs) + {breakdown}",
+                    w.policy_batches,
+                    if w.policy_batches > 1 { "es" } else { "" },
+                    w.policy_timeout
+                );
+            }
             self.problem(
                 &pointer,
                 format!(
                     "`{}` may run for {} ms ({breakdown}), longer than the {budget} ms the gateway gives a call \
-                     (gateway.requestTimeoutMs {} − auditDrainTimeoutMs {}) on {}: a hung call would reach \
-                     the client as outcome-unknown, never as TIMEOUT. Lower {what}, or raise gateway.requestTimeoutMs",
+                     (gateway.requestTimeoutMs {} − auditDrainTimeoutMs {}) on {}: a hung call would outlast it, \
+                     so the gateway would stop waiting and cancel it (audited as CANCELLED) before the runtime's \
+                     own timeout could end it (TIMEOUT); over HTTP it answers outcome-unknown either way, as its \
+                     effect is unknown. Lower {what}, or raise gateway.requestTimeoutMs",
                     c.id,
                     w.total,
                     g.request_timeout_ms,
@@ -1199,11 +1245,27 @@ mod tests {
             backoff_ms: Some(100),
             retry_on: None,
         });
-        let w = worst_case_ms(&m, &Defaults::default());
+        let w = worst_case_ms(&m, &Defaults::default(), 0);
         assert_eq!(
             (w.attempts, w.timeout, w.backoff, w.total),
             (4, 1_000, 700, 4_700)
         );
+    }
+
+    #[test]
+    fn the_worst_case_adds_one_policy_deadline_per_batch() {
+        let mut m = CapabilityMeta::new("d", SideEffect::Read, Risk::Low);
+        m.timeout_ms = Some(1_000);
+        let defaults = Defaults {
+            policy_timeout_ms: 250,
+            ..Defaults::default()
+        };
+        let totals: Vec<u64> = (0..=2)
+            .map(|batches| worst_case_ms(&m, &defaults, batches).total)
+            .collect();
+        assert_eq!(totals, [1_000, 1_250, 1_500]);
+        let w = worst_case_ms(&m, &defaults, 2);
+        assert_eq!((w.policy_batches, w.policy_timeout), (2, 250));
     }
 
     #[test]
@@ -1214,7 +1276,7 @@ mod tests {
             backoff_ms: None,
             retry_on: None,
         });
-        let w = worst_case_ms(&m, &Defaults::default());
+        let w = worst_case_ms(&m, &Defaults::default(), 0);
         assert_eq!((w.attempts, w.total), (1, 30_000));
     }
 }

@@ -669,3 +669,64 @@ fn traces_over_grpc_are_refused_at_the_key_saying_what_is_supported_and_why() {
         "says what is supported and why: {line}"
     );
 }
+
+#[test]
+fn a_capability_that_fits_only_without_its_policy_batches_is_refused_at_its_policies() {
+    let (dir, text) = example();
+    let dir = dir.canonicalize().expect("example dir");
+    // The example with absolute paths and a 40 000 − 5 000 ms gateway budget: each
+    // capability's procedure fits (messages.draft: the 30 000 ms default timeout), and so
+    // does its one invocation-phase batch of 5 000 ms.
+    let tight = text
+        .replace(
+            "pluginDir = \"../../plugins",
+            &format!("pluginDir = \"{}/../../plugins", dir.display()),
+        )
+        .replace(
+            "compileCache = \".capgate-cache\"",
+            &format!("compileCache = \"{}/.capgate-cache\"", dir.display()),
+        )
+        .replace("\"schemas/", &format!("\"{}/schemas/", dir.display()))
+        .replace(
+            "authorize = \"authenticated\"\n",
+            "authorize = \"authenticated\"\nrequestTimeoutMs = 40000\n",
+        );
+    assert!(tight.contains("requestTimeoutMs = 40000"));
+    let (code, _out, err) = check(&tight);
+    assert_eq!(code, 0, "30 000 + 5 000 ms fits 35 000 ms: {err}");
+
+    // orgIsolation also at stage 9: a second batch, 40 000 ms > 35 000 ms.
+    let both_phases = tight.replace(
+        "[policies.orgIsolation]\nplugin = \"org-isolation\"",
+        "[policies.orgIsolation]\nplugin = \"org-isolation\"\nphases = [\"invocation\", \"execution\"]",
+    );
+    assert!(both_phases.contains("phases = [\"invocation\", \"execution\"]"));
+    // A longer policy deadline: one batch of 6 000 ms, 36 000 ms > 35 000 ms.
+    let slower_policies = tight.replace("[runtime]\n", "[runtime]\npolicyTimeoutMs = 6000\n");
+    for (what, config, total, batches) in [
+        (
+            "two batches",
+            both_phases,
+            "40000 ms",
+            "2 policy batches × 5000 ms",
+        ),
+        (
+            "a longer deadline",
+            slower_policies,
+            "36000 ms",
+            "1 policy batch × 6000 ms",
+        ),
+    ] {
+        let (code, _out, err) = check(&config);
+        assert_eq!(code, 1, "{what}: {err}");
+        let line = err
+            .lines()
+            .find(|l| l.contains("`messages.draft`"))
+            .unwrap_or_else(|| panic!("{what}: nothing about messages.draft:\n{err}"));
+        assert!(line.contains("capabilities.3.policies"), "{what}: {line}");
+        for needle in [total, batches, "35000 ms", "outcome-unknown"] {
+            assert!(line.contains(needle), "{what}: no `{needle}` in {line}");
+        }
+        assert_located(line);
+    }
+}

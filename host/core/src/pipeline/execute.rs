@@ -1,19 +1,22 @@
 //! Stages 9–15: execution-phase policies, controls, the procedure under its retry loop,
 //! output validation, redaction, completion. Shared by invoke and resume.
 
+use super::invoke::{Gate, approval_gate};
 use super::policies::{any_applicable, evaluate_batch, refuse};
 use super::{EffectProgress, Exec, new_id, panic_message};
 use crate::actor::Actor;
 use crate::approval::ApprovalRef;
 use crate::audit::EventPayload;
+use crate::canonical::input_hash;
 use crate::error::{CapabilityError, ErrorCode};
-use crate::policy::{Phase, PolicyRequest, SharedJson, combine};
+use crate::policy::{ApprovalRequirement, Phase, PolicyRequest, SharedJson, Verdict, combine};
 use crate::procedure::{AgentInvocationInfo, Next, ProcedureCall, ProcedureError, ProgressFn};
 use crate::registry::Capability;
 use crate::result::ExecutionResult;
 use futures::FutureExt;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -30,7 +33,7 @@ pub(crate) struct Admitted {
     pub(crate) progress: Option<ProgressFn>,
 }
 
-pub(crate) async fn execute(exec: Exec<'_>, a: Admitted) -> ExecutionResult {
+pub(crate) async fn execute(exec: Exec<'_>, mut a: Admitted) -> ExecutionResult {
     let rt = exec.rt;
     let cap = &a.cap;
 
@@ -53,7 +56,15 @@ pub(crate) async fn execute(exec: Exec<'_>, a: Admitted) -> ExecutionResult {
         };
         let evaluated = evaluate_batch(rt, cap, &request, deadline, Some(&exec)).await;
         let verdict = combine(&evaluated);
-        if let Some(result) = refuse(
+        // A require-approval here on a call that carries no approval opens the approval
+        // gate, as the reference runtime does: the call suspends with a new approval (or is
+        // decided by the inline handler) before anything is started.
+        if let (Verdict::ApprovalRequired(requirement), None) = (&verdict, &a.approval) {
+            match stage_9_gate(&exec, &a, requirement.clone()).await {
+                Gate::Suspended(result) => return result,
+                Gate::Approved(approval) => a.approval = Some(approval),
+            }
+        } else if let Some(result) = refuse(
             &exec,
             Phase::Execution,
             &evaluated,
@@ -118,7 +129,20 @@ pub(crate) async fn execute(exec: Exec<'_>, a: Admitted) -> ExecutionResult {
         };
         match run_attempt(cap, call, &caller, timeout, attempt).await {
             Ok(v) => break v,
-            Err(err) => {
+            Err(Failure {
+                error: err,
+                entered: false,
+            }) => {
+                // Cancelled before this attempt entered the middleware chain: nothing of it
+                // ran. Before the first attempt the call settles as cancelled with nothing
+                // entered; before a retry the earlier attempts still leave the effect unknown.
+                let progress = match attempt - 1 {
+                    0 => EffectProgress::NotStarted,
+                    attempts => EffectProgress::Attempted { attempts },
+                };
+                return exec.failed(err, progress, None).await;
+            }
+            Err(Failure { error: err, .. }) => {
                 let retry_allowed = retry.is_some_and(|r| {
                     r.retry_on
                         .as_ref()
@@ -218,6 +242,26 @@ pub(crate) async fn execute(exec: Exec<'_>, a: Admitted) -> ExecutionResult {
     }
 }
 
+/// Stage 9's approval gate: the stage-8 gate over the validated input, its hash binding the
+/// approval (an input that cannot be hashed is `APPROVAL_UNSERIALIZABLE_INPUT`).
+async fn stage_9_gate(exec: &Exec<'_>, a: &Admitted, requirement: ApprovalRequirement) -> Gate {
+    match input_hash(&a.input) {
+        Ok(hash) => approval_gate(exec, &a.cap, &a.actor, &a.input, hash, requirement).await,
+        Err(e) => {
+            let err = CapabilityError::new(ErrorCode::ApprovalUnserializableInput).with_cause(e);
+            Gate::Suspended(exec.failed(err, EffectProgress::NotStarted, None).await)
+        }
+    }
+}
+
+/// A failed attempt of stage 11, and whether it got as far as the middleware chain.
+struct Failure {
+    error: CapabilityError,
+    /// The chain (middleware, then the procedure) was polled: whatever it does may have
+    /// taken effect. False only when the caller had cancelled before it was first polled.
+    entered: bool,
+}
+
 /// One attempt of stage 11 under the composite signal: the caller's cancellation and a
 /// timer re-armed for this attempt. The procedure's own token fires on either.
 async fn run_attempt(
@@ -226,30 +270,41 @@ async fn run_attempt(
     caller: &CancellationToken,
     timeout: Duration,
     attempt: u32,
-) -> Result<serde_json::Value, CapabilityError> {
+) -> Result<serde_json::Value, Failure> {
     let child = call.cancel.clone();
     let span = tracing::info_span!(
         "agent.procedure_execution",
         capgate.attempt = attempt,
         capgate.fuel_used = tracing::field::Empty,
     );
+    let entered = AtomicBool::new(false);
     let chain = Next::new(&cap.middleware, cap.procedure.as_ref()).run(call);
-    let guarded = AssertUnwindSafe(chain).catch_unwind().instrument(span);
+    let guarded = async {
+        entered.store(true, Ordering::Relaxed);
+        AssertUnwindSafe(chain).catch_unwind().await
+    }
+    .instrument(span);
+    let failed = |error| Failure {
+        error,
+        entered: entered.load(Ordering::Relaxed),
+    };
     tokio::select! {
         biased;
+        // Polled first: a cancellation that is already there ends the attempt before the
+        // chain is ever polled (nothing entered).
         _ = caller.cancelled() => {
             child.cancel();
-            Err(CapabilityError::new(ErrorCode::Cancelled))
+            Err(failed(CapabilityError::new(ErrorCode::Cancelled)))
         }
         // Polled before the timer so a procedure that is ready at once never arms it.
         r = guarded => match r {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(e.into_capability_error()),
-            Err(p) => Err(ProcedureError::Internal(format!("procedure panicked: {}", panic_message(&*p))).into_capability_error()),
+            Ok(Err(e)) => Err(failed(e.into_capability_error())),
+            Err(p) => Err(failed(ProcedureError::Internal(format!("procedure panicked: {}", panic_message(&*p))).into_capability_error())),
         },
         _ = tokio::time::sleep(timeout) => {
             child.cancel();
-            Err(CapabilityError::new(ErrorCode::Timeout))
+            Err(failed(CapabilityError::new(ErrorCode::Timeout)))
         }
     }
 }

@@ -203,13 +203,17 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
     .await
 }
 
-enum Gate {
+/// What the approval gate made of a call: suspended (or ended) here, or approved inline.
+pub(crate) enum Gate {
+    /// The call ends with this envelope: `approval-required`, or a failure of the gate.
     Suspended(ExecutionResult),
+    /// The inline handler approved: the call goes on carrying this approval.
     Approved(ApprovalRef),
 }
 
-/// Stage 8: store the request (or ask the inline handler), then suspend.
-async fn approval_gate(
+/// Stage 8: store the request (or ask the inline handler), then suspend. Stage 9 opens it
+/// too, for an execution-phase require-approval on a call that carries no approval.
+pub(crate) async fn approval_gate(
     exec: &Exec<'_>,
     cap: &Arc<Capability>,
     actor: &crate::actor::Actor,

@@ -146,8 +146,9 @@ pub(crate) fn any_applicable(rt: &Inner, cap: &Capability, phase: Phase) -> bool
 /// - Execution phase (stage 9): `capability.denied` is kept for stages 3, 4 and 7,
 ///   so a failure, deny or hide here ends the call with `capability.failed` carrying the
 ///   `policyDecisions`. A require-approval is satisfied by the approval the call carries
-///   (`approved`: a resume, or an inline decision); without one it is POLICY_DENIED, since
-///   approval cannot be asked for after stage 8.
+///   (`approved`: a resume, or an inline decision); without one, stage 9 opens the approval
+///   gate before asking here (`execute.rs`), so one reaching here fails closed as
+///   POLICY_DENIED.
 pub(crate) async fn refuse(
     exec: &Exec<'_>,
     phase: Phase,

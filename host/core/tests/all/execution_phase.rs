@@ -126,14 +126,18 @@ async fn an_execution_phase_allow_lets_the_call_run_without_approval() {
 }
 
 #[tokio::test]
-async fn an_execution_phase_require_approval_without_an_approval_is_policy_denied() {
+async fn an_execution_phase_require_approval_without_an_approval_opens_the_approval_gate() {
     let (r, sink, c) =
         refused_at_stage_9(PolicyDecision::require_approval("re-check with a human")).await;
-    assert_eq!(code(&r), Some(ErrorCode::PolicyDenied));
-    assert_eq!(c.get(), 0, "approval cannot be asked for after stage 8");
+    assert_eq!(r.status(), "approval-required", "{r:?}");
+    assert_eq!(
+        r.approval().expect("an approval").reasons,
+        ["re-check with a human"]
+    );
+    assert_eq!(c.get(), 0, "nothing runs before the approval");
     assert_eq!(
         types_of(&events_of(&sink, r.execution_id())),
-        ["capability.requested", "capability.failed"]
+        ["capability.requested", "capability.approval_requested"]
     );
 }
 

@@ -12,5 +12,6 @@ mod pipeline;
 mod policy_laws;
 mod registry_and_discovery;
 mod shadow_policies;
+mod spec_fidelity;
 mod tenancy_and_freshness;
 mod walkthrough;

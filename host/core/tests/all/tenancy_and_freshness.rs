@@ -233,7 +233,7 @@ async fn an_execution_phase_require_approval_is_satisfied_by_the_approval_being_
 }
 
 #[tokio::test]
-async fn without_an_approval_an_execution_phase_require_approval_still_denies() {
+async fn without_an_approval_an_execution_phase_require_approval_asks_for_one() {
     let c = Counter::default();
     let execution_only = policy_sync("lateGate", |_| {
         Ok(PolicyDecision::require_approval("asks late"))
@@ -250,6 +250,12 @@ async fn without_an_approval_an_execution_phase_require_approval_still_denies() 
             json!({"orderId": "ord_1", "amount": 5, "reason": "x"}),
         ))
         .await;
-    assert_eq!(code(&r), Some(ErrorCode::PolicyDenied));
+    assert_eq!(r.status(), "approval-required", "{r:?}");
     assert_eq!(c.get(), 0);
+    // The approval it asked for satisfies it on resume.
+    let id = r.approval().expect("an approval").id.clone();
+    approve(&rt, &id).await;
+    let resumed = rt.resume(&id, ResumeOptions::default()).await;
+    assert_eq!(resumed.status(), "completed", "{resumed:?}");
+    assert_eq!(c.get(), 1);
 }

@@ -5,6 +5,7 @@ mod gateway_support;
 mod mcp_support;
 
 mod console_http;
+mod edges_spec;
 mod http_api;
 mod mcp_python;
 mod mcp_typescript;
