@@ -318,14 +318,31 @@ pub struct GatewaySection {
     pub console: ConsoleSection,
     /// The operator API.
     pub admin: AdminSection,
+    /// `[[gateway.operatorKeys]]`: operators' API keys (hashed), outside every tenant
+    /// namespace: they open the operator API (`POST /admin/reload`) and no other door.
+    pub operator_keys: Vec<OperatorKeySection>,
+    /// Addresses of the reverse proxies in front of the gateway: only from these peers is
+    /// `X-Forwarded-For` believed, to tell which client address a request comes from (the
+    /// unauthenticated and sign-in throttles). Empty: the connection's peer is the client.
+    pub trusted_proxies: Vec<String>,
+}
+
+/// `[[gateway.operatorKeys]]`: an operator's key, outside every tenant namespace.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OperatorKeySection {
+    /// SHA-256 hex of the key (`capgate keys hash` prints it).
+    pub sha256: String,
+    /// The operator (recorded in logs and handed to the authorizer).
+    pub actor: ActorSection,
 }
 
 /// `[gateway.admin]`: the operator API (README "Reloading without a restart").
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct AdminSection {
-    /// Serve `POST /admin/reload` to principals holding the `operator` role (default off;
-    /// SIGHUP reloads either way).
+    /// Serve `POST /admin/reload` to operator principals (`[[gateway.operatorKeys]]`), as
+    /// the authorizer allows (default off; SIGHUP reloads either way).
     pub reload: bool,
 }
 
@@ -342,15 +359,31 @@ pub struct ConsoleSection {
     pub session_minutes: u64,
     /// `"auto"` (Secure except on a loopback host), `true` or `false`.
     pub secure_cookie: SecureCookieSetting,
+    /// The most live sessions one principal keeps (a new sign-in evicts its oldest).
+    pub max_sessions_per_principal: u32,
+    /// Sign-ins per principal per minute (0 with `signInBurst` 0: not throttled).
+    pub sign_in_per_minute: u32,
+    /// Burst of sign-ins per principal.
+    pub sign_in_burst: u32,
+    /// Sign-ins per client address per minute, successful or not.
+    pub sign_in_per_address_per_minute: u32,
+    /// Burst of sign-ins per client address.
+    pub sign_in_per_address_burst: u32,
 }
 
 impl Default for ConsoleSection {
     fn default() -> Self {
+        use capgate_gateway::console::*;
         ConsoleSection {
             enabled: true,
             path: "/console".into(),
             session_minutes: 480,
             secure_cookie: SecureCookieSetting::Word("auto".into()),
+            max_sessions_per_principal: DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
+            sign_in_per_minute: DEFAULT_SIGN_IN_PER_PRINCIPAL.0,
+            sign_in_burst: DEFAULT_SIGN_IN_PER_PRINCIPAL.1,
+            sign_in_per_address_per_minute: DEFAULT_SIGN_IN_PER_ADDRESS.0,
+            sign_in_per_address_burst: DEFAULT_SIGN_IN_PER_ADDRESS.1,
         }
     }
 }
@@ -396,6 +429,8 @@ impl Default for GatewaySection {
             rate_limit: RateLimitSection::default(),
             console: ConsoleSection::default(),
             admin: AdminSection::default(),
+            operator_keys: Vec::new(),
+            trusted_proxies: Vec::new(),
         }
     }
 }
@@ -448,6 +483,18 @@ pub struct ApiKeySection {
     /// Context for the runtime.
     #[serde(default)]
     pub context: serde_json::Value,
+    /// Whether the key opens the requester door of the approvals API and the console (its
+    /// holder confirms her own self-confirmable calls). Default: exactly when it opens no
+    /// model door (`surfaces` empty): an agent's key never confirms the agent's own calls
+    /// unless this says `true` for it (and `capgate check` warns).
+    pub requester_door: Option<bool>,
+}
+
+impl ApiKeySection {
+    /// Whether the key opens the requester door (see [`ApiKeySection::requester_door`]).
+    pub fn opens_requester_door(&self) -> bool {
+        self.requester_door.unwrap_or(self.surfaces.is_empty())
+    }
 }
 
 /// `[gateway.jwt]`
@@ -460,10 +507,19 @@ pub struct JwtSection {
     pub rs256_public_key: Option<String>,
     /// JWKS file.
     pub jwks: Option<String>,
-    /// Required issuer.
+    /// Required issuer (`iss`); required unless `allowMissingIssuer = true`.
     pub issuer: Option<String>,
-    /// Required audience.
+    /// Required audience (`aud`); required unless `allowMissingAudience = true`.
     pub audience: Option<String>,
+    /// Accept tokens for any audience (no `audience`): the explicit opt-out.
+    #[serde(default)]
+    pub allow_missing_audience: bool,
+    /// Accept tokens from any issuer the key signs for (no `issuer`): the explicit opt-out.
+    #[serde(default)]
+    pub allow_missing_issuer: bool,
+    /// Boolean claim saying whether a token opens the requester door (default
+    /// `requesterDoor`; absent: exactly when the token names no model surface).
+    pub requester_door_claim: Option<String>,
     /// Namespace claim (default `org`).
     pub namespace_claim: Option<String>,
     /// Claim listing the surfaces a token may use (default `surfaces`); a token without it
@@ -484,6 +540,11 @@ pub struct RateLimitSection {
     pub namespace_per_second: u32,
     /// Burst per namespace.
     pub namespace_burst: u32,
+    /// Unauthenticated requests per client address per minute, every door together
+    /// (0 with `unauthenticatedBurst` 0: not throttled). Past it: `429`, credential untried.
+    pub unauthenticated_per_minute: u32,
+    /// Burst of unauthenticated requests per client address.
+    pub unauthenticated_burst: u32,
 }
 
 impl Default for RateLimitSection {
@@ -494,6 +555,9 @@ impl Default for RateLimitSection {
             principal_burst: DEFAULT_PRINCIPAL_BURST,
             namespace_per_second: DEFAULT_NAMESPACE_RATE,
             namespace_burst: DEFAULT_NAMESPACE_BURST,
+            unauthenticated_per_minute:
+                capgate_gateway::throttle::DEFAULT_UNAUTHENTICATED_PER_MINUTE,
+            unauthenticated_burst: capgate_gateway::throttle::DEFAULT_UNAUTHENTICATED_BURST,
         }
     }
 }
@@ -701,6 +765,92 @@ impl Config {
                         ),
                     ));
                 }
+            }
+        }
+        for (i, t) in self.runtime.self_confirmable_types.iter().enumerate() {
+            if self.approvals.types.contains_key(t) {
+                problems.push(doc.problem(
+                    &format!("/runtime/selfConfirmableTypes/{i}"),
+                    format!(
+                        "`{t}` is both self-confirmable and mapped to roles ([approvals.types.{t}]): choose one — the requester confirms it herself, or a holder of one of its roles decides it"
+                    ),
+                ));
+            }
+        }
+        for (i, p) in self.gateway.trusted_proxies.iter().enumerate() {
+            if p.parse::<std::net::IpAddr>().is_err() {
+                problems.push(doc.problem(
+                    &format!("/gateway/trustedProxies/{i}"),
+                    format!(
+                        "`{p}` is not an IP address (list each proxy's address, e.g. \"10.0.0.5\")"
+                    ),
+                ));
+            }
+        }
+        if let Some(j) = &self.gateway.jwt {
+            for (key, set, opt_out, what) in [
+                (
+                    "audience",
+                    j.audience.is_some(),
+                    j.allow_missing_audience,
+                    "allowMissingAudience",
+                ),
+                (
+                    "issuer",
+                    j.issuer.is_some(),
+                    j.allow_missing_issuer,
+                    "allowMissingIssuer",
+                ),
+            ] {
+                if !set && !opt_out {
+                    problems.push(doc.problem(
+                        &format!("/gateway/jwt/{key}"),
+                        format!(
+                            "required: the `{key}` your tokens carry (a token minted for another service must not open this gateway); to accept any, say so with `{what} = true`"
+                        ),
+                    ));
+                }
+            }
+        }
+        for (i, k) in self.gateway.operator_keys.iter().enumerate() {
+            if k.sha256.len() != 64 || !k.sha256.chars().all(|c| c.is_ascii_hexdigit()) {
+                problems.push(doc.problem(
+                    &format!("/gateway/operatorKeys/{i}/sha256"),
+                    "must be the SHA-256 hex of the key (`capgate keys hash`); keys are never stored in clear",
+                ));
+            }
+            if k.actor.kind == ActorKind::Anonymous {
+                problems.push(doc.problem(
+                    &format!("/gateway/operatorKeys/{i}/actor/kind"),
+                    "anonymous actors are rejected",
+                ));
+            }
+            if self
+                .gateway
+                .api_keys
+                .iter()
+                .any(|t| t.sha256.eq_ignore_ascii_case(&k.sha256))
+            {
+                problems.push(doc.problem(
+                    &format!("/gateway/operatorKeys/{i}/sha256"),
+                    "this key is also a tenant's ([[gateway.apiKeys]]): an operator's key must be its own",
+                ));
+            }
+        }
+        if let Some(m) = self.telemetry.metrics.as_ref().filter(|m| m.enabled)
+            && m.bearer_token_sha256.is_none()
+        {
+            let (addr, key) = match &m.listen {
+                Some(l) => (l.as_str(), "/telemetry/metrics/listen"),
+                None => (self.gateway.listen.as_str(), "/gateway/listen"),
+            };
+            if !crate::values::is_loopback_listen(addr) {
+                problems.push(doc.problem(
+                    "/telemetry/metrics/bearerTokenSha256",
+                    format!(
+                        "required: the metrics would be served unauthenticated on `{addr}` ({key}), which is not a loopback address, and they name every tenant's namespace; set bearerTokenSha256 (`capgate keys hash` prints it) or listen on 127.0.0.1"
+                    ),
+                ));
             }
         }
         for (name, t) in &self.approvals.types {
@@ -950,7 +1100,46 @@ impl Config {
                     "must not be empty",
                 ));
             }
+            if k.namespace == capgate_gateway::auth::OPERATOR_NAMESPACE {
+                problems.push(doc.problem(
+                    &format!("/gateway/apiKeys/{i}/namespace"),
+                    format!(
+                        "`{}` is reserved for operators ([[gateway.operatorKeys]])",
+                        capgate_gateway::auth::OPERATOR_NAMESPACE
+                    ),
+                ));
+            }
         }
+    }
+
+    /// What `capgate check` and `serve` warn about without refusing the file: settings that
+    /// are allowed but widen a boundary, located like problems.
+    pub fn warnings(&self, doc: &Located) -> Vec<Problem> {
+        let mut out = Vec::new();
+        for (i, k) in self.gateway.api_keys.iter().enumerate() {
+            if k.requester_door == Some(true) && !k.surfaces.is_empty() {
+                out.push(doc.problem(
+                    &format!("/gateway/apiKeys/{i}/requesterDoor"),
+                    "this key opens model doors and the requester door: whatever holds it (an agent host) can confirm its own held calls with no human step; give the human a console credential of her own instead",
+                ));
+            }
+            if k.roles
+                .iter()
+                .any(|r| r == capgate_gateway::admin::OPERATOR_ROLE)
+            {
+                out.push(doc.problem(
+                    &format!("/gateway/apiKeys/{i}/roles"),
+                    "the `operator` role of a tenant's key opens nothing: the operator API takes an operator's key ([[gateway.operatorKeys]])",
+                ));
+            }
+        }
+        if self.gateway.admin.reload && self.gateway.operator_keys.is_empty() {
+            out.push(doc.problem(
+                "/gateway/admin/reload",
+                "no [[gateway.operatorKeys]]: POST /admin/reload refuses every caller (SIGHUP still reloads)",
+            ));
+        }
+        out
     }
 
     /// A path relative to the config file's directory (an absolute path stays as it is).

@@ -700,7 +700,10 @@ fn decide(rt: &tokio::runtime::Runtime, a: DecideArgs, approve: bool) -> anyhow:
 /// otherwise (exactly what `serve` prints and refuses).
 fn check(path: &std::path::Path) -> ExitCode {
     match validate::validate(path) {
-        Ok(_) => {
+        Ok(checked) => {
+            for w in &checked.warnings {
+                eprintln!("warning: {w}");
+            }
             println!("{}: ok", path.display());
             ExitCode::SUCCESS
         }

@@ -16,10 +16,14 @@ use arc_swap::ArcSwap;
 use axum::extract::Request;
 use capgate_core::actor::Surface;
 use capgate_gateway::approvals_api::{ApprovalsRouter, ExecutionHistory, ExecutionOutcome};
-use capgate_gateway::console::{ConsoleOptions, ConsoleSessions};
+use capgate_gateway::console::{
+    ConsoleOptions, ConsoleSessions, SessionCredential, SessionStore, SessionStoreError,
+    StoredSession,
+};
 use capgate_gateway::door::{Doorkeeper, Quotas};
 use capgate_gateway::gateway::{FnProbe, ReadinessError, ReadinessProbe, ShutdownProbe};
 use capgate_gateway::mcp::McpSessions;
+use capgate_gateway::throttle::{PerMinute, Throttle};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -29,9 +33,9 @@ use std::time::Duration;
 pub struct Kept {
     console_sessions: ConsoleSessions,
     mcp_sessions: McpSessions,
-    /// The rate limiter, with the `[gateway.rateLimit]` it was built for (a reload that
-    /// changes the limits starts new buckets).
-    quotas: Mutex<Option<(RateKey, Arc<Quotas>)>>,
+    /// The rate limiter and the unauthenticated throttle, with the `[gateway.rateLimit]`
+    /// they were built for (a reload that changes the limits starts new buckets).
+    quotas: Mutex<Option<KeptLimits>>,
     /// What `POST /admin/reload` calls (set once the reloader exists).
     pub(crate) reloader: OnceLock<Arc<Reloader>>,
     /// `/readyz`'s `shutdown` check: turned unready when shutdown begins, whatever
@@ -39,19 +43,24 @@ pub struct Kept {
     shutdown: ShutdownProbe,
 }
 
-type RateKey = (u32, u32, u32, u32);
+type RateKey = (u32, u32, u32, u32, u32, u32);
+
+/// The rate limiter and the unauthenticated throttle, with the limits they were built for.
+type KeptLimits = (RateKey, Arc<Quotas>, Option<Arc<Throttle>>);
 
 impl Default for Kept {
     fn default() -> Self {
-        Kept::new()
+        Kept::new(ConsoleSessions::in_memory(
+            ConsoleOptions::default().max_sessions,
+        ))
     }
 }
 
 impl Kept {
-    /// Nothing kept yet.
-    pub fn new() -> Self {
+    /// Nothing kept yet but where console sessions live.
+    pub fn new(console_sessions: ConsoleSessions) -> Self {
         Kept {
-            console_sessions: ConsoleSessions::new(ConsoleOptions::default().max_sessions),
+            console_sessions,
             mcp_sessions: McpSessions::in_memory(),
             quotas: Mutex::new(None),
             reloader: OnceLock::new(),
@@ -69,12 +78,16 @@ impl Kept {
             r.principal_burst,
             r.namespace_per_second,
             r.namespace_burst,
+            r.unauthenticated_per_minute,
+            r.unauthenticated_burst,
         );
         let mut kept = self.quotas.lock().unwrap_or_else(|p| p.into_inner());
         match &*kept {
-            Some((k, quotas)) if *k == key => keeper.quotas(quotas.clone()),
+            Some((k, quotas, unauthenticated)) if *k == key => keeper
+                .quotas(quotas.clone())
+                .unauthenticated(unauthenticated.clone()),
             _ => {
-                *kept = Some((key, keeper.quotas.clone()));
+                *kept = Some((key, keeper.quotas.clone(), keeper.unauthenticated.clone()));
                 keeper
             }
         }
@@ -131,8 +144,10 @@ pub fn app(checked: &Checked, d: &Deployment, kept: &Kept) -> anyhow::Result<axu
         ));
     }
     app = app
-        // The doors above continue a caller's `traceparent`; health checks are not traced.
-        .layer(axum::middleware::from_fn(
+        // The doors above continue a caller's `traceparent` (its sampled flag only for an
+        // authenticated caller); health checks are not traced.
+        .layer(axum::middleware::from_fn_with_state(
+            capgate_gateway::trace_context::TraceTrust::new(keeper.authenticator.clone()),
             capgate_gateway::trace_context::continue_trace,
         ))
         .merge(capgate_gateway::gateway::readiness_router(
@@ -201,8 +216,80 @@ fn console_options(c: &crate::config::ConsoleSection) -> anyhow::Result<ConsoleO
             .resolve()
             .context("[gateway.console] secureCookie must be \"auto\", true or false")?,
         approver_role: APPROVER_ROLE.into(),
+        max_sessions_per_principal: c.max_sessions_per_principal,
+        sign_in_per_principal: PerMinute::new(c.sign_in_per_minute, c.sign_in_burst),
+        sign_in_per_address: PerMinute::new(
+            c.sign_in_per_address_per_minute,
+            c.sign_in_per_address_burst,
+        ),
         ..ConsoleOptions::default()
     })
+}
+
+/// The console's sessions as rows of the deployment's store (the gateway knows the seam,
+/// the store the rows; they meet here), so a restart or another replica keeps them. The
+/// row's credential column holds the console's [`SessionCredential`] as JSON: an API
+/// key's SHA-256 or a token's principal, never a raw credential.
+struct StoredSessions(capgate_store::ConsoleSessionRows);
+
+#[async_trait::async_trait]
+impl SessionStore for StoredSessions {
+    async fn open(
+        &self,
+        session: StoredSession,
+        per_principal: u32,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), SessionStoreError> {
+        let credential = serde_json::to_string(&session.credential)
+            .map_err(|e| SessionStoreError::Malformed(e.to_string()))?;
+        let row = capgate_store::ConsoleSessionRow {
+            id_sha256: session.id_sha256,
+            principal: session.principal,
+            credential,
+            created_at: session.created_at,
+            expires_at: session.expires_at,
+        };
+        self.0
+            .insert(&row, per_principal, now)
+            .await
+            .map(|_| ())
+            .map_err(session_store_error)
+    }
+
+    async fn get(
+        &self,
+        id_sha256: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<StoredSession>, SessionStoreError> {
+        let Some(row) = self
+            .0
+            .get(id_sha256, now)
+            .await
+            .map_err(session_store_error)?
+        else {
+            return Ok(None);
+        };
+        let credential: SessionCredential = serde_json::from_str(&row.credential)
+            .map_err(|e| SessionStoreError::Malformed(format!("credential: {e}")))?;
+        Ok(Some(StoredSession {
+            id_sha256: row.id_sha256,
+            principal: row.principal,
+            credential,
+            created_at: row.created_at,
+            expires_at: row.expires_at,
+        }))
+    }
+
+    async fn close(&self, id_sha256: &str) -> Result<(), SessionStoreError> {
+        self.0.delete(id_sha256).await.map_err(session_store_error)
+    }
+}
+
+fn session_store_error(e: capgate_store::SessionRowError) -> SessionStoreError {
+    match e {
+        capgate_store::SessionRowError::Malformed(m) => SessionStoreError::Malformed(m),
+        other => SessionStoreError::Unavailable(other.to_string()),
+    }
 }
 
 /// The approvals API's view of how a resumed call ended, read from the deployment's audit
@@ -322,6 +409,25 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
         anyhow::bail!("--listen: {e}");
     }
     let metrics_on = cfg.telemetry.metrics.as_ref().is_some_and(|m| m.enabled);
+    for w in &checked.warnings {
+        eprintln!("capgate: warning: {w}");
+    }
+    // `check` refused a file that serves metrics unauthenticated off loopback; the command
+    // line can move the listeners, so look again at where they will be.
+    if let Some(m) = cfg.telemetry.metrics.as_ref().filter(|m| m.enabled)
+        && m.bearer_token_sha256.is_none()
+    {
+        let metrics_addr = listen
+            .metrics
+            .clone()
+            .or_else(|| m.listen.clone())
+            .unwrap_or_else(|| addr.clone());
+        if !crate::values::is_loopback_listen(&metrics_addr) {
+            anyhow::bail!(
+                "/telemetry/metrics/bearerTokenSha256: required to serve metrics on `{metrics_addr}`, which is not a loopback address (they name every tenant's namespace); set it (`capgate keys hash` prints one) or listen on 127.0.0.1"
+            );
+        }
+    }
     if let Some(m) = &listen.metrics {
         if let Err(e) = crate::values::check_listen(m) {
             anyhow::bail!("--metrics-listen: {e}");
@@ -358,7 +464,9 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
     let console = cfg.gateway.console.clone();
     let admin_reload = cfg.gateway.admin.reload;
     let metrics_section = cfg.telemetry.metrics.clone();
-    let kept = Arc::new(Kept::new());
+    let kept = Arc::new(Kept::new(ConsoleSessions::new(Arc::new(StoredSessions(
+        deployment.store.console_sessions(),
+    )))));
     let current = Arc::new(ArcSwap::from_pointee(axum::Router::new()));
     let reloader = Reloader::new(checked, deployment, kept.clone(), current.clone())?;
     let _ = kept.reloader.set(reloader.clone());
@@ -388,7 +496,12 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
                     m.map_or("", |m| m.path.as_str())
                 );
                 metrics_server = Some(tokio::spawn(async move {
-                    if let Err(e) = axum::serve(listener, router).await {
+                    if let Err(e) = axum::serve(
+                        listener,
+                        router.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+                    )
+                    .await
+                    {
                         tracing::error!("the metrics listener failed: {e}");
                     }
                 }));
@@ -427,12 +540,12 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
     );
     if console.enabled {
         println!(
-            "capgate:   {} -> the approval console (sign in with an approver's key) at http://{local}{}",
+            "capgate:   {} -> the approval console (sign in with an approver's or a human's console key, never an agent's) at http://{local}{}",
             console.path, console.path
         );
     }
     if admin_reload {
-        println!("capgate:   /admin/reload -> reload the configuration (POST, role operator)");
+        println!("capgate:   /admin/reload -> reload the configuration (POST, an operator key)");
     }
     if let Some(path) = metrics_on_gateway {
         println!("capgate:   {path} -> Prometheus metrics");
@@ -447,11 +560,14 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
     let purger = tokio::spawn(purge_receipts(journal));
     let reloads = tokio::spawn(reload_on_hangup(hangups, reloader));
     let (stop_accepting, accepting_stopped) = tokio::sync::oneshot::channel::<()>();
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(async {
-            let _ = accepting_stopped.await;
-        })
-        .into_future();
+    let served = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(async {
+        let _ = accepting_stopped.await;
+    })
+    .into_future();
     let served = shutdown.run(served, stop_accepting, &mut stops).await;
     purger.abort();
     reloads.abort();

@@ -95,6 +95,8 @@ pub struct Checked {
     runtime_policies: Vec<Arc<dyn Policy>>,
     authorizer: Arc<dyn Authorizer>,
     authenticator: SharedAuthenticator,
+    /// What the file allows but `check` and `serve` warn about, located.
+    pub warnings: Vec<Problem>,
 }
 
 /// One capability, ready to be put in a registry.
@@ -197,7 +199,9 @@ pub fn validate(path: &Path) -> Result<Checked, Refused> {
         return Err(refused(v.problems));
     }
     let runtime_policies = pick(&policies, &config.runtime.policies);
+    let warnings = config.warnings(&doc);
     let checked = Checked {
+        warnings,
         provider_runtime,
         capabilities,
         runtime_policies,
@@ -406,20 +410,35 @@ impl Validation<'_> {
             } else {
                 k.actor.attributes.clone()
             };
-            keys.insert_hashed(
-                k.sha256.clone(),
-                ApiKeyEntry {
-                    actor: Actor {
-                        id: k.actor.id.clone(),
-                        kind: k.actor.kind,
-                        attributes,
-                    },
-                    namespace: k.namespace.clone(),
-                    roles: k.roles.clone(),
-                    surfaces: k.surfaces.clone(),
-                    context: k.context.clone(),
+            let mut entry = ApiKeyEntry::new(
+                Actor {
+                    id: k.actor.id.clone(),
+                    kind: k.actor.kind,
+                    attributes,
                 },
+                k.namespace.clone(),
+                k.roles.clone(),
+                k.surfaces.clone(),
+                k.context.clone(),
             );
+            entry.requester_door = k.opens_requester_door();
+            keys.insert_hashed(k.sha256.clone(), entry);
+        }
+        for k in &self.cfg.gateway.operator_keys {
+            let mut entry = ApiKeyEntry::new(
+                Actor {
+                    id: k.actor.id.clone(),
+                    kind: k.actor.kind,
+                    attributes: serde_json::json!({}),
+                },
+                capgate_gateway::auth::OPERATOR_NAMESPACE,
+                vec![capgate_gateway::admin::OPERATOR_ROLE.to_owned()],
+                Vec::new(),
+                serde_json::Value::Null,
+            );
+            entry.operator = true;
+            entry.requester_door = false;
+            keys.insert_hashed(k.sha256.clone(), entry);
         }
         let jwt = match &self.cfg.gateway.jwt {
             None => None,
@@ -516,6 +535,10 @@ impl Validation<'_> {
                 .surfaces_claim
                 .clone()
                 .unwrap_or_else(|| "surfaces".into()),
+            requester_door_claim: j
+                .requester_door_claim
+                .clone()
+                .unwrap_or_else(|| "requesterDoor".into()),
         }))
     }
 
@@ -1008,9 +1031,23 @@ impl Checked {
             Rate::new(r.principal_per_second, r.principal_burst),
             Rate::new(r.namespace_per_second, r.namespace_burst),
         );
+        let g = &self.config.gateway;
+        let unauthenticated = capgate_gateway::throttle::PerMinute::new(
+            r.unauthenticated_per_minute,
+            r.unauthenticated_burst,
+        )
+        .map(|rate| Arc::new(capgate_gateway::throttle::Throttle::new(rate)));
         Doorkeeper::new(self.authenticator.clone(), self.authorizer.clone())
             .quotas(Arc::new(quotas))
             .clock(Arc::new(RuntimeClock(runtime.clone())))
+            .clients(capgate_gateway::throttle::ClientAddresses {
+                trusted_proxies: g
+                    .trusted_proxies
+                    .iter()
+                    .filter_map(|p| p.parse().ok())
+                    .collect(),
+            })
+            .unauthenticated(unauthenticated)
     }
 
     /// The configuration of one gateway route.

@@ -397,6 +397,15 @@ impl Config {
     }
 }
 
+/// Whether a listen address (`HOST:PORT`) binds only the loopback interface: a loopback IP,
+/// or `localhost`.
+pub fn is_loopback_listen(addr: &str) -> bool {
+    if let Ok(a) = addr.parse::<std::net::SocketAddr>() {
+        return a.ip().is_loopback();
+    }
+    matches!(addr.rsplit_once(':'), Some((host, _)) if host.eq_ignore_ascii_case("localhost"))
+}
+
 /// `HOST:PORT` (an IP address or a name) with a port from 0 to 65535.
 pub fn check_listen(addr: &str) -> Result<(), String> {
     if addr.parse::<std::net::SocketAddr>().is_ok() {

@@ -15,8 +15,8 @@ pub struct Principal {
     pub namespace: String,
 }
 
-/// What a door asks its authorizer about: the gateway's five operations and the approvals
-/// API's three.
+/// What a door asks its authorizer about: the gateway's five operations, the approvals
+/// API's three and the operator API's one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
@@ -37,6 +37,9 @@ pub enum Operation {
     ReviewApproval,
     /// The approvals API: approving or rejecting.
     DecideApproval,
+    /// The operator API: reloading the deployment's configuration (`POST /admin/reload`).
+    /// Asked of an operator principal, whose namespace is no tenant's.
+    ReloadConfiguration,
 }
 
 crate::wire_enum! {
@@ -49,6 +52,7 @@ crate::wire_enum! {
         ListApprovals => "listApprovals",
         ReviewApproval => "reviewApproval",
         DecideApproval => "decideApproval",
+        ReloadConfiguration => "reloadConfiguration",
     }
 }
 

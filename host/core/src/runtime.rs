@@ -617,10 +617,14 @@ pub enum Decider {
     /// The human who requested the call, confirming or declining it themselves without
     /// the approver role (the requester door): decides only their own approval (same
     /// namespace, same actor id and kind; anything else reads as not found), only when it
-    /// is self-confirmable and they are a `user`. Recorded as `via: requester`.
+    /// is self-confirmable and they are a `user`. Recorded as `via: requester`. The
+    /// approval types' configured roles apply as for an approver: a type mapped to roles
+    /// is confirmed only by a requester holding one of them.
     Requester {
         /// The requester's tenant partition.
         namespace: String,
+        /// The requester's roles (checked against the types' configured roles).
+        roles: Vec<String>,
     },
     /// An operator at the shell, deciding on the approver's behalf across namespaces
     /// (recorded as such in the decision and its event). Self-decisions are still refused.
@@ -663,6 +667,35 @@ impl Approvals<'_> {
             }
             _ => Ok(None),
         }
+    }
+
+    /// One record of a tenant partition as stored (input unredacted, status as stored):
+    /// what a door hands its authorizer before it shows anything. Another namespace's
+    /// record reads as missing. Show it only through [`Approvals::for_reviewer`].
+    pub async fn get_stored_in(
+        &self,
+        id: &str,
+        namespace: &str,
+    ) -> Result<Option<ApprovalRecord>, ApprovalsError> {
+        Ok(self
+            .rt
+            .coordinator
+            .get(id)
+            .await?
+            .filter(|r| r.request.namespace == namespace))
+    }
+
+    /// A stored record as a reviewer may see it: lazy expiry applied, the input redacted
+    /// by the capability's redactors (withheld when one fails or the capability is gone).
+    pub async fn for_reviewer(&self, record: ApprovalRecord) -> ApprovalRecord {
+        let now = self.rt.clock.now();
+        self.for_review(record, now).await
+    }
+
+    /// Whether the requester of `request` may confirm or decline it themselves (a `user`,
+    /// every type self-confirmable): what the requester door asks.
+    pub fn requester_may_confirm(&self, request: &crate::approval::ApprovalRequest) -> bool {
+        self.rt.requester_may_decide(request)
     }
 
     /// The record as its requester stored it (input unredacted: they supplied it), when
@@ -746,12 +779,15 @@ impl Approvals<'_> {
                     self.rt.check_type_roles(&record.request.types, roles)?;
                 }
             }
-            Decider::Requester { namespace } => {
+            Decider::Requester { namespace, roles } => {
                 if *namespace != record.request.namespace || !own {
                     return Err("Only the requester may confirm this approval.".into());
                 }
                 if !self.rt.requester_may_decide(&record.request) {
                     return Err(NEEDS_APPROVER.into());
+                }
+                if status == DecisionStatus::Approved {
+                    self.rt.check_type_roles(&record.request.types, roles)?;
                 }
             }
             Decider::Operator => {}
@@ -806,12 +842,17 @@ impl Approvals<'_> {
                 }
                 (Some(namespace.clone()), DecidedVia::Approver)
             }
-            Decider::Requester { namespace } => {
+            Decider::Requester { namespace, roles } => {
                 if *namespace != current.request.namespace || !own {
                     return Err(not_found());
                 }
                 if !self.rt.requester_may_decide(&current.request) {
                     return Err(ApprovalsError::Forbidden(NEEDS_APPROVER.into()));
+                }
+                if request.status == DecisionStatus::Approved {
+                    self.rt
+                        .check_type_roles(&current.request.types, roles)
+                        .map_err(ApprovalsError::Forbidden)?;
                 }
                 (Some(namespace.clone()), DecidedVia::Requester)
             }

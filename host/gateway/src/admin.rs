@@ -3,10 +3,15 @@
 //! `[gateway.admin] reload = true`).
 //!
 //! The door is the same as every other ([`crate::door`]): the credential is authenticated
-//! (`401`), the principal rate-limited (`429`), and it must hold the operator role
-//! ([`OPERATOR_ROLE`] unless configured otherwise): `403` otherwise. No model door
-//! (`/agent`, `/workflow`, `/mcp`) reaches it. The request body is ignored; what is
-//! reloaded is the file the process was started with, never anything the caller sends.
+//! (`401`), the principal rate-limited (`429`), and it must be an operator principal —
+//! a credential configured as an operator's (`[[gateway.operatorKeys]]`), outside every
+//! tenant namespace ([`crate::auth::Authenticated::operator`]): a tenant's credential is
+//! refused `403` whatever roles it holds in its namespace. The deployment's authorizer is
+//! then asked (`reloadConfiguration`, told no surface, the principal's namespace being
+//! [`crate::auth::OPERATOR_NAMESPACE`]): `403` when it refuses. An operator credential opens
+//! no other door, and no model door (`/agent`, `/workflow`, `/mcp`) reaches this one. The
+//! request body is ignored; what is reloaded is the file the process was started with,
+//! never anything the caller sends.
 //!
 //! | answer | when |
 //! |---|---|
@@ -23,11 +28,13 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use capgate_core::authz::Operation;
 use std::sync::Arc;
 
 const LOG: &str = "capgate::admin";
 
-/// The role an operator holds by default.
+/// The role an operator holds by default (kept for embedders that map roles; `capgate
+/// serve` asks for an operator principal, see the module docs).
 pub const OPERATOR_ROLE: &str = "operator";
 
 /// Who asked for a reload: the authenticated operator of `POST /admin/reload`.
@@ -110,9 +117,25 @@ pub fn admin_router(
 }
 
 async fn reload(State(api): State<Arc<AdminApi>>, Caller(who): Caller) -> Response {
-    if !who.has_role(&api.role) {
-        tracing::info!(target: LOG, actor = %who.principal.actor.id, role = %api.role, "reload refused: role missing");
-        return Reject::forbidden().into_response();
+    if !who.operator || !who.has_role(&api.role) {
+        tracing::info!(target: LOG, actor = %who.principal.actor.id, namespace = %who.principal.namespace, role = %api.role, "reload refused: not an operator principal");
+        return Reject::forbidden_because(
+            "The operator API needs an operator's credential ([[gateway.operatorKeys]]); tenant credentials cannot reload.",
+        )
+        .into_response();
+    }
+    if let Err(refused) = api
+        .doorkeeper
+        .authorize(
+            &who,
+            Door::Admin,
+            Operation::ReloadConfiguration,
+            None,
+            None,
+        )
+        .await
+    {
+        return refused.into_response();
     }
     tracing::info!(target: LOG, actor = %who.principal.actor.id, namespace = %who.principal.namespace, "configuration reload asked");
     api.reloader

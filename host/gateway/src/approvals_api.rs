@@ -34,7 +34,17 @@
 //! one, is `404`, so the door tells a requester nothing about approvals that are not
 //! theirs. Listing stays for approvers. No model door reaches any of this: the door is a
 //! human's credential used outside `/agent`, `/workflow` and `/mcp`, none of which can
-//! decide an approval.
+//! decide an approval. **The credential must be a human's**: one that opens a model door
+//! (an agent's key, `surfaces = ["aiSdk", …]`) does not open the requester door
+//! ([`crate::auth::Authenticated::requester_door`], `403` before any lookup) unless the
+//! operator said so for that key (`requesterDoor = true`, which `capgate check` warns
+//! about): whatever holds the agent's key cannot confirm the agent's own held calls. The
+//! type's configured roles apply here too (a role-mapped type is confirmed only by a
+//! requester holding one of its roles).
+//!
+//! **The authorizer sees what is decided.** For one approval (`reviewApproval`,
+//! `decideApproval`) it is given the approval's capability and its stored, unredacted
+//! input, on both doors, before anything is shown or decided.
 //!
 //! What an approver sees of the stored input: the input after the capability's redactors'
 //! `redact_approval_input` (the core's [`Approvals`](capgate_core::runtime::Approvals)
@@ -69,7 +79,7 @@ use capgate_core::approval::{
 };
 use capgate_core::authz::Operation;
 use capgate_core::meta::{Risk, SideEffect};
-use capgate_core::runtime::{ApprovalsError, DecideRequest, Decider, RequesterAccess, Runtime};
+use capgate_core::runtime::{ApprovalsError, DecideRequest, Decider, Runtime};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -77,6 +87,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 const LOG: &str = "capgate::approvals_api";
+
+/// What a credential that opens a model door is told at the requester door.
+pub const REQUESTER_DOOR_CLOSED: &str = "This credential opens model doors (an agent's key) and cannot confirm calls: confirm with your own console credential (a key without model surfaces), or ask an approver.";
 
 /// Largest decision body accepted.
 pub const MAX_DECISION_BODY_BYTES: usize = 16 * 1024;
@@ -344,7 +357,8 @@ fn build_router(api: Arc<ApprovalsApi>) -> Router {
 }
 
 impl ApprovalsApi {
-    /// The role check and the authorizer, for one operation of an admitted caller.
+    /// The role check and the authorizer, for one operation of an admitted caller; for
+    /// one approval, the authorizer is given its capability and its stored input.
     async fn approver(
         &self,
         who: &Authenticated,
@@ -361,63 +375,71 @@ impl ApprovalsApi {
                 Door::Approvals,
                 operation,
                 approval.map(|a| a.request.capability_id.as_str()),
-                None,
+                approval.map(|a| &a.request.input),
             )
             .await
     }
 
-    /// Who the caller is to approval `id`, with the record, once the role or the requester
-    /// door admits them and the authorizer allows `operation`.
+    /// Who the caller is to approval `id`, with the record as they may see it, once the
+    /// role or the requester door admits them and the authorizer — given the approval's
+    /// capability and its stored, unredacted input — allows `operation`.
     async fn standing(
         &self,
         who: &Authenticated,
         id: &str,
         operation: Operation,
     ) -> Result<(ApprovalRecord, Decider), Reject> {
+        check_id("id", id)?;
+        let approvals = self.runtime.approvals();
         if who.has_role(&self.role) {
-            let record = in_namespace(self, who, id).await?;
-            self.approver(who, operation, Some(&record)).await?;
+            let stored = approvals
+                .get_stored_in(id, &who.principal.namespace)
+                .await
+                .map_err(store_error)?
+                .ok_or_else(not_found)?;
+            self.approver(who, operation, Some(&stored)).await?;
             let decider = Decider::Approver {
                 namespace: who.principal.namespace.clone(),
                 roles: who.roles.clone(),
             };
-            return Ok((record, decider));
+            return Ok((approvals.for_reviewer(stored).await, decider));
         }
-        check_id("id", id)?;
-        let access = self
-            .runtime
-            .approvals()
-            .get_as_requester(
+        if !who.requester_door {
+            // A credential that opens a model door (an agent's key) is no human's: it
+            // cannot confirm the agent's own calls. Refused before any lookup, so it
+            // learns nothing about which approvals exist.
+            tracing::info!(target: LOG, actor = %who.principal.actor.id, "requester door refused: the credential opens model doors");
+            return Err(Reject::forbidden_because(REQUESTER_DOOR_CLOSED));
+        }
+        let stored = approvals
+            .get_for_requester(
                 id,
                 &who.principal.namespace,
                 &who.principal.actor.reference(),
             )
             .await
-            .map_err(store_error)?;
-        match access {
-            None => Err(not_found()),
-            Some(RequesterAccess::NeedsApprover) => {
-                tracing::info!(target: LOG, actor = %who.principal.actor.id, approval = %id, "requester door refused: not self-confirmable");
-                Err(Reject::forbidden_because(
-                    "Only an approver can review or decide this approval; its requester may confirm only approvals of a self-confirmable type.",
-                ))
-            }
-            Some(RequesterAccess::Confirmable(record)) => {
-                self.doorkeeper
-                    .authorize(
-                        who,
-                        Door::Approvals,
-                        operation,
-                        Some(record.request.capability_id.as_str()),
-                        None,
-                    )
-                    .await?;
-                let decider = Decider::Requester {
-                    namespace: who.principal.namespace.clone(),
-                };
-                Ok((*record, decider))
-            }
+            .map_err(store_error)?
+            .ok_or_else(not_found)?;
+        if !approvals.requester_may_confirm(&stored.request) {
+            tracing::info!(target: LOG, actor = %who.principal.actor.id, approval = %id, "requester door refused: not self-confirmable");
+            return Err(Reject::forbidden_because(
+                "Only an approver can review or decide this approval; its requester may confirm only approvals of a self-confirmable type.",
+            ));
         }
+        self.doorkeeper
+            .authorize(
+                who,
+                Door::Approvals,
+                operation,
+                Some(stored.request.capability_id.as_str()),
+                Some(&stored.request.input),
+            )
+            .await?;
+        let decider = Decider::Requester {
+            namespace: who.principal.namespace.clone(),
+            roles: who.roles.clone(),
+        };
+        Ok((approvals.for_reviewer(stored).await, decider))
     }
 
     /// The record as `who`, standing as `decider`, sees it: with what they may decide.
@@ -561,21 +583,6 @@ async fn list(
         .collect();
     api.with_outcomes(&mut views).await;
     Ok(Json(views).into_response())
-}
-
-/// The record of an approval in the caller's namespace, or 404 as if it did not exist.
-async fn in_namespace(
-    api: &ApprovalsApi,
-    who: &Authenticated,
-    id: &str,
-) -> Result<ApprovalRecord, Reject> {
-    check_id("id", id)?;
-    api.runtime
-        .approvals()
-        .get_in(id, Some(&who.principal.namespace))
-        .await
-        .map_err(store_error)?
-        .ok_or_else(not_found)
 }
 
 async fn one(

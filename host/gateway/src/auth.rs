@@ -26,6 +26,36 @@ pub struct Authenticated {
     pub surfaces: Vec<Surface>,
     /// When the credential stops being valid (checked again on every request).
     pub expires_at: Option<DateTime<Utc>>,
+    /// Whether the credential is a human's for human decisions on her own calls: it opens
+    /// the requester door of the approvals API (confirming her own self-confirmable
+    /// approval). A credential that opens a model door does not, unless the operator said
+    /// so for it (`requesterDoor = true`), so whatever holds an agent's key cannot confirm
+    /// the agent's own held calls.
+    pub requester_door: bool,
+    /// An operator's credential, outside every tenant namespace: it opens the operator API
+    /// ([`crate::admin`]) and no other door.
+    pub operator: bool,
+    /// What the credential was, so a console session can be re-established without
+    /// keeping it ([`Credential`]).
+    pub credential: Credential,
+}
+
+/// The kind of credential a principal was established from, as a console session keeps
+/// it: never the credential itself.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum Credential {
+    /// A configured API key, by its SHA-256 hex: a session re-admits it through
+    /// [`Authenticator::by_api_key_hash`] on every request, so removing the key ends the
+    /// session.
+    ApiKey {
+        /// SHA-256 hex of the key.
+        sha256: String,
+    },
+    /// A self-contained bearer token (a JWT, or an embedder's own): it cannot be revoked
+    /// before it expires, so a session keeps the principal it mapped to until the token's
+    /// own expiry (or the session's, whichever is first).
+    Token,
 }
 
 impl Authenticated {
@@ -57,6 +87,15 @@ pub enum AuthError {
 pub trait Authenticator: Send + Sync + 'static {
     /// Authenticate from the request headers.
     async fn authenticate(&self, headers: &HeaderMap) -> Result<Authenticated, AuthError>;
+
+    /// The principal of the API key whose SHA-256 hex this is, if it is (still)
+    /// configured: how a console session, which keeps only the hash, is re-admitted. The
+    /// default knows no keys (a session of such an authenticator's principal then lasts
+    /// until its own expiry, as for [`Credential::Token`]).
+    fn by_api_key_hash(&self, sha256_hex: &str) -> Option<Authenticated> {
+        let _ = sha256_hex;
+        None
+    }
 }
 
 /// The bearer token of a request, if any.
@@ -90,7 +129,55 @@ pub struct ApiKeyEntry {
     pub surfaces: Vec<Surface>,
     /// Context handed to the runtime.
     pub context: serde_json::Value,
+    /// Whether it opens the requester door ([`Authenticated::requester_door`]).
+    pub requester_door: bool,
+    /// An operator's key ([`Authenticated::operator`]).
+    pub operator: bool,
 }
+
+impl ApiKeyEntry {
+    /// A tenant's key with the default human-decision rule: it opens the requester door
+    /// exactly when it opens no model door.
+    pub fn new(
+        actor: Actor,
+        namespace: impl Into<String>,
+        roles: Vec<String>,
+        surfaces: Vec<Surface>,
+        context: serde_json::Value,
+    ) -> Self {
+        ApiKeyEntry {
+            actor,
+            namespace: namespace.into(),
+            roles,
+            requester_door: surfaces.is_empty(),
+            surfaces,
+            context,
+            operator: false,
+        }
+    }
+
+    fn authenticated(&self, sha256_hex: &str) -> Authenticated {
+        Authenticated {
+            principal: Principal {
+                actor: self.actor.clone(),
+                namespace: self.namespace.clone(),
+            },
+            context: self.context.clone(),
+            roles: self.roles.clone(),
+            surfaces: self.surfaces.clone(),
+            expires_at: None,
+            requester_door: self.requester_door && !self.operator,
+            operator: self.operator,
+            credential: Credential::ApiKey {
+                sha256: sha256_hex.to_ascii_lowercase(),
+            },
+        }
+    }
+}
+
+/// The namespace an operator principal carries ([`Authenticated::operator`]): no tenant's.
+/// What an authorizer is told for the operator API.
+pub const OPERATOR_NAMESPACE: &str = "capgate.operators";
 
 /// API keys, looked up by hash (`Authorization: Bearer <key>`).
 #[derive(Debug, Default, Clone)]
@@ -112,8 +199,12 @@ impl ApiKeys {
     pub fn is_empty(&self) -> bool {
         self.by_hash.is_empty()
     }
-    fn lookup(&self, token: &str) -> Option<&ApiKeyEntry> {
-        self.by_hash.get(&hash_api_key(token))
+    fn lookup(&self, token: &str) -> Option<Authenticated> {
+        self.by_hash_hex(&hash_api_key(token))
+    }
+    fn by_hash_hex(&self, sha256_hex: &str) -> Option<Authenticated> {
+        let key = sha256_hex.to_ascii_lowercase();
+        self.by_hash.get(&key).map(|e| e.authenticated(&key))
     }
 }
 
@@ -224,6 +315,9 @@ pub struct JwtConfig {
     /// Claim holding the surfaces the token may use (default `surfaces`); a token without
     /// it gets no model surface.
     pub surfaces_claim: String,
+    /// Boolean claim saying whether the token opens the requester door (default
+    /// `requesterDoor`); without it, a token opens it exactly when it opens no model door.
+    pub requester_door_claim: String,
 }
 
 /// Verifies bearer JWTs (HS256 or RS256) and maps their claims. `exp` is always required;
@@ -335,6 +429,16 @@ impl JwtAuthenticator {
                 )));
             }
         };
+        let requester_door = match claims.get(&self.config.requester_door_claim) {
+            None => surfaces.is_empty(),
+            Some(serde_json::Value::Bool(b)) => *b,
+            Some(_) => {
+                return Err(AuthError::Invalid(format!(
+                    "claim `{}` must be a boolean",
+                    self.config.requester_door_claim
+                )));
+            }
+        };
         let expires_at = claims
             .get("exp")
             .and_then(|v| v.as_i64())
@@ -352,6 +456,9 @@ impl JwtAuthenticator {
             roles,
             surfaces,
             expires_at,
+            requester_door,
+            operator: false,
+            credential: Credential::Token,
         })
     }
 }
@@ -388,22 +495,17 @@ pub struct BuiltinAuthenticator {
 impl Authenticator for BuiltinAuthenticator {
     async fn authenticate(&self, headers: &HeaderMap) -> Result<Authenticated, AuthError> {
         let token = bearer(headers).ok_or(AuthError::Missing)?;
-        if let Some(entry) = self.api_keys.lookup(token) {
-            return Ok(Authenticated {
-                principal: Principal {
-                    actor: entry.actor.clone(),
-                    namespace: entry.namespace.clone(),
-                },
-                context: entry.context.clone(),
-                roles: entry.roles.clone(),
-                surfaces: entry.surfaces.clone(),
-                expires_at: None,
-            });
+        if let Some(who) = self.api_keys.lookup(token) {
+            return Ok(who);
         }
         match &self.jwt {
             Some(jwt) if token.matches('.').count() == 2 => jwt.verify(token),
             _ => Err(AuthError::Invalid("unknown API key".into())),
         }
+    }
+
+    fn by_api_key_hash(&self, sha256_hex: &str) -> Option<Authenticated> {
+        self.api_keys.by_hash_hex(sha256_hex)
     }
 }
 

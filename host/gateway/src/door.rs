@@ -3,10 +3,14 @@
 //! runs the same chain through its [`Doorkeeper`]:
 //!
 //! 1. **authenticate** the credential ([`Authenticator`]) and check what every principal
-//!    must satisfy ([`check_principal`]): `401` otherwise;
+//!    must satisfy ([`check_principal`]): `401` otherwise. A client address whose
+//!    unauthenticated requests spent their budget ([`Doorkeeper::unauthenticated`], per
+//!    address as [`ClientAddresses`] reads it) is answered `429` before its credential is
+//!    even tried;
 //! 2. **bind to the door**: a model surface is open only to credentials that name it
-//!    (`surfaces = ["aiSdk", "mcp"]`); anything else is refused exactly like a bad
-//!    credential (`401`), so a key cannot find out which doors exist for others;
+//!    (`surfaces = ["aiSdk", "mcp"]`); an operator's credential opens only the operator
+//!    API; anything else is refused exactly like a bad credential (`401`), so a key cannot
+//!    find out which doors exist for others;
 //! 3. **rate-limit** the principal and its namespace (token buckets, [`Quotas`]): `429`
 //!    with `Retry-After`;
 //! 4. **authorize** each operation ([`Authorizer`], told the door's surface): `403`.
@@ -16,6 +20,7 @@
 
 use crate::auth::{Authenticated, Authenticator, check_principal};
 use crate::reject::Reject;
+use crate::throttle::{ClientAddresses, Throttle};
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
@@ -41,8 +46,8 @@ pub enum Door {
     Surface(Surface),
     /// The human approvals API: open to any credential; its role check decides.
     Approvals,
-    /// The operator API (`POST /admin/reload`): open to any credential; its role check
-    /// (`operator`) decides.
+    /// The operator API (`POST /admin/reload`): open to operator credentials only
+    /// ([`Authenticated::operator`]); the authorizer decides each operation.
     Admin,
 }
 
@@ -187,6 +192,10 @@ pub struct Doorkeeper {
     pub quotas: Arc<Quotas>,
     /// The clock credentials' expiry is checked against.
     pub clock: Arc<dyn Clock>,
+    /// Which address a request comes from (trusted proxies).
+    pub clients: ClientAddresses,
+    /// Unauthenticated requests per client address (`None`: not throttled).
+    pub unauthenticated: Option<Arc<Throttle>>,
 }
 
 impl std::fmt::Debug for Doorkeeper {
@@ -205,7 +214,25 @@ impl Doorkeeper {
             authorizer,
             quotas: Arc::new(Quotas::default()),
             clock: Arc::new(capgate_core::clock::SystemClock),
+            clients: ClientAddresses::default(),
+            unauthenticated: crate::throttle::PerMinute::new(
+                crate::throttle::DEFAULT_UNAUTHENTICATED_PER_MINUTE,
+                crate::throttle::DEFAULT_UNAUTHENTICATED_BURST,
+            )
+            .map(|r| Arc::new(Throttle::new(r))),
         }
+    }
+
+    /// Builder: which proxies' `X-Forwarded-For` is believed.
+    pub fn clients(mut self, clients: ClientAddresses) -> Self {
+        self.clients = clients;
+        self
+    }
+
+    /// Builder: the throttle of unauthenticated requests per client address (`None`: off).
+    pub fn unauthenticated(mut self, throttle: Option<Arc<Throttle>>) -> Self {
+        self.unauthenticated = throttle;
+        self
     }
 
     /// Builder: the rate limits.
@@ -221,27 +248,65 @@ impl Doorkeeper {
     }
 
     /// Steps 1–3: who is this, may they use this door, are they within their quota.
+    /// `client` is the request's address ([`ClientAddresses::client`]), for the
+    /// unauthenticated throttle.
     pub(crate) async fn admit(
         &self,
         headers: &axum::http::HeaderMap,
+        client: Option<std::net::IpAddr>,
         door: Door,
     ) -> Result<Authenticated, Reject> {
+        let throttled = self.unauthenticated.as_ref().zip(client);
+        if let Some((t, ip)) = &throttled
+            && let Some(secs) = t.exhausted(&ip.to_string())
+        {
+            tracing::info!(target: LOG, client = %ip, "unauthenticated requests throttled");
+            return Err(Reject::too_many_requests(secs));
+        }
+        let refused = |reason: &dyn std::fmt::Display| {
+            tracing::info!(target: LOG, reason = %reason, "request not authenticated");
+            if let Some((t, ip)) = &throttled {
+                // Spent whether or not the budget is left: the next request is refused.
+                let _ = t.charge(&ip.to_string());
+            }
+            Reject::unauthenticated()
+        };
         let who = self
             .authenticator
             .authenticate(headers)
             .await
-            .map_err(|e| {
-                tracing::info!(target: LOG, reason = %e, "request not authenticated");
-                Reject::unauthenticated()
-            })?;
+            .map_err(|e| refused(&e))?;
+        check_principal(&who, self.clock.now()).map_err(|e| refused(&e))?;
+        self.admit_principal(who, door)
+    }
+
+    /// The client address of a request (see [`ClientAddresses`]).
+    pub(crate) fn client(
+        &self,
+        extensions: &axum::http::Extensions,
+        headers: &axum::http::HeaderMap,
+    ) -> Option<std::net::IpAddr> {
+        self.clients.client(extensions, headers)
+    }
+
+    /// Steps 2–3 (and the principal checks of step 1) for a principal established
+    /// otherwise: a console session re-admitted from the store.
+    pub(crate) fn admit_principal(
+        &self,
+        who: Authenticated,
+        door: Door,
+    ) -> Result<Authenticated, Reject> {
         check_principal(&who, self.clock.now()).map_err(|e| {
             tracing::info!(target: LOG, reason = %e, "principal refused");
             Reject::unauthenticated()
         })?;
-        if let Door::Surface(s) = door
-            && !who.surfaces.contains(&s)
-        {
-            tracing::info!(target: LOG, actor = %who.principal.actor.id, surface = s.as_str(), "credential not bound to this door");
+        let bound = match door {
+            Door::Surface(s) => !who.operator && who.surfaces.contains(&s),
+            Door::Approvals => !who.operator,
+            Door::Admin => true,
+        };
+        if !bound {
+            tracing::info!(target: LOG, actor = %who.principal.actor.id, door = ?door, "credential not bound to this door");
             return Err(Reject::unauthenticated());
         }
         if let Err(secs) = self.quotas.check(&who) {
@@ -304,13 +369,23 @@ impl<T: DoorState> DoorState for Arc<T> {
 /// take it as an argument; a request that fails never reaches them.
 pub(crate) struct Caller(pub(crate) Authenticated);
 
+/// A principal the console already re-admitted from its session (steps 1–3 done by
+/// [`Doorkeeper::admit_principal`]); only the console's own layer puts it in a request's
+/// extensions, never anything a client sends.
+#[derive(Clone)]
+pub(crate) struct SessionPrincipal(pub(crate) Authenticated);
+
 impl<S: DoorState> FromRequestParts<S> for Caller {
     type Rejection = Reject;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        state
-            .keeper()
-            .admit(&parts.headers, state.door())
+        if let Some(SessionPrincipal(who)) = parts.extensions.remove::<SessionPrincipal>() {
+            return Ok(Caller(who));
+        }
+        let keeper = state.keeper();
+        let client = keeper.client(&parts.extensions, &parts.headers);
+        keeper
+            .admit(&parts.headers, client, state.door())
             .await
             .map(Caller)
     }
@@ -412,6 +487,9 @@ mod tests {
             roles: vec![],
             surfaces: vec![],
             expires_at: None,
+            requester_door: true,
+            operator: false,
+            credential: crate::auth::Credential::Token,
         }
     }
 

@@ -59,13 +59,13 @@
 //! let mut keys = ApiKeys::new();
 //! keys.insert_hashed(
 //!     hash_api_key("dana-key"),
-//!     ApiKeyEntry {
-//!         actor: Actor::user("u_dana", json!({})),
-//!         namespace: "org_1".into(),
-//!         roles: vec![],
-//!         surfaces: vec![Surface::AiSdk],
-//!         context: json!({}),
-//!     },
+//!     ApiKeyEntry::new(
+//!         Actor::user("u_dana", json!({})),
+//!         "org_1",
+//!         vec![],
+//!         vec![Surface::AiSdk],
+//!         json!({}),
+//!     ),
 //! );
 //! let authenticator = BuiltinAuthenticator { api_keys: keys, jwt: None };
 //! let doorkeeper = Doorkeeper::new(Arc::new(authenticator), Arc::new(AnyAuthenticated));
@@ -113,6 +113,8 @@
 //! - [`console`]: the approval console ([`console::console_router`]), a web page on that API.
 //! - [`admin`]: the operator's `POST /admin/reload` ([`admin::admin_router`]).
 //! - [`metrics`]: HTTP request metrics and the Prometheus `/metrics` route.
+//! - [`throttle`]: per-address and per-principal throttles (unauthenticated requests,
+//!   console sign-ins) and which client address a request comes from (trusted proxies).
 //! - [`trace_context`]: W3C trace context on the doors (`traceparent` in, spans out).
 
 #![warn(missing_docs)]
@@ -126,6 +128,7 @@ pub mod door;
 pub mod gateway;
 pub mod mcp;
 pub mod metrics;
+pub mod throttle;
 pub mod tools;
 pub mod trace_context;
 

@@ -12,8 +12,13 @@
 //! that run their work elsewhere (the MCP server handles tool calls on a task of its own).
 //!
 //! Head sampling happens here, before any span exists: with traces on
-//! ([`set_head_sampling`]), a request whose caller sent a `traceparent` follows its sampled
-//! flag, any other is sampled at the configured ratio. An unsampled request opens no span at
+//! ([`set_head_sampling`]), a request whose *authenticated* caller sent a `traceparent`
+//! follows its sampled flag, any other is sampled at the configured ratio. The caller's
+//! context is believed only when its credential authenticates ([`TraceTrust`]: the same
+//! authenticator as the doors, asked only when a valid `traceparent` arrives and traces
+//! are on); an unauthenticated request's `traceparent` is ignored altogether (no parent,
+//! no forced sampling), so nobody can make capgate trace, and export, every request they
+//! send. An unsampled request opens no span at
 //! all: it runs inside [`unsampled`], which tells the process's trace filter
 //! ([`in_unsampled_trace`]) that nothing under it is wanted, so the nine calls in ten a 10 %
 //! ratio leaves out pay a task-local lookup per would-be span and nothing else.
@@ -22,7 +27,8 @@
 //! headers or body (SI-10). With traces off the span is disabled at its call site and the
 //! global propagator is the no-op one, so the layer costs next to nothing.
 
-use axum::extract::{MatchedPath, Request};
+use crate::auth::{Authenticator, check_principal};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::Response;
@@ -99,21 +105,78 @@ pub fn extract(headers: &HeaderMap) -> opentelemetry::Context {
     opentelemetry::global::get_text_map_propagator(|p| p.extract(&Headers(headers)))
 }
 
-/// The axum middleware (use with `axum::middleware::from_fn`); see the module docs.
-pub async fn continue_trace(mut request: Request, next: Next) -> Response {
+/// Whose `traceparent` [`continue_trace`] believes: callers this authenticator admits.
+#[derive(Clone)]
+pub struct TraceTrust {
+    authenticator: Option<std::sync::Arc<dyn Authenticator>>,
+}
+
+impl TraceTrust {
+    /// Believe the trace context of callers `authenticator` admits.
+    pub fn new(authenticator: std::sync::Arc<dyn Authenticator>) -> Self {
+        TraceTrust {
+            authenticator: Some(authenticator),
+        }
+    }
+
+    /// Believe no caller's trace context (every request decided by the ratio).
+    pub fn nobody() -> Self {
+        TraceTrust {
+            authenticator: None,
+        }
+    }
+
+    /// Whether the request's credential authenticates (and passes the principal checks).
+    pub async fn trusts(&self, headers: &HeaderMap) -> bool {
+        let Some(a) = &self.authenticator else {
+            return false;
+        };
+        match a.authenticate(headers).await {
+            Ok(who) => check_principal(&who, chrono::Utc::now()).is_ok(),
+            Err(_) => false,
+        }
+    }
+}
+
+impl std::fmt::Debug for TraceTrust {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TraceTrust")
+            .field("authenticated", &self.authenticator.is_some())
+            .finish()
+    }
+}
+
+/// Whether traces are on (a head decision will be made).
+fn tracing_on() -> bool {
+    !f64::from_bits(HEAD_RATIO.load(Ordering::Relaxed)).is_nan()
+}
+
+/// The axum middleware (use with `axum::middleware::from_fn_with_state` and a
+/// [`TraceTrust`]); see the module docs.
+pub async fn continue_trace(
+    State(trust): State<TraceTrust>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     // OpenTelemetry's HTTP conventions: a method outside the known set is `_OTHER`, so a
     // caller cannot put arbitrary text into span names and attributes.
     let method = match crate::metrics::method_label(request.method()) {
         "other" => "_OTHER",
         known => known,
     };
-    let parent = extract(request.headers());
-    let parent_sampled = {
+    let mut parent = extract(request.headers());
+    let mut parent_sampled = {
         use opentelemetry::trace::TraceContextExt;
         let caller = parent.span();
         let sc = caller.span_context();
         sc.is_valid().then(|| sc.is_sampled())
     };
+    if parent_sampled.is_some() && tracing_on() && !trust.trusts(request.headers()).await {
+        // An unauthenticated caller's context is not believed: a fresh trace, sampled
+        // at the ratio.
+        parent = opentelemetry::Context::new();
+        parent_sampled = None;
+    }
     // The head decision (module docs): an unsampled request opens no span.
     let parent_sampled = match head_decision(parent_sampled) {
         Some(false) => {

@@ -36,6 +36,11 @@ const SQLITE_FILES: &[(i64, &str, &str)] = &[
         "0003_approval_policies.sql",
         include_str!("../migrations/sqlite/0003_approval_policies.sql"),
     ),
+    (
+        4,
+        "0004_console_sessions.sql",
+        include_str!("../migrations/sqlite/0004_console_sessions.sql"),
+    ),
 ];
 
 /// The Postgres migrations, embedded (see [`SQLITE_FILES`]).
@@ -54,6 +59,11 @@ const POSTGRES_FILES: &[(i64, &str, &str)] = &[
         3,
         "0003_approval_policies.sql",
         include_str!("../migrations/postgres/0003_approval_policies.sql"),
+    ),
+    (
+        4,
+        "0004_console_sessions.sql",
+        include_str!("../migrations/postgres/0004_console_sessions.sql"),
     ),
 ];
 
@@ -665,7 +675,8 @@ mod migration_tests {
             [
                 (1, "initial"),
                 (2, "approval tenancy"),
-                (3, "approval policies")
+                (3, "approval policies"),
+                (4, "console sessions")
             ]
         );
         // sqlx's checksum is SHA-384 of the file's text: a database migrated with

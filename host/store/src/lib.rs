@@ -64,6 +64,8 @@
 //! - [`SqlAuditSink`] implements `capgate_core::audit::AuditSink`, batched with write-through for
 //!   `capability.started`; [`AuditLog`] reads events back.
 //! - [`SqlInvocationJournal`] implements `capgate_core::journal::InvocationJournal`.
+//! - [`ConsoleSessionRows`] keeps the approval console's sessions (hashed ids, no raw
+//!   credentials), so restarts and replicas keep them.
 //!
 //! SQLite has one writer, so concurrent writes are committed in groups: the journal's and
 //! the approvals' statements go to one task that runs whatever is waiting in one
@@ -85,6 +87,7 @@ mod group;
 mod journal;
 pub mod metrics;
 mod params;
+mod sessions;
 mod time;
 mod traced;
 
@@ -98,4 +101,7 @@ pub use db::{
     migration_status_url,
 };
 pub use journal::{DEFAULT_REPLAY_HORIZON, SqlInvocationJournal};
+pub use sessions::{
+    ConsoleSessionRow, ConsoleSessionRows, MAX_SESSION_FIELD_BYTES, SessionRowError,
+};
 pub use traced::{Traced, db_system};

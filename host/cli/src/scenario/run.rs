@@ -419,6 +419,11 @@ fn authenticated(a: &ActorSpec) -> Authenticated {
         roles: a.roles.clone(),
         surfaces: Vec::new(),
         expires_at: None,
+        // A scenario's decider opens no model door: a human's credential, as a key
+        // without surfaces is by default.
+        requester_door: true,
+        operator: false,
+        credential: capgate_gateway::auth::Credential::Token,
     }
 }
 

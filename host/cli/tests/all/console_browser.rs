@@ -36,6 +36,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const DANA: &str = "dana-dev-key";
+/// Dana's own console credential (her agent's key cannot confirm the agent's calls).
+const DANA_CONSOLE: &str = "dana-console-key";
 const PRIYA: &str = "priya-dev-key";
 /// An approver and manager of org_1 who also asks (an agent's surface on his key).
 const MARCO: &str = "marco-test-key";
@@ -912,8 +914,8 @@ async fn the_approval_console_in_a_real_browser() {
     assert_eq!(other.count(&tid("approval-card")).await, 0);
     other.sign_out().await;
 
-    // Dana, no approver: an explanation instead of a queue, and her own self-confirmable
-    // message confirmed through its link (the requester door).
+    // Dana, no approver, with her console credential: an explanation instead of a queue,
+    // and her own self-confirmable message confirmed through its link (the requester door).
     let confirm = held(
         &dana,
         &agent,
@@ -924,7 +926,7 @@ async fn the_approval_console_in_a_real_browser() {
         ),
     )
     .await;
-    other.sign_in(&console, DANA, "u_dana").await;
+    other.sign_in(&console, DANA_CONSOLE, "u_dana").await;
     other
         .wait_displayed(&tid("not-approver"), "the not-approver explanation")
         .await;

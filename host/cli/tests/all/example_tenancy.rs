@@ -8,8 +8,9 @@
 //!   trail (over HTTP a failure after the procedure was entered answers `outcome-unknown`,
 //!   spec: distributed-capability-runtimes);
 //! - the requester door: Dana confirms her own `messages.send` (`human-confirmation`)
-//!   through the approvals API without the approver role and resumes it; Eve cannot see or
-//!   decide it; Dana cannot decide her own refund, which needs a manager.
+//!   through the approvals API with her console credential, without the approver role, and
+//!   her agent resumes it; her agent's key cannot confirm it; Eve cannot see or decide it;
+//!   Dana cannot decide her own refund, which needs a manager.
 //!
 //! The store-bound tests run on SQLite and on Postgres.
 
@@ -19,6 +20,8 @@ use common::*;
 use serde_json::{Value, json};
 
 const DANA: &str = "dana-dev-key";
+/// Dana's own console credential (no model door): what she confirms with.
+const DANA_CONSOLE: &str = "dana-console-key";
 const PRIYA: &str = "priya-dev-key";
 const EVE: &str = "eve-dev-key";
 const WORKFLOW: &str = "ops-workflow-key";
@@ -314,22 +317,32 @@ async fn dana_confirms_her_own_message_send_through_the_requester_door_and_resum
         let id = send_held(&s.base, "send_1").await;
         let one = format!("{}/approvals/{id}", s.base);
         let decision = format!("{one}/decision");
-        let dana = Caller::new(DANA);
+        let dana = Caller::new(DANA_CONSOLE);
+        let agent = Caller::new(DANA);
 
-        // Eve — another organisation, no approver role — finds nothing: exactly a missing id.
+        // Eve — another organisation, no approver role — finds nothing: exactly a missing id
+        // (her key is an agent's, so the requester door refuses it before any lookup).
         let eve = Caller::new(EVE);
         let missing = format!("{}/approvals/apr_does_not_exist", s.base);
         let (s1, theirs) = eve.get(&one).await;
         let (s2, nothing) = eve.get(&missing).await;
         assert_eq!((s1, &theirs), (s2, &nothing));
-        assert_eq!(s1, 404);
+        assert_eq!(s1, 403);
         let yes = json!({"decision": "approved", "comment": "send it"});
         let (s1, theirs) = eve.post(&decision, &yes).await;
         let (s2, nothing) = eve.post(&format!("{missing}/decision"), &yes).await;
         assert_eq!((s1, &theirs), (s2, &nothing));
-        assert_eq!(s1, 404);
+        assert_eq!(s1, 403);
 
-        // Dana sees her own pending confirmation...
+        // Her agent's key opens model doors: it cannot confirm the agent's own held call.
+        let yes_agent = json!({"decision": "approved"});
+        let (status, body) = agent.get(&one).await;
+        assert_eq!(status, 403, "{body}");
+        let (status, body) = agent.post(&decision, &yes_agent).await;
+        assert_eq!(status, 403, "{body}");
+        assert!(body.to_string().contains("console credential"), "{body}");
+
+        // Dana, with her console credential, sees her own pending confirmation...
         let (status, shown) = dana.get(&one).await;
         assert_eq!(status, 200, "{shown}");
         assert_eq!(shown["status"], "pending", "{shown}");
@@ -345,8 +358,8 @@ async fn dana_confirms_her_own_message_send_through_the_requester_door_and_resum
             decided["decision"]["approverNamespace"], "org_1",
             "{decided}"
         );
-        // ... and resumes it with the original invocation id.
-        let (_, sent) = dana
+        // ... and her agent resumes it with the original invocation id.
+        let (_, sent) = agent
             .post(
                 &format!("{}/agent/resumeApproval", s.base),
                 &json!({"approvalId": id, "invocationId": "send_1"}),
@@ -390,7 +403,7 @@ async fn dana_cannot_decide_her_own_refund_that_needs_a_manager_and_eve_cannot_s
     assert_eq!(held["status"], "approval-required", "{held}");
     let id = held["approval"]["id"].as_str().expect("approval id");
     let one = format!("{}/approvals/{id}", s.base);
-    let dana = Caller::new(DANA);
+    let dana = Caller::new(DANA_CONSOLE);
     let (status, body) = dana.get(&one).await;
     assert_eq!(status, 403, "{body}");
     for decision in ["approved", "rejected"] {
@@ -403,8 +416,9 @@ async fn dana_cannot_decide_her_own_refund_that_needs_a_manager_and_eve_cannot_s
     // Listing stays for approvers.
     let (status, _) = dana.get(&format!("{}/approvals", s.base)).await;
     assert_eq!(status, 403);
+    // Eve's agent key: refused at the requester door before any lookup.
     let (status, _) = Caller::new(EVE).get(&one).await;
-    assert_eq!(status, 404);
+    assert_eq!(status, 403);
     let (_, record) = Caller::new(PRIYA).get(&one).await;
     assert_eq!(record["status"], "pending", "{record}");
     assert!(record.get("decision").is_none(), "{record}");

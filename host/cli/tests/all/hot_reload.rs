@@ -47,12 +47,32 @@ impl Variant {
     }
 }
 
+/// A tenant's key (org_1) holding the `operator` role: no operator for the operator API.
+const TENANT_OPERATOR: &str = "tenant-operator-key";
+
+/// Olga's operator key (outside every tenant namespace), and a tenant's key with the
+/// `operator` role that opens nothing there.
+fn operator_key() -> String {
+    format!(
+        "[[gateway.operatorKeys]]\nsha256 = \"{}\"\nactor = {{ id = \"u_olga_ops\", kind = \"user\" }}\n\n{}",
+        key_hash(OPS),
+        key(
+            TENANT_OPERATOR,
+            "u_tenant_ops",
+            "org_1",
+            &["operator"],
+            &[],
+            "org_1"
+        )
+    )
+}
+
 /// Write (or rewrite) `dir/capgate.toml`: the example with the operator API on, an
 /// operator key, and `v` applied.
 fn write(dir: &Path, v: &Variant) -> PathBuf {
     let extra = format!(
         "[gateway.admin]\nreload = true\n\n{}\n{}",
-        key(OPS, "u_olga_ops", "org_1", &["operator"], &[], "org_1"),
+        operator_key(),
         v.extra
     );
     deployment(
@@ -273,6 +293,11 @@ async fn admin_reload_is_refused_without_a_key_and_without_the_operator_role() {
     assert_eq!(status, 403, "an agent's key is no operator's: {body}");
     let (status, body) = reload(&server.base, Some(PRIYA)).await;
     assert_eq!(status, 403, "an approver is no operator: {body}");
+    let (status, body) = reload(&server.base, Some(TENANT_OPERATOR)).await;
+    assert_eq!(
+        status, 403,
+        "a tenant's key with the operator role is no operator's: {body}"
+    );
     assert!(
         audited(&store, "capgate.config.reloaded").is_empty(),
         "nothing was reloaded"
@@ -285,7 +310,7 @@ async fn admin_reload_is_refused_without_a_key_and_without_the_operator_role() {
     let reloads = audited(&store, "capgate.config.reloaded");
     assert_eq!(reloads.len(), 1, "{reloads:?}");
     assert_eq!(reloads[0]["data"]["trigger"], "admin");
-    assert_eq!(reloads[0]["data"]["namespace"], "org_1");
+    assert_eq!(reloads[0]["data"]["namespace"], "capgate.operators");
     assert_eq!(reloads[0]["actor"]["id"], "u_olga_ops");
 
     let metrics = server
@@ -312,11 +337,7 @@ async fn admin_reload_is_refused_without_a_key_and_without_the_operator_role() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn admin_reload_is_off_unless_configured() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = deployment(
-        dir.path(),
-        |t| t,
-        &key(OPS, "u_olga_ops", "org_1", &["operator"], &[], "org_1"),
-    );
+    let config = deployment(dir.path(), |t| t, &operator_key());
     let server = Server::start(&config, &sqlite(dir.path()));
     let (status, body) = reload(&server.base, Some(OPS)).await;
     assert_eq!(status, 404, "{body}");

@@ -12,6 +12,7 @@ mod contract_diff;
 mod crash_safety;
 mod db_loss;
 mod docs_truth;
+mod edges_identity;
 mod example_commands;
 mod example_tenancy;
 mod graceful_shutdown;

@@ -774,3 +774,54 @@ async fn the_head_decision_follows_the_callers_flag_and_an_unsampled_call_export
         drop(server);
     }
 }
+
+/// A `traceparent` is believed only from an authenticated caller (issue 33): at ratio 0,
+/// requests with a wrong key (on `/agent` and `/approvals`) that send a sampled flag export
+/// nothing, while an authenticated caller's sampled flag is still followed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unauthenticated_callers_sampled_flag_does_not_force_a_trace() {
+    let (collector, got) = receiver().await;
+    let (backend, _) = upstream().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = config(
+        dir.path(),
+        &backend,
+        &format!("endpoint = \"{collector}\"\nsamplingRatio = 0.0\nexportTimeoutMs = 2000"),
+    );
+    let server = start(dir.path(), &cfg);
+    let base = &server.base;
+    let (forged, _, tp) = caller_span(31);
+    for path in ["/agent/invoke", "/agent/describe"] {
+        let r = reqwest::Client::new()
+            .post(format!("{base}{path}"))
+            .bearer_auth("not-a-key")
+            .header("traceparent", &tp)
+            .json(&refund(31, "forged-1"))
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(r.status().as_u16(), 401);
+    }
+    let r = reqwest::Client::new()
+        .get(format!("{base}/approvals"))
+        .header("traceparent", &tp)
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status().as_u16(), 401);
+    // An authenticated sampled call marks the end (spans are exported in order).
+    let (last, _, tp) = caller_span(32);
+    post(base, "/agent/invoke", DANA, &tp, &refund(32, "honest-1")).await;
+    wait_for(&got, "the authenticated sampled call", |s| {
+        call_in(s, &last, "orders.refund").map(|_| ())
+    })
+    .await;
+    let traces: std::collections::BTreeSet<String> =
+        spans(&got).iter().map(|s| hex(&s.trace_id)).collect();
+    assert!(
+        !traces.contains(&forged),
+        "an unauthenticated caller's sampled flag forced a trace: {traces:?}"
+    );
+    assert!(traces.contains(&last));
+    drop(server);
+}

@@ -441,7 +441,7 @@ async fn jwt_bearer_tokens_are_verified_on_every_call() {
             r#"[gateway]
 authorize = "authenticated"
 routes = [{ path = "/agent", surface = "aiSdk" }]
-jwt = { hs256SecretEnv = "CAPGATE_TEST_JWT_SECRET" }
+jwt = { hs256SecretEnv = "CAPGATE_TEST_JWT_SECRET", allowMissingAudience = true, allowMissingIssuer = true }
 "#
         ),
     )

@@ -105,6 +105,7 @@ fn as_requester(who: ActorRef, namespace: &str, status: DecisionStatus) -> Decid
         comment: Some("yes, send it".into()),
         decider: Decider::Requester {
             namespace: namespace.into(),
+            roles: vec![],
         },
     }
 }
@@ -368,4 +369,53 @@ async fn an_approvers_decision_still_records_no_via() {
     assert_eq!(decided.decision.map(|d| d.via), Some(DecidedVia::Approver));
     let approved = data_of(&f.sink, "capability.approved");
     assert!(approved.get("via").is_none(), "{approved}");
+}
+
+/// A self-confirmable type that is also mapped to roles: the requester door runs the
+/// type's role check too, so a requester without the role cannot confirm it (and one with
+/// it can).
+#[tokio::test]
+async fn the_requester_door_runs_the_approval_types_role_check() {
+    let sent = Counter::default();
+    let rt = Runtime::builder(
+        Registry::builder()
+            .capability(send_def(&sent, None))
+            .build()
+            .unwrap(),
+    )
+    .self_confirmable_types(["human-confirmation"])
+    .approval_type_roles("human-confirmation", ["sender"])
+    .build()
+    .expect("a valid runtime");
+    let id = send_held(&rt).await;
+    let a = rt.approvals();
+    let refused = a
+        .decide(
+            &id,
+            as_requester(dana().reference(), ORG, DecisionStatus::Approved),
+        )
+        .await;
+    assert!(
+        matches!(&refused, Err(ApprovalsError::Forbidden(m)) if m.contains("sender")),
+        "{refused:?}"
+    );
+    let record = a.get(&id).await.unwrap().expect("the approval");
+    let offered = a.may_decide(
+        &record,
+        &dana().reference(),
+        &Decider::Requester {
+            namespace: ORG.into(),
+            roles: vec![],
+        },
+        DecisionStatus::Approved,
+    );
+    assert!(offered.is_err(), "{offered:?}");
+    let mut with_role = as_requester(dana().reference(), ORG, DecisionStatus::Approved);
+    with_role.decider = Decider::Requester {
+        namespace: ORG.into(),
+        roles: vec!["sender".into()],
+    };
+    let decided = a.decide(&id, with_role).await.unwrap();
+    assert_eq!(decided.status, ApprovalStatus::Approved);
+    assert_eq!(sent.get(), 0, "deciding executes nothing");
 }

@@ -12,31 +12,49 @@
 //!
 //! **One principal, one door.** Signing in runs the credential (an API key or a JWT, the
 //! same ones the approvals API accepts as a bearer token) through the same [`Doorkeeper`]
-//! as every other door. The session keeps the credential server-side and every `P/api`
-//! request presents it again as a bearer token to the approvals API itself, so a revoked
-//! key or an expired JWT ends the session at once, and the role check, the namespace scope,
-//! the requester door, the authorizer and the rate limits are exactly the API's. A bearer
-//! header sent to `P/api` is dropped: there, only a session counts.
+//! as every other door, and only a credential that can decide something signs in: an
+//! approver's (the approver role), or a human's that opens the requester door
+//! ([`crate::auth::Authenticated::requester_door`]); an agent's key is refused (`403`).
+//! Every `P/api` request re-admits the session's principal through the doorkeeper and hands
+//! it to the approvals API itself, so the role check, the namespace scope, the requester
+//! door, the authorizer and the rate limits are exactly the API's. A bearer header sent to
+//! `P/api` is dropped: there, only a session counts.
 //!
 //! **The session** is a random 256-bit id in an `HttpOnly`, `SameSite=Strict` cookie scoped
 //! to `P` (`Secure` unless the page is reached on a loopback host, or as configured), with
-//! an absolute expiry no later than the credential's own. Sessions live in this process's
-//! memory, bounded ([`ConsoleOptions::max_sessions`]): a restart signs everyone out, and
-//! behind a load balancer with several replicas the console needs session affinity.
+//! an absolute expiry no later than the credential's own. Sessions are kept by a
+//! [`SessionStore`] — rows in the deployment's database under `capgate serve`, so a
+//! restart or another replica keeps them; [`InMemorySessionStore`] for a single process —
+//! which never holds a credential: only the SHA-256 of the session id, and
+//! [`SessionCredential`]: for an API key its SHA-256 (re-admitted against the configured
+//! keys on every request, so a removed key ends its sessions at once), for a token (a JWT)
+//! the principal it mapped to, until the token's own expiry (a JWT cannot be revoked
+//! before it expires anyway).
+//!
+//! **Nobody fills the table for others.** Each principal keeps at most
+//! [`ConsoleOptions::max_sessions_per_principal`] live sessions (a new sign-in evicts its
+//! own oldest), and sign-in is throttled per principal and per client address
+//! ([`ConsoleOptions::sign_in_per_principal`], [`ConsoleOptions::sign_in_per_address`]:
+//! `429` with `Retry-After`). The throttles are this process's and start afresh at a
+//! reload.
 //!
 //! **CSRF.** Every state-changing request (`POST`/`DELETE` under `P/api`, and sign-out)
 //! carries the session's token in `X-CSRF-Token`; a request from another origin (`Origin`
 //! that is not this host, or `Sec-Fetch-Site: cross-site`) is refused before anything
 //! else, sign-in included. Sign-in also needs `Content-Type: application/json`, which no
-//! HTML form can send.
+//! HTML form can send. The token is derived from the session id (SHA-256 of a label and
+//! the id), so it survives restarts without being stored, and only the cookie's holder can
+//! compute it.
 //!
 //! **The page** is three static files (no framework, no build step, no CDN) under a strict
 //! Content-Security-Policy: scripts and styles only from the console itself, nothing inline,
 //! no `eval`, no frames. It renders every value a model or requester wrote with
 //! `textContent`, never as HTML.
 
-use crate::door::{Door, Doorkeeper};
+use crate::auth::{Authenticated, Credential};
+use crate::door::{Door, Doorkeeper, SessionPrincipal};
 use crate::reject::{Reject, json_refusals};
+use crate::throttle::{PerMinute, Throttle};
 use axum::Json;
 use axum::Router;
 use axum::body::Body;
@@ -46,7 +64,8 @@ use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use capgate_core::actor::ActorRef;
+use capgate_core::actor::{Actor, ActorRef};
+use capgate_core::authz::Principal;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -63,8 +82,14 @@ pub const COOKIE: &str = "capgate_console";
 pub const CSRF_HEADER: &str = "x-csrf-token";
 /// Default session lifetime.
 pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(8 * 3600);
-/// Default bound on live sessions.
+/// Default bound on live sessions of an [`InMemorySessionStore`].
 pub const DEFAULT_MAX_SESSIONS: usize = 10_000;
+/// Default bound on one principal's live sessions (a new sign-in evicts its oldest).
+pub const DEFAULT_MAX_SESSIONS_PER_PRINCIPAL: u32 = 10;
+/// Default sign-ins per principal: per minute, and burst.
+pub const DEFAULT_SIGN_IN_PER_PRINCIPAL: (u32, u32) = (10, 10);
+/// Default sign-ins per client address: per minute, and burst.
+pub const DEFAULT_SIGN_IN_PER_ADDRESS: (u32, u32) = (30, 30);
 /// Largest sign-in body (a JWT with many claims fits).
 pub const MAX_SIGN_IN_BODY_BYTES: usize = 16 * 1024;
 /// Longest credential accepted at sign-in.
@@ -102,19 +127,31 @@ pub struct ConsoleOptions {
     pub session_ttl: Duration,
     /// When the cookie is `Secure`.
     pub secure_cookie: SecureCookie,
-    /// The most live sessions kept; sign-in is refused (`503`) beyond it.
+    /// The most live sessions [`console_router`]'s own in-memory store keeps; sign-in is
+    /// refused (`503`) beyond it.
     pub max_sessions: usize,
+    /// The most live sessions one principal keeps; a new sign-in evicts its oldest.
+    pub max_sessions_per_principal: u32,
+    /// Sign-ins per principal (`None`: not throttled).
+    pub sign_in_per_principal: Option<PerMinute>,
+    /// Sign-ins per client address, successful or not (`None`: not throttled).
+    pub sign_in_per_address: Option<PerMinute>,
     /// The role an approver holds (the approvals API's).
     pub approver_role: String,
 }
 
 impl Default for ConsoleOptions {
     fn default() -> Self {
+        let (pp, pb) = DEFAULT_SIGN_IN_PER_PRINCIPAL;
+        let (ap, ab) = DEFAULT_SIGN_IN_PER_ADDRESS;
         ConsoleOptions {
             prefix: "/console".into(),
             session_ttl: DEFAULT_SESSION_TTL,
             secure_cookie: SecureCookie::Auto,
             max_sessions: DEFAULT_MAX_SESSIONS,
+            max_sessions_per_principal: DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
+            sign_in_per_principal: PerMinute::new(pp, pb),
+            sign_in_per_address: PerMinute::new(ap, ab),
             approver_role: "approver".into(),
         }
     }
@@ -175,91 +212,220 @@ struct SignIn {
     credential: String,
 }
 
-struct Session {
-    credential: String,
-    csrf: String,
-    view: SessionView,
+/// How a stored session re-establishes its principal: never a raw credential.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase", deny_unknown_fields)]
+pub enum SessionCredential {
+    /// A configured API key, by its SHA-256 hex: re-admitted through
+    /// [`crate::auth::Authenticator::by_api_key_hash`] on every request (a removed key ends
+    /// the session).
+    ApiKey {
+        /// SHA-256 hex of the key.
+        sha256: String,
+    },
+    /// The principal a token (a JWT) mapped to, kept until the session's expiry, which is
+    /// never later than the token's own.
+    #[serde(rename_all = "camelCase")]
+    Principal {
+        /// The actor.
+        actor: Actor,
+        /// Its namespace.
+        namespace: String,
+        /// Its roles.
+        roles: Vec<String>,
+        /// Whether it opens the requester door.
+        requester_door: bool,
+        /// The application context of its calls.
+        context: serde_json::Value,
+    },
 }
 
-/// The console's live sessions, as a handle that outlives one router: `capgate serve`
-/// keeps it across configuration reloads so that a reload signs nobody out (each request
-/// still re-admits the session's credential through the current doorkeeper, so a key the
-/// new configuration removed ends its sessions).
-#[derive(Clone)]
-pub struct ConsoleSessions(Arc<Sessions>);
+/// One console session as a [`SessionStore`] keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredSession {
+    /// SHA-256 hex of the session id (the id itself is only in the cookie).
+    pub id_sha256: String,
+    /// The principal it belongs to ([`principal_key`]), for the per-principal cap.
+    pub principal: String,
+    /// How its principal is re-established.
+    pub credential: SessionCredential,
+    /// When it was opened (eviction goes oldest first).
+    pub created_at: DateTime<Utc>,
+    /// When it ends.
+    pub expires_at: DateTime<Utc>,
+}
 
-impl ConsoleSessions {
-    /// An empty set of at most `max` live sessions.
+/// Why a session store failed; the console answers `503` and logs it.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionStoreError {
+    /// The store cannot be reached, refused the write, or is full.
+    #[error("console session store unavailable: {0}")]
+    Unavailable(String),
+    /// A stored session does not decode.
+    #[error("malformed console session: {0}")]
+    Malformed(String),
+}
+
+/// Where console sessions live: implemented over the deployment's database by
+/// `capgate serve` (so restarts and replicas keep them), in memory by
+/// [`InMemorySessionStore`]. Keys are the SHA-256 hex of session ids.
+#[async_trait::async_trait]
+pub trait SessionStore: Send + Sync + 'static {
+    /// Keep a new session; then leave its principal at most `per_principal` live sessions,
+    /// evicting the oldest, and forget expired ones.
+    async fn open(
+        &self,
+        session: StoredSession,
+        per_principal: u32,
+        now: DateTime<Utc>,
+    ) -> Result<(), SessionStoreError>;
+    /// The live (unexpired) session with this id digest.
+    async fn get(
+        &self,
+        id_sha256: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<StoredSession>, SessionStoreError>;
+    /// End a session.
+    async fn close(&self, id_sha256: &str) -> Result<(), SessionStoreError>;
+}
+
+/// The key naming a principal in a session store: `["namespace","kind","id"]` as JSON
+/// (unambiguous whatever the parts hold).
+pub fn principal_key(p: &Principal) -> String {
+    serde_json::json!([p.namespace, p.actor.kind.as_str(), p.actor.id]).to_string()
+}
+
+/// Sessions in this process's memory, at most `max` live ones (sign-in beyond it is
+/// refused with `503`): a restart signs everyone out, and replicas do not share them.
+#[derive(Debug)]
+pub struct InMemorySessionStore {
+    by_digest: Mutex<HashMap<String, StoredSession>>,
+    max: usize,
+}
+
+impl InMemorySessionStore {
+    /// Empty, at most `max` live sessions.
     pub fn new(max: usize) -> Self {
-        ConsoleSessions(Arc::new(Sessions {
+        InMemorySessionStore {
             by_digest: Mutex::new(HashMap::new()),
             max,
-        }))
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, StoredSession>> {
+        // Every operation leaves the map consistent: keep serving after a panic.
+        self.by_digest
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[async_trait::async_trait]
+impl SessionStore for InMemorySessionStore {
+    async fn open(
+        &self,
+        session: StoredSession,
+        per_principal: u32,
+        now: DateTime<Utc>,
+    ) -> Result<(), SessionStoreError> {
+        let mut map = self.lock();
+        map.retain(|_, s| s.expires_at > now);
+        let mut own: Vec<(DateTime<Utc>, String)> = map
+            .values()
+            .filter(|s| s.principal == session.principal)
+            .map(|s| (s.created_at, s.id_sha256.clone()))
+            .collect();
+        own.sort();
+        let keep = usize::try_from(per_principal.max(1)).unwrap_or(usize::MAX);
+        let evict = (own.len() + 1).saturating_sub(keep);
+        for (_, id) in own.into_iter().take(evict) {
+            map.remove(&id);
+        }
+        if map.len() >= self.max {
+            return Err(SessionStoreError::Unavailable(format!(
+                "{} live sessions (the most this process keeps)",
+                self.max
+            )));
+        }
+        map.insert(session.id_sha256.clone(), session);
+        Ok(())
+    }
+
+    async fn get(
+        &self,
+        id_sha256: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<StoredSession>, SessionStoreError> {
+        let mut map = self.lock();
+        match map.get(id_sha256) {
+            Some(s) if s.expires_at > now => Ok(Some(s.clone())),
+            Some(_) => {
+                map.remove(id_sha256);
+                Ok(None)
+            }
+            None => Ok(None),
+        }
+    }
+
+    async fn close(&self, id_sha256: &str) -> Result<(), SessionStoreError> {
+        self.lock().remove(id_sha256);
+        Ok(())
+    }
+}
+
+/// The console's sessions, as a handle that outlives one router: `capgate serve` keeps it
+/// across configuration reloads so that a reload signs nobody out (each request still
+/// re-admits the session's principal through the current doorkeeper, so a key the new
+/// configuration removed ends its sessions).
+#[derive(Clone)]
+pub struct ConsoleSessions(Arc<dyn SessionStore>);
+
+impl ConsoleSessions {
+    /// Sessions kept by `store`.
+    pub fn new(store: Arc<dyn SessionStore>) -> Self {
+        ConsoleSessions(store)
+    }
+
+    /// Sessions in this process's memory, at most `max` live ones.
+    pub fn in_memory(max: usize) -> Self {
+        ConsoleSessions(Arc::new(InMemorySessionStore::new(max)))
     }
 }
 
 impl std::fmt::Debug for ConsoleSessions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ConsoleSessions")
-            .field("max", &self.0.max)
-            .finish_non_exhaustive()
+        f.debug_struct("ConsoleSessions").finish_non_exhaustive()
     }
 }
 
-/// Live sessions, keyed by the SHA-256 of their id (the id itself is only in the cookie).
-struct Sessions {
-    by_digest: Mutex<HashMap<[u8; 32], Arc<Session>>>,
-    max: usize,
+/// SHA-256 hex of a session id: its key in the store.
+fn digest(id: &str) -> String {
+    hex::encode(Sha256::digest(id.as_bytes()))
 }
 
-impl Sessions {
-    fn digest(id: &str) -> [u8; 32] {
-        Sha256::digest(id.as_bytes()).into()
-    }
+/// The CSRF token of a session: derived from its id, so it is never stored and only the
+/// cookie's holder can compute it.
+fn csrf_of(id: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(b"capgate-console-csrf\0");
+    h.update(id.as_bytes());
+    hex::encode(h.finalize())
+}
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Arc<Session>>> {
-        // A panic while holding the lock leaves a map that is still consistent (every
-        // operation is a single insert/remove/retain): keep serving.
-        self.by_digest
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn insert(&self, id: &str, session: Session, now: DateTime<Utc>) -> Result<(), Reject> {
-        let mut map = self.lock();
-        if map.len() >= self.max {
-            map.retain(|_, s| s.view.expires_at > now);
-        }
-        if map.len() >= self.max {
-            tracing::warn!(target: LOG, max = self.max, "console sign-in refused: too many live sessions");
-            return Err(Reject::unavailable("console sessions"));
-        }
-        map.insert(Self::digest(id), Arc::new(session));
-        Ok(())
-    }
-
-    fn get(&self, id: &str, now: DateTime<Utc>) -> Option<Arc<Session>> {
-        let digest = Self::digest(id);
-        let mut map = self.lock();
-        match map.get(&digest) {
-            Some(s) if s.view.expires_at > now => Some(s.clone()),
-            Some(_) => {
-                map.remove(&digest);
-                None
-            }
-            None => None,
-        }
-    }
-
-    fn remove(&self, id: &str) {
-        self.lock().remove(&Self::digest(id));
-    }
+/// A live session, re-admitted: its id, its principal, when it ends.
+struct Live {
+    id: String,
+    who: Authenticated,
+    expires_at: DateTime<Utc>,
 }
 
 struct Console {
     doorkeeper: Doorkeeper,
     options: ConsoleOptions,
-    sessions: Arc<Sessions>,
+    sessions: Arc<dyn SessionStore>,
+    per_principal: Option<Throttle>,
+    per_address: Option<Throttle>,
     index: String,
 }
 
@@ -273,12 +439,12 @@ pub fn console_router(
     doorkeeper: Doorkeeper,
     options: ConsoleOptions,
 ) -> Result<Router, ConsoleError> {
-    let sessions = ConsoleSessions::new(options.max_sessions);
+    let sessions = ConsoleSessions::in_memory(options.max_sessions);
     console_router_with(approvals, doorkeeper, options, sessions)
 }
 
-/// [`console_router`] over sessions that outlive it (its `max_sessions` is then the
-/// handle's own bound).
+/// [`console_router`] over sessions that outlive it (`max_sessions` is then the store's
+/// own business).
 pub fn console_router_with(
     approvals: Router,
     doorkeeper: Doorkeeper,
@@ -286,19 +452,24 @@ pub fn console_router_with(
     sessions: ConsoleSessions,
 ) -> Result<Router, ConsoleError> {
     check_prefix(&options.prefix)?;
-    if options.session_ttl.is_zero() || options.max_sessions == 0 || sessions.0.max == 0 {
+    if options.session_ttl.is_zero()
+        || options.max_sessions == 0
+        || options.max_sessions_per_principal == 0
+    {
         return Err(ConsoleError::Bounds);
     }
     let prefix = options.prefix.clone();
     let console = Arc::new(Console {
         index: INDEX_HTML.replace(PREFIX_PLACEHOLDER, &prefix),
         sessions: sessions.0,
+        per_principal: options.sign_in_per_principal.map(Throttle::new),
+        per_address: options.sign_in_per_address.map(Throttle::new),
         doorkeeper,
         options,
     });
     let api = approvals.layer(axum::middleware::from_fn_with_state(
         console.clone(),
-        session_to_bearer,
+        session_to_principal,
     ));
     let page = Router::new()
         .route(&prefix, get(index))
@@ -459,27 +630,96 @@ impl Console {
         r
     }
 
-    /// The live, unexpired session a request's cookie names.
-    fn lookup(&self, headers: &HeaderMap) -> Option<(String, Arc<Session>)> {
+    /// The live session a request's cookie names, its principal re-admitted through the
+    /// doorkeeper (a removed key ends it). `Err` is the response to send instead.
+    async fn session(&self, headers: &HeaderMap) -> Result<Live, Box<Response>> {
+        let unauthenticated = || Box::new(self.unauthenticated(headers));
+        let id = session_id(headers).ok_or_else(unauthenticated)?;
+        let key = digest(&id);
         let now = self.doorkeeper.clock.now();
-        session_id(headers).and_then(|id| self.sessions.get(&id, now).map(|s| (id, s)))
+        let stored = self
+            .sessions
+            .get(&key, now)
+            .await
+            .map_err(|e| Box::new(store_failed(&e).into_response()))?
+            .ok_or_else(unauthenticated)?;
+        let who = match &stored.credential {
+            SessionCredential::ApiKey { sha256 } => {
+                match self.doorkeeper.authenticator.by_api_key_hash(sha256) {
+                    Some(who) if principal_key(&who.principal) == stored.principal => who,
+                    _ => {
+                        tracing::info!(target: LOG, "console session ended: its key is no longer configured");
+                        self.end(&key).await;
+                        return Err(unauthenticated());
+                    }
+                }
+            }
+            SessionCredential::Principal {
+                actor,
+                namespace,
+                roles,
+                requester_door,
+                context,
+            } => Authenticated {
+                principal: Principal {
+                    actor: actor.clone(),
+                    namespace: namespace.clone(),
+                },
+                context: context.clone(),
+                roles: roles.clone(),
+                surfaces: Vec::new(),
+                expires_at: Some(stored.expires_at),
+                requester_door: *requester_door,
+                operator: false,
+                credential: Credential::Token,
+            },
+        };
+        if !self.may_decide_something(&who) {
+            self.end(&key).await;
+            return Err(unauthenticated());
+        }
+        match self.doorkeeper.admit_principal(who, Door::Approvals) {
+            Ok(who) => Ok(Live {
+                id,
+                who,
+                expires_at: stored.expires_at,
+            }),
+            Err(e) if e.status == StatusCode::UNAUTHORIZED => {
+                self.end(&key).await;
+                Err(unauthenticated())
+            }
+            Err(e) => Err(Box::new(e.into_response())),
+        }
     }
 
-    /// The live session of a request, re-admitted through the doorkeeper (a revoked
-    /// credential ends it). `Err` is the response to send instead.
-    async fn session(&self, headers: &HeaderMap) -> Result<(String, Arc<Session>), Box<Response>> {
-        let unauthenticated = || Box::new(self.unauthenticated(headers));
-        let (id, session) = self.lookup(headers).ok_or_else(unauthenticated)?;
-        let auth = bearer_headers(&session.credential).ok_or_else(unauthenticated)?;
-        if let Err(e) = self.doorkeeper.admit(&auth, Door::Approvals).await {
-            if e.status == StatusCode::UNAUTHORIZED {
-                self.sessions.remove(&id);
-                return Err(unauthenticated());
-            }
-            return Err(Box::new(e.into_response()));
-        }
-        Ok((id, session))
+    /// Whether a principal may decide anything here: an approver, or a human at the
+    /// requester door.
+    fn may_decide_something(&self, who: &Authenticated) -> bool {
+        who.has_role(&self.options.approver_role) || who.requester_door
     }
+
+    /// End a session (best effort: a store failure leaves it to expire).
+    async fn end(&self, key: &str) {
+        if let Err(e) = self.sessions.close(key).await {
+            tracing::warn!(target: LOG, error = %e, "a console session could not be ended");
+        }
+    }
+
+    fn view(&self, live: &Live) -> SessionView {
+        SessionView {
+            actor: live.who.principal.actor.reference(),
+            namespace: live.who.principal.namespace.clone(),
+            roles: live.who.roles.clone(),
+            approver: live.who.has_role(&self.options.approver_role),
+            csrf_token: csrf_of(&live.id),
+            expires_at: live.expires_at,
+        }
+    }
+}
+
+fn store_failed(e: &SessionStoreError) -> Reject {
+    tracing::error!(target: LOG, error = %e, "console session store failed");
+    Reject::unavailable("console sessions")
 }
 
 /// Headers presenting `credential` as a bearer token (`None`: it is no header value).
@@ -490,13 +730,13 @@ fn bearer_headers(credential: &str) -> Option<HeaderMap> {
     Some(headers)
 }
 
-/// Whether the request carries the session's CSRF token (compared in constant time).
-fn csrf_ok(headers: &HeaderMap, session: &Session) -> bool {
+/// Whether the request carries the CSRF token of session `id` (compared in constant time).
+fn csrf_ok(headers: &HeaderMap, id: &str) -> bool {
     let Some(sent) = headers.get(CSRF_HEADER) else {
         return false;
     };
     let a = Sha256::digest(sent.as_bytes());
-    let b = Sha256::digest(session.csrf.as_bytes());
+    let b = Sha256::digest(csrf_of(id).as_bytes());
     a.iter()
         .zip(b.iter())
         .fold(0u8, |acc, (x, y)| acc | (x ^ y))
@@ -512,15 +752,32 @@ fn random_hex() -> Result<String, Reject> {
     Ok(hex::encode(bytes))
 }
 
-async fn sign_in(State(c): St, headers: HeaderMap, body: axum::body::Bytes) -> Response {
-    match sign_in_inner(&c, &headers, &body).await {
+async fn sign_in(State(c): St, request: Request<Body>) -> Response {
+    let (parts, body) = request.into_parts();
+    let body = match axum::body::to_bytes(body, MAX_SIGN_IN_BODY_BYTES).await {
+        Ok(b) => b,
+        Err(_) => return Reject::too_large(Some(MAX_SIGN_IN_BODY_BYTES)).into_response(),
+    };
+    match sign_in_inner(&c, &parts, &body).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
 }
 
-async fn sign_in_inner(c: &Console, headers: &HeaderMap, body: &[u8]) -> Result<Response, Reject> {
+async fn sign_in_inner(
+    c: &Console,
+    parts: &axum::http::request::Parts,
+    body: &[u8],
+) -> Result<Response, Reject> {
+    let headers = &parts.headers;
     same_origin(headers)?;
+    let client = c.doorkeeper.client(&parts.extensions, headers);
+    if let (Some(t), Some(ip)) = (&c.per_address, client)
+        && let Err(secs) = t.charge(&ip.to_string())
+    {
+        tracing::info!(target: LOG, client = %ip, "console sign-in throttled for this address");
+        return Err(Reject::too_many_requests(secs));
+    }
     let json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -550,36 +807,63 @@ async fn sign_in_inner(c: &Console, headers: &HeaderMap, body: &[u8]) -> Result<
         return Err(Reject::unauthenticated());
     }
     let auth = bearer_headers(&credential).ok_or_else(Reject::unauthenticated)?;
-    let who = c.doorkeeper.admit(&auth, Door::Approvals).await?;
+    let who = c.doorkeeper.admit(&auth, client, Door::Approvals).await?;
+    if !c.may_decide_something(&who) {
+        tracing::info!(target: LOG, actor = %who.principal.actor.id, "console sign-in refused: the credential can decide nothing (an agent's key?)");
+        return Err(forbidden(
+            "This credential cannot decide approvals: it opens model doors (an agent's key) and holds no approver role. Sign in with your own console credential.",
+        ));
+    }
+    let principal = principal_key(&who.principal);
+    if let Some(t) = &c.per_principal
+        && let Err(secs) = t.charge(&principal)
+    {
+        tracing::info!(target: LOG, actor = %who.principal.actor.id, "console sign-in throttled for this principal");
+        return Err(Reject::too_many_requests(secs));
+    }
     let now = c.doorkeeper.clock.now();
     let ttl =
         chrono::Duration::from_std(c.options.session_ttl).unwrap_or(chrono::Duration::hours(8));
     let expires_at = who.expires_at.map_or(now + ttl, |e| e.min(now + ttl));
     let id = random_hex()?;
-    let csrf = random_hex()?;
-    let view = SessionView {
-        actor: who.principal.actor.reference(),
-        namespace: who.principal.namespace.clone(),
-        roles: who.roles.clone(),
-        approver: who.has_role(&c.options.approver_role),
-        csrf_token: csrf.clone(),
+    let stored_credential = match &who.credential {
+        Credential::ApiKey { sha256 } => SessionCredential::ApiKey {
+            sha256: sha256.clone(),
+        },
+        Credential::Token => SessionCredential::Principal {
+            actor: who.principal.actor.clone(),
+            namespace: who.principal.namespace.clone(),
+            roles: who.roles.clone(),
+            requester_door: who.requester_door,
+            context: who.context.clone(),
+        },
+    };
+    c.sessions
+        .open(
+            StoredSession {
+                id_sha256: digest(&id),
+                principal,
+                credential: stored_credential,
+                created_at: now,
+                expires_at,
+            },
+            c.options.max_sessions_per_principal,
+            now,
+        )
+        .await
+        .map_err(|e| store_failed(&e))?;
+    let live = Live {
+        id,
+        who,
         expires_at,
     };
-    c.sessions.insert(
-        &id,
-        Session {
-            credential,
-            csrf,
-            view: view.clone(),
-        },
-        now,
-    )?;
+    let view = c.view(&live);
     tracing::info!(target: LOG, actor = %view.actor.id, namespace = %view.namespace, "console session opened");
     let max_age = (expires_at - now).to_std().unwrap_or(Duration::ZERO);
     let mut response = Json(view).into_response();
     response
         .headers_mut()
-        .insert(header::SET_COOKIE, c.cookie(headers, &id, max_age));
+        .insert(header::SET_COOKIE, c.cookie(headers, &live.id, max_age));
     Ok(response)
 }
 
@@ -588,7 +872,7 @@ async fn current(State(c): St, headers: HeaderMap) -> Response {
         return e.into_response();
     }
     match c.session(&headers).await {
-        Ok((_, s)) => Json(s.view.clone()).into_response(),
+        Ok(live) => Json(c.view(&live)).into_response(),
         Err(r) => *r,
     }
 }
@@ -597,21 +881,19 @@ async fn sign_out(State(c): St, headers: HeaderMap) -> Response {
     if let Err(e) = same_origin(&headers) {
         return e.into_response();
     }
-    let now = c.doorkeeper.clock.now();
     let Some(id) = session_id(&headers) else {
         return cleared(&c, &headers);
     };
-    let Some(session) = c.sessions.get(&id, now) else {
-        return cleared(&c, &headers);
-    };
-    if !csrf_ok(&headers, &session) {
+    if !csrf_ok(&headers, &id) {
         return forbidden(
             "Missing or wrong CSRF token (send the session's csrfToken in X-CSRF-Token).",
         )
         .into_response();
     }
-    c.sessions.remove(&id);
-    tracing::info!(target: LOG, actor = %session.view.actor.id, "console session closed");
+    if let Err(e) = c.sessions.close(&digest(&id)).await {
+        return store_failed(&e).into_response();
+    }
+    tracing::info!(target: LOG, "console session closed");
     cleared(&c, &headers)
 }
 
@@ -622,43 +904,38 @@ fn cleared(c: &Console, headers: &HeaderMap) -> Response {
     r
 }
 
-/// The tower layer in front of the approvals API under `P/api`: the session becomes the
-/// bearer credential it was opened with; state-changing requests must carry its CSRF
-/// token; any bearer header of the request itself is dropped.
-async fn session_to_bearer(State(c): St, mut request: Request<Body>, next: Next) -> Response {
+/// The tower layer in front of the approvals API under `P/api`: the session's principal,
+/// re-admitted, is the caller; state-changing requests must carry its CSRF token; any
+/// bearer header of the request itself is dropped.
+async fn session_to_principal(State(c): St, mut request: Request<Body>, next: Next) -> Response {
     let headers = request.headers();
     if let Err(e) = same_origin(headers) {
         return e.into_response();
     }
-    // The approvals API admits the credential itself (authentication, quotas): here only
-    // the session is looked up, and a 401 from the API ends it.
-    let Some((id, session)) = c.lookup(headers) else {
-        return c.unauthenticated(headers);
-    };
-    let original = headers.clone();
     let safe = matches!(*request.method(), Method::GET | Method::HEAD);
-    if !safe && !csrf_ok(headers, &session) {
-        tracing::info!(target: LOG, actor = %session.view.actor.id, "console request refused: CSRF token missing or wrong");
-        return forbidden(
-            "Missing or wrong CSRF token (send the session's csrfToken in X-CSRF-Token).",
-        )
-        .into_response();
+    if !safe {
+        // The CSRF token before anything is looked up: a forged request costs nothing.
+        match session_id(headers) {
+            Some(id) if csrf_ok(headers, &id) => {}
+            Some(_) => {
+                tracing::info!(target: LOG, "console request refused: CSRF token missing or wrong");
+                return forbidden(
+                    "Missing or wrong CSRF token (send the session's csrfToken in X-CSRF-Token).",
+                )
+                .into_response();
+            }
+            None => return c.unauthenticated(headers),
+        }
     }
-    let value = match HeaderValue::from_str(&format!("Bearer {}", session.credential)) {
-        Ok(v) => v,
-        Err(_) => return Reject::unauthenticated().into_response(),
+    let live = match c.session(headers).await {
+        Ok(live) => live,
+        Err(r) => return *r,
     };
     let headers = request.headers_mut();
     headers.remove(header::AUTHORIZATION);
     headers.remove(HeaderName::from_static(CSRF_HEADER));
-    headers.insert(header::AUTHORIZATION, value);
-    let response = next.run(request).await;
-    if response.status() == StatusCode::UNAUTHORIZED {
-        // The credential was revoked or has expired: so has the session.
-        c.sessions.remove(&id);
-        return c.unauthenticated(&original);
-    }
-    response
+    request.extensions_mut().insert(SessionPrincipal(live.who));
+    next.run(request).await
 }
 
 #[cfg(test)]
@@ -743,6 +1020,62 @@ mod tests {
         h.remove(header::ORIGIN);
         h.insert("sec-fetch-site", HeaderValue::from_static("cross-site"));
         assert!(same_origin(&h).is_err());
+    }
+
+    fn stored(id: &str, principal: &str, at: i64) -> StoredSession {
+        let created = DateTime::from_timestamp(at, 0).unwrap_or_default();
+        StoredSession {
+            id_sha256: digest(id),
+            principal: principal.into(),
+            credential: SessionCredential::ApiKey {
+                sha256: "ab".repeat(32),
+            },
+            created_at: created,
+            expires_at: created + chrono::Duration::hours(1),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_principal_keeps_its_newest_sessions_and_others_are_untouched() {
+        let store = InMemorySessionStore::new(100);
+        let now = DateTime::from_timestamp(1_000, 0).unwrap_or_default();
+        let other = stored("other", "b", 1);
+        assert!(store.open(other.clone(), 2, now).await.is_ok());
+        for (i, id) in ["s1", "s2", "s3"].iter().enumerate() {
+            let at = 10 + i64::try_from(i).unwrap_or(0);
+            assert!(store.open(stored(id, "a", at), 2, now).await.is_ok());
+        }
+        let live = |id: &'static str| {
+            let store = &store;
+            async move { store.get(&digest(id), now).await.ok().flatten().is_some() }
+        };
+        assert!(!live("s1").await, "the oldest was evicted");
+        assert!(live("s2").await && live("s3").await);
+        assert!(live("other").await, "another principal's session stays");
+        // Expired sessions read as missing.
+        let later = now + chrono::Duration::hours(2);
+        assert!(
+            store
+                .get(&digest("s3"), later)
+                .await
+                .ok()
+                .flatten()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn the_csrf_token_is_bound_to_its_session() {
+        let a = "ab".repeat(32);
+        let b = "cd".repeat(32);
+        let mut h = HeaderMap::new();
+        h.insert(
+            CSRF_HEADER,
+            HeaderValue::from_str(&csrf_of(&a)).unwrap_or(HeaderValue::from_static("")),
+        );
+        assert!(csrf_ok(&h, &a));
+        assert!(!csrf_ok(&h, &b));
+        assert_ne!(csrf_of(&a), a, "the token is not the session id");
     }
 
     #[test]

@@ -116,9 +116,12 @@ pub fn streamable_http_router_with(
 }
 
 async fn mcp_entry(State(state): State<McpHttpState>, mut request: Request) -> Response {
+    let client = state
+        .doorkeeper
+        .client(request.extensions(), request.headers());
     let authenticated = match state
         .doorkeeper
-        .admit(request.headers(), Door::Surface(Surface::Mcp))
+        .admit(request.headers(), client, Door::Surface(Surface::Mcp))
         .await
     {
         Ok(a) => a,

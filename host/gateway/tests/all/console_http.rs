@@ -290,9 +290,14 @@ async fn the_console_api_is_the_approvals_api_under_the_session_with_csrf_on_dec
 async fn the_requester_is_not_offered_her_own_decision_and_other_namespaces_see_nothing() {
     let s = TestServer::sqlite().await;
     let id = held_refund(&s, "inv-console-2").await;
-    // Dana holds no approver role: she may sign in, but listing is refused and her own
-    // refund (not self-confirmable) is not hers to decide.
-    let dana = ok(sign_in(&s, "tok-dana").await.map_err(|e| format!("{e:?}")));
+    // Dana's agent key opens model doors and holds no approver role: it cannot sign in.
+    let refused = sign_in(&s, "tok-dana").await.err();
+    assert_eq!(refused.as_ref().map(|r| r.0), Some(403), "{refused:?}");
+    // Dana's console credential holds no approver role: she may sign in, but listing is
+    // refused and her own refund (not self-confirmable) is not hers to decide.
+    let dana = ok(sign_in(&s, "tok-dana-console")
+        .await
+        .map_err(|e| format!("{e:?}")));
     let (_, me) = dana.get("/console/session").await;
     assert_eq!(me["approver"], false);
     assert_eq!(dana.get("/console/api/approvals").await.0, 403);
@@ -303,7 +308,7 @@ async fn the_requester_is_not_offered_her_own_decision_and_other_namespaces_see_
         403
     );
     // The same actor id in another namespace does not see org_1's approval.
-    let other = ok(sign_in(&s, "tok-dana-org2")
+    let other = ok(sign_in(&s, "tok-dana-org2-console")
         .await
         .map_err(|e| format!("{e:?}")));
     assert_eq!(

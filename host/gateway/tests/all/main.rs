@@ -7,6 +7,7 @@ mod mcp_support;
 mod console_http;
 mod edges_spec;
 mod http_api;
+mod identity_edges;
 mod mcp_python;
 mod mcp_typescript;
 mod replicas_postgres;

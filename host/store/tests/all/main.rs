@@ -5,4 +5,5 @@
 mod common;
 
 mod conformance;
+mod console_sessions;
 mod store;

@@ -202,18 +202,34 @@ impl Drop for StopFlag {
 fn key(keys: &mut ApiKeys, token: &str, id: &str, kind: ActorKind, ns: &str, roles: &[&str]) {
     keys.insert_hashed(
         hash_api_key(token),
-        ApiKeyEntry {
-            actor: Actor::new(id, kind),
-            namespace: ns.into(),
-            roles: roles.iter().map(|r| r.to_string()).collect(),
-            surfaces: vec![Surface::AiSdk, Surface::Mcp, Surface::Workflow],
-            context: json!({ "namespace": ns }),
-        },
+        ApiKeyEntry::new(
+            Actor::new(id, kind),
+            ns,
+            roles.iter().map(|r| r.to_string()).collect(),
+            vec![Surface::AiSdk, Surface::Mcp, Surface::Workflow],
+            json!({ "namespace": ns }),
+        ),
+    );
+}
+
+/// A human's key: no model door, so it opens the requester door (a console credential).
+fn human_key(keys: &mut ApiKeys, token: &str, id: &str, ns: &str) {
+    keys.insert_hashed(
+        hash_api_key(token),
+        ApiKeyEntry::new(
+            Actor::new(id, ActorKind::User),
+            ns,
+            vec![],
+            vec![],
+            json!({ "namespace": ns }),
+        ),
     );
 }
 
 pub fn authenticator() -> Arc<dyn Authenticator> {
     let mut keys = ApiKeys::new();
+    human_key(&mut keys, "tok-dana-console", "u_dana", NAMESPACE);
+    human_key(&mut keys, "tok-dana-org2-console", "u_dana", "org_2");
     key(
         &mut keys,
         "tok-dana",

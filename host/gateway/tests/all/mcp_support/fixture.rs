@@ -213,6 +213,9 @@ impl Authenticator for FixtureAuth {
             roles: vec![],
             surfaces: vec![capgate_core::actor::Surface::Mcp],
             expires_at,
+            requester_door: false,
+            operator: false,
+            credential: capgate_gateway::auth::Credential::Token,
         })
     }
 }

@@ -1,0 +1,64 @@
+//! The approval console's session rows (`ConsoleSessionRows`), on SQLite and Postgres: a
+//! principal keeps its newest sessions (the oldest evicted), others are untouched, expired
+//! rows read as missing and are purged, a deleted row is gone, and oversized fields are
+//! refused before anything is written.
+
+use crate::common::TestDb;
+
+use capgate_store::{ConsoleSessionRow, MAX_SESSION_FIELD_BYTES, SessionRowError};
+use chrono::{DateTime, Duration, Utc};
+
+on_both_backends!(a_principal_keeps_its_newest_sessions_and_expired_ones_are_gone);
+
+fn row(id: &str, principal: &str, created: DateTime<Utc>, ttl: Duration) -> ConsoleSessionRow {
+    ConsoleSessionRow {
+        id_sha256: id.into(),
+        principal: principal.into(),
+        credential: r#"{"kind":"apiKey","sha256":"00"}"#.into(),
+        created_at: created,
+        expires_at: created + ttl,
+    }
+}
+
+async fn a_principal_keeps_its_newest_sessions_and_expired_ones_are_gone(db: &TestDb) {
+    let store = db.open().await;
+    let rows = store.console_sessions();
+    let t0 = DateTime::from_timestamp(1_700_000_000, 0).unwrap_or_default();
+    let hour = Duration::hours(1);
+    let other = row("other", "b", t0, hour);
+    rows.insert(&other, 2, t0).await.expect("insert");
+    for (i, id) in ["s1", "s2", "s3", "s4"].iter().enumerate() {
+        let at = t0 + Duration::seconds(i64::try_from(i).unwrap_or(0) + 1);
+        rows.insert(&row(id, "a", at, hour), 2, at)
+            .await
+            .expect("insert");
+    }
+    let now = t0 + Duration::seconds(10);
+    assert_eq!(rows.count_for("a", now).await.expect("count"), 2);
+    for (id, live) in [("s1", false), ("s2", false), ("s3", true), ("s4", true)] {
+        assert_eq!(
+            rows.get(id, now).await.expect("get").is_some(),
+            live,
+            "{id}"
+        );
+    }
+    assert_eq!(
+        rows.get("other", now).await.expect("get"),
+        Some(other.clone()),
+        "another principal's session is untouched and reads back as written"
+    );
+    // Expired: missing on read, and purged by the next sign-in.
+    let later = t0 + Duration::hours(2);
+    assert!(rows.get("s4", later).await.expect("get").is_none());
+    rows.insert(&row("s5", "c", later, hour), 2, later)
+        .await
+        .expect("insert");
+    assert_eq!(rows.count_for("a", t0).await.expect("count"), 0, "purged");
+    rows.delete("s5").await.expect("delete");
+    assert!(rows.get("s5", later).await.expect("get").is_none());
+    let huge = row(&"x".repeat(MAX_SESSION_FIELD_BYTES + 1), "a", later, hour);
+    assert!(matches!(
+        rows.insert(&huge, 2, later).await,
+        Err(SessionRowError::Malformed(_))
+    ));
+}
