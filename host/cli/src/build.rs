@@ -105,9 +105,15 @@ pub async fn build(checked: &Checked, store: Store, what: &str) -> anyhow::Resul
         Arc::new(Traced::new(store.approvals(), store.backend()));
     let runtime = runtime_over(checked, approvals.clone(), sinks.clone())?;
     let journal: Arc<dyn InvocationJournal> = Arc::new(Traced::new(
-        store.journal().with_replay_horizon(Duration::from_secs(
-            cfg.gateway.replay_horizon_hours.saturating_mul(3600),
-        )),
+        store
+            .journal()
+            .with_replay_horizon(Duration::from_secs(
+                cfg.gateway.replay_horizon_hours.saturating_mul(3600),
+            ))
+            .with_budget(capgate_core::journal::JournalBudget {
+                max_rows: cfg.gateway.journal_max_rows_per_namespace,
+                max_bytes: cfg.gateway.journal_max_bytes_per_namespace,
+            }),
         store.backend(),
     ));
     Ok(Deployment {

@@ -304,6 +304,12 @@ pub struct GatewaySection {
     pub approval_console_url: Option<String>,
     /// Keep invocation receipts this long.
     pub replay_horizon_hours: u64,
+    /// The most invocation receipts one namespace may hold (`journalMaxRowsPerNamespace`,
+    /// default 100 000); a claim past it is refused `507 STORAGE_QUOTA_EXCEEDED`.
+    pub journal_max_rows_per_namespace: u64,
+    /// The most bytes of stored input and outcome JSON one namespace's receipts may hold
+    /// (`journalMaxBytesPerNamespace`, default 256 MiB).
+    pub journal_max_bytes_per_namespace: u64,
     /// At SIGTERM or Ctrl-C, how long `/readyz` answers 503 (`shutdown: draining`) while
     /// the listener still serves, so a load balancer stops sending before connections are
     /// refused (`shutdownUnreadyDelayMs`, default 1000; 0 stops accepting at once).
@@ -424,6 +430,9 @@ impl Default for GatewaySection {
             jwt: None,
             approval_console_url: None,
             replay_horizon_hours: 24 * 7,
+            journal_max_rows_per_namespace: capgate_core::journal::JournalBudget::DEFAULT.max_rows,
+            journal_max_bytes_per_namespace: capgate_core::journal::JournalBudget::DEFAULT
+                .max_bytes,
             shutdown_unready_delay_ms: 1000,
             shutdown_drain_ms: 30_000,
             rate_limit: RateLimitSection::default(),

@@ -167,6 +167,23 @@ impl Config {
                 ),
             ));
         }
+        for (pointer, value) in [
+            (
+                "/gateway/journalMaxRowsPerNamespace",
+                g.journal_max_rows_per_namespace,
+            ),
+            (
+                "/gateway/journalMaxBytesPerNamespace",
+                g.journal_max_bytes_per_namespace,
+            ),
+        ] {
+            if value == 0 || i64::try_from(value).is_err() {
+                out.push(doc.problem(
+                    pointer,
+                    format!("must be between 1 and {}, got {value}", i64::MAX),
+                ));
+            }
+        }
         if let Err(e) = check_listen(&g.listen) {
             out.push(doc.problem("/gateway/listen", e));
         }

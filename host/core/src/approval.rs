@@ -86,6 +86,12 @@ pub struct ApprovalRequest {
     /// self-confirmable, whatever types it was merged with (SI-4).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub untyped: bool,
+    /// The adapter's digest of the capability's own contract when the call asked for
+    /// approval (the gateway's per-capability digest without the deployment revision): a
+    /// door resumes only while the capability's current digest is the same, so a
+    /// deployment that changed nothing about this capability keeps its pending approvals.
+    #[serde(default)]
+    pub descriptor_digest: Option<String>,
 }
 
 /// A human decision.

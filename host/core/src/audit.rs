@@ -71,6 +71,9 @@ pub enum EventPayload {
         /// The approval a resume was asked to consume (capgate extension, on resume only),
         /// so a refused resume links to its approval as an executed one does.
         approval_id: Option<String>,
+        /// The resume's own correlation id, when it sent one (capgate extension, on resume
+        /// only): the envelope keeps the original call's correlation id.
+        resume_correlation_id: Option<String>,
     },
     /// Stage 8 suspended the call.
     #[serde(rename = "capability.approval_requested", rename_all = "camelCase")]
@@ -125,6 +128,9 @@ pub enum EventPayload {
         attempt: u32,
         /// The approval this execution consumed.
         approval_id: Option<String>,
+        /// The resume's own correlation id, when it sent one (capgate extension, on resume
+        /// only): the envelope keeps the original call's correlation id.
+        resume_correlation_id: Option<String>,
     },
     /// Stage 11 re-attempt.
     #[serde(rename = "capability.retried", rename_all = "camelCase")]
@@ -160,6 +166,9 @@ pub enum EventPayload {
         /// The approval a resume was asked to consume (capgate extension, on resume only),
         /// so a refused resume links to its approval as an executed one does.
         approval_id: Option<String>,
+        /// The resume's own correlation id, when it sent one (capgate extension, on resume
+        /// only): the envelope keeps the original call's correlation id.
+        resume_correlation_id: Option<String>,
     },
     /// Timeout or cancellation.
     #[serde(rename = "capability.cancelled", rename_all = "camelCase")]
@@ -173,6 +182,9 @@ pub enum EventPayload {
         /// The approval a resume was asked to consume (capgate extension, on resume only),
         /// so a refused resume links to its approval as an executed one does.
         approval_id: Option<String>,
+        /// The resume's own correlation id, when it sent one (capgate extension, on resume
+        /// only): the envelope keeps the original call's correlation id.
+        resume_correlation_id: Option<String>,
     },
     /// A shadow policy would have changed this call's outcome (capgate extension, not one
     /// of the eleven: see `policy::Shadow`). Policy, phase and stances only, never the input

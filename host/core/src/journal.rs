@@ -253,6 +253,35 @@ pub struct ClaimRequest {
     pub correlation_id: Option<String>,
     /// Contract digest.
     pub contract_digest: Option<String>,
+    /// The caller's tenant partition, whose storage budget the record counts against
+    /// ([`JournalBudget`]); `None` counts against none.
+    pub namespace: Option<String>,
+}
+
+/// How much of the journal one namespace may hold: a claim that would take the namespace
+/// past either bound is refused ([`JournalError::QuotaExceeded`]) with nothing written, so
+/// one tenant's agents cannot fill the store every tenant shares. Settled receipts leave
+/// the count when the replay horizon purges them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JournalBudget {
+    /// Records (pending and settled) per namespace.
+    pub max_rows: u64,
+    /// Bytes of stored input and outcome JSON per namespace.
+    pub max_bytes: u64,
+}
+
+impl JournalBudget {
+    /// The default: 100 000 records and 256 MiB per namespace.
+    pub const DEFAULT: JournalBudget = JournalBudget {
+        max_rows: 100_000,
+        max_bytes: 256 * 1024 * 1024,
+    };
+}
+
+impl Default for JournalBudget {
+    fn default() -> Self {
+        JournalBudget::DEFAULT
+    }
 }
 
 impl ClaimRequest {
@@ -280,7 +309,16 @@ impl ClaimRequest {
             idempotency_key,
             correlation_id: None,
             contract_digest: None,
+            namespace: None,
         })
+    }
+
+    /// Count the record against `namespace`'s storage budget.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Result<Self, JournalError> {
+        let namespace = namespace.into();
+        validate_id("namespace", &namespace)?;
+        self.namespace = Some(namespace);
+        Ok(self)
     }
 
     /// Record the caller's correlation id.
@@ -413,6 +451,15 @@ pub enum JournalError {
         invocation_id: String,
         /// What is wrong.
         reason: String,
+    },
+    /// Admitting the claim would take its namespace past its storage budget
+    /// ([`JournalBudget`]); nothing was written.
+    #[error("namespace `{namespace}` is over its invocation journal budget ({limit})")]
+    QuotaExceeded {
+        /// The namespace.
+        namespace: String,
+        /// Which bound: `rows` or `bytes`.
+        limit: &'static str,
     },
     /// The backing store failed (the database error, or why the store gave up).
     #[error("invocation journal unavailable: {0}")]

@@ -75,6 +75,27 @@ pub struct InvokeRequest {
     pub cancel: Option<CancellationToken>,
     /// Where procedure progress goes.
     pub progress: Option<ProgressFn>,
+    /// The adapter's admission step (the gateway's journal claim), run once the call passed
+    /// stages 3–7 without being concealed: see [`AdmissionHook`].
+    pub admission: Option<Arc<dyn AdmissionHook>>,
+    /// The adapter's digest of the capability's own contract (see
+    /// [`ApprovalRequest::descriptor_digest`]), recorded on any approval the call asks for.
+    pub descriptor_digest: Option<String>,
+}
+
+/// An adapter's last word before a call is stored or executed: the pipeline calls it once
+/// the capability resolved and is exposed (stages 3–4), the input passed its schema (stage
+/// 5), the actor is well formed (stage 6) and the invocation-phase policies did not hide it
+/// (stage 7), i.e. for every call whose answer the caller may learn, just before a stage-7
+/// refusal or stage 8. Nothing concealed (SI-8) and nothing invalid ever reaches it, so an
+/// adapter that records calls here records exactly what the caller can discover.
+#[async_trait::async_trait]
+pub trait AdmissionHook: Send + Sync {
+    /// Admit the call: `Ok(Some(key))` replaces the request's idempotency key (the key the
+    /// adapter's record binds), `Ok(None)` keeps it. `Err(e)` stops the call before
+    /// anything else happens, recorded as `capability.failed` with `e`; the adapter
+    /// answers its caller itself.
+    async fn admit(&self) -> Result<Option<String>, CapabilityError>;
 }
 
 impl InvokeRequest {
@@ -96,7 +117,19 @@ impl InvokeRequest {
             idempotency_key: None,
             cancel: None,
             progress: None,
+            admission: None,
+            descriptor_digest: None,
         }
+    }
+    /// Set the capability's descriptor digest (recorded on any approval the call asks for).
+    pub fn descriptor_digest(mut self, digest: impl Into<String>) -> Self {
+        self.descriptor_digest = Some(digest.into());
+        self
+    }
+    /// Set the admission step (see [`AdmissionHook`]).
+    pub fn admission(mut self, hook: Arc<dyn AdmissionHook>) -> Self {
+        self.admission = Some(hook);
+        self
     }
     /// Set the tenant partition.
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
@@ -212,8 +245,10 @@ pub struct ResumeOptions {
     pub idempotency_key: Option<String>,
     /// Progress callback.
     pub progress: Option<ProgressFn>,
-    /// Correlation id of the resuming request (as `invoke` takes one); carried by
-    /// the new execution and its events. `None` keeps the one stored with the approval.
+    /// Correlation id of the resuming request (as `invoke` takes one). The execution keeps
+    /// the original call's correlation id (stored with the approval) in every event's
+    /// envelope; this one is recorded beside it, as `resumeCorrelationId` in the resume's
+    /// `capability.started`, `.denied`, `.failed` and `.cancelled` events.
     pub correlation_id: Option<String>,
 }
 
@@ -536,6 +571,20 @@ impl Runtime {
     /// Continue an approved call at stage 8 (check order: docs/pipeline.md, "Resume").
     pub async fn resume(&self, approval_id: &str, options: ResumeOptions) -> ExecutionResult {
         crate::pipeline::resume(&self.inner, approval_id, options).await
+    }
+
+    /// Record a resume an adapter refused before running it (the approval still pending, an
+    /// unknown approval id, a contract that changed since the approval was asked for), so
+    /// every refused resume is audited wherever it was refused: opens an execution and
+    /// emits `capability.failed` with `error` and the approval id, exactly as
+    /// [`Runtime::resume`] records its own refusals. Returns that failure.
+    pub async fn refuse_resume(
+        &self,
+        approval_id: &str,
+        options: ResumeOptions,
+        error: CapabilityError,
+    ) -> ExecutionResult {
+        crate::pipeline::refuse_resume(&self.inner, approval_id, options, error).await
     }
 
     /// The human side of approvals: read and decide. Deciding executes nothing.

@@ -89,6 +89,29 @@ pub fn contract_digest(
         })
 }
 
+/// The digest of one capability's own contract: the material of [`contract_digest`]
+/// without the deployment revision. Recorded on an approval when the call asks for one
+/// ([`capgate_core::approval::ApprovalRequest::descriptor_digest`]); a door resumes the
+/// approval only while it is unchanged, so a revision bump that left this capability (its
+/// meta, schemas, tool names, policies, redactors and the runtime-level manifest) as it was
+/// does not strand its pending approvals.
+pub fn descriptor_digest(
+    runtime: &Runtime,
+    capability: &Capability,
+) -> Result<String, ContractError> {
+    let mut material = digest_material(runtime, capability, "");
+    if let Value::Object(m) = &mut material {
+        m.remove("revision");
+        m.insert("format".into(), json!("capgate.descriptor.v1"));
+    }
+    canonical_json(&material)
+        .map(sha256_hex)
+        .map_err(|e| ContractError {
+            capability: capability.id.clone(),
+            reason: e.to_string(),
+        })
+}
+
 fn exposed(runtime: &Runtime, surface: Surface) -> impl Iterator<Item = &Capability> {
     runtime
         .registry()
@@ -243,5 +266,27 @@ mod tests {
             .expect("a valid runtime");
         let with_policy = export_contract(&governed, Surface::AiSdk, "r1");
         assert_ne!(a[0].contract_digest, with_policy[0].contract_digest);
+    }
+
+    #[test]
+    fn the_descriptor_digest_ignores_the_revision_and_nothing_else() {
+        let digest = |rt: &Runtime| {
+            let cap = rt.registry().get("orders.refund").expect("registered");
+            descriptor_digest(rt, cap).expect("a digest")
+        };
+        let a = runtime("Refund an order");
+        assert_eq!(digest(&a), digest(&runtime("Refund an order")));
+        assert_eq!(digest(&a).len(), 64);
+        // Not the contract digest of any revision: it is its own material.
+        let r1 = export_contract(&a, Surface::AiSdk, "r1");
+        assert_ne!(digest(&a), r1[0].contract_digest);
+        assert_ne!(digest(&a), digest(&runtime("Refund an order.")));
+        let governed = Runtime::builder(registry("Refund an order"))
+            .policy(policy_sync("business-hours", |_| {
+                Ok(PolicyDecision::allow())
+            }))
+            .build()
+            .expect("a valid runtime");
+        assert_ne!(digest(&a), digest(&governed));
     }
 }

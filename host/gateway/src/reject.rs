@@ -101,9 +101,25 @@ impl Reject {
         )
     }
 
+    /// The caller's namespace holds as many receipts (or bytes of them) as its journal
+    /// budget allows: `507`, not retryable until receipts pass the replay horizon.
+    pub(crate) fn quota_exceeded(limit: &str) -> Self {
+        Reject::new(
+            StatusCode::INSUFFICIENT_STORAGE,
+            "STORAGE_QUOTA_EXCEEDED",
+            format!(
+                "This namespace's invocation journal is at its {limit} budget; nothing was stored or run. Receipts leave it as they pass the replay horizon."
+            ),
+        )
+    }
+
     pub(crate) fn journal(e: JournalError) -> Self {
         match e {
             JournalError::Invalid(m) => Reject::bad_request(m),
+            JournalError::QuotaExceeded { namespace, limit } => {
+                tracing::warn!(target: LOG, namespace = %namespace, limit, "journal claim refused: namespace over its storage budget");
+                Reject::quota_exceeded(limit)
+            }
             other => {
                 tracing::error!(target: LOG, error = %other, "invocation journal failed");
                 match other {

@@ -56,6 +56,7 @@ fn request() -> ApprovalRequest {
         correlation_id: None,
         namespace: String::new(),
         untyped: false,
+        descriptor_digest: None,
         policies: vec![],
     }
 }

@@ -23,14 +23,14 @@ macro_rules! cols {
         "id, capability_id, surface, actor, input, input_hash, reasons, types, risk, side_effect, \
          status, requested_at, expires_at, execution_id, correlation_id, decision_status, \
          decided_by, decided_at, decision_comment, consumed_by_execution_id, namespace, untyped, \
-         decided_namespace, decided_via, policies"
+         decided_namespace, decided_via, policies, descriptor_digest"
     };
 }
 
 const INSERT: &str = "INSERT INTO capgate_approvals (id, capability_id, surface, actor, input, input_hash, \
      reasons, types, risk, side_effect, status, requested_at, expires_at, execution_id, correlation_id, \
-     namespace, untyped, policies) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $13, $14, $15, $16, $17)";
+     namespace, untyped, policies, descriptor_digest) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $13, $14, $15, $16, $17, $18)";
 
 const GET: &str = concat!("SELECT ", cols!(), " FROM capgate_approvals WHERE id = $1");
 
@@ -125,6 +125,7 @@ row! {
         decided_namespace: Option<String>,
         decided_via: Option<String>,
         policies: Value,
+        descriptor_digest: Option<String>,
     }
 }
 
@@ -220,6 +221,7 @@ impl RawApproval {
                 correlation_id: self.correlation_id,
                 namespace: self.namespace,
                 untyped: self.untyped,
+                descriptor_digest: self.descriptor_digest,
             },
             status,
             decision,
@@ -347,6 +349,7 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
                         &r.namespace,
                         &r.untyped,
                         &Json("policies", &r.policies),
+                        &r.descriptor_digest,
                     ],
                 )
                 .await;

@@ -41,6 +41,11 @@ const SQLITE_FILES: &[(i64, &str, &str)] = &[
         "0004_console_sessions.sql",
         include_str!("../migrations/sqlite/0004_console_sessions.sql"),
     ),
+    (
+        5,
+        "0005_journal_budget.sql",
+        include_str!("../migrations/sqlite/0005_journal_budget.sql"),
+    ),
 ];
 
 /// The Postgres migrations, embedded (see [`SQLITE_FILES`]).
@@ -64,6 +69,11 @@ const POSTGRES_FILES: &[(i64, &str, &str)] = &[
         4,
         "0004_console_sessions.sql",
         include_str!("../migrations/postgres/0004_console_sessions.sql"),
+    ),
+    (
+        5,
+        "0005_journal_budget.sql",
+        include_str!("../migrations/postgres/0005_journal_budget.sql"),
     ),
 ];
 

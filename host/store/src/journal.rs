@@ -3,13 +3,13 @@
 //! UPDATEs, so the database (not a process) decides who owns an invocation.
 
 use crate::columns::{Columns, keyed, record_errors, row};
-use crate::db::{Store, Via};
+use crate::db::{Backend, Sql, Store, Via};
 use crate::params::Json;
 use crate::time::trunc;
 use async_trait::async_trait;
 use capgate_core::journal::{
-    ClaimOutcome, ClaimRequest, InvocationJournal, InvocationRecord, InvocationState, JournalError,
-    ResumeClaim, Settlement, new_claim_token, validate_id,
+    ClaimOutcome, ClaimRequest, InvocationJournal, InvocationRecord, InvocationState,
+    JournalBudget, JournalError, ResumeClaim, Settlement, new_claim_token, validate_id,
 };
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -23,10 +23,35 @@ macro_rules! cols {
     };
 }
 
-const CLAIM: &str = "INSERT INTO capgate_invocations (scope, invocation_id, state, claim_token, capability_id, \
-     input, input_hash, idempotency_key, correlation_id, contract_digest, created_at, updated_at) \
-     VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, $10, $10) \
-     ON CONFLICT (scope, invocation_id) DO NOTHING RETURNING invocation_id";
+/// Insert-if-absent, within the namespace's budget: nothing is inserted when the record
+/// exists or when the namespace's usage (kept by the triggers of migration 0005) would go
+/// past `$12` rows or `$14` bytes with this record's `$13` bytes. SQLite runs it on its one
+/// writer, so the check and the insert see every earlier claim; Postgres locks the
+/// namespace's usage row first (`FOR UPDATE` waits for a concurrent claim and then reads its
+/// count), so concurrent claims cannot overshoot the budget either.
+const CLAIM: Sql = Sql {
+    sqlite: "INSERT INTO capgate_invocations (scope, invocation_id, state, claim_token, capability_id, \
+     input, input_hash, idempotency_key, correlation_id, contract_digest, created_at, updated_at, namespace) \
+     SELECT $1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, $10, $10, $11 \
+     WHERE $11 IS NULL OR NOT EXISTS (SELECT 1 FROM capgate_journal_usage \
+       WHERE namespace = $11 AND (row_count >= $12 OR byte_count + $13 > $14)) \
+     ON CONFLICT (scope, invocation_id) DO NOTHING RETURNING invocation_id",
+    postgres: "WITH usage AS (SELECT row_count, byte_count FROM capgate_journal_usage \
+       WHERE namespace = $11 FOR UPDATE) \
+     INSERT INTO capgate_invocations (scope, invocation_id, state, claim_token, capability_id, \
+     input, input_hash, idempotency_key, correlation_id, contract_digest, created_at, updated_at, namespace) \
+     SELECT $1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, $10, $10, $11 \
+     WHERE $11::text IS NULL OR NOT EXISTS (SELECT 1 FROM usage \
+       WHERE row_count >= $12 OR byte_count + $13 > $14) \
+     ON CONFLICT (scope, invocation_id) DO NOTHING RETURNING invocation_id",
+};
+
+/// Postgres: make sure the namespace has a usage row to lock before its first claim.
+const ENSURE_USAGE: &str =
+    "INSERT INTO capgate_journal_usage (namespace) VALUES ($1) ON CONFLICT (namespace) DO NOTHING";
+
+/// A namespace's usage, to say which bound refused a claim.
+const USAGE: &str = "SELECT row_count, byte_count FROM capgate_journal_usage WHERE namespace = $1";
 
 const GET: &str = concat!(
     "SELECT ",
@@ -69,6 +94,7 @@ pub const DEFAULT_REPLAY_HORIZON: Duration = Duration::from_secs(30 * 24 * 3600)
 pub struct SqlInvocationJournal {
     store: Store,
     replay_horizon: Duration,
+    budget: Option<JournalBudget>,
 }
 
 record_errors!(JournalError, invocation_id);
@@ -150,6 +176,14 @@ impl RawInvocation {
     }
 }
 
+/// A budget's bounds as the statements compare them.
+fn limits(budget: JournalBudget) -> (i64, i64) {
+    (
+        i64::try_from(budget.max_rows).unwrap_or(i64::MAX),
+        i64::try_from(budget.max_bytes).unwrap_or(i64::MAX),
+    )
+}
+
 /// Whether `claim_resume` for `approval_id` may reopen `r` (the UPDATE's condition).
 fn resumable(r: &InvocationRecord, approval_id: &str) -> bool {
     r.state == InvocationState::Settled
@@ -163,7 +197,50 @@ impl SqlInvocationJournal {
         SqlInvocationJournal {
             store,
             replay_horizon: DEFAULT_REPLAY_HORIZON,
+            budget: None,
         }
+    }
+
+    /// Refuse claims that would take a namespace past `budget` (claims whose
+    /// [`ClaimRequest::namespace`] is set; usage is counted whether or not a budget is set).
+    pub fn with_budget(mut self, budget: JournalBudget) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// The budget in force, if any.
+    pub fn budget(&self) -> Option<JournalBudget> {
+        self.budget
+    }
+
+    /// Which bound of the budget `namespace` is at, if any (`rows` or `bytes`), for a claim
+    /// of `size` bytes.
+    async fn over_budget(
+        &self,
+        namespace: &str,
+        size: i64,
+    ) -> Result<Option<&'static str>, JournalError> {
+        let Some(budget) = self.budget else {
+            return Ok(None);
+        };
+        let usage = self
+            .store
+            .fetch_optional(Via::Readers, USAGE, &[&namespace], |row| {
+                Ok::<_, String>((row.int("row_count")?, row.int("byte_count")?))
+            })
+            .await
+            .map_err(backend)?;
+        let Some(Ok((rows, bytes))) = usage else {
+            return Ok(None);
+        };
+        let (max_rows, max_bytes) = limits(budget);
+        Ok(if rows >= max_rows {
+            Some("rows")
+        } else if bytes.saturating_add(size) > max_bytes {
+            Some("bytes")
+        } else {
+            None
+        })
     }
 
     /// Keep settled receipts for `horizon` (at least as long as clients may retry or look
@@ -259,6 +336,17 @@ impl InvocationJournal for SqlInvocationJournal {
     ) -> Result<ClaimOutcome, JournalError> {
         crate::metrics::timed(self.store.backend(), "journal.claim", async move {
             let now = trunc(now);
+            let (max_rows, max_bytes) = self.budget.map_or((i64::MAX, i64::MAX), limits);
+            let size = serde_json::to_string(&request.input)
+                .map_or(i64::MAX, |t| i64::try_from(t.len()).unwrap_or(i64::MAX));
+            if let Some(ns) = &request.namespace
+                && self.store.backend() == Backend::Postgres
+            {
+                self.store
+                    .execute(Via::Group, ENSURE_USAGE, &[ns])
+                    .await
+                    .map_err(backend)?;
+            }
             // An existing row is reported as it is; a row that vanishes between the insert
             // and the read (a purge) is claimed again.
             for _ in 0..3 {
@@ -280,6 +368,10 @@ impl InvocationJournal for SqlInvocationJournal {
                             &r.correlation_id,
                             &r.contract_digest,
                             &now,
+                            &r.namespace,
+                            &max_rows,
+                            &size,
+                            &max_bytes,
                         ],
                         |_| (),
                     )
@@ -298,6 +390,14 @@ impl InvocationJournal for SqlInvocationJournal {
                         ClaimOutcome::Existing(existing)
                     } else {
                         ClaimOutcome::Conflict
+                    });
+                }
+                if let Some(ns) = &r.namespace
+                    && let Some(limit) = self.over_budget(ns, size).await?
+                {
+                    return Err(JournalError::QuotaExceeded {
+                        namespace: ns.clone(),
+                        limit,
                     });
                 }
             }

@@ -149,6 +149,7 @@ impl ErrorKind for JournalError {
             JournalError::StaleClaim(_) => "stale_claim",
             JournalError::NotPending(_) => "not_pending",
             JournalError::Malformed { .. } => "malformed",
+            JournalError::QuotaExceeded { .. } => "quota_exceeded",
             JournalError::Backend(_) => "backend",
         }
     }

@@ -644,22 +644,23 @@ async fn approvals_from_the_previous_configuration_resume_under_the_current_one(
         .await;
     assert_eq!(resumed["status"], "completed", "{resumed}");
 
-    // A new revision: through the gateway, the contract the call was admitted under must
-    // still be the current one (distributed spec, resume step 5).
+    // A new revision that changes nothing about orders.refund: the capability's own
+    // digest (without the revision) is what the approval recorded, so it still resumes
+    // (issue 33; a revision bump used to strand every pending approval).
     write(dir.path(), &Variant::new("rev-2", 100));
     let (status, body) = reload(&server.base, Some(OPS)).await;
     assert_eq!(status, 200, "{body}");
-    let (_, mismatch) = dana
+    let (_, resumed) = dana
         .post(
             &format!("{agent}/resumeApproval"),
             &json!({"approvalId": held[1], "invocationId": "held_2"}),
         )
         .await;
-    assert_eq!(mismatch["status"], "failed", "{mismatch}");
-    assert_eq!(mismatch["error"]["code"], "CONTRACT_MISMATCH", "{mismatch}");
+    assert_eq!(resumed["status"], "completed", "{resumed}");
 
-    // A schema that no longer admits the approved input: the runtime's resume re-validates
-    // the stored input against the current schema (pipeline stage 8, step 3).
+    // A schema that no longer admits the approved input changes the capability itself:
+    // the MCP door now makes the HTTP door's contract check (issue 33) and refuses the
+    // resume before the runtime re-validates anything.
     let mut narrower = Variant::new("rev-2", 100);
     narrower.refund_schema = Some(
         "{ type = \"object\", properties = { orderId = { type = \"string\" }, amount = { type = \"number\", maximum = 600 }, reason = { type = \"string\" } }, required = [\"orderId\", \"amount\"] }".into(),
@@ -672,7 +673,7 @@ async fn approvals_from_the_previous_configuration_resume_under_the_current_one(
         .await;
     let outcome = &refused["result"]["structuredContent"];
     assert_eq!(outcome["status"], "failed", "{refused}");
-    assert_eq!(outcome["error"]["code"], "INPUT_INVALID", "{refused}");
+    assert_eq!(outcome["error"]["code"], "CONTRACT_MISMATCH", "{refused}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -13,6 +13,7 @@ mod crash_safety;
 mod db_loss;
 mod docs_truth;
 mod edges_identity;
+mod edges_admission;
 mod example_commands;
 mod example_tenancy;
 mod graceful_shutdown;

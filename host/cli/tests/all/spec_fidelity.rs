@@ -215,9 +215,19 @@ async fn resume_approval_takes_a_contract_digest_and_a_correlation_id() {
         types(&events).ends_with(&["capability.started", "capability.completed"]),
         "{events:?}"
     );
+    // The original call's correlation id is kept (the distributed spec: correlation is
+    // preserved across a resume); the resume's own is recorded beside it.
     for e in &events {
-        assert_eq!(e["correlationId"], "run-resume", "{e}");
+        assert_eq!(e["correlationId"], "run-original", "{e}");
     }
+    let started = events
+        .iter()
+        .find(|e| e["type"] == "capability.started")
+        .expect("capability.started");
+    assert_eq!(
+        started["data"]["resumeCorrelationId"], "run-resume",
+        "{started}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

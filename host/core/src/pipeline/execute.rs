@@ -84,6 +84,7 @@ pub(crate) async fn execute(exec: Exec<'_>, mut a: Admitted) -> ExecutionResult 
         exec.event(EventPayload::Started {
             attempt: 1,
             approval_id: a.approval.as_ref().map(|x| x.id.clone()),
+            resume_correlation_id: exec.resume_correlation_id.clone(),
         })
     };
     if rt.audit.is_active()

@@ -84,6 +84,7 @@ fn begin<'a>(rt: &'a Inner, req: &InvokeRequest) -> Exec<'a> {
         capability_id: req.capability_id.clone(),
         correlation_id: req.correlation_id.clone(),
         approval_id: None,
+        resume_correlation_id: None,
         input_hash: None,
         started: Instant::now(),
         span,
@@ -152,6 +153,23 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
     // ── Stage 7: invocation-phase policies (all evaluated, then combined) ──
     let evaluated = invocation_phase(&exec, &cap, &actor, &req.context, &input).await;
     let verdict = crate::policy::combine(&evaluated);
+    // ── Admission: everything the caller may learn about from here on is admitted by the
+    // adapter (its journal claim) before it is refused or run; a hidden call never is. ──
+    let mut idempotency_key = req.idempotency_key;
+    if let Some(hook) = &req.admission
+        && !matches!(verdict, Verdict::Hidden { .. })
+    {
+        match AssertUnwindSafe(hook.admit()).catch_unwind().await {
+            Ok(Ok(Some(key))) => idempotency_key = Some(key),
+            Ok(Ok(None)) => {}
+            Ok(Err(e)) => return exec.failed(e, EffectProgress::NotStarted, None).await,
+            Err(p) => {
+                let err = CapabilityError::new(ErrorCode::AdapterError)
+                    .with_cause(format!("admission hook panicked: {}", panic_message(&*p)));
+                return exec.failed(err, EffectProgress::NotStarted, None).await;
+            }
+        }
+    }
     if let Some(refused) = refuse(&exec, Phase::Invocation, &evaluated, &verdict, false).await {
         return refused;
     }
@@ -180,7 +198,8 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
                 return exec.failed(err, EffectProgress::NotStarted, None).await;
             }
         };
-        match approval_gate(&exec, &cap, &actor, &input, hash, requirement).await {
+        let digest = req.descriptor_digest.clone();
+        match approval_gate(&exec, &cap, &actor, &input, hash, requirement, digest).await {
             Gate::Suspended(result) => return result,
             Gate::Approved(a) => approval = Some(a),
         }
@@ -196,7 +215,7 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
             context: req.context,
             approval,
             cancel: req.cancel,
-            idempotency_key: req.idempotency_key,
+            idempotency_key,
             progress: req.progress,
         },
     )
@@ -220,6 +239,7 @@ pub(crate) async fn approval_gate(
     input: &serde_json::Value,
     hash: String,
     requirement: ApprovalRequirement,
+    descriptor_digest: Option<String>,
 ) -> Gate {
     let rt = exec.rt;
     let span = tracing::info_span!(
@@ -254,6 +274,7 @@ pub(crate) async fn approval_gate(
         correlation_id: exec.correlation_id.clone(),
         namespace: exec.namespace.clone(),
         untyped: requirement.untyped,
+        descriptor_digest,
     };
     span.record("capgate.approval_id", request.id.as_str());
     let requested = EventPayload::ApprovalRequested {

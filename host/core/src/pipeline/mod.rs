@@ -10,7 +10,7 @@ mod resume;
 
 pub(crate) use discovery::describe;
 pub(crate) use invoke::{conceal, invoke};
-pub(crate) use resume::resume;
+pub(crate) use resume::{refuse_resume, resume};
 
 use crate::actor::{ActorKind, ActorRef, Surface};
 use crate::audit::{AuditEvent, EventPayload};
@@ -76,6 +76,9 @@ pub(crate) struct Exec<'a> {
     /// On resume: the approval asked for, carried by every terminal event (even a refusal
     /// before the approval is consumed).
     pub(crate) approval_id: Option<String>,
+    /// On resume: the resume request's own correlation id, recorded beside the original
+    /// (which stays the envelope's).
+    pub(crate) resume_correlation_id: Option<String>,
     pub(crate) input_hash: Option<String>,
     pub(crate) started: Instant,
     pub(crate) span: tracing::Span,
@@ -132,6 +135,7 @@ impl Exec<'_> {
             public_code: error.to_public().code,
             policy_decisions,
             approval_id: self.approval_id.clone(),
+            resume_correlation_id: self.resume_correlation_id.clone(),
         })
         .await;
         self.close_span("denied", Some(&error));
@@ -163,6 +167,7 @@ impl Exec<'_> {
                 duration_ms: self.elapsed_ms(),
                 metadata,
                 approval_id: self.approval_id.clone(),
+                resume_correlation_id: self.resume_correlation_id.clone(),
             })
             .await;
             self.close_span("cancelled", Some(&error));
@@ -180,6 +185,7 @@ impl Exec<'_> {
             executed_before_failure: progress.executed_before_failure().then_some(true),
             policy_decisions,
             approval_id: self.approval_id.clone(),
+            resume_correlation_id: self.resume_correlation_id.clone(),
         })
         .await;
         self.close_span("failed", Some(&error));

@@ -9,13 +9,81 @@ use crate::approval::{ApprovalRef, ApprovalStatus, ApprovalStoreError};
 use crate::audit::DenyReason;
 use crate::canonical::input_hash;
 use crate::error::{CapabilityError, ErrorCode, Stage};
-use crate::policy::{Phase, combine};
+use crate::policy::{Phase, Verdict, combine, stances};
 use crate::result::ExecutionResult;
 use crate::runtime::{Inner, ResumeOptions};
 use std::time::Instant;
 use tracing::Instrument;
 
 pub(crate) async fn resume(rt: &Inner, approval_id: &str, opts: ResumeOptions) -> ExecutionResult {
+    let exec = open(rt, approval_id, &opts);
+    let span = exec.span.clone();
+    let started = exec.started;
+    let mut labels = (crate::metrics::UNKNOWN_CAPABILITY.to_owned(), exec.surface);
+    let result = checks(exec, approval_id, opts, &mut labels)
+        .instrument(span)
+        .await;
+    crate::metrics::call_finished(&labels.0, labels.1, &result, started.elapsed());
+    result
+}
+
+/// A resume an adapter refused before the runtime ran it (the approval still pending, an
+/// unknown approval id, a contract that changed): opened and recorded exactly like the
+/// runtime's own refusals (`capability.failed` with `error`, carrying the approval id),
+/// with the capability, input hash and original correlation id of the approval when it is
+/// the caller's own.
+pub(crate) async fn refuse_resume(
+    rt: &Inner,
+    approval_id: &str,
+    opts: ResumeOptions,
+    error: CapabilityError,
+) -> ExecutionResult {
+    let mut exec = open(rt, approval_id, &opts);
+    let span = exec.span.clone();
+    let started = exec.started;
+    if let Ok(Some(record)) = rt.coordinator.get(approval_id).await
+        && guards_hold(&opts, &record)
+    {
+        exec.capability_id = record.request.capability_id.clone();
+        exec.correlation_id = record.request.correlation_id.clone();
+        exec.input_hash = Some(record.request.input_hash.clone());
+        exec.surface = record.request.surface;
+        exec.span
+            .record("capgate.capability_id", exec.capability_id.as_str());
+    }
+    let label = if rt.registry.get(&exec.capability_id).is_some() {
+        exec.capability_id.clone()
+    } else {
+        crate::metrics::UNKNOWN_CAPABILITY.to_owned()
+    };
+    let surface = exec.surface;
+    let result = async { exec.failed(error, EffectProgress::NotStarted, None).await }
+        .instrument(span)
+        .await;
+    crate::metrics::call_finished(&label, surface, &result, started.elapsed());
+    result
+}
+
+/// Whether the binding guards of `opts` hold for `record` (same requester, surface,
+/// namespace).
+fn guards_hold(opts: &ResumeOptions, record: &crate::approval::ApprovalRecord) -> bool {
+    let same = |a: &crate::actor::ActorRef| {
+        a.id == record.request.actor.id && a.kind == record.request.actor.kind
+    };
+    opts.expected_actor.as_ref().is_none_or(same)
+        && opts
+            .expected_surface
+            .is_none_or(|s| s == record.request.surface)
+        && opts
+            .expected_namespace
+            .as_ref()
+            .is_none_or(|n| *n == record.request.namespace)
+        && opts.actor.as_ref().is_none_or(|a| same(&a.reference()))
+}
+
+/// The execution a resume (or its refusal) opens: a new execution id and root span, as
+/// the expected requester on the expected surface until the record is read.
+fn open<'a>(rt: &'a Inner, approval_id: &str, opts: &ResumeOptions) -> Exec<'a> {
     let execution_id = new_id("exe");
     let span = tracing::info_span!(
         "agent.capability_call",
@@ -26,7 +94,7 @@ pub(crate) async fn resume(rt: &Inner, approval_id: &str, opts: ResumeOptions) -
         capgate.error_code = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
     );
-    let exec = Exec {
+    Exec {
         rt,
         execution_id,
         surface: opts
@@ -35,19 +103,15 @@ pub(crate) async fn resume(rt: &Inner, approval_id: &str, opts: ResumeOptions) -
         namespace: opts.expected_namespace.clone().unwrap_or_default(),
         actor: opts.expected_actor.clone().unwrap_or_else(missing_actor),
         capability_id: String::new(),
-        correlation_id: opts.correlation_id.clone(),
+        // The original call's correlation id (read with the record) stays the execution's;
+        // the resume's own is recorded beside it.
+        correlation_id: None,
         approval_id: Some(approval_id.to_string()),
+        resume_correlation_id: opts.correlation_id.clone(),
         input_hash: None,
         started: Instant::now(),
-        span: span.clone(),
-    };
-    let started = exec.started;
-    let mut labels = (crate::metrics::UNKNOWN_CAPABILITY.to_owned(), exec.surface);
-    let result = checks(exec, approval_id, opts, &mut labels)
-        .instrument(span)
-        .await;
-    crate::metrics::call_finished(&labels.0, labels.1, &result, started.elapsed());
-    result
+        span,
+    }
 }
 
 fn approval_error(code: ErrorCode) -> CapabilityError {
@@ -91,27 +155,10 @@ async fn checks(
     exec.capability_id = record.request.capability_id.clone();
     exec.span
         .record("capgate.capability_id", exec.capability_id.as_str());
-    if exec.correlation_id.is_none() {
-        exec.correlation_id = record.request.correlation_id.clone();
-    }
+    exec.correlation_id = record.request.correlation_id.clone();
 
     // 1. Binding guards: not exposed, serialized exactly like an unknown id.
-    let actor_ok = opts
-        .expected_actor
-        .as_ref()
-        .is_none_or(|a| a.id == record.request.actor.id && a.kind == record.request.actor.kind);
-    let surface_ok = opts
-        .expected_surface
-        .is_none_or(|s| s == record.request.surface);
-    let namespace_ok = opts
-        .expected_namespace
-        .as_ref()
-        .is_none_or(|n| *n == record.request.namespace);
-    let current_ok = opts
-        .actor
-        .as_ref()
-        .is_none_or(|a| a.id == record.request.actor.id && a.kind == record.request.actor.kind);
-    if !actor_ok || !surface_ok || !namespace_ok || !current_ok {
+    if !guards_hold(&opts, &record) {
         return exec
             .failed(
                 approval_error(ErrorCode::ApprovalResumeMismatch),
@@ -243,16 +290,29 @@ async fn checks(
     // consumed. A deny, hide or failure ends the call as it would on invoke and leaves the
     // approval unconsumed; a fresh require-approval is satisfied by this approval.
     let evaluated = invocation_phase(&exec, &cap, &actor, &opts.context, &input).await;
-    if let Some(result) = refuse(
-        &exec,
-        Phase::Invocation,
-        &evaluated,
-        &combine(&evaluated),
-        true,
-    )
-    .await
-    {
+    let verdict = combine(&evaluated);
+    if let Some(result) = refuse(&exec, Phase::Invocation, &evaluated, &verdict, true).await {
         return result;
+    }
+    // A fresh require-approval is satisfied only by an approval of the types it asks for:
+    // an approval of another type (a self-confirmable `human-confirmation`, say) does not
+    // stand in for a `manager` approval a policy now requires. Refused as a denial; the
+    // approval stays unconsumed.
+    if let Verdict::ApprovalRequired(required) = &verdict
+        && let Some(missing) = required
+            .types
+            .iter()
+            .find(|t| !record.request.types.contains(t))
+    {
+        let err =
+            CapabilityError::new(ErrorCode::PolicyDenied).with_private_details(serde_json::json!({
+                "reason": "the approval's types do not cover a fresh require-approval",
+                "missingType": missing,
+                "approvalTypes": record.request.types,
+            }));
+        return exec
+            .denied(DenyReason::PolicyDenied, err, Some(stances(&evaluated)))
+            .await;
     }
 
     // 6. Consume atomically: at most one execution per approval.

@@ -265,7 +265,7 @@ async fn resume_refusals_before_consumption_carry_the_approval_id() {
 }
 
 #[tokio::test]
-async fn a_resume_carries_its_own_correlation_id_or_keeps_the_stored_one() {
+async fn a_resume_keeps_the_stored_correlation_id_and_records_its_own_beside_it() {
     let sink = Arc::new(MemorySink::new());
     let c = Counter::default();
     let rt = runtime_with(vec![refund_def(&c)], sink.clone());
@@ -293,11 +293,19 @@ async fn a_resume_carries_its_own_correlation_id_or_keeps_the_stored_one() {
     let kept = rt.resume(&ids[1], ResumeOptions::default()).await;
     assert_eq!(own.status(), "completed");
     assert_eq!(kept.status(), "completed");
-    for (result, expected) in [(&own, "run-resume"), (&kept, "run-original")] {
+    // The original call's correlation id is kept either way (issue 33: correlation is
+    // preserved across a resume); a resume's own is recorded beside it.
+    for (result, own_id) in [(&own, Some("run-resume")), (&kept, None)] {
         let events = events_of(&sink, result.execution_id());
         assert!(!events.is_empty());
         for (ty, e) in &events {
-            assert_eq!(e["correlationId"], expected, "{ty}");
+            assert_eq!(e["correlationId"], "run-original", "{ty}");
+            let beside = e["data"]["resumeCorrelationId"].as_str();
+            if *ty == "capability.started" {
+                assert_eq!(beside, own_id, "{ty}");
+            } else if own_id.is_none() {
+                assert_eq!(beside, None, "{ty}");
+            }
         }
     }
 }

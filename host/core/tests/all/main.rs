@@ -3,6 +3,7 @@
 
 mod common;
 
+mod admission;
 mod approvals;
 mod canonical;
 mod canonical_props;

@@ -12,11 +12,12 @@ use crate::wire::{
 };
 use capgate_core::approval::ApprovalStatus;
 use capgate_core::authz::Operation;
+use capgate_core::canonical::input_hash;
 use capgate_core::error::{CapabilityError, ErrorCode, PublicError};
-use capgate_core::journal::{
-    ClaimOutcome, ClaimRequest, InvocationRecord, InvocationState, ResumeClaim, scope_hash,
+use capgate_core::journal::{InvocationRecord, InvocationState, ResumeClaim, scope_hash};
+use capgate_core::runtime::{
+    CapabilityDescriptor, DescribeOptions, InvokeRequest, ResumeOptions, Scope,
 };
-use capgate_core::runtime::{CapabilityDescriptor, DescribeOptions, InvokeRequest, Scope};
 use serde_json::Value;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -29,14 +30,21 @@ pub(crate) enum Admission {
     Run(Box<Run>),
 }
 
-/// An admitted run: who, under which journal claim, doing what.
+/// A run: who, under which journal claim, doing what.
 pub(crate) struct Run {
     pub(crate) who: Authenticated,
     pub(crate) scope: String,
     pub(crate) invocation_id: String,
+    /// The claim a resume reopened before it runs; an invoke has none yet: its claim is
+    /// made by the runtime's admission step, once the call is known to be admissible.
+    pub(crate) claimed: Option<Claimed>,
+    pub(crate) call: Call,
+}
+
+/// A journal claim this request owns.
+pub(crate) struct Claimed {
     pub(crate) claim_token: String,
     pub(crate) idempotency_key: String,
-    pub(crate) call: Call,
 }
 
 pub(crate) enum Call {
@@ -44,6 +52,8 @@ pub(crate) enum Call {
         capability_id: String,
         input: Value,
         correlation_id: Option<String>,
+        /// The current contract digest of the capability, when this surface has it.
+        contract_digest: Option<String>,
     },
     Resume {
         approval_id: String,
@@ -52,6 +62,29 @@ pub(crate) enum Call {
         /// The approval-required outcome recorded before the resume claim reopened it.
         previous_outcome: Option<Value>,
     },
+}
+
+/// `INVOCATION_CONFLICT` for `invocation_id`.
+pub(crate) fn conflict(invocation_id: &str) -> CapabilityOutcome {
+    CapabilityOutcome::preflight(
+        invocation_id,
+        OutcomeError::gateway(
+            gateway_codes::INVOCATION_CONFLICT,
+            "This invocation id is already bound to a different capability or input.",
+        ),
+    )
+}
+
+/// Replay what the journal holds: the settled outcome, or unknown.
+pub(crate) fn replay(record: &InvocationRecord) -> CapabilityOutcome {
+    if record.state == InvocationState::Settled
+        && let Some(outcome) = super::execution::stored_outcome(record)
+    {
+        return outcome;
+    }
+    CapabilityOutcome::OutcomeUnknown {
+        invocation_id: record.invocation_id.clone(),
+    }
 }
 
 impl WireBody for DescribeBody {
@@ -178,14 +211,20 @@ impl Gateway {
 
     /// Replay what the journal holds: the settled outcome, or unknown.
     pub(crate) fn replay(&self, record: &InvocationRecord) -> CapabilityOutcome {
-        if record.state == InvocationState::Settled
-            && let Some(outcome) = super::execution::stored_outcome(record)
-        {
-            return outcome;
-        }
-        CapabilityOutcome::OutcomeUnknown {
-            invocation_id: record.invocation_id.clone(),
-        }
+        replay(record)
+    }
+
+    /// Whether this caller can discover `capability_id` here (describe's filtering).
+    pub(crate) async fn discoverable(
+        &self,
+        who: &Authenticated,
+        capability_id: &str,
+    ) -> Result<bool, Reject> {
+        let scope = Scope {
+            tags: vec![],
+            ids: vec![capability_id.to_string()],
+        };
+        Ok(!self.describe_for(who, Some(scope)).await?.is_empty())
     }
 
     /// The discovery pipeline for this caller.
@@ -240,102 +279,109 @@ impl Gateway {
 
     // -- invoke ---------------------------------------------------------------------
 
+    /// The one admission order of `invoke` (docs/gateway.md, "Invocation semantics"):
+    ///
+    /// 1. A name this surface has is authorized with the capability and input; a refusal
+    ///    for a capability this caller cannot discover is the concealed not-found. A name
+    ///    it does not have is not shown to the authorizer at all (an authorizer that
+    ///    allowlists real ids would answer it apart from a hidden one).
+    /// 2. A stale `contractDigest`: CONTRACT_MISMATCH for what the caller can discover,
+    ///    else the concealed not-found.
+    /// 3. A read-only journal lookup: an existing record is replayed or is a conflict
+    ///    (a record for a name the surface no longer has is authorized on the record).
+    /// 4. Otherwise the runtime runs it; its admission step claims the journal only once
+    ///    the call resolved, passed its schema and was not hidden by policy, so nothing
+    ///    concealed and nothing invalid is ever stored.
     pub(crate) async fn admit_invoke(
         &self,
         who: Authenticated,
         req: InvokeBody,
     ) -> Result<Admission, Reject> {
-        self.authorize(
-            &who,
-            Operation::Invoke,
-            Some(&req.capability_id),
-            Some(&req.input),
-        )
-        .await?;
-
-        // Nothing is stored for a capability this surface does not have: the runtime
-        // answers it (audited) as the concealed not-found, and nothing is journaled.
-        let Some(current) = self.digest_of(&req.capability_id).map(str::to_string) else {
-            let result = self.runtime.invoke(self.invoke_request(&who, &req)).await;
-            return Ok(Admission::Answer(super::execution::outcome_of(
-                &req.invocation_id,
-                result,
-            )));
-        };
-        if let Some(given) = &req.contract_digest
-            && *given != current
-        {
-            // CONTRACT_MISMATCH only for what this caller can discover; for anything else
-            // the same concealed not-found an unknown id gets (SI-8).
-            let scope = Scope {
-                tags: vec![],
-                ids: vec![req.capability_id.to_string()],
-            };
-            if self.describe_for(&who, Some(scope)).await?.is_empty() {
-                let result = self.runtime.conceal(self.invoke_request(&who, &req)).await;
-                return Ok(Admission::Answer(super::execution::outcome_of(
+        let scope = self.scope(&who)?;
+        let current = self.digest_of(&req.capability_id).map(str::to_string);
+        if let Some(current) = &current {
+            let asked = self
+                .authorize(
+                    &who,
+                    Operation::Invoke,
+                    Some(&req.capability_id),
+                    Some(&req.input),
+                )
+                .await;
+            if let Err(refused) = asked {
+                if refused.status == axum::http::StatusCode::FORBIDDEN
+                    && !self.discoverable(&who, &req.capability_id).await?
+                {
+                    return Ok(self.concealed(&who, &req).await);
+                }
+                return Err(refused);
+            }
+            if let Some(given) = &req.contract_digest
+                && given != current
+            {
+                // CONTRACT_MISMATCH only for what this caller can discover; for anything
+                // else the same concealed not-found an unknown id gets (SI-8).
+                if !self.discoverable(&who, &req.capability_id).await? {
+                    return Ok(self.concealed(&who, &req).await);
+                }
+                return Ok(Admission::Answer(CapabilityOutcome::preflight(
                     &req.invocation_id,
-                    result,
+                    OutcomeError::gateway(
+                        gateway_codes::CONTRACT_MISMATCH,
+                        "The contract digest does not match this deployment; fetch the current contract.",
+                    ),
                 )));
             }
-            return Ok(Admission::Answer(CapabilityOutcome::preflight(
-                &req.invocation_id,
-                OutcomeError::gateway(
-                    gateway_codes::CONTRACT_MISMATCH,
-                    "The contract digest does not match this deployment; fetch the current contract.",
-                ),
-            )));
         }
 
-        let scope = self.scope(&who)?;
-        let mut claim = ClaimRequest::new(
-            scope.clone(),
-            req.invocation_id.clone(),
-            req.capability_id.clone(),
-            req.input.clone(),
-        )
-        .map_err(Reject::journal)?
-        .contract_digest(current)
-        .map_err(Reject::journal)?;
-        if let Some(c) = &req.correlation_id {
-            claim = claim.correlation_id(c.clone()).map_err(Reject::journal)?;
-        }
-        let claimed = self
+        let existing = self
             .journal
-            .claim(claim, self.runtime.now())
+            .get(&scope, &req.invocation_id)
             .await
             .map_err(Reject::journal)?;
-        crate::metrics::journal_claim(match &claimed {
-            ClaimOutcome::Admitted { .. } => "admitted",
-            ClaimOutcome::Existing(r) if r.state == InvocationState::Settled => "replayed",
-            ClaimOutcome::Existing(_) => "pending",
-            ClaimOutcome::Conflict => "conflict",
-        });
-        Ok(match claimed {
-            ClaimOutcome::Conflict => Admission::Answer(CapabilityOutcome::preflight(
-                &req.invocation_id,
-                OutcomeError::gateway(
-                    gateway_codes::INVOCATION_CONFLICT,
-                    "This invocation id is already bound to a different capability or input.",
-                ),
-            )),
-            ClaimOutcome::Existing(record) => Admission::Answer(self.replay(&record)),
-            ClaimOutcome::Admitted {
-                claim_token,
-                record,
-            } => Admission::Run(Box::new(Run {
-                who,
-                scope,
-                invocation_id: record.invocation_id,
-                claim_token,
-                idempotency_key: record.idempotency_key,
-                call: Call::Invoke {
-                    capability_id: req.capability_id.into(),
-                    input: req.input,
-                    correlation_id: req.correlation_id.map(String::from),
-                },
-            })),
-        })
+        if let Some(record) = existing {
+            if current.is_none() {
+                self.authorize(
+                    &who,
+                    Operation::Invoke,
+                    Some(&record.capability_id),
+                    Some(&record.input),
+                )
+                .await?;
+            }
+            let binds = input_hash(&req.input)
+                .ok()
+                .is_some_and(|h| record.binds(&req.capability_id, &h));
+            crate::metrics::journal_claim(match (binds, record.state) {
+                (false, _) => "conflict",
+                (true, InvocationState::Settled) => "replayed",
+                (true, InvocationState::Pending) => "pending",
+            });
+            return Ok(Admission::Answer(if binds {
+                self.replay(&record)
+            } else {
+                conflict(&req.invocation_id)
+            }));
+        }
+
+        Ok(Admission::Run(Box::new(Run {
+            who,
+            scope,
+            invocation_id: req.invocation_id.to_string(),
+            claimed: None,
+            call: Call::Invoke {
+                capability_id: req.capability_id.into(),
+                input: req.input,
+                correlation_id: req.correlation_id.map(String::from),
+                contract_digest: current,
+            },
+        })))
+    }
+
+    /// The concealed not-found, audited by the runtime, with nothing journaled.
+    async fn concealed(&self, who: &Authenticated, req: &InvokeBody) -> Admission {
+        let result = self.runtime.conceal(self.invoke_request(who, req)).await;
+        Admission::Answer(super::execution::outcome_of(&req.invocation_id, result))
     }
 
     // -- resumeApproval -------------------------------------------------------------
@@ -346,14 +392,6 @@ impl Gateway {
         req: ResumeApprovalBody,
     ) -> Result<Admission, Reject> {
         let scope = self.scope(&who)?;
-        // Unknown, someone else's, or bound to another invocation: one concealed answer,
-        // serialized like the runtime's unknown approval id.
-        let concealed = || {
-            Admission::Answer(CapabilityOutcome::preflight(
-                &req.invocation_id,
-                PublicError::internal(),
-            ))
-        };
         let found = self
             .journal
             .find_approval(&scope, &req.approval_id)
@@ -363,7 +401,7 @@ impl Gateway {
         let Some(record) = found else {
             self.authorize(&who, Operation::ResumeApproval, None, None)
                 .await?;
-            return Ok(concealed());
+            return Ok(self.resume_concealed(&who, &req).await);
         };
         self.authorize(
             &who,
@@ -376,48 +414,81 @@ impl Gateway {
             // Already resumed: its result (or unknown while that run is in flight).
             return Ok(Admission::Answer(self.replay(&record)));
         }
-        // The current contract must still be the one the call was admitted under.
-        if let (Some(recorded), Some(current)) = (
-            record.contract_digest.as_deref(),
-            self.digest_of(&record.capability_id),
-        ) && recorded != current
+        let me = &who.principal;
+        let approval = self
+            .runtime
+            .approvals()
+            .get_for_requester(&req.approval_id, &me.namespace, &me.actor.reference())
+            .await
+            .ok()
+            .flatten();
+        // The capability must still be the one the call asked approval for: its own digest
+        // (without the deployment revision) as recorded on the approval, so a revision
+        // bump that changed nothing about it keeps the approval; for an approval recorded
+        // without one, the contract digest the call was admitted under.
+        let unchanged = match approval
+            .as_ref()
+            .and_then(|a| a.request.descriptor_digest.as_deref())
         {
-            return Ok(Admission::Answer(CapabilityOutcome::preflight(
-                &req.invocation_id,
-                OutcomeError::gateway(
-                    gateway_codes::CONTRACT_MISMATCH,
-                    "The deployment's contract changed since this call asked for approval.",
-                ),
-            )));
+            Some(recorded) => {
+                self.descriptor_digests
+                    .get(&record.capability_id)
+                    .map(String::as_str)
+                    == Some(recorded)
+            }
+            None => match (
+                record.contract_digest.as_deref(),
+                self.digest_of(&record.capability_id),
+            ) {
+                (Some(recorded), Some(current)) => recorded == current,
+                _ => true,
+            },
+        };
+        if !unchanged {
+            return Ok(self
+                .resume_refused(
+                    &who,
+                    &req,
+                    stale_contract(),
+                    OutcomeError::gateway(
+                        gateway_codes::CONTRACT_MISMATCH,
+                        "The deployment's contract changed since this call asked for approval.",
+                    ),
+                )
+                .await);
         }
         // The caller's own digest, checked as on invoke: CONTRACT_MISMATCH for what it can
         // discover, else the same concealed answer as an unknown approval (SI-8).
         if let Some(given) = &req.contract_digest
             && self.digest_of(&record.capability_id) != Some(given.as_str())
         {
-            let scope = Scope {
-                tags: vec![],
-                ids: vec![record.capability_id.clone()],
-            };
-            if self.describe_for(&who, Some(scope)).await?.is_empty() {
-                return Ok(concealed());
+            if !self.discoverable(&who, &record.capability_id).await? {
+                return Ok(self.resume_concealed(&who, &req).await);
             }
-            return Ok(Admission::Answer(CapabilityOutcome::preflight(
-                &req.invocation_id,
-                OutcomeError::gateway(
-                    gateway_codes::CONTRACT_MISMATCH,
-                    "The contract digest does not match this deployment; fetch the current contract.",
-                ),
-            )));
+            return Ok(self
+                .resume_refused(
+                    &who,
+                    &req,
+                    stale_contract(),
+                    OutcomeError::gateway(
+                        gateway_codes::CONTRACT_MISMATCH,
+                        "The contract digest does not match this deployment; fetch the current contract.",
+                    ),
+                )
+                .await);
         }
         // Not decided yet: say so without reopening the claim.
-        if let Ok(Some(approval)) = self.runtime.approvals().get(&req.approval_id).await
+        if let Some(approval) = &approval
             && approval.effective_status(self.runtime.now()) == ApprovalStatus::Pending
         {
-            return Ok(Admission::Answer(CapabilityOutcome::preflight(
-                &req.invocation_id,
-                public(ErrorCode::ApprovalPending),
-            )));
+            return Ok(self
+                .resume_refused(
+                    &who,
+                    &req,
+                    CapabilityError::new(ErrorCode::ApprovalPending),
+                    public(ErrorCode::ApprovalPending).into(),
+                )
+                .await);
         }
         let reopened = self
             .journal
@@ -437,8 +508,10 @@ impl Gateway {
                 who,
                 scope,
                 invocation_id: reopened.invocation_id,
-                claim_token,
-                idempotency_key: reopened.idempotency_key,
+                claimed: Some(Claimed {
+                    claim_token,
+                    idempotency_key: reopened.idempotency_key,
+                }),
                 call: Call::Resume {
                     approval_id: req.approval_id.to_string(),
                     correlation_id: req.correlation_id.clone().map(String::from),
@@ -446,9 +519,59 @@ impl Gateway {
                 },
             })),
             ResumeClaim::NotResumable(current) => Admission::Answer(self.replay(&current)),
-            ResumeClaim::NotFound => concealed(),
+            ResumeClaim::NotFound => self.resume_concealed(&who, &req).await,
         })
     }
+
+    /// The options a refused resume is recorded with: the caller as the resume would run.
+    fn refusal_options(&self, who: &Authenticated, req: &ResumeApprovalBody) -> ResumeOptions {
+        ResumeOptions {
+            context: who.context.clone(),
+            expected_actor: Some(who.principal.actor.reference()),
+            expected_surface: Some(self.surface),
+            expected_namespace: Some(who.principal.namespace.clone()),
+            actor: Some(who.principal.actor.clone()),
+            correlation_id: req.correlation_id.clone().map(String::from),
+            ..ResumeOptions::default()
+        }
+    }
+
+    /// A resume refused before the runtime: recorded as the runtime records its own
+    /// refusals (`capability.failed`, docs/events.md), answered with `error`.
+    async fn resume_refused(
+        &self,
+        who: &Authenticated,
+        req: &ResumeApprovalBody,
+        recorded: CapabilityError,
+        error: OutcomeError,
+    ) -> Admission {
+        self.runtime
+            .refuse_resume(&req.approval_id, self.refusal_options(who, req), recorded)
+            .await;
+        Admission::Answer(CapabilityOutcome::preflight(&req.invocation_id, error))
+    }
+
+    /// Unknown, someone else's, or bound to another invocation: one concealed answer,
+    /// serialized and audited like the runtime's unknown approval id.
+    async fn resume_concealed(&self, who: &Authenticated, req: &ResumeApprovalBody) -> Admission {
+        let recorded = CapabilityError::new(ErrorCode::InternalError)
+            .with_stage(capgate_core::error::Stage::Approval)
+            .with_cause("unknown approval for this caller");
+        self.runtime
+            .refuse_resume(&req.approval_id, self.refusal_options(who, req), recorded)
+            .await;
+        Admission::Answer(CapabilityOutcome::preflight(
+            &req.invocation_id,
+            PublicError::internal(),
+        ))
+    }
+}
+
+/// What a resume refused for a changed contract is recorded as: `ADAPTER_ERROR` (the
+/// core's code for an adapter's own refusal; the caller reads `CONTRACT_MISMATCH`).
+fn stale_contract() -> CapabilityError {
+    CapabilityError::new(ErrorCode::AdapterError)
+        .with_cause("the capability's contract changed since the approval was asked for")
 }
 
 fn describe_error(e: &CapabilityError) -> Reject {

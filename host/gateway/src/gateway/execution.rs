@@ -1,16 +1,18 @@
 //! The run of an admitted request and its receipt: execute on a task of its own under the
 //! work budget, settle the journal (or leave it pending when the effect is unknown).
 
-use super::admission::{Call, Run};
+use super::admission::{Call, Claimed, Run, conflict, replay};
 use super::{Gateway, LOG};
+use crate::reject::Reject;
 use crate::wire::{CapabilityOutcome, InvocationReceipt};
-use capgate_core::error::ErrorCode;
+use capgate_core::error::{CapabilityError, ErrorCode};
 use capgate_core::journal::{
-    InvocationJournal, InvocationRecord, InvocationState, JournalError, Settlement,
+    ClaimOutcome, ClaimRequest, InvocationJournal, InvocationRecord, InvocationState, JournalError,
+    Settlement,
 };
 use capgate_core::result::ExecutionResult;
-use capgate_core::runtime::{InvokeRequest, ResumeOptions, Runtime};
-use std::sync::Arc;
+use capgate_core::runtime::{AdmissionHook, InvokeRequest, ResumeOptions, Runtime};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -22,7 +24,7 @@ impl Gateway {
         self: &Arc<Self>,
         run: Box<Run>,
         started: Instant,
-    ) -> CapabilityOutcome {
+    ) -> Result<CapabilityOutcome, Reject> {
         let invocation_id = run.invocation_id.clone();
         let cancel = CancellationToken::new();
         // Fires if this request future is dropped (client gone) before the run ends.
@@ -49,33 +51,66 @@ impl Gateway {
             Some(Ok(outcome)) => outcome,
             Some(Err(e)) => {
                 tracing::error!(target: LOG, invocation = %invocation_id, error = %e, "execution task failed");
-                CapabilityOutcome::OutcomeUnknown { invocation_id }
+                Ok(CapabilityOutcome::OutcomeUnknown { invocation_id })
             }
             None => {
                 tracing::warn!(target: LOG, invocation = %invocation_id, "execution did not stop in time; outcome unknown");
-                CapabilityOutcome::OutcomeUnknown { invocation_id }
+                Ok(CapabilityOutcome::OutcomeUnknown { invocation_id })
             }
         }
     }
 
-    async fn execute_and_settle(&self, run: Run, cancel: CancellationToken) -> CapabilityOutcome {
+    async fn execute_and_settle(
+        &self,
+        mut run: Run,
+        cancel: CancellationToken,
+    ) -> Result<CapabilityOutcome, Reject> {
         let actor = run.who.principal.actor.clone();
         let result = match &run.call {
             Call::Invoke {
                 capability_id,
                 input,
                 correlation_id,
+                contract_digest,
             } => {
+                let slot = Arc::new(ClaimSlot::default());
+                let hook = JournalAdmission {
+                    journal: self.journal.clone(),
+                    runtime: self.runtime.clone(),
+                    scope: run.scope.clone(),
+                    namespace: run.who.principal.namespace.clone(),
+                    invocation_id: run.invocation_id.clone(),
+                    capability_id: capability_id.clone(),
+                    input: input.clone(),
+                    correlation_id: correlation_id.clone(),
+                    contract_digest: contract_digest.clone(),
+                    slot: slot.clone(),
+                };
                 let mut request =
                     InvokeRequest::new(self.surface, capability_id.clone(), input.clone(), actor)
                         .namespace(run.who.principal.namespace.clone())
                         .context(run.who.context.clone())
                         .cancel(cancel)
-                        .idempotency_key(run.idempotency_key.clone());
+                        .admission(Arc::new(hook));
+                if let Some(d) = self.descriptor_digests.get(capability_id) {
+                    request = request.descriptor_digest(d.clone());
+                }
                 if let Some(c) = correlation_id {
                     request = request.correlation_id(c.clone());
                 }
-                self.runtime.invoke(request).await
+                let result = self.runtime.invoke(request).await;
+                match slot.take() {
+                    // The journal answered instead (a replay, a conflict, a refusal): the
+                    // call stopped before it was run and this request claimed nothing.
+                    SlotState::Answered(answer) => return answer,
+                    SlotState::Claimed(claimed) => run.claimed = Some(claimed),
+                    // Never admitted: concealed, invalid or otherwise refused before the
+                    // claim. Nothing was stored, so nothing is settled.
+                    SlotState::Empty => {
+                        return Ok(outcome_of(&run.invocation_id, result));
+                    }
+                }
+                result
             }
             Call::Resume {
                 approval_id,
@@ -89,12 +124,15 @@ impl Gateway {
                     expected_surface: Some(self.surface),
                     expected_namespace: Some(run.who.principal.namespace.clone()),
                     actor: Some(actor.clone()),
-                    idempotency_key: Some(run.idempotency_key.clone()),
+                    idempotency_key: run.claimed.as_ref().map(|c| c.idempotency_key.clone()),
                     progress: None,
                     correlation_id: correlation_id.clone(),
                 };
                 self.runtime.resume(approval_id, options).await
             }
+        };
+        let Some(claim_token) = run.claimed.as_ref().map(|c| c.claim_token.clone()) else {
+            return Ok(outcome_of(&run.invocation_id, result));
         };
         let unknown = CapabilityOutcome::OutcomeUnknown {
             invocation_id: run.invocation_id.clone(),
@@ -108,12 +146,12 @@ impl Gateway {
                 execution = %result.execution_id(),
                 "effect status unknown; receipt left pending"
             );
-            return unknown;
+            return Ok(unknown);
         }
         let outcome = outcome_of(&run.invocation_id, result.clone());
         let Ok(value) = serde_json::to_value(&outcome) else {
             tracing::error!(target: LOG, invocation = %run.invocation_id, "outcome could not be serialized; receipt left pending");
-            return unknown;
+            return Ok(unknown);
         };
         let settlement = match (&result, &run.call) {
             (ExecutionResult::ApprovalRequired { approval, .. }, _) => {
@@ -138,7 +176,7 @@ impl Gateway {
             .settle(
                 &run.scope,
                 &run.invocation_id,
-                &run.claim_token,
+                &claim_token,
                 settlement.clone(),
                 self.runtime.now(),
             )
@@ -153,6 +191,7 @@ impl Gateway {
                     self.journal.clone(),
                     self.runtime.clone(),
                     run,
+                    claim_token,
                     settlement,
                 ));
             }
@@ -161,7 +200,123 @@ impl Gateway {
                 tracing::error!(target: LOG, invocation = %run.invocation_id, error = %e, "settling the receipt failed");
             }
         }
-        outcome
+        Ok(outcome)
+    }
+}
+
+/// What the admission step of one invoke left for the request that ran it.
+#[derive(Default)]
+enum SlotState {
+    /// The step was never reached (or never finished): nothing was claimed.
+    #[default]
+    Empty,
+    /// This request owns the claim: settle it.
+    Claimed(Claimed),
+    /// The journal answered instead of admitting (replay, conflict, refusal).
+    Answered(Result<CapabilityOutcome, Reject>),
+}
+
+/// Where [`JournalAdmission`] leaves its result for the request.
+#[derive(Default)]
+struct ClaimSlot(Mutex<SlotState>);
+
+impl ClaimSlot {
+    fn put(&self, state: SlotState) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = state;
+    }
+    fn take(&self) -> SlotState {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// The gateway's admission step ([`AdmissionHook`]): the atomic journal claim, made only
+/// once the runtime found the call admissible (resolved, exposed, schema-valid, not hidden
+/// by policy), so nothing concealed and nothing invalid is ever stored, and within the
+/// namespace's storage budget.
+struct JournalAdmission {
+    journal: Arc<dyn InvocationJournal>,
+    runtime: Runtime,
+    scope: String,
+    namespace: String,
+    invocation_id: String,
+    capability_id: String,
+    input: serde_json::Value,
+    correlation_id: Option<String>,
+    contract_digest: Option<String>,
+    slot: Arc<ClaimSlot>,
+}
+
+impl JournalAdmission {
+    fn request(&self) -> Result<ClaimRequest, JournalError> {
+        let mut claim = ClaimRequest::new(
+            self.scope.clone(),
+            self.invocation_id.clone(),
+            self.capability_id.clone(),
+            self.input.clone(),
+        )?
+        .namespace(self.namespace.clone())?;
+        if let Some(d) = &self.contract_digest {
+            claim = claim.contract_digest(d.clone())?;
+        }
+        if let Some(c) = &self.correlation_id {
+            claim = claim.correlation_id(c.clone())?;
+        }
+        Ok(claim)
+    }
+
+    /// Stop the call: the request answers `answer`; the runtime records why.
+    fn stop(&self, answer: Result<CapabilityOutcome, Reject>, why: &str) -> CapabilityError {
+        self.slot.put(SlotState::Answered(answer));
+        CapabilityError::new(ErrorCode::AdapterError)
+            .with_private_details(serde_json::json!({ "journal": why }))
+    }
+}
+
+#[async_trait::async_trait]
+impl AdmissionHook for JournalAdmission {
+    async fn admit(&self) -> Result<Option<String>, CapabilityError> {
+        let claim = match self.request() {
+            Ok(c) => c,
+            Err(e) => return Err(self.stop(Err(Reject::journal(e)), "invalid claim")),
+        };
+        let claimed = self.journal.claim(claim, self.runtime.now()).await;
+        crate::metrics::journal_claim(match &claimed {
+            Ok(ClaimOutcome::Admitted { .. }) => "admitted",
+            Ok(ClaimOutcome::Existing(r)) if r.state == InvocationState::Settled => "replayed",
+            Ok(ClaimOutcome::Existing(_)) => "pending",
+            Ok(ClaimOutcome::Conflict) => "conflict",
+            Err(JournalError::QuotaExceeded { .. }) => "quota_exceeded",
+            Err(_) => "failed",
+        });
+        match claimed {
+            Ok(ClaimOutcome::Admitted {
+                claim_token,
+                record,
+            }) => {
+                let key = record.idempotency_key.clone();
+                self.slot.put(SlotState::Claimed(Claimed {
+                    claim_token,
+                    idempotency_key: record.idempotency_key,
+                }));
+                Ok(Some(key))
+            }
+            // A concurrent request with the same id claimed it first.
+            Ok(ClaimOutcome::Existing(record)) => {
+                Err(self.stop(Ok(replay(&record)), "claimed by a concurrent request"))
+            }
+            Ok(ClaimOutcome::Conflict) => Err(self.stop(
+                Ok(conflict(&self.invocation_id)),
+                "invocation id bound to other content",
+            )),
+            Err(e) => {
+                let why = if matches!(e, JournalError::QuotaExceeded { .. }) {
+                    "namespace over its storage budget"
+                } else {
+                    "claim failed"
+                };
+                Err(self.stop(Err(Reject::journal(e)), why))
+            }
+        }
     }
 }
 
@@ -180,6 +335,7 @@ async fn settle_until_back(
     journal: Arc<dyn InvocationJournal>,
     runtime: Runtime,
     run: Run,
+    claim_token: String,
     settlement: Settlement,
 ) {
     let give_up = Instant::now() + SETTLE_RETRY_FOR;
@@ -190,7 +346,7 @@ async fn settle_until_back(
             .settle(
                 &run.scope,
                 &run.invocation_id,
-                &run.claim_token,
+                &claim_token,
                 settlement.clone(),
                 runtime.now(),
             )

@@ -71,7 +71,10 @@ async fn answer_admitted(
         Ok(Ok(Admission::Run(run))) => {
             let outcome = gw.execute(run, started).await;
             gw.drain(started).await;
-            outcome
+            match outcome {
+                Ok(outcome) => outcome,
+                Err(reject) => return reject.into_response(),
+            }
         }
     };
     Json(outcome).into_response()

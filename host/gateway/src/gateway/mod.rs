@@ -21,16 +21,18 @@
 //! entries) is `400`; a body over the limit is `413`; all with a
 //! [`GatewayErrorBody`](crate::wire::GatewayErrorBody).
 //!
-//! `invoke` stores nothing for a capability this surface does not expose (or does not
-//! have): the runtime answers it as not found, audited, and nothing is journaled. Otherwise
-//! it claims the invocation in the journal first: a new id is admitted and run with the
-//! journal's idempotency key; a settled identical call is replayed (after fresh
-//! authorization) without running again; a pending one answers `outcome-unknown`; the same
-//! id with another capability or input is `INVOCATION_CONFLICT`, and a stale
-//! `contractDigest` is `CONTRACT_MISMATCH` for a capability this caller can discover (for
-//! one it cannot, the concealed not-found). A failure or cancellation after the procedure
-//! was entered leaves the receipt pending and answers `outcome-unknown`: the effect may have
-//! happened.
+//! `invoke` follows one admission order (docs/gateway.md, "Invocation semantics"): the
+//! authorizer sees only names this surface has (its refusal for a capability the caller
+//! cannot discover is the concealed not-found); a stale `contractDigest` is
+//! `CONTRACT_MISMATCH` for a capability this caller can discover (for one it cannot, the
+//! concealed not-found); a read-only journal lookup replays a settled identical call
+//! (after fresh authorization), answers `outcome-unknown` for a pending one and
+//! `INVOCATION_CONFLICT` for the same id with another capability or input; otherwise the
+//! runtime runs the call, and its admission step claims the journal only once the call
+//! resolved, passed its schema and was not hidden by policy, within the namespace's storage
+//! budget (`507 STORAGE_QUOTA_EXCEEDED` past it). So nothing concealed and nothing invalid
+//! is ever stored. A failure or cancellation after the procedure was entered leaves the
+//! receipt pending and answers `outcome-unknown`: the effect may have happened.
 //!
 //! `resumeApproval` re-checks the current invocation-phase policies with the caller's
 //! current identity and context before the approval is consumed (the runtime does it).
@@ -92,6 +94,15 @@ pub fn capability_router(config: GatewayConfig) -> Result<Router, GatewayConfigE
         .enumerate()
         .map(|(i, d)| (d.id.clone(), i))
         .collect();
+    let mut descriptor_digests = HashMap::new();
+    for d in &contract {
+        if let Some(cap) = config.runtime.registry().get(&d.id) {
+            descriptor_digests.insert(
+                d.id.clone(),
+                crate::contract::descriptor_digest(&config.runtime, cap)?,
+            );
+        }
+    }
     let gateway = Arc::new(Gateway {
         surface: config.surface,
         runtime: config.runtime,
@@ -102,6 +113,7 @@ pub fn capability_router(config: GatewayConfig) -> Result<Router, GatewayConfigE
         max_body_bytes: config.max_body_bytes,
         contract,
         by_id,
+        descriptor_digests,
     });
     // Lookups and listings: tower-http's timeout. invoke and resumeApproval keep their own
     // budget, because running out of it means cancelling the run and answering
@@ -138,6 +150,8 @@ pub(crate) struct Gateway {
     pub(crate) max_body_bytes: usize,
     pub(crate) contract: Vec<PortableCapabilityDescriptor>,
     pub(crate) by_id: HashMap<String, usize>,
+    /// Each capability's own digest without the revision ([`crate::contract::descriptor_digest`]).
+    pub(crate) descriptor_digests: HashMap<String, String>,
 }
 
 impl DoorState for Gateway {

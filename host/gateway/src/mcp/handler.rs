@@ -139,6 +139,25 @@ impl CapgateMcp {
         })
     }
 
+    /// Whether `caller` can discover `capability_id` on the `mcp` surface.
+    async fn discoverable(&self, caller: &Caller, capability_id: &str) -> Result<bool, ErrorData> {
+        let found = describe_mcp(
+            self.runtime.clone(),
+            DescribeOptions {
+                namespace: caller.principal.namespace.clone(),
+                actor: caller.principal.actor.clone(),
+                context: caller.context.clone(),
+                scope: Some(capgate_core::runtime::Scope {
+                    tags: vec![],
+                    ids: vec![capability_id.to_string()],
+                }),
+            },
+        )
+        .await
+        .map_err(|e| ErrorData::internal_error(e.to_public().message, None))?;
+        Ok(!found.is_empty())
+    }
+
     fn caller(&self, context: &RequestContext<RoleServer>) -> Result<Caller, ErrorData> {
         match self.identity.as_ref() {
             McpIdentity::Fixed {
@@ -265,13 +284,32 @@ impl CapgateMcp {
         if resume {
             return self.resume(caller, &input, context).await;
         }
-        self.authorize(
-            &caller,
-            Operation::Invoke,
-            Some(cap.as_ref().map_or(&*request.name, |c| c.id.as_str())),
-            Some(&input),
-        )
-        .await?;
+        // The one admission order (docs/gateway.md, "Invocation semantics"): a tool this
+        // surface has is authorized with its capability and input, and a refusal for one
+        // this caller cannot discover is the concealed not-found; a name it does not have
+        // is never shown to the authorizer (an allowlist of real ids would answer it apart
+        // from a hidden one). Either way the caller learns nothing a describe would not
+        // tell it.
+        if let Some(cap) = cap.as_ref().filter(|c| c.meta.expose.allows(Surface::Mcp)) {
+            let asked = self
+                .authorize(&caller, Operation::Invoke, Some(&cap.id), Some(&input))
+                .await;
+            if let Err(refused) = asked {
+                if self.discoverable(&caller, &cap.id).await? {
+                    return Err(refused);
+                }
+                let invoke = InvokeRequest::new(
+                    Surface::Mcp,
+                    cap.id.clone(),
+                    Value::Null,
+                    caller.principal.actor,
+                )
+                .namespace(caller.principal.namespace);
+                let result = self.runtime.conceal(invoke).await;
+                self.drain_audit().await;
+                return Ok(self.tool_result(&result));
+            }
+        }
         let (progress, forwarder) = progress_channel(&context);
         let result = match cap {
             Some(cap) => {
@@ -280,6 +318,9 @@ impl CapgateMcp {
                         .namespace(caller.principal.namespace)
                         .context(caller.context)
                         .cancel(context.ct.clone());
+                if let Ok(d) = crate::contract::descriptor_digest(&self.runtime, &cap) {
+                    invoke = invoke.descriptor_digest(d);
+                }
                 if let Some(p) = progress {
                     invoke = invoke.progress(p);
                 }
@@ -341,8 +382,7 @@ impl CapgateMcp {
             stored.as_ref().map(|r| &r.request.input),
         )
         .await?;
-        let (progress, forwarder) = progress_channel(&context);
-        let options = ResumeOptions {
+        let mut options = ResumeOptions {
             context: caller.context,
             cancel: Some(context.ct.clone()),
             expected_actor: Some(me.actor.reference()),
@@ -350,9 +390,33 @@ impl CapgateMcp {
             expected_namespace: Some(me.namespace.clone()),
             actor: Some(me.actor.clone()),
             idempotency_key: None,
-            progress,
+            progress: None,
             correlation_id: None,
         };
+        // The contract check the HTTP door makes: the capability must still be the one the
+        // call asked approval for (its own digest, without the deployment revision, as
+        // recorded on the approval). Refused before anything is consumed, and audited.
+        if let Some(recorded) = stored
+            .as_ref()
+            .and_then(|r| r.request.descriptor_digest.as_deref())
+        {
+            let current = stored
+                .as_ref()
+                .and_then(|r| self.runtime.registry().get(&r.request.capability_id))
+                .and_then(|cap| crate::contract::descriptor_digest(&self.runtime, cap).ok());
+            if current.as_deref() != Some(recorded) {
+                let recorded_error = CapabilityError::new(ErrorCode::AdapterError).with_cause(
+                    "the capability's contract changed since the approval was asked for",
+                );
+                self.runtime
+                    .refuse_resume(&approval_id, options, recorded_error)
+                    .await;
+                self.drain_audit().await;
+                return Ok(contract_mismatch_result());
+            }
+        }
+        let (progress, forwarder) = progress_channel(&context);
+        options.progress = progress;
         let result = self.runtime.resume(&approval_id, options).await;
         finish_progress(forwarder).await;
         self.drain_audit().await;
@@ -517,6 +581,20 @@ fn envelope_result(envelope: Value, is_error: bool) -> CallToolResult {
     };
     r.structured_content = Some(envelope);
     r
+}
+
+/// A resume refused because the capability's contract changed since the approval was
+/// asked for: `CONTRACT_MISMATCH`, as the HTTP door answers it.
+fn contract_mismatch_result() -> CallToolResult {
+    let envelope = json!({
+        "status": "failed",
+        "error": {
+            "code": "CONTRACT_MISMATCH",
+            "message": "The deployment's contract changed since this call asked for approval.",
+            "retryable": false,
+        },
+    });
+    envelope_result(envelope, true)
 }
 
 /// A failure that never reached an execution (an unknown tool, a malformed resume request).

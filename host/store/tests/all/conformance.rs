@@ -1188,6 +1188,7 @@ fn request(case: &Case, id: u8, now: DateTime<Utc>, ttl: u8, untyped: bool) -> A
         correlation_id: untyped.then(|| "cor_1".to_string()),
         namespace: case.namespace(),
         untyped,
+        descriptor_digest: untyped.then(|| "dgst_1".to_string()),
     }
 }
 

@@ -8,8 +8,8 @@ use capgate_core::approval::{
 };
 use capgate_core::audit::AuditSink;
 use capgate_core::journal::{
-    ClaimOutcome, ClaimRequest, InvocationJournal, InvocationState, JournalError, ResumeClaim,
-    Settlement, scope_hash,
+    ClaimOutcome, ClaimRequest, InvocationJournal, InvocationState, JournalBudget, JournalError,
+    ResumeClaim, Settlement, scope_hash,
 };
 use capgate_core::runtime::ResumeOptions;
 use capgate_store::{AuditOrder, AuditQuery, AuditSinkOptions, SqlInvocationJournal, Store};
@@ -39,6 +39,8 @@ on_both_backends!(
     a_failing_write_among_concurrent_ones_fails_alone,
     every_way_of_deciding_reads_back_as_recorded,
     concurrent_audit_events_are_all_written_in_order_and_drained_when_the_sink_is_dropped,
+    a_namespace_over_its_journal_budget_is_refused_with_nothing_written,
+    concurrent_claims_never_take_a_namespace_past_its_budget,
 );
 
 fn scope() -> String {
@@ -385,6 +387,153 @@ async fn purge_drops_settled_receipts_past_the_horizon_and_keeps_pending_ones(db
             .is_some()
     );
     assert!(j.get(&scope(), "inv_new").await.expect("get").is_some());
+}
+
+/// A claim in `namespace`'s budget (scope: Dana's, whatever the namespace).
+fn budgeted(namespace: &str, id: &str, input: serde_json::Value) -> ClaimRequest {
+    claim_req(id, input)
+        .namespace(namespace)
+        .expect("valid namespace")
+}
+
+async fn a_namespace_over_its_journal_budget_is_refused_with_nothing_written(db: &TestDb) {
+    let j = db
+        .open()
+        .await
+        .journal()
+        .with_replay_horizon(Duration::from_secs(3600))
+        .with_budget(JournalBudget {
+            max_rows: 3,
+            max_bytes: 1 << 20,
+        });
+    let old = Utc::now() - chrono::Duration::hours(2);
+    let mut first_token = None;
+    for i in 0..3 {
+        let claimed = j
+            .claim(budgeted("org_1", &format!("inv_{i}"), json!({"i": i})), old)
+            .await
+            .expect("within budget");
+        let ClaimOutcome::Admitted { claim_token, .. } = claimed else {
+            panic!("admitted: {claimed:?}");
+        };
+        first_token.get_or_insert(claim_token);
+    }
+    let refused = j
+        .claim(budgeted("org_1", "inv_3", json!({"i": 3})), Utc::now())
+        .await;
+    assert!(
+        matches!(&refused, Err(JournalError::QuotaExceeded { namespace, limit: "rows" }) if namespace == "org_1"),
+        "{refused:?}"
+    );
+    assert!(j.get(&scope(), "inv_3").await.expect("get").is_none());
+    // An id already there is still answered as what it is, not as over budget.
+    assert!(matches!(
+        j.claim(budgeted("org_1", "inv_0", json!({"i": 0})), Utc::now())
+            .await
+            .expect("existing"),
+        ClaimOutcome::Existing(_)
+    ));
+    // Another namespace has a budget of its own.
+    let other = ClaimRequest::new("e".repeat(64), "inv_3", "orders.refund", json!({}))
+        .and_then(|c| c.namespace("org_2"))
+        .expect("valid");
+    assert!(matches!(
+        j.claim(other, Utc::now()).await.expect("claim"),
+        ClaimOutcome::Admitted { .. }
+    ));
+    // Settled receipts leave the count when the horizon purges them.
+    j.settle(
+        &scope(),
+        "inv_0",
+        first_token.as_deref().expect("token"),
+        Settlement::final_outcome(json!({"status": "completed"})),
+        old,
+    )
+    .await
+    .expect("settle");
+    assert_eq!(j.purge_expired(Utc::now()).await.expect("purge"), 1);
+    assert!(matches!(
+        j.claim(budgeted("org_1", "inv_3", json!({"i": 3})), Utc::now())
+            .await
+            .expect("room again"),
+        ClaimOutcome::Admitted { .. }
+    ));
+
+    // The bytes bound: two 100-byte inputs fit in 250 bytes, a third does not.
+    let bytes = db.open().await.journal().with_budget(JournalBudget {
+        max_rows: 1000,
+        max_bytes: 250,
+    });
+    let input = json!({"note": "x".repeat(89)});
+    assert_eq!(input.to_string().len(), 100);
+    for i in 0..2 {
+        assert!(matches!(
+            bytes
+                .claim(
+                    budgeted("org_3", &format!("inv_b{i}"), input.clone()),
+                    Utc::now()
+                )
+                .await
+                .expect("within budget"),
+            ClaimOutcome::Admitted { .. }
+        ));
+    }
+    let refused = bytes
+        .claim(budgeted("org_3", "inv_b2", input), Utc::now())
+        .await;
+    assert!(
+        matches!(
+            &refused,
+            Err(JournalError::QuotaExceeded { limit: "bytes", .. })
+        ),
+        "{refused:?}"
+    );
+    assert!(bytes.get(&scope(), "inv_b2").await.expect("get").is_none());
+}
+
+async fn concurrent_claims_never_take_a_namespace_past_its_budget(db: &TestDb) {
+    let budget = JournalBudget {
+        max_rows: 10,
+        max_bytes: 1 << 20,
+    };
+    let (a, b) = (db.open().await, db.open().await);
+    let journals = [
+        a.journal().with_budget(budget),
+        b.journal().with_budget(budget),
+    ];
+    let tasks: Vec<_> = (0..60)
+        .map(|i| {
+            let j = journals[i % 2].clone();
+            tokio::spawn(async move {
+                j.claim(
+                    budgeted("org_1", &format!("inv_c{i}"), json!({"i": i})),
+                    Utc::now(),
+                )
+                .await
+            })
+        })
+        .collect();
+    let (mut admitted, mut refused) = (0, 0);
+    for t in tasks {
+        match t.await.expect("task") {
+            Ok(ClaimOutcome::Admitted { .. }) => admitted += 1,
+            Err(JournalError::QuotaExceeded { .. }) => refused += 1,
+            other => panic!("unexpected claim answer {other:?}"),
+        }
+    }
+    assert_eq!((admitted, refused), (10, 50));
+    let mut stored = 0;
+    for i in 0..60 {
+        if journals[0]
+            .get(&scope(), &format!("inv_c{i}"))
+            .await
+            .expect("get")
+            .is_some()
+        {
+            stored += 1;
+        }
+    }
+    assert_eq!(stored, 10);
 }
 
 // ── Restart safety: a real second process ─────────────────────────────────────────────
@@ -993,6 +1142,7 @@ fn numbered_event(t: usize, i: usize) -> capgate_core::audit::AuditEvent {
             EventPayload::Started {
                 attempt: 1,
                 approval_id: None,
+                resume_correlation_id: None,
             }
         } else {
             EventPayload::Requested {
