@@ -149,5 +149,16 @@ fn test(root: &Path, extra: &[String]) -> anyhow::Result<()> {
             "--config",
             "examples/customer-support/capgate.toml",
             "examples/customer-support/scenarios",
+        ]))?;
+    // The support desk's own checks need its real procedure: `--live` (the example's local
+    // Wasm component; no network, no credentials).
+    run(Command::new(target.join("debug/capgate"))
+        .current_dir(root)
+        .args([
+            "test",
+            "--live",
+            "--config",
+            "examples/customer-support/capgate.toml",
+            "examples/customer-support/scenarios/live",
         ]))
 }

@@ -51,8 +51,8 @@ pub struct MetricsSection {
     pub listen: Option<String>,
     /// The path (default `/metrics`).
     pub path: String,
-    /// Hex SHA-256 of a bearer token scrapes must send (`capgate keys hash TOKEN` prints
-    /// it); absent: no authentication (bind `listen` to a private address).
+    /// Hex SHA-256 of a bearer token scrapes must send (`capgate keys hash` prints it, the
+    /// token on standard input); absent: no authentication (bind `listen` to a private address).
     pub bearer_token_sha256: Option<String>,
 }
 
@@ -476,7 +476,7 @@ pub struct ActorSection {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ApiKeySection {
-    /// SHA-256 hex of the key (`capgate keys hash KEY` prints it).
+    /// SHA-256 hex of the key (`capgate keys hash`, the key on standard input, prints it).
     pub sha256: String,
     /// The actor.
     pub actor: ActorSection,
@@ -1094,7 +1094,7 @@ impl Config {
             if k.sha256.len() != 64 || !k.sha256.chars().all(|c| c.is_ascii_hexdigit()) {
                 problems.push(doc.problem(
                     &format!("/gateway/apiKeys/{i}/sha256"),
-                    "must be the SHA-256 hex of the key (`capgate keys hash KEY`); keys are never stored in clear",
+                    "must be the SHA-256 hex of the key (`printf '%s' KEY | capgate keys hash`); keys are never stored in clear",
                 ));
             }
             if k.actor.kind == ActorKind::Anonymous {

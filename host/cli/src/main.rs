@@ -123,7 +123,7 @@ enum Command {
     /// status, error code, output fields, policy stances, audit event types in order).
     ///
     /// Every scenario runs the deployment's real pipeline and Wasm plugins on a fresh
-    /// in-memory store, in parallel. Exit status: 0 all passed, 1 some failed, 2 the
+    /// in-memory store, in parallel; no configured procedure runs unless `--live`. Exit status: 0 all passed, 1 some failed, 2 the
     /// configuration or a scenario file was refused (every problem located) or nothing ran.
     /// Format: README "Testing a deployment".
     ///
@@ -145,6 +145,12 @@ enum Command {
         /// How many scenarios run at once.
         #[arg(long, default_value_t = 8)]
         jobs: usize,
+        /// Call the configured procedure of a scenario that has no stub for real: an HTTP
+        /// upstream is sent the request with its configured credential headers, a Wasm
+        /// procedure runs. Without it, no configured procedure runs: a scenario that reaches
+        /// one without a stub fails and nothing reaches the backend.
+        #[arg(long)]
+        live: bool,
     },
     /// Plugin author tools.
     Plugin {
@@ -420,10 +426,16 @@ enum AuditCommand {
 
 #[derive(Subcommand)]
 enum KeysCommand {
-    /// Print the SHA-256 of an API key, the form `[[gateway.apiKeys]] sha256` stores.
+    /// Print the SHA-256 of an API key, the form `[[gateway.apiKeys]] sha256` stores. The
+    /// key is read from standard input (one line; the line break is not part of it), never
+    /// from the command line, where shell history and process listings would keep it.
+    ///
+    /// Example: printf '%s' "$NEW_KEY" | capgate keys hash
     Hash {
-        /// The key.
-        key: String,
+        /// Refused: a key on the command line is visible to every local user (`ps`) and
+        /// kept in shell history. Pipe it on standard input instead.
+        #[arg(hide = true)]
+        key: Option<String>,
     },
 }
 
@@ -563,12 +575,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             filter,
             format,
             jobs,
+            live,
         } => scenario::main(scenario::Options {
             config,
             paths,
             filter,
             format,
             jobs,
+            live,
         }),
         Command::Plugin {
             command: PluginCommand::Test { plugin, cases },
@@ -619,6 +633,20 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Keys {
             command: KeysCommand::Hash { key },
         } => {
+            if key.is_some() {
+                eprintln!(
+                    "error: `capgate keys hash` reads the key from standard input, not the command line \
+                     (where `ps` and shell history would show it): printf '%s' \"$KEY\" | capgate keys hash"
+                );
+                return Ok(ExitCode::from(2));
+            }
+            let key = match ops::read_key(std::io::stdin().lock()) {
+                Ok(k) => k,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return Ok(ExitCode::from(2));
+                }
+            };
             // The very function the gateway hashes a presented key with.
             println!("{}", capgate_gateway::auth::hash_api_key(&key));
             Ok(ExitCode::SUCCESS)

@@ -447,7 +447,7 @@ impl Validation<'_> {
         if keys.is_empty() && jwt.is_none() {
             self.problem(
                 "/gateway",
-                "no way to authenticate: add [[gateway.apiKeys]] (`capgate keys hash KEY` prints the hash) or [gateway.jwt]",
+                "no way to authenticate: add [[gateway.apiKeys]] (`printf '%s' KEY | capgate keys hash` prints the hash) or [gateway.jwt]",
             );
             return None;
         }
@@ -651,14 +651,9 @@ impl Validation<'_> {
                 return out;
             }
         };
+        // Created (0700) and checked by `with_cache` below: a cache another user, or the
+        // group, could write is refused.
         let cache = self.cfg.relative(&self.cfg.runtime.compile_cache);
-        if let Err(e) = std::fs::create_dir_all(&cache) {
-            self.problem(
-                "/runtime/compileCache",
-                format!("cannot create the compile cache {}: {e}", cache.display()),
-            );
-            return out;
-        }
         let dir = match PluginDir::open(self.cfg.plugin_dir()) {
             Ok(d) => d,
             Err(e) => {
@@ -758,6 +753,8 @@ impl Validation<'_> {
                 .map_or_else(|| compile_cache.join("oci"), |c| self.cfg.relative(c)),
             insecure: o.insecure_registries.clone(),
             keys,
+            // With a key listed, every registry plugin needs a valid signature by one
+            // (`oci::fetch`); `requireSignature` also refuses local files.
             require: o.require_signature,
         })
     }
@@ -1179,6 +1176,9 @@ pub struct TestHooks {
     pub observe: PolicyObserver,
     /// Capability id → the procedure that replaces its configured one.
     pub procedures: BTreeMap<String, Arc<dyn capgate_core::procedure::Procedure>>,
+    /// The procedure of every capability `procedures` does not replace; `None`: the
+    /// configured one runs for real (`capgate test --live`).
+    pub unstubbed: Option<Arc<dyn capgate_core::procedure::Procedure>>,
 }
 
 fn observed(p: &Arc<dyn Policy>, hooks: Option<&TestHooks>) -> Arc<dyn Policy> {
@@ -1197,7 +1197,7 @@ fn registry_of(
 ) -> Result<Registry, RegistryError> {
     let mut registry = Registry::builder();
     for c in capabilities {
-        let stub = hooks.and_then(|h| h.procedures.get(&c.id));
+        let stub = hooks.and_then(|h| h.procedures.get(&c.id).or(h.unstubbed.as_ref()));
         let def = CapabilityDef::new(c.id.clone(), c.meta.clone());
         let mut def = match stub {
             Some(p) => def.procedure_arc(p.clone()),

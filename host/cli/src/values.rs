@@ -365,7 +365,7 @@ impl Config {
         {
             out.push(doc.problem(
                 &format!("{AT}/bearerTokenSha256"),
-                "must be 64 hex digits (the SHA-256 of the token: `capgate keys hash TOKEN` prints it)",
+                "must be 64 hex digits (the SHA-256 of the token: `capgate keys hash` prints it, reading the token from standard input)",
             ));
         }
     }

@@ -104,6 +104,7 @@ pub mod metrics;
 mod pipeline;
 pub mod policy;
 pub mod procedure;
+pub mod progress;
 pub mod redact;
 pub mod registry;
 pub mod result;

@@ -57,6 +57,18 @@ pub enum LoadError {
         /// The cause.
         reason: String,
     },
+    /// The compile cache directory is not private to this process's user (owned by another
+    /// user, or writable by group or others): whoever can write it could plant native code
+    /// under a pinned plugin's key, so it is not used.
+    #[error(
+        "the compile cache {path} is {reason}; it holds native code, so it must be owned by this user and writable by nobody else (chmod 700 it, or point runtime.compileCache elsewhere)"
+    )]
+    UntrustedCache {
+        /// The directory.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The engine could not be created (Wasmtime's error).
     #[error("the Wasm engine could not be created: {0}")]
     Engine(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),

@@ -57,6 +57,11 @@ pub struct HostOptions {
     pub background_nice: i32,
     /// Most ready instances all reserves together may hold (each holds a pool slot).
     pub max_reserved: usize,
+    /// Most idle pooled instances all pooled bindings together keep, across every
+    /// namespace (each holds a pool slot and its guest's memory). Past it the oldest idle
+    /// instance is retired, so no number of tenants can park every slot. 0: no instance is
+    /// kept idle.
+    pub max_idle_pooled: usize,
 }
 
 impl Default for HostOptions {
@@ -73,6 +78,7 @@ impl Default for HostOptions {
             slow_lane_threads: 0,
             background_nice: 10,
             max_reserved: 250,
+            max_idle_pooled: 256,
         }
     }
 }
@@ -131,6 +137,7 @@ pub(crate) struct HostInner {
     pub(crate) linker: Linker<StoreData>,
     pub(crate) options: HostOptions,
     pub(crate) compat: String,
+    pub(crate) idle: crate::idle::IdleLedger,
     upkeep: Arc<Upkeep>,
     upkeep_thread: Option<Thread>,
     slow_lane: OnceLock<Result<tokio::runtime::Runtime, String>>,
@@ -266,6 +273,7 @@ impl WasmHost {
                 linker,
                 options,
                 compat,
+                idle: crate::idle::IdleLedger::default(),
                 upkeep,
                 upkeep_thread,
                 slow_lane: OnceLock::new(),
@@ -297,6 +305,17 @@ impl WasmHost {
     /// The options in force.
     pub fn options(&self) -> &HostOptions {
         &self.inner.options
+    }
+
+    /// Idle pooled instances kept right now, every binding and namespace together (at most
+    /// [`HostOptions::max_idle_pooled`]).
+    pub fn idle_pooled(&self) -> usize {
+        self.inner.idle.len()
+    }
+
+    /// Idle pooled instances retired so far because the host-wide cap was reached.
+    pub fn idle_evictions(&self) -> u64 {
+        self.inner.idle.evicted()
     }
 
     /// Hex digest of the engine's precompilation compatibility hash: part of every cache key.

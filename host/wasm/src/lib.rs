@@ -89,6 +89,7 @@ mod convert;
 pub mod decode;
 mod error;
 mod host;
+mod idle;
 mod limits;
 pub mod metrics;
 mod plugin;

@@ -1,6 +1,18 @@
 //! Loading: a component file opened through cap-std from the plugin directory, checked
 //! against its SHA-256 pin, compiled once (or loaded from the on-disk cache keyed by digest
 //! and engine compatibility hash), pre-linked into an `InstancePre`.
+//!
+//! **The compile cache is bound to the pin.** It holds native code, which the pin of the
+//! `.wasm` does not cover. So: the cache directory must be owned by this process's user and
+//! writable by nobody else (capgate creates it `0700`; otherwise [`PluginDir::with_cache`]
+//! refuses it). Each artifact capgate compiles is stored with an index entry,
+//! `<key>.sha256`, holding the artifact's key and the SHA-256 of its bytes. Before
+//! `deserialize` the artifact and its entry are read (once, into memory), both must be
+//! regular files private to this user, the entry must name this key and the bytes' digest:
+//! anything else (no entry, another key's entry, other bytes, a file writable by others) is
+//! refused and the plugin is compiled from the pinned `.wasm` again, which rewrites both.
+//! What this does not stop: a process running as the same user (it could rewrite the
+//! index, or the capgate binary); SECURITY.md says why no keyed MAC is added.
 
 use crate::error::LoadError;
 use crate::host::WasmHost;
@@ -47,16 +59,24 @@ impl PluginDir {
         })
     }
 
-    /// Cache compiled code in `path` (created if missing) so a restart does not recompile.
-    /// The cache holds native code: it must be as trusted as the binary itself.
+    /// Cache compiled code in `path` (created `0700` if missing) so a restart does not
+    /// recompile. The cache holds native code: a directory owned by another user or writable
+    /// by group or others is refused ([`LoadError::UntrustedCache`]), and each artifact is
+    /// checked against the index capgate keeps before it is used (module docs).
     pub fn with_cache(mut self, path: impl AsRef<Path>) -> Result<PluginDir, LoadError> {
         let path = path.as_ref();
         let io = |source| LoadError::Io {
             file: path.display().to_string(),
             source,
         };
-        std::fs::create_dir_all(path).map_err(io)?;
-        self.cache = Some(Dir::open_ambient_dir(path, ambient_authority()).map_err(io)?);
+        create_private_dir(path).map_err(io)?;
+        let dir = Dir::open_ambient_dir(path, ambient_authority()).map_err(io)?;
+        let meta = dir.dir_metadata().map_err(io)?;
+        private_to_me(&meta).map_err(|reason| LoadError::UntrustedCache {
+            path: path.display().to_string(),
+            reason,
+        })?;
+        self.cache = Some(dir);
         Ok(self)
     }
 
@@ -69,10 +89,140 @@ impl PluginDir {
 /// Where a plugin came from and how long loading took (the CLI and benches report it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LoadSource {
-    /// Compiled now.
+    /// Compiled now (nothing was cached for it, or there is no cache).
     Compiled,
-    /// Deserialized from the compiled cache.
+    /// Deserialized from the compiled cache, its artifact matching the index.
     Cache,
+    /// Compiled now because the cached artifact was refused: not bound to this pin by the
+    /// index, or not private to this user (a warning names the reason).
+    CacheRefused,
+}
+
+/// The most bytes of one cached artifact read (a JavaScript or Python component compiles
+/// to tens of megabytes).
+const MAX_ARTIFACT_BYTES: u64 = 1 << 30;
+
+/// The most bytes of one index entry read (`<key> <64 hex>\n`).
+const MAX_INDEX_ENTRY_BYTES: u64 = 512;
+
+/// Create `path` (and its parents) for the compile cache: `0700` on Unix.
+fn create_private_dir(path: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(path)
+    }
+    #[cfg(not(unix))]
+    {
+        std::fs::create_dir_all(path)
+    }
+}
+
+/// Whether a cache file or directory is this user's alone: owned by the effective user and
+/// writable by neither group nor others. `Err` says what is wrong.
+#[cfg(unix)]
+fn private_to_me(meta: &cap_std::fs::Metadata) -> Result<(), String> {
+    use cap_std::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return Err(format!(
+            "owned by uid {}, not by this process's user (uid {me})",
+            meta.uid()
+        ));
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(format!("writable by group or others (mode {mode:o})"));
+    }
+    Ok(())
+}
+
+/// No ownership model to check off Unix: the cache is as trusted as its directory's ACL.
+#[cfg(not(unix))]
+fn private_to_me(_meta: &cap_std::fs::Metadata) -> Result<(), String> {
+    Ok(())
+}
+
+/// The index entry of an artifact: its key and the SHA-256 of its bytes.
+fn index_entry(key: &str, artifact: &[u8]) -> String {
+    format!("{key} {}\n", sha256_hex(artifact))
+}
+
+/// The index entry's file name of an artifact.
+fn index_name(key: &str) -> String {
+    format!("{key}.sha256")
+}
+
+/// Read one cache file through an open handle: a regular file private to this user, at most
+/// `limit` bytes. `Ok(None)` when there is no such file.
+fn read_private(cache: &Dir, name: &str, limit: u64) -> Result<Option<Vec<u8>>, String> {
+    use std::io::Read;
+    let file = match cache.open(name) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("`{name}` cannot be opened: {e}")),
+    };
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("`{name}` cannot be inspected: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("`{name}` is not a regular file"));
+    }
+    private_to_me(&meta).map_err(|r| format!("`{name}` is {r}"))?;
+    if meta.len() > limit {
+        return Err(format!("`{name}` is larger than {limit} bytes"));
+    }
+    let mut bytes = Vec::new();
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("`{name}` cannot be read: {e}"))?;
+    if bytes.len() as u64 > limit {
+        return Err(format!("`{name}` is larger than {limit} bytes"));
+    }
+    Ok(Some(bytes))
+}
+
+/// The cached artifact of `key`, if capgate stored it and it is intact: `Ok(None)` when
+/// nothing is cached, `Err` (why) when something is but may not be used.
+fn cached_artifact(cache: &Dir, key: &str) -> Result<Option<Vec<u8>>, String> {
+    let Some(artifact) = read_private(cache, key, MAX_ARTIFACT_BYTES)? else {
+        return Ok(None);
+    };
+    let Some(entry) = read_private(cache, &index_name(key), MAX_INDEX_ENTRY_BYTES)? else {
+        return Err("it has no index entry (capgate did not store it)".into());
+    };
+    if entry != index_entry(key, &artifact).as_bytes() {
+        return Err(
+            "its bytes are not the ones the index recorded for this key (another artifact?)".into(),
+        );
+    }
+    Ok(Some(artifact))
+}
+
+/// Write `bytes` to `name` in the cache: a fresh private temporary file, synced, renamed
+/// over `name`.
+fn write_private(cache: &Dir, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = format!("{name}.tmp{}", std::process::id());
+    let mut options = cap_std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use cap_std::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let _ = cache.remove_file(&tmp);
+    let written = cache
+        .open_with(&tmp, &options)
+        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
+        .and_then(|()| cache.rename(&tmp, cache, name));
+    if written.is_err() {
+        let _ = cache.remove_file(&tmp);
+    }
+    written
 }
 
 /// A loaded, pre-linked plugin component. Bind it to one or more interfaces with
@@ -168,15 +318,33 @@ impl WasmHost {
         let key = format!("{digest}-{}.cwasm", &self.compatibility_hash()[..16]);
         let mut source = LoadSource::Compiled;
         let mut component = None;
-        if let Some(cache) = cache
-            && let Ok(compiled) = cache.read(&key)
-        {
-            // SAFETY: the cache directory is trusted configuration (it holds native code
-            // produced by this engine); the key binds the source digest and the engine's
-            // compatibility hash, and wasmtime re-checks the engine settings.
-            if let Ok(c) = unsafe { Component::deserialize(engine, &compiled) } {
-                component = Some(c);
-                source = LoadSource::Cache;
+        if let Some(cache) = cache {
+            match cached_artifact(cache, &key) {
+                Ok(None) => {}
+                Ok(Some(compiled)) => {
+                    // SAFETY: these bytes are the artifact capgate itself compiled from the
+                    // pinned `.wasm` and stored under this key: the index entry, kept in a
+                    // directory and files only this user can write, records their digest,
+                    // checked on exactly these bytes (read once). The key binds the source
+                    // digest and the engine's compatibility hash; wasmtime re-checks the
+                    // engine settings.
+                    match unsafe { Component::deserialize(engine, &compiled) } {
+                        Ok(c) => {
+                            component = Some(c);
+                            source = LoadSource::Cache;
+                        }
+                        Err(_) => source = LoadSource::CacheRefused,
+                    }
+                }
+                Err(reason) => {
+                    tracing::warn!(
+                        target: "capgate::plugin",
+                        plugin = file,
+                        artifact = %key,
+                        "the compiled cache's artifact is not used, {reason}; compiling the pinned plugin again"
+                    );
+                    source = LoadSource::CacheRefused;
+                }
             }
         }
         let component = match component {
@@ -185,15 +353,16 @@ impl WasmHost {
                 let c = Component::new(engine, bytes).map_err(invalid)?;
                 if let Some(cache) = cache {
                     // Best effort: a cache that cannot be written only costs a recompile.
+                    // The artifact first, then its index entry: an artifact without its
+                    // entry (a crash between the two) is refused and recompiled.
                     if let Ok(serialized) = c.serialize() {
-                        let tmp = format!("{key}.tmp{}", std::process::id());
-                        let written = cache
-                            .create(&tmp)
-                            .and_then(|mut f| f.write_all(&serialized).and_then(|()| f.sync_all()))
-                            .and_then(|()| cache.rename(&tmp, cache, &key));
-                        if written.is_err() {
-                            let _ = cache.remove_file(&tmp);
-                        }
+                        let _ = write_private(cache, &key, &serialized).and_then(|()| {
+                            write_private(
+                                cache,
+                                &index_name(&key),
+                                index_entry(&key, &serialized).as_bytes(),
+                            )
+                        });
                     }
                 }
                 c

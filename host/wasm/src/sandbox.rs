@@ -88,6 +88,8 @@ struct Warm<G> {
     store: Store<StoreData>,
     guest: G,
     uses: u32,
+    /// Its entry in the host's idle ledger while it is parked.
+    seq: u64,
 }
 
 /// The pool partition of one call: the tenant namespace the call was made in, so pooled
@@ -240,20 +242,43 @@ impl<I: Exports> Sandbox<I> {
 
     fn take_warm(&self, namespace: &str) -> Option<Warm<I::Guest>> {
         let mut pool = self.pool.lock().ok()?;
-        pool.get_mut(namespace)?.pop()
+        let slot = pool.get_mut(namespace)?;
+        let warm = slot.pop()?;
+        // An emptied namespace leaves no entry behind (tenants come and go).
+        if slot.is_empty() {
+            pool.remove(namespace);
+        }
+        self.plugin.host.inner.idle.forget(warm.seq);
+        Some(warm)
     }
 
-    fn give_back(&self, namespace: &str, warm: Warm<I::Guest>, max_uses: u32, max_idle: u32) {
+    /// Park a finished instance for its namespace's next call (up to `max_idle` there and
+    /// the host's `max_idle_pooled` across everything; the oldest idle instance anywhere
+    /// is retired to make room), or retire it.
+    fn give_back(
+        self: &Arc<Self>,
+        namespace: &str,
+        mut warm: Warm<I::Guest>,
+        max_uses: u32,
+        max_idle: u32,
+    ) {
+        let host = &self.plugin.host;
         if warm.uses < max_uses
             && let Ok(mut pool) = self.pool.lock()
         {
             let slot = pool.entry(namespace.to_string()).or_default();
             if slot.len() < max_idle as usize {
+                warm.seq = host.inner.idle.next_seq();
+                let me: Weak<dyn crate::idle::Evict> =
+                    Arc::downgrade(&(self.clone() as Arc<dyn crate::idle::Evict>));
+                host.inner.idle.track(warm.seq, me, namespace);
                 slot.push(warm);
+                drop(pool);
+                host.inner.idle.enforce(host.inner.options.max_idle_pooled);
                 return;
             }
         }
-        self.plugin.host.reap(Box::new(warm.store));
+        host.reap(Box::new(warm.store));
     }
 
     /// Idle pooled instances, per namespace (tests and metrics).
@@ -437,6 +462,7 @@ impl<I: Exports> Sandbox<I> {
                             store,
                             guest,
                             uses: uses + 1,
+                            seq: 0,
                         },
                         max_uses,
                         max_idle,
@@ -549,9 +575,31 @@ impl<I: Exports> Refill for Sandbox<I> {
     }
 }
 
+impl<I: Exports> crate::idle::Evict for Sandbox<I> {
+    fn evict(&self, namespace: &str, seq: u64) {
+        let evicted = self.pool.lock().ok().and_then(|mut pool| {
+            let slot = pool.get_mut(namespace)?;
+            let at = slot.iter().position(|w| w.seq == seq)?;
+            let warm = slot.remove(at);
+            if slot.is_empty() {
+                pool.remove(namespace);
+            }
+            Some(warm)
+        });
+        if let Some(warm) = evicted {
+            self.plugin.host.reap(Box::new(warm.store));
+        }
+    }
+}
+
 impl<I: Exports> Drop for Sandbox<I> {
     fn drop(&mut self) {
         let ready = self.reserve.ready.get_mut().map_or(0, |r| r.len());
         self.plugin.host.reserved_released(ready);
+        if let Ok(pool) = self.pool.get_mut() {
+            for warm in pool.values().flatten() {
+                self.plugin.host.inner.idle.forget(warm.seq);
+            }
+        }
     }
 }

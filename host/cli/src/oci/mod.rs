@@ -133,7 +133,8 @@ pub struct OciSection {
     /// accepted.
     pub public_keys: Vec<String>,
     /// Refuse every plugin without a valid signature by one of `publicKeys` (local plugin
-    /// files included: they cannot carry one).
+    /// files included: they cannot carry one). Registry plugins need a valid signature
+    /// whenever `publicKeys` lists a key, with or without this.
     pub require_signature: bool,
 }
 
@@ -255,7 +256,9 @@ pub struct Settings {
     pub insecure: Vec<String>,
     /// Accepted signers.
     pub keys: Vec<sign::PublicKey>,
-    /// Whether a valid signature is required.
+    /// `requireSignature`: every plugin needs a valid signature, local plugin files (which
+    /// cannot carry one) are refused. Registry plugins need one whenever `keys` is not
+    /// empty, whatever this says: a configured signer is never advisory.
     pub require: bool,
 }
 
@@ -478,6 +481,8 @@ pub fn fetch(r: &Reference, settings: &Settings, pin: Option<&str>) -> Result<Fe
             actual: layer_hex,
         });
     }
+    // No key listed: unsigned plugins load (pinned by digest); any key listed: a valid
+    // signature by one is required.
     let signed_by = if settings.keys.is_empty() {
         if settings.require {
             return Err(OciError::Signature(
@@ -487,7 +492,13 @@ pub fn fetch(r: &Reference, settings: &Settings, pin: Option<&str>) -> Result<Fe
         }
         None
     } else {
-        signature(r, &manifest_hex, settings, &cache, &mut downloaded)?
+        Some(signature(
+            r,
+            &manifest_hex,
+            settings,
+            &cache,
+            &mut downloaded,
+        )?)
     };
     Ok(Fetched {
         dir: cache.blobs(),
@@ -498,55 +509,48 @@ pub fn fetch(r: &Reference, settings: &Settings, pin: Option<&str>) -> Result<Fe
     })
 }
 
-/// The signature policy for one artifact: the signer's name, `None` when unsigned and no
-/// signature is required, or a refusal.
+/// The signature check of one artifact when `publicKeys` lists a key: the signer's name, or
+/// a refusal (unsigned, signatures unreachable, none valid). A configured signer is never
+/// advisory, whether or not `requireSignature` is set.
 fn signature(
     r: &Reference,
     manifest_hex: &str,
     settings: &Settings,
     cache: &Cache,
     downloaded: &mut bool,
-) -> Result<Option<String>, OciError> {
+) -> Result<String, OciError> {
     let digest = format!("sha256:{manifest_hex}");
     let path = cache.signatures(&r.name(), manifest_hex);
     if let Some(bytes) = Cache::read(&path, 1 << 20)
         && let Ok(cands) = serde_json::from_slice::<Vec<sign::Candidate>>(&bytes)
         && let Some(k) = sign::verify(&cands, &settings.keys, &digest)
     {
-        return Ok(Some(k.name.clone()));
+        return Ok(k.name.clone());
     }
     let fetched = on_thread(pull_signatures(r, manifest_hex, settings));
     *downloaded = true;
     let candidates = match fetched {
         Ok(c) => c,
-        Err(e) if settings.require => {
+        Err(e) => {
             return Err(OciError::Signature(format!(
-                "runtime.oci.requireSignature is set and the signatures of {} could not be fetched: {e}",
+                "runtime.oci.publicKeys is set, so a registry plugin must be signed, and the signatures of {} could not be fetched: {e}",
                 r.pinned(manifest_hex)
             )));
         }
-        Err(e) => {
-            tracing::warn!(plugin = %r.pinned(manifest_hex), error = %e, "could not fetch plugin signatures; loading it unverified (requireSignature is off)");
-            return Ok(None);
-        }
     };
     if candidates.is_empty() {
-        if settings.require {
-            return Err(OciError::Signature(format!(
-                "{} is not signed (no {} in {}), and runtime.oci.requireSignature is set; sign it with `capgate plugin push --sign-key KEY`",
-                r.pinned(manifest_hex),
-                sign::tag(manifest_hex),
-                r.name()
-            )));
-        }
-        tracing::warn!(plugin = %r.pinned(manifest_hex), "plugin is not signed; loading it (requireSignature is off)");
-        return Ok(None);
+        return Err(OciError::Signature(format!(
+            "{} is not signed (no {} in {}), and runtime.oci.publicKeys is set, so a registry plugin must be; sign it with `capgate plugin push --sign-key KEY`",
+            r.pinned(manifest_hex),
+            sign::tag(manifest_hex),
+            r.name()
+        )));
     }
     match sign::verify(&candidates, &settings.keys, &digest) {
         Some(k) => {
             let json = serde_json::to_vec(&candidates).unwrap_or_default();
             Cache::write(&path, &json)?;
-            Ok(Some(k.name.clone()))
+            Ok(k.name.clone())
         }
         None => Err(OciError::Signature(format!(
             "{} has {} signature(s), none valid for this digest under a key of runtime.oci.publicKeys ({}); refusing it",

@@ -4,6 +4,9 @@
 //! `PASS`/`FAIL` with an expected-vs-actual diff per field, `N passed, M failed`, or JUnit
 //! XML for CI (`--format junit`).
 //!
+//! No configured procedure runs unless `--live`: a scenario that reaches a procedure it
+//! does not stub fails, naming itself and what to do, and nothing reaches the backend.
+//!
 //! Exit status: 0 every scenario passed, 1 some failed, 2 the configuration or a scenario
 //! file was refused (every problem located, `file:line:column: key: message`) or nothing
 //! was run.
@@ -39,6 +42,10 @@ pub struct Options {
     pub format: Format,
     /// Scenarios run at once.
     pub jobs: usize,
+    /// Run the configured procedure of a scenario without a stub for real (HTTP upstreams
+    /// with their configured credentials, Wasm procedures); without it, such a scenario
+    /// fails and nothing reaches a backend.
+    pub live: bool,
 }
 
 /// One scenario's result.
@@ -104,7 +111,8 @@ pub fn main(opts: Options) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(2));
     }
     let started = Instant::now();
-    let outcomes = crate::runtime()?.block_on(run_all(checked, selected, opts.jobs.max(1)));
+    let outcomes =
+        crate::runtime()?.block_on(run_all(checked, selected, opts.jobs.max(1), opts.live));
     let elapsed = started.elapsed();
     let failed = outcomes.iter().filter(|o| !o.mismatches.is_empty()).count();
     let summary = report::summary(outcomes.len() - failed, failed, elapsed);
@@ -188,6 +196,7 @@ async fn run_all(
     checked: Arc<crate::validate::Checked>,
     scenarios: Vec<file::Scenario>,
     jobs: usize,
+    live: bool,
 ) -> Vec<Outcome> {
     let gate = Arc::new(tokio::sync::Semaphore::new(jobs));
     let mut tasks = Vec::with_capacity(scenarios.len());
@@ -196,7 +205,7 @@ async fn run_all(
         let task = tokio::spawn(async move {
             let _permit = gate.acquire_owned().await;
             let started = Instant::now();
-            let mismatches = run::run(&checked, &scenario).await;
+            let mismatches = run::run(&checked, &scenario, live).await;
             (mismatches, started.elapsed())
         });
         tasks.push((s, task));

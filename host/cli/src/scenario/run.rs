@@ -3,6 +3,11 @@
 //! the scenario moves, an observer around every policy, and the scenario's stub in place of
 //! its capability's procedure. Decisions go through the real approvals API (its role
 //! check, requester door, namespace and authorizer), in process.
+//!
+//! No configured procedure runs unless the run says `--live`: every procedure the scenario
+//! does not stub is replaced by [`Unstubbed`], which sends nothing anywhere, and a scenario
+//! that reaches it fails saying so (an HTTP upstream would otherwise be called with its
+//! configured credentials as an actor the scenario file invents).
 
 use super::file::{ActorSpec, Call, Expect, Refusal, Scenario, Step, Stub, StubError};
 use crate::validate::{Checked, TestHooks};
@@ -67,8 +72,10 @@ pub enum Mismatch {
 /// `name@execution`/`name@discovery` → stance.
 type Stances = Arc<Mutex<Vec<(String, String)>>>;
 
-/// Run one scenario against a checked deployment: every mismatch (none: it passed).
-pub async fn run(checked: &Checked, s: &Scenario) -> Vec<Mismatch> {
+/// Run one scenario against a checked deployment: every mismatch (none: it passed). Unless
+/// `live`, a configured procedure never runs: reaching one without a stub fails the
+/// scenario.
+pub async fn run(checked: &Checked, s: &Scenario, live: bool) -> Vec<Mismatch> {
     let delays: u64 = s.call.cancel_after_ms.unwrap_or(0)
         + s.stub.as_ref().map_or(0, |st| st.delay_ms)
         + s.steps
@@ -81,7 +88,7 @@ pub async fn run(checked: &Checked, s: &Scenario) -> Vec<Mismatch> {
             })
             .sum::<u64>();
     let budget = SCENARIO_BUDGET + Duration::from_millis(delays);
-    match tokio::time::timeout(budget, run_inner(checked, s)).await {
+    match tokio::time::timeout(budget, run_inner(checked, s, live)).await {
         Ok(Ok(m)) => m,
         Ok(Err(e)) => vec![Mismatch::Error {
             place: "setup".into(),
@@ -103,7 +110,7 @@ struct Bench {
     tokens: HashMap<String, String>,
 }
 
-async fn run_inner(checked: &Checked, s: &Scenario) -> anyhow::Result<Vec<Mismatch>> {
+async fn run_inner(checked: &Checked, s: &Scenario, live: bool) -> anyhow::Result<Vec<Mismatch>> {
     let store = capgate_store::Store::open("sqlite::memory:")
         .await
         .context("could not open an in-memory store")?;
@@ -130,6 +137,7 @@ async fn run_inner(checked: &Checked, s: &Scenario) -> anyhow::Result<Vec<Mismat
             Arc::new(StubProcedure(stub.clone())),
         );
     }
+    let unstubbed = Arc::new(Unstubbed::default());
     let hooks = TestHooks {
         clock: clock.clone(),
         observe: Box::new(move |p| {
@@ -139,6 +147,7 @@ async fn run_inner(checked: &Checked, s: &Scenario) -> anyhow::Result<Vec<Mismat
             }) as Arc<dyn Policy>
         }),
         procedures,
+        unstubbed: (!live).then(|| unstubbed.clone() as Arc<dyn Procedure>),
     };
     let runtime = checked
         .test_runtime(Arc::new(store.approvals()), audit, &hooks)
@@ -242,7 +251,29 @@ async fn run_inner(checked: &Checked, s: &Scenario) -> anyhow::Result<Vec<Mismat
         }
     }
     store.close().await;
+    if let Some(capability) = unstubbed.reached() {
+        // What followed (a failed envelope, its events) is the stand-in's doing, not the
+        // deployment's: the one thing to say is what to do.
+        return Ok(vec![unstubbed_reached(s, &capability)]);
+    }
     Ok(out)
+}
+
+/// The failure of a scenario that reached a procedure it does not stub, without `--live`.
+fn unstubbed_reached(s: &Scenario, capability: &str) -> Mismatch {
+    Mismatch::Error {
+        place: "procedure".into(),
+        message: format!(
+            "scenario {:?} ({}:{}) reached the procedure of `{capability}`, which it does not \
+             stub; nothing was sent to the configured procedure. Add a stub to the scenario \
+             (`stub = {{ output = {{ … }} }}` or `stub = {{ error = \"internal\" }}`), or run \
+             `capgate test --live` to call the configured procedures for real, with their \
+             configured credentials",
+            s.name,
+            s.file.display(),
+            s.line
+        ),
+    }
 }
 
 fn no_approval(place: String) -> Mismatch {
@@ -504,6 +535,37 @@ impl Policy for Watched {
             _ => "error",
         });
         decision
+    }
+}
+
+/// Every procedure a scenario does not stub, unless the run says `--live`: it sends nothing
+/// anywhere, fails the attempt, and remembers the first capability it stood in for, which
+/// fails the scenario with what to do.
+#[derive(Default)]
+struct Unstubbed {
+    reached: Mutex<Option<String>>,
+}
+
+impl Unstubbed {
+    /// The first capability whose procedure was reached, if any.
+    fn reached(&self) -> Option<String> {
+        self.reached
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+#[async_trait]
+impl Procedure for Unstubbed {
+    async fn call(&self, call: ProcedureCall) -> Result<Value, ProcedureError> {
+        self.reached
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert_with(|| call.agent.capability_id.clone());
+        Err(ProcedureError::internal(
+            "capgate test: no stub for this procedure, and the run is not --live",
+        ))
     }
 }
 

@@ -14,6 +14,7 @@ mod db_loss;
 mod docs_truth;
 mod edges_identity;
 mod edges_admission;
+mod edges_cliwasm;
 mod example_commands;
 mod example_tenancy;
 mod graceful_shutdown;

@@ -3,7 +3,8 @@
 //! plugins published to it with `capgate plugin push --sign-key`, the example deployment
 //! rewritten to load every plugin by `oci://…@sha256:…`, and the walkthrough over HTTP.
 //! Then what must be refused at start (a wrong digest, a tag alone, an unsigned plugin
-//! and one signed by an unknown key under `requireSignature`), a restart with the
+//! and one signed by an unknown key, with and without `requireSignature`: a configured
+//! `publicKeys` is never advisory), a restart with the
 //! registry stopped, from the cache alone, and a corrupted cache refused.
 
 use crate::common;
@@ -386,9 +387,30 @@ async fn the_walkthrough_runs_on_plugins_pulled_by_digest_from_a_registry() {
     assert!(
         err.contains("plugins.refund-limit.path")
             && err.contains(&format!("{unsigned} is not signed"))
-            && err.contains("requireSignature"),
+            && err.contains("publicKeys is set"),
         "{err}"
     );
+    // A configured key is never advisory: with `publicKeys` and without
+    // `requireSignature`, the unsigned plugin is refused just the same (issue 33).
+    let keys_only = format!(
+        "cache = \"{}\"\npublicKeys = [\"{}\"]",
+        cache.display(),
+        signer_pub.display()
+    );
+    let err = refused_at_start(
+        &oci_deployment(&dir.join("keys-only"), &with_unsigned, &keys_only),
+        &store,
+    );
+    assert!(
+        err.contains("plugins.refund-limit.path")
+            && err.contains(&format!("{unsigned} is not signed")),
+        "an unsigned plugin loads although publicKeys is set: {err}"
+    );
+    // ... while the signed deployment loads under the same keys-only policy, so the
+    // refusal above is the signature's.
+    let keys_only_ok = oci_deployment(&dir.join("keys-only-signed"), &refs, &keys_only);
+    let ok = capgate(&["check", "--config", &keys_only_ok.display().to_string()]);
+    assert!(ok.contains(": ok"), "{ok}");
     let foreign = push(
         "refund_limit.wasm",
         &format!("oci://{host}/capgate/foreign-refund-limit:v1"),
@@ -404,7 +426,7 @@ async fn the_walkthrough_runs_on_plugins_pulled_by_digest_from_a_registry() {
         err.contains("plugins.refund-limit.path") && err.contains("none valid"),
         "{err}"
     );
-    // The same unsigned plugin loads when signatures are not required.
+    // The same unsigned plugin loads when no key is configured (pinned by digest only).
     let relaxed = oci_deployment(&dir.join("relaxed"), &with_unsigned, &no_signature_policy);
     let ok = capgate(&["check", "--config", &relaxed.display().to_string()]);
     assert!(ok.contains(": ok"), "{ok}");

@@ -31,6 +31,8 @@ pub(crate) struct Admitted {
     pub(crate) cancel: Option<CancellationToken>,
     pub(crate) idempotency_key: Option<String>,
     pub(crate) progress: Option<ProgressFn>,
+    /// The capability's own descriptor digest, recorded on an approval stage 9 asks for.
+    pub(crate) descriptor_digest: Option<String>,
 }
 
 pub(crate) async fn execute(exec: Exec<'_>, mut a: Admitted) -> ExecutionResult {
@@ -106,6 +108,12 @@ pub(crate) async fn execute(exec: Exec<'_>, mut a: Admitted) -> ExecutionResult 
         correlation_id: exec.correlation_id.clone(),
         idempotency_key: a.idempotency_key.unwrap_or_else(|| new_id("idk")),
     });
+    // Progress leaves through the output redactors and a bounded buffer (crate::progress);
+    // the guard ends the relay when this execution ends, whichever way it does.
+    let (progress, _relay_guard) = match a.progress {
+        Some(sink) => crate::progress::relay(cap.clone(), exec.namespace.clone(), sink),
+        None => (None, None),
+    };
     let retry = cap
         .meta
         .retry
@@ -125,7 +133,7 @@ pub(crate) async fn execute(exec: Exec<'_>, mut a: Admitted) -> ExecutionResult 
             context: a.context.clone(),
             agent: agent.clone(),
             cancel: caller.child_token(),
-            progress: a.progress.clone(),
+            progress: progress.clone(),
             attempt,
         };
         match run_attempt(cap, call, &caller, timeout, attempt).await {
@@ -247,7 +255,16 @@ pub(crate) async fn execute(exec: Exec<'_>, mut a: Admitted) -> ExecutionResult 
 /// approval (an input that cannot be hashed is `APPROVAL_UNSERIALIZABLE_INPUT`).
 async fn stage_9_gate(exec: &Exec<'_>, a: &Admitted, requirement: ApprovalRequirement) -> Gate {
     match input_hash(&a.input) {
-        Ok(hash) => approval_gate(exec, &a.cap, &a.actor, &a.input, hash, requirement).await,
+        Ok(hash) => approval_gate(
+            exec,
+            &a.cap,
+            &a.actor,
+            &a.input,
+            hash,
+            requirement,
+            a.descriptor_digest.clone(),
+        )
+        .await,
         Err(e) => {
             let err = CapabilityError::new(ErrorCode::ApprovalUnserializableInput).with_cause(e);
             Gate::Suspended(exec.failed(err, EffectProgress::NotStarted, None).await)

@@ -217,6 +217,7 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
             cancel: req.cancel,
             idempotency_key,
             progress: req.progress,
+            descriptor_digest: req.descriptor_digest,
         },
     )
     .await

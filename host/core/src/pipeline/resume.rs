@@ -358,6 +358,8 @@ async fn checks(
             cancel: opts.cancel,
             idempotency_key: opts.idempotency_key,
             progress: opts.progress,
+            // A resumed call carries its approval, so stage 9 never opens a new gate.
+            descriptor_digest: None,
         },
     )
     .await

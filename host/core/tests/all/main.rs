@@ -11,6 +11,7 @@ mod confirmation_door;
 mod execution_phase;
 mod pipeline;
 mod policy_laws;
+mod progress_relay;
 mod registry_and_discovery;
 mod shadow_policies;
 mod spec_fidelity;

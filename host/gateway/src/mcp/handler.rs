@@ -604,17 +604,17 @@ fn error_result(error: &CapabilityError) -> CallToolResult {
 }
 
 /// When the client asked for progress, a [`ProgressFn`] for the runtime and the task that
-/// forwards its reports, in order, as `notifications/progress`.
+/// forwards its reports, in order, as `notifications/progress`. The runtime has already
+/// sent each report through the capability's output redactors; the buffer here is bounded
+/// and coalescing ([`capgate_core::progress`]), so a client that reads slowly costs a
+/// bounded amount of memory.
 fn progress_channel(
     context: &RequestContext<RoleServer>,
 ) -> (Option<ProgressFn>, Option<tokio::task::JoinHandle<()>>) {
     let Some(token) = context.meta.get_progress_token() else {
         return (None, None);
     };
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
-    let progress: ProgressFn = Arc::new(move |value| {
-        let _ = tx.send(value);
-    });
+    let (progress, rx) = capgate_core::progress::bounded();
     let forwarder = tokio::spawn(forward_progress(context.peer.clone(), token, rx));
     (Some(progress), Some(forwarder))
 }
@@ -622,10 +622,10 @@ fn progress_channel(
 async fn forward_progress(
     peer: Peer<RoleServer>,
     token: ProgressToken,
-    mut rx: tokio::sync::mpsc::UnboundedReceiver<Value>,
+    mut rx: capgate_core::progress::ProgressReceiver,
 ) {
     let mut last = 0.0_f64;
-    while let Some(value) = rx.recv().await {
+    while let Some(value) = rx.next().await {
         let (progress, total, message) = progress_fields(&value, last);
         last = progress;
         let mut param = ProgressNotificationParam::new(token.clone(), progress);

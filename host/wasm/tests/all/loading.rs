@@ -89,5 +89,5 @@ fn second_load_comes_from_the_compiled_cache() {
         std::fs::write(entry.expect("entry").path(), b"garbage").expect("corrupt");
     }
     let third = host().load(&dir, &file, &digest).expect("recompiled");
-    assert_eq!(third.load_source(), LoadSource::Compiled);
+    assert_eq!(third.load_source(), LoadSource::CacheRefused);
 }

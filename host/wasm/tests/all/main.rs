@@ -4,8 +4,10 @@
 mod common;
 
 mod authorizer_versions;
+mod cache_binding;
 mod concurrency;
 mod hostile;
+mod idle_cap;
 mod loading;
 mod polyglot;
 mod walkthrough;
