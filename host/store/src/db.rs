@@ -686,7 +686,8 @@ mod migration_tests {
                 (1, "initial"),
                 (2, "approval tenancy"),
                 (3, "approval policies"),
-                (4, "console sessions")
+                (4, "console sessions"),
+                (5, "journal budget")
             ]
         );
         // sqlx's checksum is SHA-384 of the file's text: a database migrated with

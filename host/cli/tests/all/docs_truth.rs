@@ -102,7 +102,10 @@ fn every_security_row_names_a_test_that_exists() {
             }
         }
     }
-    assert!(checked > 40, "only {checked} test references found: is the table format unchanged?");
+    assert!(
+        checked > 40,
+        "only {checked} test references found: is the table format unchanged?"
+    );
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
@@ -222,7 +225,11 @@ fn every_capgate_command_line_in_the_docs_names_real_subcommands_and_flags() {
     let mut checked = 0;
     for doc in docs {
         let text = std::fs::read_to_string(&doc).expect("the doc exists");
-        let name = doc.strip_prefix(&root).unwrap_or(&doc).display().to_string();
+        let name = doc
+            .strip_prefix(&root)
+            .unwrap_or(&doc)
+            .display()
+            .to_string();
         for (line, words) in command_lines(&text) {
             checked += 1;
             let mut path: Vec<String> = Vec::new();
@@ -240,7 +247,10 @@ fn every_capgate_command_line_in_the_docs_names_real_subcommands_and_flags() {
                 }
             }
             if path.is_empty() {
-                problems.push(format!("{name}:{line}: `capgate {}` names no subcommand", words.join(" ")));
+                problems.push(format!(
+                    "{name}:{line}: `capgate {}` names no subcommand",
+                    words.join(" ")
+                ));
                 continue;
             }
             if !subcommands(&text).is_empty() {
@@ -271,7 +281,10 @@ fn the_shell_splitter_keeps_quotes_and_drops_comments() {
         ["keys", "hash", "$NEW  KEY", "--x", "a b"]
     );
     assert_eq!(
-        test_refs("`capgate-core` `a_b::c_d` `Type::x` `x::*` `lone_name`", false),
+        test_refs(
+            "`capgate-core` `a_b::c_d` `Type::x` `x::*` `lone_name`",
+            false
+        ),
         ["a_b::c_d", "x::*"]
     );
     assert_eq!(test_refs("`check` `lone_name`", true), ["lone_name"]);

@@ -245,7 +245,10 @@ async fn every_documented_operator_command_runs_against_the_example() {
     // Validation and the contract need no store.
     let out = ok(&["check", "--config", EXAMPLE], &[]);
     assert!(out.contains(": ok"), "{out}");
-    let hash = ok(&["keys", "hash", "dana-dev-key"], &[]);
+    // The README's `printf '%s' "$KEY" | capgate keys hash`: the key on standard input.
+    let hashed = run(&["keys", "hash"], &[], "dana-dev-key", 120);
+    assert_eq!(hashed.code, Some(0), "{}", hashed.stderr);
+    let hash = hashed.stdout;
     assert_eq!(hash.trim().len(), 64, "{hash}");
     let contract: Value = serde_json::from_str(&ok(
         &[

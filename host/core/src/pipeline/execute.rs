@@ -255,16 +255,18 @@ pub(crate) async fn execute(exec: Exec<'_>, mut a: Admitted) -> ExecutionResult 
 /// approval (an input that cannot be hashed is `APPROVAL_UNSERIALIZABLE_INPUT`).
 async fn stage_9_gate(exec: &Exec<'_>, a: &Admitted, requirement: ApprovalRequirement) -> Gate {
     match input_hash(&a.input) {
-        Ok(hash) => approval_gate(
-            exec,
-            &a.cap,
-            &a.actor,
-            &a.input,
-            hash,
-            requirement,
-            a.descriptor_digest.clone(),
-        )
-        .await,
+        Ok(hash) => {
+            approval_gate(
+                exec,
+                &a.cap,
+                &a.actor,
+                &a.input,
+                hash,
+                requirement,
+                a.descriptor_digest.clone(),
+            )
+            .await
+        }
         Err(e) => {
             let err = CapabilityError::new(ErrorCode::ApprovalUnserializableInput).with_cause(e);
             Gate::Suspended(exec.failed(err, EffectProgress::NotStarted, None).await)

@@ -175,6 +175,8 @@ procedure = {{ http = {{ target = "messages", url = "{u}/send" }} }}
 [gateway]
 authorize = "authenticated"
 routes = [{{ path = "/agent", surface = "aiSdk" }}]
+# The slow re-check's policy batch (policyTimeoutMs) must fit the request budget (`check`).
+requestTimeoutMs = 700000
 {gateway}
 
 [[gateway.apiKeys]]
