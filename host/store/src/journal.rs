@@ -66,21 +66,58 @@ const FIND_APPROVAL: &str = concat!(
      ORDER BY created_at ASC, invocation_id ASC LIMIT 1"
 );
 
-const CLAIM_RESUME: &str = concat!(
-    "UPDATE capgate_invocations SET state = 'pending', claim_token = $4, \
-     awaiting_approval = FALSE, outcome = NULL, updated_at = $5 \
-     WHERE scope = $1 AND invocation_id = $2 AND state = 'settled' \
-     AND awaiting_approval = TRUE AND approval_id = $3 RETURNING ",
-    cols!()
-);
+/// Postgres: lock the record's namespace usage row before the record itself. A claim locks
+/// the usage row and then waits on the record (its insert conflicts with it); the usage
+/// trigger of an update takes the usage row after the record. Taking the usage row first
+/// here keeps one lock order, so a settlement racing claims of the same id never deadlocks.
+macro_rules! usage_first {
+    () => {
+        "WITH usage AS (SELECT 1 FROM capgate_journal_usage WHERE namespace = \
+         (SELECT namespace FROM capgate_invocations WHERE scope = $1 AND invocation_id = $2) \
+         FOR UPDATE) "
+    };
+}
 
-const SETTLE: &str = concat!(
-    "UPDATE capgate_invocations SET state = 'settled', outcome = $4, \
-     approval_id = COALESCE($5, approval_id), awaiting_approval = $6, reconciled = $7, \
-     updated_at = $8 \
-     WHERE scope = $1 AND invocation_id = $2 AND state = 'pending' AND claim_token = $3 RETURNING ",
-    cols!()
-);
+/// Reopen an approval-required record for its resume (usage row first on Postgres, as
+/// [`SETTLE`]).
+const CLAIM_RESUME: Sql = Sql {
+    sqlite: concat!(
+        "UPDATE capgate_invocations SET state = 'pending', claim_token = $4, \
+         awaiting_approval = FALSE, outcome = NULL, updated_at = $5 \
+         WHERE scope = $1 AND invocation_id = $2 AND state = 'settled' \
+         AND awaiting_approval = TRUE AND approval_id = $3 RETURNING ",
+        cols!()
+    ),
+    postgres: concat!(
+        usage_first!(),
+        "UPDATE capgate_invocations SET state = 'pending', claim_token = $4, \
+         awaiting_approval = FALSE, outcome = NULL, updated_at = $5 \
+         WHERE scope = $1 AND invocation_id = $2 AND state = 'settled' \
+         AND awaiting_approval = TRUE AND approval_id = $3 \
+         AND (SELECT count(*) FROM usage) >= 0 RETURNING ",
+        cols!()
+    ),
+};
+
+/// Settle a pending claim (the caller's claim token must still hold it).
+const SETTLE: Sql = Sql {
+    sqlite: concat!(
+        "UPDATE capgate_invocations SET state = 'settled', outcome = $4, \
+         approval_id = COALESCE($5, approval_id), awaiting_approval = $6, reconciled = $7, \
+         updated_at = $8 \
+         WHERE scope = $1 AND invocation_id = $2 AND state = 'pending' AND claim_token = $3 RETURNING ",
+        cols!()
+    ),
+    postgres: concat!(
+        usage_first!(),
+        "UPDATE capgate_invocations SET state = 'settled', outcome = $4, \
+         approval_id = COALESCE($5, approval_id), awaiting_approval = $6, reconciled = $7, \
+         updated_at = $8 \
+         WHERE scope = $1 AND invocation_id = $2 AND state = 'pending' AND claim_token = $3 \
+         AND (SELECT count(*) FROM usage) >= 0 RETURNING ",
+        cols!()
+    ),
+};
 
 const PURGE: &str = "DELETE FROM capgate_invocations WHERE state = 'settled' AND updated_at < $1";
 

@@ -7,7 +7,7 @@ use capgate_client::{CapabilityClient, InvocationOptions};
 use capgate_core::actor::Surface;
 use capgate_core::journal::{InvocationJournal, InvocationState};
 use capgate_core::meta::{CapabilityMeta, Risk, SideEffect};
-use capgate_core::policy::{PolicyDecision, policy_fn};
+use capgate_core::policy::{Phase, PolicyDecision, policy_fn};
 use capgate_core::procedure::handler;
 use capgate_core::registry::{CapabilityDef, Registry};
 use capgate_core::runtime::{Defaults, Runtime};
@@ -29,7 +29,8 @@ fn ok<T, E: std::fmt::Debug>(r: Result<T, E>) -> T {
 }
 
 /// A gateway (1.5 s ceiling: 1 s of work, 0.5 s of audit drain) serving `jobs.held`, whose
-/// invocation-phase policy holds the call until `release` is notified, then allows it.
+/// execution-phase policy (stage 9: after the journal claim, before the procedure) holds the
+/// call until `release` is notified, then allows it.
 async fn held_gateway(
     release: Arc<tokio::sync::Notify>,
     runs: Arc<AtomicUsize>,
@@ -49,7 +50,8 @@ async fn held_gateway(
             release.notified().await;
             Ok(PolicyDecision::allow())
         })
-    });
+    })
+    .with_phases([Phase::Execution]);
     let registry = ok(Registry::builder()
         .capability(
             CapabilityDef::new(
