@@ -952,6 +952,13 @@ async fn the_call_span_is_ok_when_suspended_and_error_when_failed_or_cancelled()
         ],
         Arc::new(MemorySink::new()),
     );
+    // tracing caches each callsite's interest process-wide, computed on the thread that
+    // reaches it first: a sibling test without a subscriber that registers the root span's
+    // callsite while this one installs its scoped subscriber pins it to "never". Reach the
+    // callsites from this thread, then have every callsite re-asked against this subscriber.
+    rt.invoke(call("orders.lookup", json!({}))).await;
+    rt.resume("apr_warm", ResumeOptions::default()).await;
+    tracing::callsite::rebuild_interest_cache();
     let cancelled = CancellationToken::new();
     cancelled.cancel();
     let cases = [
