@@ -6,8 +6,8 @@
 //! value ranges, every problem located) and loads no plugin, so it works before the plugins
 //! are built; `capgate check` is the full validation.
 
-use crate::config::{CapabilitySection, Config};
 use crate::validate::Refused;
+use capgate_config::{CapabilitySection, Config};
 use capgate_core::actor::Surface;
 use capgate_core::meta::{ApprovalConfig, RetryConfig, Risk, SideEffect};
 use serde::Serialize;
@@ -87,7 +87,7 @@ pub fn inventory(config: &Config) -> Inventory {
         shadow_policies: config
             .policies
             .iter()
-            .filter(|(_, b)| b.mode == crate::config::PolicyMode::Shadow)
+            .filter(|(_, b)| b.mode == capgate_config::PolicyMode::Shadow)
             .map(|(name, _)| name.clone())
             .collect(),
         capabilities,

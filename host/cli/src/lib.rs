@@ -1,16 +1,18 @@
-//! The code of the `capgate` binary (src/main.rs is its command line): configuration
-//! loading and validation, `serve`, the operator commands. A library so that the fuzz
-//! targets (host/fuzz) drive the same configuration loader `capgate check` runs; it is
-//! not a stable API.
+//! The code of the `capgate` binary (src/main.rs is its command line): assembling a
+//! deployment from its checked configuration (`capgate-config`), `serve`, and the operator
+//! commands. A library so that the integration tests reach the same code; it is not a
+//! stable API.
+
+// Paths older code names these by (the configuration and OCI crates were split out).
+pub use capgate_config as config;
+pub use capgate_config::{located, values};
+pub use capgate_oci as oci;
 
 pub mod args;
 pub mod build;
-pub mod config;
 pub mod diff;
 pub mod inspect;
-pub mod located;
 pub mod metrics;
-pub mod oci;
 pub mod ops;
 pub mod plugin_test;
 pub mod reload;
@@ -20,7 +22,6 @@ pub mod store;
 pub mod table;
 pub mod telemetry;
 pub mod validate;
-pub mod values;
 
 use anyhow::Context;
 

@@ -13,10 +13,10 @@
 //! (`capgate_config_reloads_total{result}`).
 
 use crate::build::Deployment;
-use crate::located::Problem;
 use crate::serve::Kept;
 use crate::validate::Checked;
 use arc_swap::ArcSwap;
+use capgate_config::located::Problem;
 use capgate_core::actor::{ActorKind, ActorRef, Surface};
 use capgate_core::audit::{AuditEvent, EventPayload};
 use capgate_core::canonical::{canonical_json, sha256_hex};
@@ -314,34 +314,16 @@ async fn audit(serving: &Serving, actor: ActorRef, payload: EventPayload) {
     }
 }
 
-/// Settings a running process cannot take over (JSON pointer, why), compared as written.
-const FIXED: &[(&str, &str)] = &[
-    ("/gateway/listen", "the listener is bound at start"),
-    ("/store", "the store is opened at start"),
-    ("/audit/jsonl", "the audit file is opened at start"),
-    (
-        "/gateway/replayHorizonHours",
-        "the invocation journal and its purge are set up at start",
-    ),
-    ("/telemetry", "metrics and traces are set up at start"),
-    (
-        "/gateway/shutdownUnreadyDelayMs",
-        "the shutdown sequence is set up at start",
-    ),
-    (
-        "/gateway/shutdownDrainMs",
-        "the shutdown sequence is set up at start",
-    ),
-];
-
-/// One located problem for each setting of [`FIXED`] the new file changes.
+/// One located problem for each key a running process cannot take over (declared with
+/// `#[key(restart = "why")]` in capgate-config, compared as written) that the new file
+/// changes.
 fn fixed_settings(old: &Checked, new: &Checked) -> Vec<Problem> {
-    FIXED
-        .iter()
+    capgate_config::keys::restart_keys()
+        .into_iter()
         .filter(|(pointer, _)| old.doc.json.pointer(pointer) != new.doc.json.pointer(pointer))
         .map(|(pointer, why)| {
             new.doc.problem(
-                pointer,
+                &pointer,
                 format!(
                     "cannot change while `capgate serve` runs ({why}): put back the value it started with, or restart it to apply this"
                 ),

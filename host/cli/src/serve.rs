@@ -207,7 +207,7 @@ fn approvals(d: &Deployment, keeper: &Doorkeeper) -> ApprovalsRouter {
 /// The role the approvals API and the console ask of an approver.
 pub(crate) const APPROVER_ROLE: &str = "approver";
 
-fn console_options(c: &crate::config::ConsoleSection) -> anyhow::Result<ConsoleOptions> {
+fn console_options(c: &capgate_config::ConsoleSection) -> anyhow::Result<ConsoleOptions> {
     Ok(ConsoleOptions {
         prefix: c.path.clone(),
         session_ttl: Duration::from_secs(c.session_minutes.saturating_mul(60)),
@@ -331,7 +331,7 @@ impl ReadinessProbe for StoreProbe {
 /// writes, the audit writer runs and holds no failed batch, and (with plugins) the Wasm host
 /// still bounds calls.
 fn readiness_checks(
-    cfg: &crate::config::Config,
+    cfg: &capgate_config::Config,
     d: &Deployment,
     kept: &Kept,
 ) -> Vec<(String, Arc<dyn ReadinessProbe>)> {
@@ -374,7 +374,7 @@ fn readiness_checks(
 /// `[telemetry.metrics]`, when on: the router serving the exposition, and the layer that
 /// counts HTTP requests.
 fn metrics_router(
-    cfg: &crate::config::Config,
+    cfg: &capgate_config::Config,
     d: &Deployment,
 ) -> anyhow::Result<Option<axum::Router>> {
     let Some(m) = cfg.telemetry.metrics.as_ref().filter(|m| m.enabled) else {
@@ -405,7 +405,7 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
     let traces = crate::telemetry::start_traces(&cfg.telemetry)?;
     let url = StoreUrl::for_config(store.as_deref(), &cfg.store.url, &cfg.path)?;
     let addr = listen.gateway.unwrap_or_else(|| cfg.gateway.listen.clone());
-    if let Err(e) = crate::values::check_listen(&addr) {
+    if let Err(e) = capgate_config::values::check_listen(&addr) {
         anyhow::bail!("--listen: {e}");
     }
     let metrics_on = cfg.telemetry.metrics.as_ref().is_some_and(|m| m.enabled);
@@ -422,14 +422,14 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
             .clone()
             .or_else(|| m.listen.clone())
             .unwrap_or_else(|| addr.clone());
-        if !crate::values::is_loopback_listen(&metrics_addr) {
+        if !capgate_config::values::is_loopback_listen(&metrics_addr) {
             anyhow::bail!(
                 "/telemetry/metrics/bearerTokenSha256: required to serve metrics on `{metrics_addr}`, which is not a loopback address (they name every tenant's namespace); set it (`capgate keys hash` prints one) or listen on 127.0.0.1"
             );
         }
     }
     if let Some(m) = &listen.metrics {
-        if let Err(e) = crate::values::check_listen(m) {
+        if let Err(e) = capgate_config::values::check_listen(m) {
             anyhow::bail!("--metrics-listen: {e}");
         }
         if !metrics_on {
@@ -441,7 +441,8 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
     }
     let deployment = build(
         &checked,
-        url.open_with(Access::Create, cfg.store.options()).await?,
+        url.open_with(Access::Create, crate::store::options(&cfg.store))
+            .await?,
         &url.display(),
     )
     .await?;

@@ -9,6 +9,8 @@
 //! an error that says what to do, never a new empty database and an empty answer.
 
 use anyhow::{Context, bail};
+use capgate_config::store_url::{Kind, kind};
+pub use capgate_config::store_url::{check_url, redact_url};
 use capgate_store::Store;
 use std::path::{Path, PathBuf};
 
@@ -28,56 +30,6 @@ enum Origin {
     CommandLine { cwd: PathBuf },
     /// `store.url` in this configuration file: the file's directory.
     ConfigFile { file: PathBuf },
-}
-
-/// What a store URL points at.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Kind {
-    /// A SQLite file, with the URL's query (`?mode=…`) if any.
-    SqliteFile {
-        path: PathBuf,
-        query: Option<String>,
-    },
-    /// An in-memory SQLite database.
-    SqliteMemory,
-    /// A Postgres server.
-    Postgres,
-}
-
-fn kind(url: &str) -> Result<Kind, String> {
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        return Ok(Kind::Postgres);
-    }
-    let Some(rest) = url
-        .strip_prefix("sqlite://")
-        .or_else(|| url.strip_prefix("sqlite:"))
-    else {
-        return Err(format!(
-            "`{}` is not a store URL (expected sqlite://FILE or postgres://USER:PASSWORD@HOST/DB)",
-            redact_url(url)
-        ));
-    };
-    let (path, query) = match rest.split_once('?') {
-        Some((p, q)) => (p, Some(q.to_string())),
-        None => (rest, None),
-    };
-    if path == ":memory:" || query.as_deref().is_some_and(|q| q.contains("mode=memory")) {
-        return Ok(Kind::SqliteMemory);
-    }
-    if path.is_empty() {
-        return Err(format!(
-            "`{url}` names no database file (e.g. sqlite://capgate.db)"
-        ));
-    }
-    Ok(Kind::SqliteFile {
-        path: PathBuf::from(path),
-        query,
-    })
-}
-
-/// Is this a store URL capgate can open? (Nothing is resolved or touched.)
-pub fn check_url(url: &str) -> Result<(), String> {
-    kind(url).map(|_| ())
 }
 
 /// A store URL with its SQLite path resolved by the rule of this module.
@@ -228,18 +180,14 @@ impl StoreUrl {
     }
 }
 
-/// A URL without its password, for messages.
-pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let creds = &url[s + 3..at];
-            match creds.split_once(':') {
-                Some((user, _)) => format!("{}{}:***{}", &url[..s + 3], user, &url[at..]),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
+/// The store's pool options a configuration's `[store]` sets: what it leaves out is the
+/// store's own default.
+pub fn options(section: &capgate_config::StoreSection) -> capgate_store::StoreOptions {
+    let mut options = capgate_store::StoreOptions::default();
+    if let Some(ms) = section.acquire_timeout_ms {
+        options.acquire_timeout = std::time::Duration::from_millis(ms);
     }
+    options
 }
 
 #[cfg(test)]

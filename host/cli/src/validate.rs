@@ -16,9 +16,9 @@
 //! What passes is a [`Checked`] deployment: `serve`, `mcp` and the operator commands build
 //! from it and can then fail only on the store (or the listen address).
 
-use crate::config::{BindingSection, CapabilitySection, Config, JwtSection, PluginSection};
-use crate::located::{Located, Problem, seg};
 use async_trait::async_trait;
+use capgate_config::located::{Located, Problem, seg};
+use capgate_config::{BindingSection, CapabilitySection, Config, JwtSection, PluginSection};
 use capgate_core::actor::{Actor, Surface};
 use capgate_core::approval::{ApprovalCoordinator, InMemoryApprovalCoordinator};
 use capgate_core::audit::AuditConfig;
@@ -141,8 +141,8 @@ pub fn validate(path: &Path) -> Result<Checked, Refused> {
             p = p.with_phases(phases.iter().copied());
         }
         Ok(match b.mode {
-            crate::config::PolicyMode::Enforce => Arc::new(p) as Arc<dyn Policy>,
-            crate::config::PolicyMode::Shadow => Arc::new(capgate_core::policy::Shadow::new(p)),
+            capgate_config::PolicyMode::Enforce => Arc::new(p) as Arc<dyn Policy>,
+            capgate_config::PolicyMode::Shadow => Arc::new(capgate_core::policy::Shadow::new(p)),
         })
     });
     v.budgets(&policies);
@@ -159,7 +159,7 @@ pub fn validate(path: &Path) -> Result<Checked, Refused> {
     // The capabilities, as far as their procedures could be built; the registry's own
     // checks (SI-11 retries, tool names, …) run whatever else is wrong.
     let assembled = v.providers(&plugins).map(|(provider_runtime, ids)| {
-        let schema = |s: &Option<crate::config::SchemaRef>| {
+        let schema = |s: &Option<capgate_config::SchemaRef>| {
             s.as_ref().and_then(|s| config.resolve_schema(s).ok())
         };
         let capabilities: Vec<CapabilityParts> = config
@@ -644,6 +644,19 @@ impl Validation<'_> {
         if self.cfg.plugins.is_empty() {
             return out;
         }
+        // The refill mark against the reserve it refills, the library's size when none is
+        // written.
+        for (name, p) in &self.cfg.plugins {
+            if let Some(at) = p.reserve_refill_at {
+                let size = p.reserve.unwrap_or(ReserveOptions::default().size);
+                if at >= size {
+                    self.problem(
+                        &format!("/plugins/{}/reserveRefillAt", seg(name)),
+                        format!("must be below `reserve` ({size}): the reserve refills when it falls to this many"),
+                    );
+                }
+            }
+        }
         let host = match WasmHost::shared() {
             Ok(h) => h,
             Err(e) => {
@@ -680,7 +693,7 @@ impl Validation<'_> {
         let oci = self.oci_settings(&cache);
         for (name, p) in &self.cfg.plugins {
             let at = format!("/plugins/{}", seg(name));
-            if crate::oci::is_oci(&p.path) {
+            if capgate_oci::is_oci(&p.path) {
                 if let Some(settings) = &oci
                     && let Some(plugin) = self.oci_plugin(&host, settings, &cache, name, p)
                 {
@@ -726,12 +739,12 @@ impl Validation<'_> {
     }
 
     /// The `[runtime.oci]` settings, resolved (public keys read); `None` after a problem.
-    fn oci_settings(&mut self, compile_cache: &Path) -> Option<crate::oci::Settings> {
+    fn oci_settings(&mut self, compile_cache: &Path) -> Option<capgate_oci::Settings> {
         let o = &self.cfg.runtime.oci;
         let mut keys = Vec::new();
         let mut ok = true;
         for (i, k) in o.public_keys.iter().enumerate() {
-            match crate::oci::sign::PublicKey::load(&self.cfg.relative(k)) {
+            match capgate_oci::sign::PublicKey::load(&self.cfg.relative(k)) {
                 Ok(key) => keys.push(key),
                 Err(e) => {
                     self.problem(&format!("/runtime/oci/publicKeys/{i}"), e);
@@ -746,7 +759,7 @@ impl Validation<'_> {
             );
             ok = false;
         }
-        ok.then(|| crate::oci::Settings {
+        ok.then(|| capgate_oci::Settings {
             cache: o
                 .cache
                 .as_ref()
@@ -763,18 +776,18 @@ impl Validation<'_> {
     fn oci_plugin(
         &mut self,
         host: &WasmHost,
-        settings: &crate::oci::Settings,
+        settings: &capgate_oci::Settings,
         compile_cache: &Path,
         name: &str,
         p: &PluginSection,
     ) -> Option<Arc<Plugin>> {
         let at = format!("/plugins/{}", seg(name));
         // The reference was checked with the file (Config::load).
-        let reference = crate::oci::plugin_reference(&p.path).ok()?;
-        let fetched = match crate::oci::fetch(&reference, settings, p.sha256.as_deref()) {
+        let reference = capgate_oci::plugin_reference(&p.path).ok()?;
+        let fetched = match capgate_oci::fetch(&reference, settings, p.sha256.as_deref()) {
             Ok(f) => f,
             Err(e) => {
-                let field = if matches!(e, crate::oci::OciError::Pin { .. }) {
+                let field = if matches!(e, capgate_oci::OciError::Pin { .. }) {
                     "sha256"
                 } else {
                     "path"

@@ -99,7 +99,7 @@ fn as_doubles(value: &serde_json::Value) -> serde_json::Value {
 /// references, value ranges): never panics, and a refusal is at least one problem, each
 /// located in the file (`file:line:column`, line and column inside the text).
 pub fn config(data: &[u8]) {
-    use capgate::config::Config;
+    use capgate_config::Config;
     // `capgate check` reads the file as UTF-8 (anything else is one located problem
     // before parsing); relative paths in it resolve under a directory that does not exist,
     // so no schema or key file is ever read.

@@ -8,8 +8,8 @@
 //! then steps in order (`[[scenario.steps]]`: decide the approval, move the clock, resume),
 //! each resume with its own expectation, and the audit event types of the whole scenario.
 
-use crate::config::part;
-use crate::located::{Located, Problem, seg};
+use capgate_config::load::part;
+use capgate_config::located::{Located, Problem, seg};
 use capgate_core::actor::{ActorKind, Surface};
 use serde::Deserialize;
 use serde_json::{Map, Value};

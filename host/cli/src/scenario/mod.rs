@@ -15,7 +15,7 @@ mod file;
 mod report;
 mod run;
 
-use crate::located::Problem;
+use capgate_config::located::Problem;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;

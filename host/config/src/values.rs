@@ -3,8 +3,8 @@
 //! a store URL, a consistent `[mcp]` table. Each problem is located; all are reported
 //! together with the type and reference problems of [`Config::load`].
 
-use crate::config::Config;
 use crate::located::{Located, Problem, seg};
+use crate::model::Config;
 use capgate_core::actor::ActorKind;
 
 /// The longest duration any `…Ms` setting may hold: 365 days. Far beyond any sensible
@@ -103,7 +103,7 @@ impl Config {
         }
         self.check_gateway_values(doc, out);
         self.check_mcp(doc, out);
-        if let Err(e) = crate::store::check_url(&self.store.url) {
+        if let Err(e) = crate::store_url::check_url(&self.store.url) {
             out.push(doc.problem("/store/url", e));
         }
         if let Some(jsonl) = &self.audit.jsonl {
@@ -319,7 +319,7 @@ impl Config {
 
     fn check_metrics(
         &self,
-        m: &crate::config::MetricsSection,
+        m: &crate::model::MetricsSection,
         doc: &Located,
         out: &mut Vec<Problem>,
     ) {

@@ -1,0 +1,199 @@
+//! `#[derive(Keys)]` for capgate's configuration sections: every field declares, once and
+//! on itself, how a running server takes a new value of it, next to its doc comment and
+//! type, so the reload check, the key reference and the test that every key is classified
+//! all read one declaration (see `capgate_config::keys`).
+//!
+//! Each field takes exactly one of:
+//! - `#[key(live)]`: a reload applies the new value;
+//! - `#[key(restart = "why")]`: only a restart does; a reload that changes it is refused
+//!   with `why`;
+//! - `#[key(skip)]`: not a key of the file (derived state such as the file's own path).
+//!
+//! and may add `table` (a nested table, `T` or `Option<T>`) or `tables` (an array or a map
+//! of tables, `Vec<T>` or `BTreeMap<String, T>`, whose keys are listed under `*`). A field
+//! with neither a class nor `skip` is a compile error, so no key goes unclassified.
+
+use heck::ToLowerCamelCase;
+use proc_macro::TokenStream;
+use quote::quote;
+use syn::{
+    Data, DeriveInput, Fields, GenericArgument, LitStr, PathArguments, Type, parse_macro_input,
+};
+
+/// Implements `capgate_config::keys::Keys` from the `#[key(...)]` attribute of every field.
+#[proc_macro_derive(Keys, attributes(key))]
+pub fn derive_keys(input: TokenStream) -> TokenStream {
+    let input = parse_macro_input!(input as DeriveInput);
+    match expand(&input) {
+        Ok(ts) => ts.into(),
+        Err(e) => e.to_compile_error().into(),
+    }
+}
+
+enum Class {
+    Live,
+    Restart(LitStr),
+    Skip,
+}
+
+enum Nesting {
+    None,
+    Table,
+    Tables,
+}
+
+fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
+    let name = &input.ident;
+    let Data::Struct(data) = &input.data else {
+        return Err(syn::Error::new_spanned(
+            input,
+            "Keys is derived for structs",
+        ));
+    };
+    let Fields::Named(fields) = &data.fields else {
+        return Err(syn::Error::new_spanned(input, "Keys needs named fields"));
+    };
+    let mut entries = Vec::new();
+    for field in &fields.named {
+        let Some(ident) = &field.ident else { continue };
+        let mut class = None;
+        let mut nesting = Nesting::None;
+        let mut docs = Vec::new();
+        let mut rename = None;
+        for attr in &field.attrs {
+            if attr.path().is_ident("doc") {
+                if let syn::Meta::NameValue(nv) = &attr.meta
+                    && let syn::Expr::Lit(syn::ExprLit {
+                        lit: syn::Lit::Str(s),
+                        ..
+                    }) = &nv.value
+                {
+                    docs.push(s.value().trim().to_string());
+                }
+            } else if attr.path().is_ident("serde") {
+                // `#[serde(rename = "x")]` names the key; other serde settings are serde's.
+                let _ = attr.parse_nested_meta(|meta| {
+                    if meta.path.is_ident("rename") {
+                        rename = Some(meta.value()?.parse::<LitStr>()?.value());
+                    } else if meta.input.peek(syn::Token![=]) {
+                        let _: syn::Expr = meta.value()?.parse()?;
+                    } else if meta.input.peek(syn::token::Paren) {
+                        let _content;
+                        syn::parenthesized!(_content in meta.input);
+                    }
+                    Ok(())
+                });
+            } else if attr.path().is_ident("key") {
+                attr.parse_nested_meta(|meta| {
+                    let set = |class: &mut Option<Class>, c: Class| {
+                        if class.is_some() {
+                            return Err(meta.error("a key has one class: live, restart or skip"));
+                        }
+                        *class = Some(c);
+                        Ok(())
+                    };
+                    if meta.path.is_ident("live") {
+                        set(&mut class, Class::Live)
+                    } else if meta.path.is_ident("skip") {
+                        set(&mut class, Class::Skip)
+                    } else if meta.path.is_ident("restart") {
+                        let why: LitStr = meta.value()?.parse()?;
+                        set(&mut class, Class::Restart(why))
+                    } else if meta.path.is_ident("table") {
+                        nesting = Nesting::Table;
+                        Ok(())
+                    } else if meta.path.is_ident("tables") {
+                        nesting = Nesting::Tables;
+                        Ok(())
+                    } else {
+                        Err(meta.error("expected live, restart = \"why\", skip, table or tables"))
+                    }
+                })?;
+            }
+        }
+        let Some(class) = class else {
+            return Err(syn::Error::new_spanned(
+                ident,
+                "classify this key: #[key(live)], #[key(restart = \"why\")] or #[key(skip)]",
+            ));
+        };
+        let reload = match class {
+            Class::Skip => continue,
+            Class::Live => quote!(::core::option::Option::None),
+            Class::Restart(why) => quote!(::core::option::Option::Some(#why)),
+        };
+        let key = rename.unwrap_or_else(|| ident.to_string().to_lower_camel_case());
+        let doc = docs.join(" ");
+        let ty = &field.ty;
+        let ty_name = type_name(ty);
+        let nested = match nesting {
+            Nesting::None => quote!(),
+            Nesting::Table => {
+                let inner = unwrap_generic(ty, &["Option"]).unwrap_or(ty);
+                quote!(<#inner as crate::keys::Keys>::keys(&pointer, restart, out);)
+            }
+            Nesting::Tables => {
+                let Some(inner) = unwrap_generic(ty, &["Vec", "BTreeMap"]) else {
+                    return Err(syn::Error::new_spanned(
+                        ty,
+                        "`tables` is a Vec<T> or a BTreeMap<String, T>",
+                    ));
+                };
+                quote!(<#inner as crate::keys::Keys>::keys(&::std::format!("{pointer}/*"), restart, out);)
+            }
+        };
+        entries.push(quote! {
+            {
+                let pointer = ::std::format!("{}/{}", prefix, #key);
+                let own: ::core::option::Option<&'static str> = #reload;
+                let restart = inherited.or(own);
+                out.push(crate::keys::Key {
+                    pointer: pointer.clone(),
+                    doc: #doc,
+                    ty: #ty_name,
+                    restart,
+                    inherited: inherited.is_some(),
+                });
+                #nested
+            }
+        });
+    }
+    Ok(quote! {
+        impl crate::keys::Keys for #name {
+            fn keys(
+                prefix: &str,
+                inherited: ::core::option::Option<&'static str>,
+                out: &mut ::std::vec::Vec<crate::keys::Key>,
+            ) {
+                #(#entries)*
+            }
+        }
+    })
+}
+
+/// The generic argument of `Option<T>` / `Vec<T>` / `BTreeMap<K, T>` (the last one).
+fn unwrap_generic<'a>(ty: &'a Type, outer: &[&str]) -> Option<&'a Type> {
+    let Type::Path(p) = ty else { return None };
+    let seg = p.path.segments.last()?;
+    if !outer.iter().any(|o| seg.ident == o) {
+        return None;
+    }
+    let PathArguments::AngleBracketed(args) = &seg.arguments else {
+        return None;
+    };
+    args.args.iter().rev().find_map(|a| match a {
+        GenericArgument::Type(t) => Some(t),
+        _ => None,
+    })
+}
+
+/// The type as a reader of the reference writes it (`Option<String>`, not `Option < String >`).
+fn type_name(ty: &Type) -> String {
+    let raw = quote!(#ty).to_string();
+    raw.replace(" < ", "<")
+        .replace(" <", "<")
+        .replace("< ", "<")
+        .replace(" >", ">")
+        .replace(" , ", ", ")
+        .replace(" :: ", "::")
+}

@@ -1,0 +1,166 @@
+//! Reading the deployment file: parse it, deserialize each section with its problems
+//! located (`file:line:column: key: message`), then check references and ranges, and
+//! report every problem together before anything starts.
+
+use crate::located::{Located, Problem, seg};
+use crate::model::*;
+use serde::de::DeserializeOwned;
+use std::path::Path;
+
+/// The largest `reserve` one plugin may ask for (each ready instance holds a pool slot).
+pub(crate) const MAX_RESERVE: u32 = 64;
+
+const TOP_KEYS: &[&str] = &[
+    "revision",
+    "runtime",
+    "store",
+    "audit",
+    "plugins",
+    "policies",
+    "redactors",
+    "capabilities",
+    "gateway",
+    "mcp",
+    "approvals",
+    "telemetry",
+];
+
+/// Deserialize one part of a located document, locating the error inside it (the
+/// configuration here, and `capgate test`'s scenario files).
+pub fn part<T: DeserializeOwned>(
+    doc: &Located,
+    pointer: &str,
+    problems: &mut Vec<Problem>,
+) -> Option<T> {
+    let value = doc.json.pointer(pointer).cloned()?;
+    match serde_path_to_error::deserialize::<_, T>(value) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            let mut at = pointer.to_string();
+            for s in e.path().iter() {
+                use serde_path_to_error::Segment as S;
+                match s {
+                    S::Map { key } => at.push_str(&format!("/{}", seg(key))),
+                    S::Seq { index } => at.push_str(&format!("/{index}")),
+                    _ => {}
+                }
+            }
+            if doc.is_overflow(&at) {
+                // Already one located problem of its own (`Located::overflow_problems`).
+                return None;
+            }
+            let msg = e.inner().to_string();
+            // serde reports an unknown field at its parent; point at the field itself.
+            if let Some(field) = msg
+                .strip_prefix("unknown field `")
+                .and_then(|r| r.split('`').next())
+            {
+                let last = format!("/{}", seg(field));
+                if !at.ends_with(&last) {
+                    at.push_str(&last);
+                }
+            }
+            problems.push(doc.problem(&at, msg));
+            None
+        }
+    }
+}
+
+impl Config {
+    /// Read and check a configuration file (syntax, types, references, value ranges):
+    /// every problem, located, or the config with its located document (for the checks of
+    /// the assembly's checks, which locate their problems in it too).
+    pub fn load(path: &Path) -> Result<(Config, Located), Vec<Problem>> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            vec![Problem {
+                file: path.to_path_buf(),
+                line: 1,
+                column: 1,
+                key: String::new(),
+                message: format!("cannot read the configuration file: {e}"),
+            }]
+        })?;
+        Config::parse(path, text)
+    }
+
+    /// Check a configuration's text as [`Config::load`] does its file (`path` only names
+    /// it in the problems and anchors relative paths; nothing is read): the fuzz target of
+    /// the configuration loader drives this.
+    pub fn parse(path: &Path, text: String) -> Result<(Config, Located), Vec<Problem>> {
+        let doc = Located::parse(path, text).map_err(|p| vec![p])?;
+        let mut problems = doc.overflow_problems();
+        let mut cfg = Config {
+            path: path.to_path_buf(),
+            ..Default::default()
+        };
+        let Some(root) = doc.json.as_object() else {
+            return Err(vec![doc.problem("", "the file must be a TOML table")]);
+        };
+        for k in root.keys() {
+            if !TOP_KEYS.contains(&k.as_str()) {
+                problems.push(doc.problem(
+                    &format!("/{}", seg(k)),
+                    format!(
+                        "unknown section `{k}` (expected one of {})",
+                        TOP_KEYS.join(", ")
+                    ),
+                ));
+            }
+        }
+        cfg.revision = part(&doc, "/revision", &mut problems).unwrap_or_default();
+        cfg.runtime = part(&doc, "/runtime", &mut problems).unwrap_or_default();
+        cfg.store = part(&doc, "/store", &mut problems).unwrap_or_default();
+        cfg.audit = part(&doc, "/audit", &mut problems).unwrap_or_default();
+        cfg.gateway = part(&doc, "/gateway", &mut problems).unwrap_or_default();
+        cfg.mcp = part(&doc, "/mcp", &mut problems).unwrap_or_default();
+        cfg.approvals = part(&doc, "/approvals", &mut problems).unwrap_or_default();
+        cfg.telemetry = part(&doc, "/telemetry", &mut problems).unwrap_or_default();
+        crate::telemetry::check(&cfg.telemetry, &doc, &mut problems);
+        let names = |section: &str| -> Vec<String> {
+            doc.json
+                .get(section)
+                .and_then(|v| v.as_object())
+                .map(|m| m.keys().cloned().collect())
+                .unwrap_or_default()
+        };
+        for name in names("plugins") {
+            if let Some(p) = part(&doc, &format!("/plugins/{}", seg(&name)), &mut problems) {
+                cfg.plugins.insert(name, p);
+            }
+        }
+        for name in names("policies") {
+            if let Some(p) = part(&doc, &format!("/policies/{}", seg(&name)), &mut problems) {
+                cfg.policies.insert(name, p);
+            }
+        }
+        for name in names("redactors") {
+            if let Some(p) = part(&doc, &format!("/redactors/{}", seg(&name)), &mut problems) {
+                cfg.redactors.insert(name, p);
+            }
+        }
+        let caps = doc
+            .json
+            .get("capabilities")
+            .and_then(|v| v.as_array())
+            .map_or(0, Vec::len);
+        if doc.json.get("capabilities").is_some_and(|v| !v.is_array()) {
+            problems.push(doc.problem(
+                "/capabilities",
+                "must be an array of tables: write each capability as [[capabilities]]",
+            ));
+        }
+        for i in 0..caps {
+            let ptr = format!("/capabilities/{i}");
+            if let Some(c) = part::<CapabilitySection>(&doc, &ptr, &mut problems) {
+                cfg.capabilities.push(c);
+            }
+        }
+        cfg.check_references(&doc, &mut problems);
+        cfg.check_values(&doc, &mut problems);
+        if problems.is_empty() {
+            Ok((cfg, doc))
+        } else {
+            Err(problems)
+        }
+    }
+}

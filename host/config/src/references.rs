@@ -1,0 +1,389 @@
+//! The configuration's cross-references (names that must resolve, combinations that must
+//! not be written together) and its warnings: checks over the whole file that no one
+//! section's type can express.
+
+use crate::load::MAX_RESERVE;
+use crate::located::{Located, Problem, seg};
+use crate::model::*;
+use capgate_core::actor::{ActorKind, Surface};
+use std::path::Path;
+
+impl Config {
+    pub(crate) fn check_references(&self, doc: &Located, problems: &mut Vec<Problem>) {
+        for (i, k) in self.gateway.api_keys.iter().enumerate() {
+            for (j, s) in k.surfaces.iter().enumerate() {
+                if !matches!(s, Surface::AiSdk | Surface::Mcp | Surface::Workflow) {
+                    problems.push(doc.problem(
+                        &format!("/gateway/apiKeys/{i}/surfaces/{j}"),
+                        format!(
+                            "`{}` is not a door a key can use (expected aiSdk, workflow or mcp)",
+                            s.as_str()
+                        ),
+                    ));
+                }
+            }
+        }
+        for (i, t) in self.runtime.self_confirmable_types.iter().enumerate() {
+            if self.approvals.types.contains_key(t) {
+                problems.push(doc.problem(
+                    &format!("/runtime/selfConfirmableTypes/{i}"),
+                    format!(
+                        "`{t}` is both self-confirmable and mapped to roles ([approvals.types.{t}]): choose one — the requester confirms it herself, or a holder of one of its roles decides it"
+                    ),
+                ));
+            }
+        }
+        for (i, p) in self.gateway.trusted_proxies.iter().enumerate() {
+            if p.parse::<std::net::IpAddr>().is_err() {
+                problems.push(doc.problem(
+                    &format!("/gateway/trustedProxies/{i}"),
+                    format!(
+                        "`{p}` is not an IP address (list each proxy's address, e.g. \"10.0.0.5\")"
+                    ),
+                ));
+            }
+        }
+        if let Some(j) = &self.gateway.jwt {
+            for (key, set, opt_out, what) in [
+                (
+                    "audience",
+                    j.audience.is_some(),
+                    j.allow_missing_audience,
+                    "allowMissingAudience",
+                ),
+                (
+                    "issuer",
+                    j.issuer.is_some(),
+                    j.allow_missing_issuer,
+                    "allowMissingIssuer",
+                ),
+            ] {
+                if !set && !opt_out {
+                    problems.push(doc.problem(
+                        &format!("/gateway/jwt/{key}"),
+                        format!(
+                            "required: the `{key}` your tokens carry (a token minted for another service must not open this gateway); to accept any, say so with `{what} = true`"
+                        ),
+                    ));
+                }
+            }
+        }
+        for (i, k) in self.gateway.operator_keys.iter().enumerate() {
+            if k.sha256.len() != 64 || !k.sha256.chars().all(|c| c.is_ascii_hexdigit()) {
+                problems.push(doc.problem(
+                    &format!("/gateway/operatorKeys/{i}/sha256"),
+                    "must be the SHA-256 hex of the key (`capgate keys hash`); keys are never stored in clear",
+                ));
+            }
+            if k.actor.kind == ActorKind::Anonymous {
+                problems.push(doc.problem(
+                    &format!("/gateway/operatorKeys/{i}/actor/kind"),
+                    "anonymous actors are rejected",
+                ));
+            }
+            if self
+                .gateway
+                .api_keys
+                .iter()
+                .any(|t| t.sha256.eq_ignore_ascii_case(&k.sha256))
+            {
+                problems.push(doc.problem(
+                    &format!("/gateway/operatorKeys/{i}/sha256"),
+                    "this key is also a tenant's ([[gateway.apiKeys]]): an operator's key must be its own",
+                ));
+            }
+        }
+        if let Some(m) = self.telemetry.metrics.as_ref().filter(|m| m.enabled)
+            && m.bearer_token_sha256.is_none()
+        {
+            let (addr, key) = match &m.listen {
+                Some(l) => (l.as_str(), "/telemetry/metrics/listen"),
+                None => (self.gateway.listen.as_str(), "/gateway/listen"),
+            };
+            if !crate::values::is_loopback_listen(addr) {
+                problems.push(doc.problem(
+                    "/telemetry/metrics/bearerTokenSha256",
+                    format!(
+                        "required: the metrics would be served unauthenticated on `{addr}` ({key}), which is not a loopback address, and they name every tenant's namespace; set bearerTokenSha256 (`capgate keys hash` prints it) or listen on 127.0.0.1"
+                    ),
+                ));
+            }
+        }
+        for (name, t) in &self.approvals.types {
+            if t.roles.is_empty() || t.roles.iter().any(|r| r.trim().is_empty()) {
+                problems.push(doc.problem(
+                    &format!("/approvals/types/{}/roles", seg(name)),
+                    "must list at least one non-empty role (who may decide this type)",
+                ));
+            }
+        }
+        for (i, name) in self.runtime.policies.iter().enumerate() {
+            if !self.policies.contains_key(name) {
+                problems.push(doc.problem(
+                    &format!("/runtime/policies/{i}"),
+                    format!("no policy binding named `{name}` (declare it as [policies.{name}])"),
+                ));
+            }
+        }
+        for (name, r) in &self.redactors {
+            for (field, set) in [
+                ("phases", r.phases.is_some()),
+                ("mode", r.mode != PolicyMode::Enforce),
+            ] {
+                if set {
+                    problems.push(doc.problem(
+                        &format!("/redactors/{}/{field}", seg(name)),
+                        format!("`{field}` applies to policies only; remove it from this redactor"),
+                    ));
+                }
+            }
+        }
+        for (section, map) in [("policies", &self.policies), ("redactors", &self.redactors)] {
+            for (name, b) in map {
+                if !self.plugins.contains_key(&b.plugin) {
+                    problems.push(doc.problem(
+                        &format!("/{section}/{}/plugin", seg(name)),
+                        format!(
+                            "no plugin named `{}` (declare it as [plugins.{}])",
+                            b.plugin, b.plugin
+                        ),
+                    ));
+                }
+            }
+        }
+        for (name, p) in &self.plugins {
+            let path = Path::new(&p.path);
+            if capgate_oci::is_oci(&p.path) {
+                if let Err(e) = capgate_oci::plugin_reference(&p.path) {
+                    problems.push(doc.problem(&format!("/plugins/{}/path", seg(name)), e));
+                }
+            } else if path.is_absolute()
+                || path
+                    .components()
+                    .any(|c| !matches!(c, std::path::Component::Normal(_)))
+            {
+                problems.push(doc.problem(
+                    &format!("/plugins/{}/path", seg(name)),
+                    "must be a plain path inside runtime.pluginDir (no `..`, no absolute paths), or oci://REGISTRY/REPO@sha256:DIGEST",
+                ));
+            }
+            match &p.sha256 {
+                Some(s) if s.len() == 64 && s.chars().all(|c| c.is_ascii_hexdigit()) => {}
+                None if capgate_oci::is_oci(&p.path) => {}
+                _ => problems.push(doc.problem(
+                    &format!("/plugins/{}/sha256", seg(name)),
+                    "must be the 64-hex-digit SHA-256 of the plugin file (`sha256sum FILE`)",
+                )),
+            }
+            if let Some(iso) = &p.isolation
+                && iso != "fresh"
+                && iso != "pooled"
+            {
+                problems.push(doc.problem(
+                    &format!("/plugins/{}/isolation", seg(name)),
+                    format!("`{iso}` is not an isolation mode (expected `fresh` or `pooled`)"),
+                ));
+            }
+            if p.reserve.is_some_and(|r| r > MAX_RESERVE) {
+                problems.push(doc.problem(
+                    &format!("/plugins/{}/reserve", seg(name)),
+                    format!("at most {MAX_RESERVE} ready instances per plugin"),
+                ));
+            }
+            if p.isolation.as_deref() == Some("pooled")
+                && (p.reserve.is_some() || p.reserve_refill_at.is_some())
+            {
+                problems.push(doc.problem(
+                    &format!("/plugins/{}/reserve", seg(name)),
+                    "a reserve applies to fresh isolation only (pooled instances are reused); remove `reserve` or use `isolation = \"fresh\"`",
+                ));
+            }
+        }
+        // References and schemas are checked on the raw entries, so a capability with a
+        // type error elsewhere still gets its reference mistakes reported in the same run.
+        let raw_caps = doc
+            .json
+            .get("capabilities")
+            .and_then(|v| v.as_array())
+            .cloned()
+            .unwrap_or_default();
+        for (n, c) in raw_caps.iter().enumerate() {
+            let ptr = format!("/capabilities/{n}");
+            let names = |key: &str| -> Vec<(usize, String)> {
+                c.get(key)
+                    .and_then(|v| v.as_array())
+                    .map(|a| {
+                        a.iter()
+                            .enumerate()
+                            .filter_map(|(i, v)| v.as_str().map(|s| (i, s.to_string())))
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            };
+            for (i, name) in names("policies") {
+                if !self.policies.contains_key(&name) {
+                    problems.push(doc.problem(
+                        &format!("{ptr}/policies/{i}"),
+                        format!(
+                            "no policy binding named `{name}` (declare it as [policies.{name}])"
+                        ),
+                    ));
+                }
+            }
+            for (i, name) in names("redactors") {
+                if !self.redactors.contains_key(&name) {
+                    problems.push(doc.problem(
+                        &format!("{ptr}/redactors/{i}"),
+                        format!(
+                            "no redactor binding named `{name}` (declare it as [redactors.{name}])"
+                        ),
+                    ));
+                }
+            }
+            if let Some(proc_) = c.get("procedure") {
+                match (proc_.get("plugin"), proc_.get("http")) {
+                    (Some(_), Some(_)) | (None, None) => problems.push(doc.problem(
+                        &format!("{ptr}/procedure"),
+                        "set exactly one of `plugin` or `http`",
+                    )),
+                    (Some(p), None) => {
+                        if let Some(p) = p.as_str()
+                            && !self.plugins.contains_key(p)
+                        {
+                            problems.push(doc.problem(
+                                &format!("{ptr}/procedure/plugin"),
+                                format!("no plugin named `{p}` (declare it as [plugins.{p}])"),
+                            ));
+                        }
+                    }
+                    (None, Some(http)) => {
+                        // The extra trusted roots must be there and hold a certificate now,
+                        // not at the first call.
+                        if let Some(ca) = http.get("caFile").and_then(|v| v.as_str())
+                            && let Err(e) =
+                                capgate_provider::http::check_ca_file(&self.relative(ca))
+                        {
+                            problems.push(
+                                doc.problem(&format!("{ptr}/procedure/http/caFile"), e.to_string()),
+                            );
+                        }
+                    }
+                }
+            }
+            for field in ["inputSchema", "outputSchema"] {
+                let Some(raw) = c.get(field) else { continue };
+                let Ok(schema) = serde_json::from_value::<SchemaRef>(raw.clone()) else {
+                    continue;
+                };
+                match self.resolve_schema(&schema) {
+                    Err(e) => problems.push(doc.problem(&format!("{ptr}/{field}"), e)),
+                    Ok(v) => {
+                        if let Err(e) = capgate_core::schema::Schema::compile(v) {
+                            problems.push(doc.problem(&format!("{ptr}/{field}"), e.to_string()));
+                        }
+                    }
+                }
+            }
+        }
+        for (i, r) in self.gateway.routes.iter().enumerate() {
+            if !r.path.starts_with('/') || r.path.len() < 2 || r.path.ends_with('/') {
+                problems.push(doc.problem(
+                    &format!("/gateway/routes/{i}/path"),
+                    "must start with `/`, be more than `/`, and not end with `/` (e.g. `/agent`)",
+                ));
+            }
+            if !matches!(r.surface, Surface::AiSdk | Surface::Mcp | Surface::Workflow) {
+                problems.push(doc.problem(
+                    &format!("/gateway/routes/{i}/surface"),
+                    "a gateway route serves `aiSdk`, `mcp` or `workflow`",
+                ));
+            }
+        }
+        if self.store.acquire_timeout_ms == Some(0) {
+            problems.push(doc.problem(
+                "/store/acquireTimeoutMs",
+                "must be at least 1 (milliseconds a statement waits for a connection)",
+            ));
+        }
+        if self.gateway.audit_drain_timeout_ms >= self.gateway.request_timeout_ms {
+            problems.push(doc.problem(
+                "/gateway/auditDrainTimeoutMs",
+                "must be smaller than requestTimeoutMs (drain time is reserved inside the request ceiling)",
+            ));
+        }
+        match &self.gateway.authorize {
+            None => {}
+            Some(serde_json::Value::String(s)) if s == "authenticated" => {}
+            Some(v) => match v.get("plugin").and_then(|p| p.as_str()) {
+                Some(p) if self.plugins.contains_key(p) => {}
+                Some(p) => problems.push(doc.problem(
+                    "/gateway/authorize/plugin",
+                    format!("no plugin named `{p}`"),
+                )),
+                None => problems.push(doc.problem(
+                    "/gateway/authorize",
+                    "must be \"authenticated\" (explicit opt-in) or { plugin = \"NAME\" }",
+                )),
+            },
+        }
+        for (i, k) in self.gateway.api_keys.iter().enumerate() {
+            if k.sha256.len() != 64 || !k.sha256.chars().all(|c| c.is_ascii_hexdigit()) {
+                problems.push(doc.problem(
+                    &format!("/gateway/apiKeys/{i}/sha256"),
+                    "must be the SHA-256 hex of the key (`printf '%s' KEY | capgate keys hash`); keys are never stored in clear",
+                ));
+            }
+            if k.actor.kind == ActorKind::Anonymous {
+                problems.push(doc.problem(
+                    &format!("/gateway/apiKeys/{i}/actor/kind"),
+                    "anonymous actors are rejected",
+                ));
+            }
+            if k.namespace.trim().is_empty() {
+                problems.push(doc.problem(
+                    &format!("/gateway/apiKeys/{i}/namespace"),
+                    "must not be empty",
+                ));
+            }
+            if k.namespace == capgate_gateway::auth::OPERATOR_NAMESPACE {
+                problems.push(doc.problem(
+                    &format!("/gateway/apiKeys/{i}/namespace"),
+                    format!(
+                        "`{}` is reserved for operators ([[gateway.operatorKeys]])",
+                        capgate_gateway::auth::OPERATOR_NAMESPACE
+                    ),
+                ));
+            }
+        }
+    }
+
+    /// What `capgate check` and `serve` warn about without refusing the file: settings that
+    /// are allowed but widen a boundary, located like problems.
+    pub fn warnings(&self, doc: &Located) -> Vec<Problem> {
+        let mut out = Vec::new();
+        for (i, k) in self.gateway.api_keys.iter().enumerate() {
+            if k.requester_door == Some(true) && !k.surfaces.is_empty() {
+                out.push(doc.problem(
+                    &format!("/gateway/apiKeys/{i}/requesterDoor"),
+                    "this key opens model doors and the requester door: whatever holds it (an agent host) can confirm its own held calls with no human step; give the human a console credential of her own instead",
+                ));
+            }
+            if k.roles
+                .iter()
+                .any(|r| r == capgate_gateway::admin::OPERATOR_ROLE)
+            {
+                out.push(doc.problem(
+                    &format!("/gateway/apiKeys/{i}/roles"),
+                    "the `operator` role of a tenant's key opens nothing: the operator API takes an operator's key ([[gateway.operatorKeys]])",
+                ));
+            }
+        }
+        if self.gateway.admin.reload && self.gateway.operator_keys.is_empty() {
+            out.push(doc.problem(
+                "/gateway/admin/reload",
+                "no [[gateway.operatorKeys]]: POST /admin/reload refuses every caller (SIGHUP still reloads)",
+            ));
+        }
+        out
+    }
+}

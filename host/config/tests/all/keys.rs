@@ -1,0 +1,163 @@
+//! Every key is declared once, classified for reload, documented, and listed in the
+//! checked-in reference (docs/configuration-keys.md).
+
+use capgate_config::keys::{self, Key};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The declared key at `pointer` (each `*` of a declaration stands for any one segment).
+fn declared<'a>(all: &'a [Key], pointer: &str) -> Option<&'a Key> {
+    let segs: Vec<&str> = pointer.split('/').collect();
+    all.iter().find(|k| {
+        let ks: Vec<&str> = k.pointer.split('/').collect();
+        ks.len() == segs.len() && ks.iter().zip(&segs).all(|(k, s)| *k == "*" || k == s)
+    })
+}
+
+/// Whether `pointer` is one entry of an array or a map of tables (`/capabilities/0`): a
+/// declaration lies below it through a `*`.
+fn is_entry(all: &[Key], pointer: &str) -> bool {
+    let segs: Vec<&str> = pointer.split('/').collect();
+    all.iter().any(|k| {
+        let ks: Vec<&str> = k.pointer.split('/').collect();
+        ks.len() > segs.len()
+            && ks[segs.len() - 1] == "*"
+            && ks.iter().zip(&segs).all(|(k, s)| *k == "*" || k == s)
+    })
+}
+
+/// Whether a declared key is a table with keys of its own below it.
+fn is_table(all: &[Key], key: &Key) -> bool {
+    let below = format!("{}/", key.pointer);
+    all.iter().any(|k| k.pointer.starts_with(&below))
+}
+
+/// Every key written in `value` at `pointer`, checked against the declarations.
+fn walk(all: &[Key], value: &Value, pointer: &str, undeclared: &mut Vec<String>) {
+    if !pointer.is_empty() {
+        match declared(all, pointer) {
+            Some(key) if !is_table(all, key) => return,
+            Some(_) => {}
+            None if is_entry(all, pointer) => {}
+            None => {
+                undeclared.push(pointer.to_string());
+                return;
+            }
+        }
+    }
+    match value {
+        Value::Object(m) => {
+            for (k, v) in m {
+                walk(
+                    all,
+                    v,
+                    &format!("{pointer}/{}", k.replace('~', "~0").replace('/', "~1")),
+                    undeclared,
+                );
+            }
+        }
+        Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                walk(all, v, &format!("{pointer}/{i}"), undeclared);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn every_key_is_classified_for_reload_and_documented() {
+    let all = keys::all();
+    assert!(all.len() > 100, "only {} keys declared", all.len());
+    for k in &all {
+        assert!(!k.doc.trim().is_empty(), "{} has no doc comment", k.pointer);
+        if let Some(why) = k.restart {
+            assert!(
+                !why.trim().is_empty(),
+                "{} restarts without saying why",
+                k.pointer
+            );
+        }
+    }
+    let mut pointers: Vec<&str> = all.iter().map(|k| k.pointer.as_str()).collect();
+    pointers.sort_unstable();
+    let before = pointers.len();
+    pointers.dedup();
+    assert_eq!(before, pointers.len(), "a key is declared twice");
+}
+
+#[test]
+fn the_keys_a_reload_refuses_are_the_ones_fixed_at_start() {
+    let restart: Vec<String> = keys::restart_keys().into_iter().map(|(p, _)| p).collect();
+    for expected in [
+        "/gateway/listen",
+        "/store",
+        "/audit/jsonl",
+        "/gateway/replayHorizonHours",
+        "/telemetry",
+        "/gateway/shutdownUnreadyDelayMs",
+        "/gateway/shutdownDrainMs",
+    ] {
+        assert!(
+            restart.iter().any(|p| p == expected),
+            "{expected} is not a restart key: {restart:?}"
+        );
+    }
+    assert_eq!(restart.len(), 7, "{restart:?}");
+    // A key inside a fixed table shares its class without being compared on its own.
+    let all = keys::all();
+    let url = declared(&all, "/store/url").expect("store.url");
+    assert!(url.inherited && url.restart.is_some());
+}
+
+#[test]
+fn every_key_the_shipped_files_write_is_declared() {
+    let all = keys::all();
+    for file in [
+        "examples/customer-support/capgate.toml",
+        "examples/customer-support/capgate.template.toml",
+    ] {
+        let path = repo().join(file);
+        let text = std::fs::read_to_string(&path).expect("read the example");
+        let doc = capgate_config::Located::parse(&path, text).expect("TOML");
+        let mut undeclared = Vec::new();
+        walk(&all, &doc.json, "", &mut undeclared);
+        assert!(
+            undeclared.is_empty(),
+            "{file}: keys with no declaration: {undeclared:?}"
+        );
+    }
+    // And the walk does catch a key nobody declared.
+    let mut undeclared = Vec::new();
+    walk(
+        &all,
+        &serde_json::json!({"gateway": {"lisen": "x"}}),
+        "",
+        &mut undeclared,
+    );
+    assert_eq!(undeclared, ["/gateway/lisen"]);
+}
+
+#[test]
+fn the_checked_in_key_reference_is_generated_from_the_declarations() {
+    let path = repo().join("docs/configuration-keys.md");
+    let generated = format!(
+        "# Configuration keys\n\nGenerated from the key declarations in `host/config/src` (`capgate_config::keys::reference`); \
+         do not edit by hand: after changing a key, run `CAPGATE_BLESS=1 cargo test -p capgate-config --test all` to rewrite this file.\n\n\
+         `applies`: `reload` when a configuration reload (SIGHUP, `POST /admin/reload`) takes a new value; `restart` when only a restart does \
+         (a reload that changes it is refused and the running configuration keeps serving).\n\n{}",
+        keys::reference()
+    );
+    if std::env::var_os("CAPGATE_BLESS").is_some() {
+        std::fs::write(&path, &generated).expect("write the reference");
+    }
+    let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        checked_in == generated,
+        "docs/configuration-keys.md is not what the declarations generate; run `CAPGATE_BLESS=1 cargo test -p capgate-config --test all`"
+    );
+}
