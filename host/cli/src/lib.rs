@@ -1,17 +1,17 @@
-//! The code of the `capgate` binary (src/main.rs is its command line): configuration
-//! loading and validation, `serve`, the operator commands. A library so that the fuzz
-//! targets (host/fuzz) drive the same configuration loader `capgate check` runs; it is
-//! not a stable API.
+//! The code of the `capgate` binary (src/main.rs parses its command line and dispatches to
+//! [`commands`], one module per subcommand): configuration loading and validation, `serve`,
+//! the operator commands. A library so that the fuzz targets (host/fuzz) drive the same
+//! configuration loader `capgate check` runs; it is not a stable API.
 
 pub mod args;
 pub mod build;
+pub mod commands;
 pub mod config;
 pub mod diff;
 pub mod inspect;
 pub mod located;
 pub mod metrics;
 pub mod oci;
-pub mod ops;
 pub mod plugin_test;
 pub mod reload;
 pub mod scenario;
