@@ -1,19 +1,14 @@
-//! The code of the `capgate` binary (src/main.rs is its command line): assembling a
-//! deployment from its checked configuration (`capgate-config`), `serve`, and the operator
-//! commands. A library so that the integration tests reach the same code; it is not a
-//! stable API.
-
-// Paths older code names these by (the configuration and OCI crates were split out).
-pub use capgate_config as config;
-pub use capgate_config::{located, values};
-pub use capgate_oci as oci;
+//! The code of the `capgate` binary (src/main.rs parses its command line and dispatches to
+//! [`commands`], one module per subcommand): assembling a deployment from its checked
+//! configuration (`capgate-config`), `serve`, and the operator commands. A library so
+//! that the integration tests reach the same code; it is not a stable API.
 
 pub mod args;
 pub mod build;
+pub mod commands;
 pub mod diff;
 pub mod inspect;
 pub mod metrics;
-pub mod ops;
 pub mod plugin_test;
 pub mod reload;
 pub mod scenario;

@@ -1,0 +1,133 @@
+//! `capgate audit tail|query`: read the audit trail of a store as JSON lines.
+
+use super::shared::StoreArg;
+use crate::args;
+use crate::runtime;
+use capgate_store::StoredAuditEvent;
+use chrono::{DateTime, Utc};
+use std::process::ExitCode;
+
+/// Read the audit trail.
+#[derive(clap::Args, Debug)]
+pub struct AuditArgs {
+    #[command(subcommand)]
+    command: AuditCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum AuditCommand {
+    /// Print the last events as JSON lines, oldest first; `--follow` keeps printing new ones.
+    ///
+    /// Example: capgate audit tail --store sqlite://capgate.db -n 20
+    Tail {
+        #[command(flatten)]
+        store: StoreArg,
+        /// How many events.
+        #[arg(short = 'n', default_value_t = 50)]
+        lines: u32,
+        /// Keep polling for new events.
+        #[arg(long)]
+        follow: bool,
+    },
+    /// Find events by execution, capability, actor, type and time, as JSON lines, oldest
+    /// first.
+    ///
+    /// Example: capgate audit query --store sqlite://capgate.db --capability orders.refund --since 2026-11-29T00:00:00Z
+    Query {
+        #[command(flatten)]
+        store: StoreArg,
+        /// Events of one execution (`executionId`).
+        #[arg(long)]
+        execution: Option<String>,
+        /// Events of one capability.
+        #[arg(long)]
+        capability: Option<String>,
+        /// Events of one actor id (for decisions, the approver).
+        #[arg(long)]
+        actor: Option<String>,
+        /// One event type, e.g. capability.started.
+        #[arg(long = "type")]
+        event_type: Option<String>,
+        /// At or after this RFC 3339 time.
+        #[arg(long, value_parser = args::rfc3339)]
+        since: Option<DateTime<Utc>>,
+        /// Before this RFC 3339 time.
+        #[arg(long, value_parser = args::rfc3339)]
+        until: Option<DateTime<Utc>>,
+        /// At most this many events (1 to 10000).
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        limit: u32,
+    },
+}
+
+/// `capgate audit …`: 0 when done (`tail --follow` runs until interrupted).
+pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
+    match args.command {
+        AuditCommand::Tail {
+            store,
+            lines,
+            follow,
+        } => runtime()?.block_on(tail(&store, lines, follow)),
+        AuditCommand::Query {
+            store,
+            execution,
+            capability,
+            actor,
+            event_type,
+            since,
+            until,
+            limit,
+        } => {
+            let query = capgate_store::AuditQuery {
+                execution_id: execution,
+                capability_id: capability,
+                actor_id: actor,
+                event_type,
+                since,
+                until,
+                limit: Some(limit),
+                ..Default::default()
+            };
+            runtime()?.block_on(query_events(&store, &query))
+        }
+    }
+}
+
+/// Prints each event as a JSON line (one the store cannot read as a warning on stderr)
+/// and returns the highest row id seen, at least `last`.
+fn print_events(rows: Vec<StoredAuditEvent>, mut last: i64) -> anyhow::Result<i64> {
+    for row in rows {
+        last = last.max(row.id);
+        match row.event {
+            Ok(e) => println!("{}", serde_json::to_string(&e)?),
+            Err(bad) => eprintln!("warning: {bad}"),
+        }
+    }
+    Ok(last)
+}
+
+/// `capgate audit tail`.
+async fn tail(store: &StoreArg, lines: u32, follow: bool) -> anyhow::Result<ExitCode> {
+    let store = store.open_existing().await?;
+    let log = store.audit_log();
+    let mut last = print_events(log.tail(lines).await?, 0)?;
+    if !follow {
+        return Ok(ExitCode::SUCCESS);
+    }
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        last = print_events(log.follow(last, 1000).await?, last)?;
+    }
+}
+
+/// `capgate audit query`.
+async fn query_events(
+    store: &StoreArg,
+    query: &capgate_store::AuditQuery,
+) -> anyhow::Result<ExitCode> {
+    let store = store.open_existing().await?;
+    let rows = store.audit_log().query(query).await?;
+    print_events(rows, 0)?;
+    store.close().await;
+    Ok(ExitCode::SUCCESS)
+}

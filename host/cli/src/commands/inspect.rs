@@ -1,0 +1,31 @@
+//! `capgate inspect`: print a deployment's inventory for review (the inventory itself is
+//! crate::inspect).
+
+use super::shared::ConfigArg;
+use crate::table;
+use std::process::ExitCode;
+
+/// The inventory a reviewer reads in a pull request: per capability its surfaces, side
+/// effect, risk, policies, redactors, static approval, timeout and retry, sorted by id.
+///
+/// Reads the file as `check` does first (every problem located) but loads no plugin.
+///
+/// Example: capgate inspect --config examples/customer-support/capgate.toml
+#[derive(clap::Args, Debug)]
+pub struct InspectArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+    /// `table` for people, `json` for programs (shape: README "Reviewing a change").
+    #[arg(long, value_enum, default_value = "table")]
+    format: table::Format,
+}
+
+/// `capgate inspect`: 0 with the inventory printed.
+pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
+    let inventory = crate::inspect::inspect(&args.config.config)?;
+    match args.format {
+        table::Format::Table => print!("{}", inventory.render_table()),
+        table::Format::Json => println!("{}", serde_json::to_string_pretty(&inventory)?),
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,120 @@
+//! `capgate plugin test|push`: a plugin author's inner loop (its cases, crate::plugin_test)
+//! and publishing a component to an OCI registry (`capgate_oci`).
+
+use crate::runtime;
+use anyhow::Context;
+use capgate_oci as oci;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Plugin author tools.
+#[derive(clap::Args, Debug)]
+pub struct PluginArgs {
+    #[command(subcommand)]
+    command: PluginCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum PluginCommand {
+    /// Run a plugin against request → expected decision/output cases; prints a pass/fail
+    /// table with the plugin's time per case and exits non-zero on any failure.
+    ///
+    /// Example: capgate plugin test plugins/js/dist/refund-limit.wasm --cases plugins/conformance/refund-limit.toml
+    Test {
+        /// The component file.
+        plugin: PathBuf,
+        /// The case file (format: plugins/conformance/README.md).
+        #[arg(long)]
+        cases: PathBuf,
+    },
+    /// Publish a Wasm component to an OCI registry as a Wasm artifact (an OCI image
+    /// manifest with config `application/vnd.wasm.config.v0+json` and one
+    /// `application/wasm` layer) and print the `oci://…@sha256:…` reference to put in a
+    /// plugin's `path`. Credentials: CAPGATE_REGISTRY_USERNAME/CAPGATE_REGISTRY_PASSWORD or
+    /// the docker config's `auths`.
+    ///
+    /// Example: capgate plugin push plugins/target/wasm32-wasip2/release/refund_limit.wasm oci://127.0.0.1:5000/capgate/refund-limit:v1 --sign-key release.pem
+    Push {
+        /// The component file.
+        plugin: PathBuf,
+        /// Where: oci://REGISTRY/REPOSITORY[:TAG] (loopback registries over plain HTTP).
+        target: String,
+        /// Also sign it (cosign's layout, tag `sha256-DIGEST.sig`) with this Ed25519
+        /// private key (PEM PKCS#8, `openssl genpkey -algorithm ed25519`).
+        #[arg(long)]
+        sign_key: Option<PathBuf>,
+        /// Speak plain HTTP to this non-loopback registry.
+        #[arg(long)]
+        insecure: bool,
+    },
+}
+
+/// `capgate plugin …`.
+pub fn run(args: PluginArgs) -> anyhow::Result<ExitCode> {
+    match args.command {
+        PluginCommand::Test { plugin, cases } => test(&plugin, &cases),
+        PluginCommand::Push {
+            plugin,
+            target,
+            sign_key,
+            insecure,
+        } => push(&plugin, &target, sign_key.as_deref(), insecure),
+    }
+}
+
+/// `capgate plugin test`: 0 when every case passed, 1 otherwise.
+fn test(plugin: &Path, cases: &Path) -> anyhow::Result<ExitCode> {
+    let text = std::fs::read_to_string(cases)
+        .with_context(|| format!("cannot read the case file {}", cases.display()))?;
+    let host = capgate_wasm::WasmHost::shared().context("could not start the Wasm engine")?;
+    let report = crate::plugin_test::run_file(&host, plugin, &text)
+        .with_context(|| format!("cannot test {}", plugin.display()))?;
+    print!("{}", report.render());
+    Ok(if report.all_passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// `capgate plugin push`: 0 with the pushed reference on stdout.
+fn push(
+    plugin: &Path,
+    target: &str,
+    sign_key: Option<&Path>,
+    insecure: bool,
+) -> anyhow::Result<ExitCode> {
+    let size = std::fs::metadata(plugin)
+        .with_context(|| format!("cannot read {}", plugin.display()))?
+        .len();
+    anyhow::ensure!(
+        size <= oci::MAX_PLUGIN_BYTES,
+        "{} is larger than {} bytes",
+        plugin.display(),
+        oci::MAX_PLUGIN_BYTES
+    );
+    let wasm =
+        std::fs::read(plugin).with_context(|| format!("cannot read {}", plugin.display()))?;
+    let key = sign_key
+        .map(oci::sign::load_signing_key)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let insecure: Vec<String> = if insecure {
+        oci::Reference::parse(target)
+            .map(|r| vec![r.registry])
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let pushed = runtime()?
+        .block_on(oci::push(&wasm, target, &insecure, key.as_ref()))
+        .with_context(|| format!("cannot push {} to {target}", plugin.display()))?;
+    eprintln!(
+        "pushed {} (Wasm sha256 {}){}",
+        plugin.display(),
+        pushed.wasm_sha256,
+        if pushed.signed { ", signed" } else { "" }
+    );
+    println!("{}", pushed.reference);
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,84 @@
+//! The flags several commands take, declared once and flattened into each command's
+//! arguments with `#[command(flatten)]`: `--config`/`-c` and the two shapes of `--store`
+//! (an override of the file's `store.url`, or the store of a command without a file).
+//!
+//! Their doc comments are the help text; a command whose `--store` means something more
+//! (created if missing, say) rewords it with [`reword`], keeping the flag's name, env var
+//! and type declared here only. The structs set no `about` of their own (their doc comment
+//! would otherwise become the about of the command that flattens them).
+
+use crate::build::{Deployment, build};
+use crate::store::{Access, StoreUrl};
+use crate::validate::{self, Checked};
+use std::path::PathBuf;
+
+/// `--config`/`-c`: the deployment file of every command over a deployment.
+#[derive(clap::Args, Debug, Clone)]
+#[command(about = None, long_about = None)]
+pub struct ConfigArg {
+    /// The configuration file.
+    #[arg(long, short)]
+    pub config: PathBuf,
+}
+
+impl ConfigArg {
+    /// Every command with `--config` starts here: the one validation path of `check`, so a
+    /// refused file is reported exactly as `check` reports it.
+    pub fn load(&self) -> anyhow::Result<Checked> {
+        Ok(validate::validate(&self.config)?)
+    }
+}
+
+/// `--store` of a command over a deployment: optional, it overrides the file's `store.url`.
+#[derive(clap::Args, Debug, Clone)]
+#[command(about = None, long_about = None)]
+pub struct StoreOverride {
+    /// Store URL (overrides store.url; a relative sqlite:// path is relative to the current
+    /// directory). The database must exist.
+    #[arg(long, env = "CAPGATE_STORE")]
+    pub store: Option<String>,
+}
+
+impl StoreOverride {
+    /// The deployment of a command with a configuration file, over its store (`--store`
+    /// when given, else `store.url`).
+    pub async fn deployment(
+        &self,
+        checked: &Checked,
+        access: Access,
+    ) -> anyhow::Result<Deployment> {
+        let cfg = &checked.config;
+        let url = StoreUrl::for_config(self.store.as_deref(), &cfg.store.url, &cfg.path)?;
+        build(checked, url.open(access).await?, &url.display()).await
+    }
+}
+
+/// `--store` of a command over a store alone (no configuration file): required.
+#[derive(clap::Args, Debug, Clone)]
+#[command(about = None, long_about = None)]
+pub struct StoreArg {
+    /// Store URL (a relative sqlite:// path is relative to the current directory); the
+    /// database must exist.
+    #[arg(long, env = "CAPGATE_STORE")]
+    pub store: String,
+}
+
+impl StoreArg {
+    /// The URL as given on the command line (a relative sqlite:// path is relative to the
+    /// current directory).
+    pub fn url(&self) -> anyhow::Result<StoreUrl> {
+        StoreUrl::from_command_line(&self.store)
+    }
+
+    /// The store, which must exist: operator commands never create an empty one by mistake.
+    pub async fn open_existing(&self) -> anyhow::Result<capgate_store::Store> {
+        self.url()?.open(Access::Existing).await
+    }
+}
+
+/// A flattened flag's help in one command's own words (`#[command(mut_arg("store",
+/// reword("…")))]`), for the flags whose meaning differs slightly per command. The text is
+/// what clap shows: one paragraph, without its final period.
+pub fn reword(help: &'static str) -> impl FnOnce(clap::Arg) -> clap::Arg {
+    move |arg| arg.help(help)
+}
