@@ -1,0 +1,272 @@
+//! Plugins: each one loaded from its directory or registry, pinned by digest, and each
+//! binding bound to the interface it needs with its limits, isolation and reserve.
+use super::*;
+
+pub(super) fn plugins_section<'a>(cfg: &'a Config, name: &str) -> Option<&'a PluginSection> {
+    cfg.plugins.get(name)
+}
+
+/// The limits of a plugin's bindings, from its `[plugins.NAME]` section.
+pub(super) fn limits_of(p: Option<&PluginSection>, base: Limits) -> Limits {
+    let Some(p) = p else { return base };
+    let mut l = base;
+    if let Some(f) = p.fuel {
+        l = l.with_fuel(if f == 0 { None } else { Some(f) });
+    }
+    if let Some(mb) = p.memory_mb {
+        l = l.with_memory_bytes(
+            usize::try_from(mb)
+                .unwrap_or(usize::MAX)
+                .saturating_mul(1 << 20),
+        );
+    }
+    if let Some(ms) = p.timeout_ms {
+        l = l.with_timeout(Duration::from_millis(ms));
+    }
+    l
+}
+
+pub(super) fn isolation_of(p: Option<&PluginSection>) -> Isolation {
+    match p.and_then(|p| p.isolation.as_deref()) {
+        Some("pooled") => Isolation::pooled(),
+        _ => Isolation::Fresh,
+    }
+}
+
+pub(super) fn binding_of(name: &str, b: &BindingSection, p: Option<&PluginSection>) -> Binding {
+    Binding::new(name)
+        .config(b.config.clone())
+        .limits(limits_of(p, Limits::default()))
+        .isolation(isolation_of(p))
+        .reserve(reserve_of(p))
+}
+
+pub(super) fn reserve_of(p: Option<&PluginSection>) -> ReserveOptions {
+    let default = ReserveOptions::default();
+    match p.map(|p| (p.reserve, p.reserve_refill_at)) {
+        Some((Some(size), at)) => ReserveOptions {
+            size,
+            refill_at: at.unwrap_or(size / 2),
+        },
+        Some((None, Some(at))) => ReserveOptions {
+            refill_at: at,
+            ..default
+        },
+        _ => default,
+    }
+}
+
+impl Validation<'_> {
+    /// Load every plugin (pinned by digest, through the plugin directory, compiled code
+    /// cached), exactly as `serve` does.
+    pub(super) fn plugins(&mut self) -> BTreeMap<String, Arc<Plugin>> {
+        let mut out = BTreeMap::new();
+        if self.cfg.plugins.is_empty() {
+            return out;
+        }
+        // The refill mark against the reserve it refills, the library's size when none is
+        // written.
+        for (name, p) in &self.cfg.plugins {
+            if let Some(at) = p.reserve_refill_at {
+                let size = p.reserve.unwrap_or(ReserveOptions::default().size);
+                if at >= size {
+                    self.problem(
+                        &format!("/plugins/{}/reserveRefillAt", seg(name)),
+                        format!("must be below `reserve` ({size}): the reserve refills when it falls to this many"),
+                    );
+                }
+            }
+        }
+        let host = match WasmHost::shared() {
+            Ok(h) => h,
+            Err(e) => {
+                self.problem("/plugins", e.to_string());
+                return out;
+            }
+        };
+        // Created (0700) and checked by `with_cache` below: a cache another user, or the
+        // group, could write is refused.
+        let cache = self.cfg.relative(&self.cfg.runtime.compile_cache);
+        let dir = match PluginDir::open(self.cfg.plugin_dir()) {
+            Ok(d) => d,
+            Err(e) => {
+                self.problem(
+                    "/runtime/pluginDir",
+                    format!(
+                        "cannot open the plugin directory {}: {e}",
+                        self.cfg.plugin_dir().display()
+                    ),
+                );
+                return out;
+            }
+        };
+        let dir = match dir.with_cache(&cache) {
+            Ok(d) => d,
+            Err(e) => {
+                self.problem(
+                    "/runtime/compileCache",
+                    format!("cannot use the compile cache {}: {e}", cache.display()),
+                );
+                return out;
+            }
+        };
+        let oci = self.oci_settings(&cache);
+        for (name, p) in &self.cfg.plugins {
+            let at = format!("/plugins/{}", seg(name));
+            if capgate_oci::is_oci(&p.path) {
+                if let Some(settings) = &oci
+                    && let Some(plugin) = self.oci_plugin(&host, settings, &cache, name, p)
+                {
+                    out.insert(name.clone(), plugin);
+                }
+                continue;
+            }
+            if oci.as_ref().is_some_and(|o| o.require) {
+                self.problem(
+                    &format!("{at}/path"),
+                    "runtime.oci.requireSignature admits only plugins from an OCI registry signed by a key of runtime.oci.publicKeys, and this is a local file (push it with `capgate plugin push --sign-key`)",
+                );
+                continue;
+            }
+            match host.load(&dir, &p.path, p.sha256.as_deref().unwrap_or_default()) {
+                Ok(plugin) => {
+                    tracing::info!(
+                        plugin = %name,
+                        source = ?plugin.load_source(),
+                        ms = plugin.load_time().as_millis() as u64,
+                        "plugin loaded"
+                    );
+                    out.insert(name.clone(), plugin);
+                }
+                Err(e) => {
+                    let field = match &e {
+                        LoadError::DigestMismatch { .. } | LoadError::BadPin { .. } => "/sha256",
+                        LoadError::Io { .. } | LoadError::Invalid { .. } => "/path",
+                        _ => "",
+                    };
+                    let message = match &e {
+                        LoadError::Io { source, .. } => format!(
+                            "cannot read {}: {source}",
+                            self.cfg.plugin_dir().join(&p.path).display()
+                        ),
+                        _ => e.to_string(),
+                    };
+                    self.problem(&format!("{at}{field}"), message);
+                }
+            }
+        }
+        out
+    }
+
+    /// The `[runtime.oci]` settings, resolved (public keys read); `None` after a problem.
+    pub(super) fn oci_settings(&mut self, compile_cache: &Path) -> Option<capgate_oci::Settings> {
+        let o = &self.cfg.runtime.oci;
+        let mut keys = Vec::new();
+        let mut ok = true;
+        for (i, k) in o.public_keys.iter().enumerate() {
+            match capgate_oci::sign::PublicKey::load(&self.cfg.relative(k)) {
+                Ok(key) => keys.push(key),
+                Err(e) => {
+                    self.problem(&format!("/runtime/oci/publicKeys/{i}"), e);
+                    ok = false;
+                }
+            }
+        }
+        if o.require_signature && o.public_keys.is_empty() {
+            self.problem(
+                "/runtime/oci/requireSignature",
+                "requires at least one key in runtime.oci.publicKeys",
+            );
+            ok = false;
+        }
+        ok.then(|| capgate_oci::Settings {
+            cache: o
+                .cache
+                .as_ref()
+                .map_or_else(|| compile_cache.join("oci"), |c| self.cfg.relative(c)),
+            insecure: o.insecure_registries.clone(),
+            keys,
+            // With a key listed, every registry plugin needs a valid signature by one
+            // (`oci::fetch`); `requireSignature` also refuses local files.
+            require: o.require_signature,
+        })
+    }
+
+    /// A plugin from an OCI registry (or the cache), verified and loaded.
+    pub(super) fn oci_plugin(
+        &mut self,
+        host: &WasmHost,
+        settings: &capgate_oci::Settings,
+        compile_cache: &Path,
+        name: &str,
+        p: &PluginSection,
+    ) -> Option<Arc<Plugin>> {
+        let at = format!("/plugins/{}", seg(name));
+        // The reference was checked with the file (Config::load).
+        let reference = capgate_oci::plugin_reference(&p.path).ok()?;
+        let fetched = match capgate_oci::fetch(&reference, settings, p.sha256.as_deref()) {
+            Ok(f) => f,
+            Err(e) => {
+                let field = if matches!(e, capgate_oci::OciError::Pin { .. }) {
+                    "sha256"
+                } else {
+                    "path"
+                };
+                self.problem(
+                    &format!("{at}/{field}"),
+                    format!("plugin `{name}` ({}): {e}", p.path),
+                );
+                return None;
+            }
+        };
+        let loaded = PluginDir::open(&fetched.dir)
+            .and_then(|d| d.with_cache(compile_cache))
+            .and_then(|d| host.load(&d, &fetched.file, &fetched.wasm_sha256));
+        match loaded {
+            Ok(plugin) => {
+                tracing::info!(
+                    plugin = %name,
+                    reference = %p.path,
+                    downloaded = fetched.downloaded,
+                    signed_by = fetched.signed_by.as_deref().unwrap_or("-"),
+                    source = ?plugin.load_source(),
+                    ms = plugin.load_time().as_millis() as u64,
+                    "plugin loaded from an OCI registry"
+                );
+                Some(plugin)
+            }
+            Err(e) => {
+                self.problem(
+                    &format!("{at}/path"),
+                    format!("plugin `{name}` ({}): {e}", p.path),
+                );
+                None
+            }
+        }
+    }
+
+    /// Bind every declared policy or redactor to its plugin (also the ones no capability
+    /// uses yet: a binding that cannot work is a mistake either way).
+    pub(super) fn bindings<T: Clone>(
+        &mut self,
+        section: &str,
+        bindings: &BTreeMap<String, BindingSection>,
+        plugins: &BTreeMap<String, Arc<Plugin>>,
+        bind: impl Fn(&Arc<Plugin>, &BindingSection, &str) -> Result<T, LoadError>,
+    ) -> BTreeMap<String, T> {
+        let mut out = BTreeMap::new();
+        for (name, b) in bindings {
+            // A plugin that did not load has its own problem already.
+            let Some(plugin) = plugins.get(&b.plugin) else {
+                continue;
+            };
+            match bind(plugin, b, name) {
+                Ok(t) => {
+                    out.insert(name.clone(), t);
+                }
+                Err(e) => self.problem(&format!("/{section}/{}/plugin", seg(name)), e.to_string()),
+            }
+        }
+        out
+    }
+}

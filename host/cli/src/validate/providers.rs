@@ -1,0 +1,112 @@
+//! Procedures: every capability's provider (a Wasm procedure or an HTTP upstream) built,
+//! one identity each.
+use super::*;
+
+impl Validation<'_> {
+    /// Every capability's procedure as a provider (so the provider runtime's watchdog and
+    /// probes govern it), each identity registered once.
+    pub(super) fn providers(
+        &mut self,
+        plugins: &BTreeMap<String, Arc<Plugin>>,
+    ) -> Option<(ProviderRuntime, Vec<ProviderIdentity>)> {
+        let mut registry = ProviderRegistry::new();
+        let mut ids = Vec::new();
+        let mut owners: BTreeMap<ProviderIdentity, String> = BTreeMap::new();
+        let mut complete = true;
+        for (i, c) in self.cfg.capabilities.iter().enumerate() {
+            let at = format!("/capabilities/{i}/procedure");
+            let conf = ProviderConf {
+                response_stall_timeout_ms: c.procedure.response_stall_timeout_ms,
+                ..Default::default()
+            };
+            let provider: Arc<dyn Provider> = match (&c.procedure.plugin, &c.procedure.http) {
+                (Some(name), None) => {
+                    let Some(plugin) = plugins.get(name) else {
+                        complete = false;
+                        continue;
+                    };
+                    let section = self.cfg.plugins.get(name);
+                    let info = CapabilityInfo {
+                        id: c.id.clone(),
+                        side_effect: c.side_effect,
+                        risk: c.risk,
+                        tags: c.tags.clone(),
+                    };
+                    let binding = Binding::new(c.id.clone())
+                        .config(c.procedure.config.clone())
+                        .limits(limits_of(section, Limits::procedure()))
+                        .isolation(isolation_of(section));
+                    match plugin.procedure(binding, info) {
+                        Ok(p) => Arc::new(ProcedureProvider::new(
+                            ProviderIdentity::new("wasm", c.id.clone()),
+                            p,
+                        )),
+                        Err(e) => {
+                            self.problem(&format!("{at}/plugin"), e.to_string());
+                            complete = false;
+                            continue;
+                        }
+                    }
+                }
+                (None, Some(http)) => {
+                    // `caFile` is relative to the config file, like every other path in it.
+                    let mut http = http.clone();
+                    http.ca_file = http.ca_file.map(|p| self.cfg.relative(p));
+                    match HttpUpstream::new(http) {
+                        Ok(u) => Arc::new(u),
+                        Err(e) => {
+                            let field = match &e {
+                                HttpUpstreamError::EmptyTarget => "/http/target".to_string(),
+                                HttpUpstreamError::InvalidHeader(h) => {
+                                    format!("/http/headers/{}", seg(h))
+                                }
+                                HttpUpstreamError::CaFileUnreadable { .. }
+                                | HttpUpstreamError::CaFileInvalid { .. } => {
+                                    "/http/caFile".to_string()
+                                }
+                                HttpUpstreamError::InvalidUrl { field, .. }
+                                | HttpUpstreamError::UnsupportedScheme { field, .. }
+                                | HttpUpstreamError::TlsUnavailable { field } => {
+                                    format!("/http/{field}")
+                                }
+                                _ => "/http".to_string(),
+                            };
+                            self.problem(&format!("{at}{field}"), e.to_string());
+                            complete = false;
+                            continue;
+                        }
+                    }
+                }
+                // Reported by the reference checks of the file.
+                _ => {
+                    complete = false;
+                    continue;
+                }
+            };
+            let id = provider.identity().clone();
+            if let Some(other) = owners.get(&id) {
+                let pointer = if c.procedure.http.is_some() {
+                    format!("{at}/http/target")
+                } else {
+                    format!("/capabilities/{i}/id")
+                };
+                self.problem(
+                    &pointer,
+                    format!(
+                        "capability `{other}` already uses the procedure provider `{id}`; each capability needs its own (give this upstream another `target`)"
+                    ),
+                );
+                complete = false;
+                continue;
+            }
+            if let Err(e) = registry.register(provider, conf) {
+                self.problem(&at, e.to_string());
+                complete = false;
+                continue;
+            }
+            owners.insert(id.clone(), c.id.clone());
+            ids.push(id);
+        }
+        complete.then(|| (ProviderRuntime::new(registry), ids))
+    }
+}
