@@ -150,6 +150,31 @@ pub struct RegistryProblem {
     pub field: String,
     /// What is wrong and what to do.
     pub message: String,
+    /// Which rule was broken, so a caller that locates the problem (the configuration
+    /// check) decides by kind, never by the message's words.
+    pub kind: RegistryProblemKind,
+}
+
+/// The rule a [`RegistryProblem`] breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RegistryProblemKind {
+    /// The id is not a valid capability id.
+    InvalidId,
+    /// A second capability has the same id.
+    DuplicateId,
+    /// A required value is missing or empty.
+    Missing,
+    /// A number is out of its range.
+    OutOfRange,
+    /// A side-effecting capability retries without being idempotent (SI-11).
+    RetryNotIdempotent,
+    /// A derived or configured tool name is not a valid tool name.
+    InvalidToolName,
+    /// Two capabilities have the same tool name on one surface.
+    ToolNameCollision,
+    /// An input or output schema does not compile.
+    InvalidSchema,
 }
 
 /// Every problem of a registry, reported together.
@@ -215,28 +240,36 @@ impl RegistryBuilder {
         let mut seen_ids: std::collections::HashSet<String> = std::collections::HashSet::new();
         for def in self.defs {
             let before = problems.len();
-            let mut problem = |field: &str, message: String| {
+            let mut problem = |kind: RegistryProblemKind, field: &str, message: String| {
                 problems.push(RegistryProblem {
                     capability: def.id.clone(),
                     field: field.to_string(),
                     message,
+                    kind,
                 })
             };
+            use RegistryProblemKind as K;
             if let Err(m) = check_id(&def.id) {
-                problem("id", m);
+                problem(K::InvalidId, "id", m);
             }
             if !seen_ids.insert(def.id.clone()) {
-                problem("id", "declared twice; capability ids must be unique".into());
+                problem(
+                    K::DuplicateId,
+                    "id",
+                    "declared twice; capability ids must be unique".into(),
+                );
             }
             let meta = &def.meta;
             if meta.description.trim().is_empty() {
                 problem(
+                    K::Missing,
                     "meta.description",
                     "is required and must not be empty".into(),
                 );
             }
             if meta.timeout_ms == Some(0) {
                 problem(
+                    K::OutOfRange,
                     "meta.timeoutMs",
                     "must be a positive number of milliseconds".into(),
                 );
@@ -245,6 +278,7 @@ impl RegistryBuilder {
                 && a.expires_in_ms == Some(0)
             {
                 problem(
+                    K::OutOfRange,
                     "meta.approval.expiresInMs",
                     "must be a positive number of milliseconds".into(),
                 );
@@ -252,17 +286,23 @@ impl RegistryBuilder {
             if let Some(r) = &meta.retry {
                 if r.max_attempts > MAX_RETRY_ATTEMPTS {
                     problem(
+                        K::OutOfRange,
                         "meta.retry.maxAttempts",
                         format!("must be at most {MAX_RETRY_ATTEMPTS}"),
                     );
                 }
                 if r.backoff_ms == Some(0) {
-                    problem("meta.retry.backoffMs", "must be positive".into());
+                    problem(
+                        K::OutOfRange,
+                        "meta.retry.backoffMs",
+                        "must be positive".into(),
+                    );
                 }
                 if !matches!(meta.side_effect, SideEffect::None | SideEffect::Read)
                     && !meta.idempotent
                 {
                     problem(
+                        K::RetryNotIdempotent,
                         "meta.retry",
                         format!(
                             "a `{}` capability may only be retried when declared `idempotent: true` (SI-11)",
@@ -275,12 +315,14 @@ impl RegistryBuilder {
                 let name = meta.tool_name(&def.id, surface);
                 if let Err(m) = check_tool_name(&name) {
                     problem(
+                        K::InvalidToolName,
                         "meta.adapters",
                         format!("{} tool name `{name}` {m}", surface),
                     );
                 }
                 match seen_tools.get(&(surface, name.clone())) {
                     Some(other) if other != &def.id => problem(
+                        K::ToolNameCollision,
                         "meta.adapters",
                         format!("{surface} tool name `{name}` collides with capability `{other}`"),
                     ),
@@ -293,19 +335,20 @@ impl RegistryBuilder {
             let input = match Schema::compile(def.input_schema) {
                 Ok(s) => Some(s),
                 Err(e) => {
-                    problem("inputSchema", e.to_string());
+                    problem(K::InvalidSchema, "inputSchema", e.to_string());
                     None
                 }
             };
             let output = match def.output_schema.map(Schema::compile).transpose() {
                 Ok(s) => s,
                 Err(e) => {
-                    problem("outputSchema", e.to_string());
+                    problem(K::InvalidSchema, "outputSchema", e.to_string());
                     None
                 }
             };
             if def.procedure.is_none() {
                 problem(
+                    K::Missing,
                     "procedure",
                     "no procedure is bound; every capability needs one".into(),
                 );

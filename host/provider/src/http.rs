@@ -163,6 +163,24 @@ pub enum HttpUpstreamError {
     Client(String),
 }
 
+impl HttpUpstreamError {
+    /// The setting at fault, as the path of keys inside the upstream's settings
+    /// (`["headers", "x-api-key"]`), so a configuration check locates the problem without
+    /// reading the message; `None` when no one setting is (the HTTP client itself).
+    pub fn setting(&self) -> Option<Vec<&str>> {
+        match self {
+            HttpUpstreamError::EmptyTarget => Some(vec!["target"]),
+            HttpUpstreamError::InvalidUrl { field, .. }
+            | HttpUpstreamError::UnsupportedScheme { field, .. }
+            | HttpUpstreamError::TlsUnavailable { field } => Some(vec![field]),
+            HttpUpstreamError::CaFileUnreadable { .. }
+            | HttpUpstreamError::CaFileInvalid { .. } => Some(vec!["caFile"]),
+            HttpUpstreamError::InvalidHeader(h) => Some(vec!["headers", h.as_str()]),
+            HttpUpstreamError::Client(_) => None,
+        }
+    }
+}
+
 fn parse_url(field: &'static str, url: &str) -> Result<Url, HttpUpstreamError> {
     let parsed = Url::parse(url).map_err(|e| HttpUpstreamError::InvalidUrl {
         field,

@@ -323,7 +323,7 @@ pub enum AssemblyError {
 
 /// A registry problem at its place: `meta.retry.backoffMs` → `retry/backoffMs`.
 pub(super) fn registry_problem(cfg: &Config, doc: &Located, p: &RegistryProblem) -> Problem {
-    let duplicate = p.field == "id" && p.message.contains("declared twice");
+    let duplicate = p.kind == capgate_core::registry::RegistryProblemKind::DuplicateId;
     let at = capability_pointer(cfg, &p.capability, duplicate);
     let field = p.field.strip_prefix("meta.").unwrap_or(&p.field);
     let pointer = format!("{at}/{}", field.replace('.', "/"));

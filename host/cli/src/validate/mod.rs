@@ -35,7 +35,6 @@ use capgate_gateway::auth::{
 };
 use capgate_gateway::door::{Doorkeeper, Quotas, Rate};
 use capgate_gateway::gateway::{GatewayConfig, GatewayConfigError};
-use capgate_provider::http::HttpUpstreamError;
 use capgate_provider::{
     HttpUpstream, ProcedureProvider, Provider, ProviderConf, ProviderIdentity, ProviderProcedure,
     ProviderRegistry, runtime::ProviderRuntime,

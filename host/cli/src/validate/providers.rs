@@ -55,22 +55,10 @@ impl Validation<'_> {
                     match HttpUpstream::new(http) {
                         Ok(u) => Arc::new(u),
                         Err(e) => {
-                            let field = match &e {
-                                HttpUpstreamError::EmptyTarget => "/http/target".to_string(),
-                                HttpUpstreamError::InvalidHeader(h) => {
-                                    format!("/http/headers/{}", seg(h))
-                                }
-                                HttpUpstreamError::CaFileUnreadable { .. }
-                                | HttpUpstreamError::CaFileInvalid { .. } => {
-                                    "/http/caFile".to_string()
-                                }
-                                HttpUpstreamError::InvalidUrl { field, .. }
-                                | HttpUpstreamError::UnsupportedScheme { field, .. }
-                                | HttpUpstreamError::TlsUnavailable { field } => {
-                                    format!("/http/{field}")
-                                }
-                                _ => "/http".to_string(),
-                            };
+                            let field: String = std::iter::once("/http".to_string())
+                                .chain(e.setting().into_iter().flatten().map(seg))
+                                .collect::<Vec<_>>()
+                                .join("/");
                             self.problem(&format!("{at}{field}"), e.to_string());
                             complete = false;
                             continue;
