@@ -1,7 +1,7 @@
 //! Every key of the file, declared once on its field: its doc comment, its type, and
 //! whether a running `capgate serve` takes a new value on reload or only on restart
 //! (`#[derive(Keys)]`, with `#[key(live)]`, `#[key(restart = "why")]` or `#[key(skip)]`
-//! on each field; a field without one does not compile).
+//! on each field or as its table's default; a field with neither does not compile).
 //!
 //! The reload check reads the restart keys from here ([`restart_keys`]), a test checks
 //! that every key the file accepts is listed, and [`reference`] writes the key reference

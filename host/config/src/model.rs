@@ -11,16 +11,16 @@ use std::path::{Path, PathBuf};
 
 /// The whole file.
 #[derive(Keys, Debug, Default)]
+#[key(live)]
 pub struct Config {
     /// The file, for relative paths.
     #[key(skip)]
     pub path: PathBuf,
     /// Changes whenever handler or policy meaning changes (part of the contract digest).
-    #[key(live)]
     pub revision: String,
     /// `[runtime]`: the defaults every call runs with (timeouts, approval expiry) and
     /// where plugins come from.
-    #[key(live, table)]
+    #[key(table)]
     pub runtime: RuntimeSection,
     /// `[store]`: the database approvals, the invocation journal and the audit trail
     /// are kept in.
@@ -28,29 +28,29 @@ pub struct Config {
     pub store: StoreSection,
     /// `[audit]`: how strictly and how verbosely every step is recorded, and an optional
     /// JSON-lines copy.
-    #[key(live, table)]
+    #[key(table)]
     pub audit: AuditSection,
     /// `[plugins.NAME]`: the Wasm components the deployment loads, each pinned by digest.
-    #[key(live, tables)]
+    #[key(tables)]
     pub plugins: BTreeMap<String, PluginSection>,
     /// `[policies.NAME]`: a policy plugin bound to its configuration, named for the
     /// capabilities that use it.
-    #[key(live, tables)]
+    #[key(tables)]
     pub policies: BTreeMap<String, BindingSection>,
     /// `[redactors.NAME]`: an output redactor plugin bound to its configuration.
-    #[key(live, tables)]
+    #[key(tables)]
     pub redactors: BTreeMap<String, BindingSection>,
     /// `[[capabilities]]`: what agents may call, in declaration order.
-    #[key(live, tables)]
+    #[key(tables)]
     pub capabilities: Vec<CapabilitySection>,
     /// `[gateway]`: the HTTP listener, its doors and who may open them.
-    #[key(live, table)]
+    #[key(table)]
     pub gateway: GatewaySection,
     /// `[mcp]`: the MCP server (`/mcp`, and `capgate mcp --stdio`).
-    #[key(live, table)]
+    #[key(table)]
     pub mcp: McpSection,
     /// `[approvals]`: who may decide which approval types.
-    #[key(live, table)]
+    #[key(table)]
     pub approvals: ApprovalsSection,
     /// `[telemetry]`: metrics and traces.
     #[key(restart = "metrics and traces are set up at start", table)]
@@ -59,21 +59,18 @@ pub struct Config {
 
 /// `[telemetry.metrics]`: the Prometheus exposition.
 #[derive(Keys, Debug, Clone, Deserialize)]
+#[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct MetricsSection {
     /// On unless `false` (the table's presence turns metrics on).
-    #[key(live)]
     pub enabled: bool,
     /// Serve on this address of its own (e.g. `127.0.0.1:9464`) rather than on the
     /// gateway's listener, so scrapes never share a port with agents.
-    #[key(live)]
     pub listen: Option<String>,
     /// The path (default `/metrics`).
-    #[key(live)]
     pub path: String,
     /// Hex SHA-256 of a bearer token scrapes must send (`capgate keys hash` prints it, the
     /// token on standard input); absent: no authentication (bind `listen` to a private address).
-    #[key(live)]
     pub bearer_token_sha256: Option<String>,
 }
 
@@ -90,37 +87,30 @@ impl Default for MetricsSection {
 
 /// `[runtime]`
 #[derive(Keys, Debug, Clone, Deserialize)]
+#[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct RuntimeSection {
     /// Per-attempt timeout default.
-    #[key(live)]
     pub timeout_ms: u64,
     /// Shared policy batch deadline.
-    #[key(live)]
     pub policy_timeout_ms: u64,
     /// Approval expiry default.
-    #[key(live)]
     pub approval_expires_in_ms: u64,
     /// Refuse an approval decided by the requester themselves (SI-4).
-    #[key(live)]
     pub reject_self_approval: bool,
     /// Approval types a requester may confirm themselves.
-    #[key(live)]
     pub self_confirmable_types: Vec<String>,
     /// Runtime-level policies, by binding name, in order.
-    #[key(live)]
     pub policies: Vec<String>,
     /// The directory plugin files are opened from (relative to the config file); no
     /// plugin path may escape it.
-    #[key(live)]
     pub plugin_dir: String,
     /// Where compiled plugin code is cached, keyed by digest and engine (relative to the
     /// config file), so a restart does not recompile.
-    #[key(live)]
     pub compile_cache: String,
     /// `[runtime.oci]`: plugins from an OCI registry (cache, plain-HTTP registries,
     /// signature policy).
-    #[key(live, table)]
+    #[key(table)]
     pub oci: OciSection,
 }
 
@@ -143,16 +133,15 @@ impl Default for RuntimeSection {
 
 /// `[store]`
 #[derive(Keys, Debug, Clone, Deserialize)]
+#[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct StoreSection {
     /// `sqlite://capgate.db` (relative to the config file) or `postgres://…`.
-    #[key(live)]
     pub url: String,
     /// How long a statement waits for a pooled connection (on Postgres, that includes
     /// connecting while the server is away) before the request fails with a `503`. Bounds
     /// how long a call can wait on a database that is down. Absent: the store's default
     /// (10 000).
-    #[key(live)]
     pub acquire_timeout_ms: Option<u64>,
 }
 
@@ -167,13 +156,12 @@ impl Default for StoreSection {
 
 /// `[audit]`
 #[derive(Keys, Debug, Clone, Default, Deserialize)]
+#[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct AuditSection {
     /// No `capability.started` record, no execution.
-    #[key(live)]
     pub strict: bool,
     /// Capability ids in `capabilities.discovered`.
-    #[key(live)]
     pub verbose: bool,
     /// Also write JSON lines to this file (relative to the config file).
     #[key(restart = "the audit file is opened at start")]
@@ -182,56 +170,46 @@ pub struct AuditSection {
 
 /// `[plugins.NAME]`
 #[derive(Keys, Debug, Clone, Deserialize)]
+#[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PluginSection {
     /// File name inside the plugin directory, or `oci://REGISTRY/REPO@sha256:MANIFEST` (a
     /// registry artifact pinned by its manifest digest; see `capgate_oci`).
-    #[key(live)]
     pub path: String,
     /// Pinned SHA-256 (hex) of the Wasm bytes: required for a file, optional for an
     /// `oci://` path (whose digest already pins them; when given, it must agree).
-    #[key(live)]
     pub sha256: Option<String>,
     /// Fuel per call.
-    #[key(live)]
     pub fuel: Option<u64>,
     /// Memory cap in MiB.
-    #[key(live)]
     pub memory_mb: Option<u64>,
     /// Per-call deadline.
-    #[key(live)]
     pub timeout_ms: Option<u64>,
     /// `fresh` (default) or `pooled`.
-    #[key(live)]
     pub isolation: Option<String>,
     /// Fresh isolation: ready instances kept instantiated ahead of calls (default 8; 0 turns
     /// the reserve off).
-    #[key(live)]
     pub reserve: Option<u32>,
     /// Refill the reserve when this many or fewer are left (default: half of `reserve`).
-    #[key(live)]
     pub reserve_refill_at: Option<u32>,
 }
 
 /// `[policies.NAME]` / `[redactors.NAME]`
 #[derive(Keys, Debug, Clone, Deserialize)]
+#[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BindingSection {
     /// The plugin.
-    #[key(live)]
     pub plugin: String,
     /// Phases (policies only).
-    #[key(live)]
     pub phases: Option<Vec<capgate_core::policy::Phase>>,
     /// `enforce` (the default) or `shadow` (policies only): a shadow policy is evaluated
     /// like an enforcing one, but its stance never changes the outcome; where it would
     /// have, the call records a `capgate.policy.shadow_divergence` event.
     #[serde(default)]
-    #[key(live)]
     pub mode: PolicyMode,
     /// Handed to the plugin on every call.
     #[serde(default)]
-    #[key(live)]
     pub config: serde_json::Value,
 }
 
@@ -258,128 +236,104 @@ pub enum SchemaRef {
 
 /// How a capability's operation is reached.
 #[derive(Keys, Debug, Clone, Deserialize)]
+#[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ProcedureSection {
     /// A Wasm procedure plugin.
-    #[key(live)]
     pub plugin: Option<String>,
     /// An HTTP upstream.
-    #[key(live)]
     pub http: Option<capgate_provider::HttpUpstreamConfig>,
     /// Handed to the plugin.
     #[serde(default)]
-    #[key(live)]
     pub config: serde_json::Value,
     /// Stall timeout of the provider runtime (0 = default 300000).
     #[serde(default)]
-    #[key(live)]
     pub response_stall_timeout_ms: i64,
 }
 
 /// `[[capabilities]]`
 #[derive(Keys, Debug, Clone, Deserialize)]
+#[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CapabilitySection {
     /// Canonical id.
-    #[key(live)]
     pub id: String,
     /// For the model.
-    #[key(live)]
     pub description: String,
     /// The surfaces the capability is offered on (hidden everywhere else, SI-1).
-    #[key(live)]
     pub expose: Expose,
     /// Side effect.
-    #[key(live)]
     pub side_effect: SideEffect,
     /// How much harm a wrong call can do; policies and the console read it.
-    #[key(live)]
     pub risk: Risk,
     /// Free labels for discovery and policies.
     #[serde(default)]
-    #[key(live)]
     pub tags: Vec<String>,
     /// The per-attempt timeout of this capability (default: `runtime.timeoutMs`).
-    #[key(live)]
     pub timeout_ms: Option<u64>,
     /// Which failures are retried and how often (SI-11: idempotent calls only).
-    #[key(live)]
     pub retry: Option<RetryConfig>,
     /// Whether repeating the call has the effect of one call (required for retries).
     #[serde(default)]
-    #[key(live)]
     pub idempotent: bool,
     /// Static approval.
-    #[key(live)]
     pub approval: Option<ApprovalConfig>,
     /// Tool names.
-    #[key(live)]
     pub adapters: Option<AdapterNames>,
     /// `discoverable` (default: listed to models) or `contextual` (left out of model tool
     /// lists, presented by a UI; callable where exposed).
     #[serde(default)]
-    #[key(live)]
     pub discovery: capgate_core::meta::Discovery,
     /// Input schema.
-    #[key(live)]
     pub input_schema: Option<SchemaRef>,
     /// Output schema.
-    #[key(live)]
     pub output_schema: Option<SchemaRef>,
     /// Policy bindings, in order.
     #[serde(default)]
-    #[key(live)]
     pub policies: Vec<String>,
     /// Redactor bindings, in order.
     #[serde(default)]
-    #[key(live)]
     pub redactors: Vec<String>,
     /// The procedure.
-    #[key(live, table)]
+    #[key(table)]
     pub procedure: ProcedureSection,
 }
 
 /// `[gateway]`
 #[derive(Keys, Debug, Clone, Deserialize)]
+#[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct GatewaySection {
     /// Listen address.
     #[key(restart = "the listener is bound at start")]
     pub listen: String,
     /// Routes, each with its fixed surface.
-    #[key(live, tables)]
+    #[key(tables)]
     pub routes: Vec<RouteSection>,
     /// `"authenticated"` (explicit opt-in) or `{ plugin = "name", config = {...} }`.
-    #[key(live)]
     pub authorize: Option<serde_json::Value>,
     /// Total request ceiling.
-    #[key(live)]
     pub request_timeout_ms: u64,
     /// Reserved for draining audit inside the ceiling.
-    #[key(live)]
     pub audit_drain_timeout_ms: u64,
     /// Body size cap.
-    #[key(live)]
     pub max_body_bytes: usize,
     /// API keys (hashed).
-    #[key(live, tables)]
+    #[key(tables)]
     pub api_keys: Vec<ApiKeySection>,
     /// JWT verification.
-    #[key(live, table)]
+    #[key(table)]
     pub jwt: Option<JwtSection>,
     /// Approval console URL handed to models with approval-required results.
-    #[key(live)]
     pub approval_console_url: Option<String>,
     /// Keep invocation receipts this long.
     #[key(restart = "the invocation journal and its purge are set up at start")]
     pub replay_horizon_hours: u64,
     /// The most invocation receipts one namespace may hold (`journalMaxRowsPerNamespace`,
     /// default 100 000); a claim past it is refused `507 STORAGE_QUOTA_EXCEEDED`.
-    #[key(live)]
     pub journal_max_rows_per_namespace: u64,
     /// The most bytes of stored input and outcome JSON one namespace's receipts may hold
     /// (`journalMaxBytesPerNamespace`, default 256 MiB).
-    #[key(live)]
     pub journal_max_bytes_per_namespace: u64,
     /// At SIGTERM or Ctrl-C, how long `/readyz` answers 503 (`shutdown: draining`) while
     /// the listener still serves, so a load balancer stops sending before connections are
@@ -392,78 +346,69 @@ pub struct GatewaySection {
     #[key(restart = "the shutdown sequence is set up at start")]
     pub shutdown_drain_ms: u64,
     /// Rate limits of every door.
-    #[key(live, table)]
+    #[key(table)]
     pub rate_limit: RateLimitSection,
     /// The approval console web page.
-    #[key(live, table)]
+    #[key(table)]
     pub console: ConsoleSection,
     /// The operator API.
-    #[key(live, table)]
+    #[key(table)]
     pub admin: AdminSection,
     /// `[[gateway.operatorKeys]]`: operators' API keys (hashed), outside every tenant
     /// namespace: they open the operator API (`POST /admin/reload`) and no other door.
-    #[key(live, tables)]
+    #[key(tables)]
     pub operator_keys: Vec<OperatorKeySection>,
     /// Addresses of the reverse proxies in front of the gateway: only from these peers is
     /// `X-Forwarded-For` believed, to tell which client address a request comes from (the
     /// unauthenticated and sign-in throttles). Empty: the connection's peer is the client.
-    #[key(live)]
     pub trusted_proxies: Vec<String>,
 }
 
 /// `[[gateway.operatorKeys]]`: an operator's key, outside every tenant namespace.
 #[derive(Keys, Debug, Clone, Deserialize)]
+#[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct OperatorKeySection {
     /// SHA-256 hex of the key (`capgate keys hash` prints it).
-    #[key(live)]
     pub sha256: String,
     /// The operator (recorded in logs and handed to the authorizer).
-    #[key(live, table)]
+    #[key(table)]
     pub actor: ActorSection,
 }
 
 /// `[gateway.admin]`: the operator API (README "Reloading without a restart").
 #[derive(Keys, Debug, Clone, Default, Deserialize)]
+#[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct AdminSection {
     /// Serve `POST /admin/reload` to operator principals (`[[gateway.operatorKeys]]`), as
     /// the authorizer allows (default off; SIGHUP reloads either way).
-    #[key(live)]
     pub reload: bool,
 }
 
 /// `[gateway.console]`: the approval console, a web page for approvers on the approvals
 /// API (README "The approval console").
 #[derive(Keys, Debug, Clone, Deserialize)]
+#[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct ConsoleSection {
     /// Serve it (default on; it is only a page over the approvals API, which is always on).
-    #[key(live)]
     pub enabled: bool,
     /// Where: a plain path such as `/console`.
-    #[key(live)]
     pub path: String,
     /// How long a sign-in lasts, in minutes (capped by the credential's own expiry).
-    #[key(live)]
     pub session_minutes: u64,
     /// `"auto"` (Secure except on a loopback host), `true` or `false`.
-    #[key(live)]
     pub secure_cookie: SecureCookieSetting,
     /// The most live sessions one principal keeps (a new sign-in evicts its oldest).
-    #[key(live)]
     pub max_sessions_per_principal: u32,
     /// Sign-ins per principal per minute (0 with `signInBurst` 0: not throttled).
-    #[key(live)]
     pub sign_in_per_minute: u32,
     /// Burst of sign-ins per principal.
-    #[key(live)]
     pub sign_in_burst: u32,
     /// Sign-ins per client address per minute, successful or not.
-    #[key(live)]
     pub sign_in_per_address_per_minute: u32,
     /// Burst of sign-ins per client address.
-    #[key(live)]
     pub sign_in_per_address_burst: u32,
 }
 
@@ -541,63 +486,55 @@ fn millis(d: std::time::Duration) -> u64 {
 
 /// `[[gateway.routes]]`
 #[derive(Keys, Debug, Clone, Deserialize)]
+#[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RouteSection {
     /// Mount path, e.g. `/agent`.
-    #[key(live)]
     pub path: String,
     /// The fixed surface (never a client input).
-    #[key(live)]
     pub surface: Surface,
 }
 
 /// An actor as written in the file.
 #[derive(Keys, Debug, Clone, Deserialize)]
+#[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ActorSection {
     /// The actor's id, as the audit trail and policies see it.
-    #[key(live)]
     pub id: String,
     /// The actor's kind (`user`, `service`, …).
-    #[key(live)]
     pub kind: ActorKind,
     /// Attributes policies may read (e.g. `orgId`).
     #[serde(default)]
-    #[key(live)]
     pub attributes: serde_json::Value,
 }
 
 /// `[[gateway.apiKeys]]`
 #[derive(Keys, Debug, Clone, Deserialize)]
+#[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ApiKeySection {
     /// SHA-256 hex of the key (`capgate keys hash`, the key on standard input, prints it).
-    #[key(live)]
     pub sha256: String,
     /// The actor.
-    #[key(live, table)]
+    #[key(table)]
     pub actor: ActorSection,
     /// The tenant namespace the key's calls and approvals belong to.
-    #[key(live)]
     pub namespace: String,
     /// Roles (`approver` for the approvals API).
     #[serde(default)]
-    #[key(live)]
     pub roles: Vec<String>,
     /// The model surfaces (doors) the key may use: `aiSdk` (`/agent`), `workflow`
     /// (`/workflow`), `mcp` (`/mcp`). None listed: no model surface (an approver's key).
     #[serde(default)]
-    #[key(live)]
     pub surfaces: Vec<Surface>,
     /// Context for the runtime.
     #[serde(default)]
-    #[key(live)]
     pub context: serde_json::Value,
     /// Whether the key opens the requester door of the approvals API and the console (its
     /// holder confirms her own self-confirmable calls). Default: exactly when it opens no
     /// model door (`surfaces` empty): an agent's key never confirms the agent's own calls
     /// unless this says `true` for it (and `capgate check` warns).
-    #[key(live)]
     pub requester_door: Option<bool>,
 }
 
@@ -610,67 +547,53 @@ impl ApiKeySection {
 
 /// `[gateway.jwt]`
 #[derive(Keys, Debug, Clone, Deserialize)]
+#[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JwtSection {
     /// HS256 secret, read from this environment variable.
-    #[key(live)]
     pub hs256_secret_env: Option<String>,
     /// RS256 public key PEM file.
-    #[key(live)]
     pub rs256_public_key: Option<String>,
     /// JWKS file.
-    #[key(live)]
     pub jwks: Option<String>,
     /// Required issuer (`iss`); required unless `allowMissingIssuer = true`.
-    #[key(live)]
     pub issuer: Option<String>,
     /// Required audience (`aud`); required unless `allowMissingAudience = true`.
-    #[key(live)]
     pub audience: Option<String>,
     /// Accept tokens for any audience (no `audience`): the explicit opt-out.
     #[serde(default)]
-    #[key(live)]
     pub allow_missing_audience: bool,
     /// Accept tokens from any issuer the key signs for (no `issuer`): the explicit opt-out.
     #[serde(default)]
-    #[key(live)]
     pub allow_missing_issuer: bool,
     /// Boolean claim saying whether a token opens the requester door (default
     /// `requesterDoor`; absent: exactly when the token names no model surface).
-    #[key(live)]
     pub requester_door_claim: Option<String>,
     /// Namespace claim (default `org`).
-    #[key(live)]
     pub namespace_claim: Option<String>,
     /// Claim listing the surfaces a token may use (default `surfaces`); a token without it
     /// gets no model surface.
-    #[key(live)]
     pub surfaces_claim: Option<String>,
 }
 
 /// `[gateway.rateLimit]`: token buckets per principal and per namespace, every door
 /// together (0 switches one off).
 #[derive(Keys, Debug, Clone, Deserialize)]
+#[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct RateLimitSection {
     /// Sustained requests per second per principal.
-    #[key(live)]
     pub principal_per_second: u32,
     /// Burst per principal.
-    #[key(live)]
     pub principal_burst: u32,
     /// Sustained requests per second per namespace.
-    #[key(live)]
     pub namespace_per_second: u32,
     /// Burst per namespace.
-    #[key(live)]
     pub namespace_burst: u32,
     /// Unauthenticated requests per client address per minute, every door together
     /// (0 with `unauthenticatedBurst` 0: not throttled). Past it: `429`, credential untried.
-    #[key(live)]
     pub unauthenticated_per_minute: u32,
     /// Burst of unauthenticated requests per client address.
-    #[key(live)]
     pub unauthenticated_burst: u32,
 }
 
@@ -691,66 +614,61 @@ impl Default for RateLimitSection {
 
 /// `[approvals]`: who may decide which approval types.
 #[derive(Keys, Debug, Clone, Default, Deserialize)]
+#[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct ApprovalsSection {
     /// `[approvals.types.NAME] roles = [...]`: an approval of type NAME can only be
     /// approved by a holder of one of these roles.
-    #[key(live, tables)]
+    #[key(tables)]
     pub types: BTreeMap<String, ApprovalTypeSection>,
 }
 
 /// `[approvals.types.NAME]`
 #[derive(Keys, Debug, Clone, Deserialize)]
+#[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ApprovalTypeSection {
     /// Roles, any one of which may decide this type.
-    #[key(live)]
     pub roles: Vec<String>,
 }
 
 /// `[mcp]`: the MCP server, at `/mcp` under `serve` and over stdio under `capgate mcp`.
 #[derive(Keys, Debug, Clone, Default, Deserialize)]
+#[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct McpSection {
     /// The service actor of `capgate mcp --stdio`.
-    #[key(live, table)]
+    #[key(table)]
     pub stdio_actor: Option<ActorSection>,
     /// Its namespace.
-    #[key(live)]
     pub stdio_namespace: Option<String>,
     /// The application context its calls carry.
-    #[key(live)]
     pub stdio_context: serde_json::Value,
     /// Offer the `approvals_resume` tool (default false: the deployment opts in).
-    #[key(live)]
     pub resume_tool: bool,
     /// Accepted `Host` header values at `/mcp` (DNS-rebinding protection). Absent: loopback
     /// names only; an empty list accepts any host.
-    #[key(live)]
     pub allowed_hosts: Option<Vec<String>>,
 }
 
 /// `[runtime.oci]`: where registry plugins are cached, which registries may be spoken to
 /// over plain HTTP, and the signature policy.
 #[derive(Keys, Debug, Clone, Default, Deserialize)]
+#[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct OciSection {
     /// The cache directory (relative to the config file); default: `oci` inside
     /// `runtime.compileCache`.
-    #[key(live)]
     pub cache: Option<String>,
     /// Registries (`host:port`) reached over plain HTTP although they are not loopback.
     /// Loopback registries always are.
-    #[key(live)]
     pub insecure_registries: Vec<String>,
     /// Ed25519 public keys (PEM files, relative to the config file) whose signatures are
     /// accepted.
-    #[key(live)]
     pub public_keys: Vec<String>,
     /// Refuse every plugin without a valid signature by one of `publicKeys` (local plugin
     /// files included: they cannot carry one). Registry plugins need a valid signature
     /// whenever `publicKeys` lists a key, with or without this.
-    #[key(live)]
     pub require_signature: bool,
 }
 

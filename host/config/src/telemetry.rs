@@ -14,52 +14,46 @@ use std::time::Duration;
 
 /// `[telemetry]`
 #[derive(Keys, Debug, Clone, Default, Deserialize)]
+#[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct TelemetrySection {
     /// `[telemetry.traces]`: OpenTelemetry traces over OTLP; off when absent.
-    #[key(live, table)]
+    #[key(table)]
     pub traces: Option<TracesSection>,
     /// `[telemetry.metrics]`: Prometheus metrics; off when absent.
-    #[key(live, table)]
+    #[key(table)]
     pub metrics: Option<crate::model::MetricsSection>,
 }
 
 /// `[telemetry.traces]`. Every key is optional; what is left out comes from the `OTEL_*`
 /// environment variables, then the defaults.
 #[derive(Keys, Debug, Clone, Deserialize)]
+#[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TracesSection {
     /// Export traces (default `true`: the table's presence turns them on).
     #[serde(default = "enabled_by_default")]
-    #[key(live)]
     pub enabled: bool,
     /// The collector: a base URL (`http://collector:4318`, capgate adds `/v1/traces`) or a
     /// full URL with a path, used as it is. Default `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`,
     /// then `OTEL_EXPORTER_OTLP_ENDPOINT` + `/v1/traces`, then
     /// `http://localhost:4318/v1/traces`.
-    #[key(live)]
     pub endpoint: Option<String>,
     /// `http/protobuf`, the only protocol built in (see [`GRPC_REFUSED`]).
-    #[key(live)]
     pub protocol: Option<String>,
     /// The share of new traces recorded, 0 to 1 (default `OTEL_TRACES_SAMPLER_ARG`, then 1).
     /// A caller's `traceparent` decides for its own trace (parent-based sampling).
-    #[key(live)]
     pub sampling_ratio: Option<f64>,
     /// `service.name` (default `OTEL_SERVICE_NAME`, then `capgate`).
-    #[key(live)]
     pub service_name: Option<String>,
     /// More resource attributes (merged over `OTEL_RESOURCE_ATTRIBUTES`).
     #[serde(default)]
-    #[key(live)]
     pub resource_attributes: BTreeMap<String, String>,
     /// The bound on one export request (default `OTEL_EXPORTER_OTLP_TRACES_TIMEOUT`, then
     /// `OTEL_EXPORTER_OTLP_TIMEOUT`, then 10000).
-    #[key(live)]
     pub export_timeout_ms: Option<u64>,
     /// Ended spans waiting for export; past it new spans are dropped and counted (default
     /// `OTEL_BSP_MAX_QUEUE_SIZE`, then 2048).
-    #[key(live)]
     pub max_queue_size: Option<usize>,
 }
 

@@ -3,7 +3,8 @@
 //! type, so the reload check, the key reference and the test that every key is classified
 //! all read one declaration (see `capgate_config::keys`).
 //!
-//! Each field takes exactly one of:
+//! A table (the struct) may declare the class its fields have unless they say otherwise
+//! (`#[key(live)]` on the struct); each field then takes at most one of:
 //! - `#[key(live)]`: a reload applies the new value;
 //! - `#[key(restart = "why")]`: only a restart does; a reload that changes it is refused
 //!   with `why`;
@@ -11,7 +12,8 @@
 //!
 //! and may add `table` (a nested table, `T` or `Option<T>`) or `tables` (an array or a map
 //! of tables, `Vec<T>` or `BTreeMap<String, T>`, whose keys are listed under `*`). A field
-//! with neither a class nor `skip` is a compile error, so no key goes unclassified.
+//! with no class of its own on a table without a default is a compile error, so no key
+//! goes unclassified.
 
 use heck::ToLowerCamelCase;
 use proc_macro::TokenStream;
@@ -30,6 +32,7 @@ pub fn derive_keys(input: TokenStream) -> TokenStream {
     }
 }
 
+#[derive(Clone)]
 enum Class {
     Live,
     Restart(LitStr),
@@ -53,6 +56,22 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
     let Fields::Named(fields) = &data.fields else {
         return Err(syn::Error::new_spanned(input, "Keys needs named fields"));
     };
+    // `#[key(live)]` / `#[key(restart = "why")]` on the struct: the class of every field
+    // that does not say otherwise.
+    let mut default_class = None;
+    for attr in input.attrs.iter().filter(|a| a.path().is_ident("key")) {
+        attr.parse_nested_meta(|meta| {
+            if meta.path.is_ident("live") {
+                default_class = Some(Class::Live);
+                Ok(())
+            } else if meta.path.is_ident("restart") {
+                default_class = Some(Class::Restart(meta.value()?.parse()?));
+                Ok(())
+            } else {
+                Err(meta.error("a table's default class is live or restart = \"why\""))
+            }
+        })?;
+    }
     let mut entries = Vec::new();
     for field in &fields.named {
         let Some(ident) = &field.ident else { continue };
@@ -111,10 +130,10 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
                 })?;
             }
         }
-        let Some(class) = class else {
+        let Some(class) = class.or_else(|| default_class.clone()) else {
             return Err(syn::Error::new_spanned(
                 ident,
-                "classify this key: #[key(live)], #[key(restart = \"why\")] or #[key(skip)]",
+                "classify this key: #[key(live)], #[key(restart = \"why\")] or #[key(skip)] on it, or a default class on its table",
             ));
         };
         let reload = match class {
