@@ -221,16 +221,8 @@ fn parse_cases(text: &str) -> Result<Vec<Case>, PluginTestError> {
             )));
         }
     }
-    let defaults = doc
-        .get("defaults")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
-    let default_request = defaults
-        .get("request")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
+    let defaults = table(&doc, "defaults");
+    let default_request = table(&defaults, "request");
     let cases = doc
         .get("case")
         .and_then(Value::as_array)
@@ -276,11 +268,7 @@ fn parse_cases(text: &str) -> Result<Vec<Case>, PluginTestError> {
             "redactor-approval-input" => CaseKind::RedactorApprovalInput,
             other => return Err(bad(format!("case `{name}`: unknown world `{other}`"))),
         };
-        let case_request = c
-            .get("request")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default();
+        let case_request = table(c, "request");
         let mut request = merge(&default_request, &case_request);
         resolve_json_twins(&mut request, &format!("{name}.request"))?;
         for key in ["actor", "capability"] {
@@ -336,11 +324,7 @@ pub fn run_bytes(
 }
 
 fn capability(req: &Map<String, Value>) -> Result<CapabilityInfo, String> {
-    let c = req
-        .get("capability")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
+    let c = table(req, "capability");
     let parse = |k: &str, d: &str| -> Result<String, String> {
         match c.get(k) {
             None => Ok(d.to_string()),
@@ -368,11 +352,7 @@ fn capability(req: &Map<String, Value>) -> Result<CapabilityInfo, String> {
 }
 
 fn actor(req: &Map<String, Value>) -> Result<Actor, String> {
-    let a = req
-        .get("actor")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
+    let a = table(req, "actor");
     let id = a
         .get("id")
         .and_then(Value::as_str)
@@ -605,4 +585,11 @@ fn run_redactor_case(redactor: &WasmRedactor, case: &Case) -> CaseResult {
         detail,
         duration,
     }
+}
+/// The table at `key` of a case-file table (empty when absent or not a table).
+fn table(m: &Map<String, Value>, key: &str) -> Map<String, Value> {
+    m.get(key)
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default()
 }

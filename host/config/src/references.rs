@@ -69,18 +69,13 @@ impl Config {
             }
         }
         for (i, k) in self.gateway.operator_keys.iter().enumerate() {
-            if k.sha256.len() != 64 || !k.sha256.chars().all(|c| c.is_ascii_hexdigit()) {
-                problems.push(doc.problem(
-                    &format!("/gateway/operatorKeys/{i}/sha256"),
-                    "must be the SHA-256 hex of the key (`capgate keys hash`); keys are never stored in clear",
-                ));
-            }
-            if k.actor.kind == ActorKind::Anonymous {
-                problems.push(doc.problem(
-                    &format!("/gateway/operatorKeys/{i}/actor/kind"),
-                    "anonymous actors are rejected",
-                ));
-            }
+            credential(
+                doc,
+                problems,
+                &format!("/gateway/operatorKeys/{i}"),
+                (&k.sha256, &k.actor),
+                "`capgate keys hash`",
+            );
             if self
                 .gateway
                 .api_keys
@@ -327,18 +322,13 @@ impl Config {
             },
         }
         for (i, k) in self.gateway.api_keys.iter().enumerate() {
-            if k.sha256.len() != 64 || !k.sha256.chars().all(|c| c.is_ascii_hexdigit()) {
-                problems.push(doc.problem(
-                    &format!("/gateway/apiKeys/{i}/sha256"),
-                    "must be the SHA-256 hex of the key (`printf '%s' KEY | capgate keys hash`); keys are never stored in clear",
-                ));
-            }
-            if k.actor.kind == ActorKind::Anonymous {
-                problems.push(doc.problem(
-                    &format!("/gateway/apiKeys/{i}/actor/kind"),
-                    "anonymous actors are rejected",
-                ));
-            }
+            credential(
+                doc,
+                problems,
+                &format!("/gateway/apiKeys/{i}"),
+                (&k.sha256, &k.actor),
+                "`printf '%s' KEY | capgate keys hash`",
+            );
             if k.namespace.trim().is_empty() {
                 problems.push(doc.problem(
                     &format!("/gateway/apiKeys/{i}/namespace"),
@@ -385,5 +375,26 @@ impl Config {
             ));
         }
         out
+    }
+}
+
+/// What every credential entry (`[[gateway.apiKeys]]`, `[[gateway.operatorKeys]]`) must be:
+/// the SHA-256 hex of the key, never the key (`how` says how to print it), for an actor
+/// that is not anonymous.
+fn credential(
+    doc: &Located,
+    problems: &mut Vec<Problem>,
+    at: &str,
+    (sha256, actor): (&str, &ActorSection),
+    how: &str,
+) {
+    if sha256.len() != 64 || !sha256.chars().all(|c| c.is_ascii_hexdigit()) {
+        problems.push(doc.problem(
+            &format!("{at}/sha256"),
+            format!("must be the SHA-256 hex of the key ({how}); keys are never stored in clear"),
+        ));
+    }
+    if actor.kind == ActorKind::Anonymous {
+        problems.push(doc.problem(&format!("{at}/actor/kind"), "anonymous actors are rejected"));
     }
 }
