@@ -19,8 +19,8 @@ use capgate::{
 
 use anyhow::Context;
 use capgate::args;
+use capgate_contract::tools::ToolFormat;
 use capgate_core::actor::Surface;
-use capgate_gateway::tools::ToolFormat;
 use chrono::{DateTime, Utc};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -678,7 +678,7 @@ fn contract_diff(
         }
     };
     match format {
-        table::Format::Table => print!("{}", report.render_table()),
+        table::Format::Table => print!("{}", report.render_table(table::render)),
         table::Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
     }
     Ok(match (report.breaking, allow_breaking) {

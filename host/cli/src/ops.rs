@@ -6,11 +6,11 @@ use crate::build::{Deployment, build};
 use crate::store::{Access, StoreUrl};
 use crate::validate::Checked;
 use anyhow::{Context, anyhow, bail};
+use capgate_contract::tools::{ToolFormat, export_contract_tools};
 use capgate_core::actor::{ActorKind, ActorRef, Surface};
 use capgate_core::approval::{ApprovalFilter, DecisionStatus};
 use capgate_core::journal::{InvocationJournal, Settlement, scope_hash};
-use capgate_core::runtime::{CapabilityDescriptor, DecideRequest, Decider};
-use capgate_gateway::tools::{ToolFormat, export_tools_named};
+use capgate_core::runtime::{DecideRequest, Decider};
 
 /// The deployment of a command with a configuration file, over its store (`--store` when
 /// given, else `store.url`).
@@ -53,35 +53,10 @@ pub fn contract(checked: &Checked, s: Surface, format: Option<ToolFormat>) -> an
     let runtime = checked
         .scratch_runtime()
         .context("the capability registry")?;
-    let contract =
-        capgate_gateway::contract::export_contract(&runtime, s, &checked.config.revision);
+    let contract = capgate_contract::export_contract(&runtime, s, &checked.config.revision);
     let out = match format {
         None => serde_json::to_value(&contract)?,
-        Some(format) => {
-            let descriptors: Vec<CapabilityDescriptor> = contract
-                .iter()
-                .map(|p| CapabilityDescriptor {
-                    id: p.id.clone(),
-                    description: p.description.clone(),
-                    input_schema: p.input_schema.clone(),
-                    side_effect: p.side_effect,
-                    risk: p.risk,
-                    tags: p.tags.clone(),
-                    requires_approval: Some(p.requires_approval),
-                    discovery: p.discovery,
-                })
-                .collect();
-            export_tools_named(&descriptors, format, |d| {
-                contract
-                    .iter()
-                    .find(|p| p.id == d.id)
-                    .map(|p| match s {
-                        Surface::Mcp => p.tool_names.mcp.clone(),
-                        _ => p.tool_names.ai_sdk.clone(),
-                    })
-                    .unwrap_or_else(|| capgate_core::meta::default_tool_name(&d.id))
-            })
-        }
+        Some(format) => export_contract_tools(&contract, s, format),
     };
     println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(())
