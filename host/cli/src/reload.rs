@@ -19,7 +19,6 @@ use arc_swap::ArcSwap;
 use capgate_config::located::Problem;
 use capgate_core::actor::{ActorKind, ActorRef, Surface};
 use capgate_core::audit::{AuditEvent, EventPayload};
-use capgate_core::canonical::{canonical_json, sha256_hex};
 use capgate_core::runtime::Runtime;
 use capgate_gateway::admin::{ReloadAnswer, ReloadRequester};
 use capgate_gateway::auth::Authenticated;
@@ -349,28 +348,13 @@ fn revision_warnings(old: &Serving, new: &Serving) -> Vec<String> {
     }
 }
 
-/// The deployment's contract digest: SHA-256 over the canonical list of every served
-/// capability's contract digest, per surface (each gateway route's and `mcp`).
+/// The deployment's contract digest ([`capgate_contract::deployment_digest`]) over the
+/// surfaces it serves: each gateway route's and `mcp`.
 pub fn contract_digest(checked: &Checked, runtime: &Runtime) -> String {
-    let mut surfaces: Vec<Surface> = checked
-        .config
-        .gateway
-        .routes
-        .iter()
-        .map(|r| r.surface)
-        .chain([Surface::Mcp])
-        .collect();
-    surfaces.sort_by_key(|s| s.as_str());
-    surfaces.dedup();
-    let revision = &checked.config.revision;
-    let entries: Vec<Value> = surfaces
-        .iter()
-        .flat_map(|s| {
-            capgate_gateway::contract::export_contract(runtime, *s, revision)
-                .into_iter()
-                .map(move |d| json!([s.as_str(), d.id, d.contract_digest]))
-        })
-        .collect();
-    let list = Value::Array(entries);
-    sha256_hex(canonical_json(&list).unwrap_or_else(|_| list.to_string()))
+    let routes = checked.config.gateway.routes.iter().map(|r| r.surface);
+    capgate_contract::deployment_digest(
+        runtime,
+        routes.chain([Surface::Mcp]),
+        &checked.config.revision,
+    )
 }

@@ -25,6 +25,10 @@
 //! [`CapabilityClient::get_invocation`] before doing anything else. Refusals that prove
 //! nothing ran (`4xx` with a gateway error body, a connection that never opened) are
 //! [`ClientError`]s. Dropping a call's future cancels it (the gateway cancels the run).
+//!
+//! The contract's descriptors come from `capgate-contract` (re-exported in [`wire`]): a
+//! host that ships the contract it was built against can compare it with
+//! [`CapabilityClient::contract`] at start-up through `capgate_contract::check`.
 
 #![warn(missing_docs)]
 

@@ -10,7 +10,7 @@
 //! | getApproval | `POST {mount}/getApproval` | [`GetApprovalBody`] | [`PortableApproval`] or `null` |
 //! | resumeApproval | `POST {mount}/resumeApproval` | [`ResumeApprovalBody`] | [`CapabilityOutcome`] |
 //! | contract | `GET {mount}/contract` | – | `PortableCapabilityDescriptor[]` |
-//! | tools | `GET {mount}/tools?format=ai-sdk\|openai` | – | the caller's tool list (`capgate_gateway::tools`) |
+//! | tools | `GET {mount}/tools?format=ai-sdk\|openai` | – | the caller's tool list (`capgate_contract::tools`) |
 //!
 //! Failures of the gateway itself (bad body, authentication) answer with an HTTP status and
 //! [`GatewayErrorBody`]. Governed results, including the gateway's own preflight failures
@@ -19,9 +19,13 @@
 use capgate_core::approval::ApprovalSummary;
 use capgate_core::error::{ErrorCode, PublicDetails, PublicError};
 use capgate_core::id::BoundedId;
-use capgate_core::meta::{Risk, SideEffect};
 use capgate_core::runtime::Scope;
 use serde::{Deserialize, Serialize};
+
+/// The contract's descriptors (`describe` and `contract` answer with them), defined with
+/// the rest of the contract in [`capgate_contract`] and re-exported here so the gateway and
+/// its clients name one type.
+pub use capgate_contract::{PortableCapabilityDescriptor, ToolNames};
 
 /// Most scope entries (tags + ids).
 pub const MAX_SCOPE_ENTRIES: usize = 1000;
@@ -270,49 +274,6 @@ pub struct GatewayError {
 
 /// A receipt of an invocation: core's one receipt type, with the gateway's typed outcome.
 pub type InvocationReceipt = capgate_core::journal::InvocationReceipt<CapabilityOutcome>;
-
-/// One capability of the portable contract (version 1).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PortableCapabilityDescriptor {
-    /// Always 1.
-    pub version: u32,
-    /// Canonical id.
-    pub id: String,
-    /// Original path segments.
-    pub path: Vec<String>,
-    /// Description.
-    pub description: String,
-    /// Full JSON input schema.
-    pub input_schema: serde_json::Value,
-    /// Side effect.
-    pub side_effect: SideEffect,
-    /// Risk.
-    pub risk: Risk,
-    /// Tags.
-    pub tags: Vec<String>,
-    /// Whether calls need approval (static hint, or a discovery policy for this actor).
-    pub requires_approval: bool,
-    /// `discoverable` (listed to models) or `contextual` (presented by a UI in context;
-    /// callable where exposed, left out of model tool lists).
-    pub discovery: capgate_core::meta::Discovery,
-    /// Resolved tool names.
-    pub tool_names: ToolNames,
-    /// Digest of this capability's contract: its static meta (incl. exposure and input
-    /// schema), the governance manifest (runtime-level policies, its own policies and
-    /// redactors by name and phase) and the deployment revision. See `capgate_gateway::contract`.
-    pub contract_digest: String,
-}
-
-/// Tool names per model adapter.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ToolNames {
-    /// AI SDK tool name.
-    pub ai_sdk: String,
-    /// MCP tool name.
-    pub mcp: String,
-}
 
 /// A public error from a code (for preflight failures).
 pub fn public(code: ErrorCode) -> PublicError {

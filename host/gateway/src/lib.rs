@@ -105,8 +105,9 @@
 //! - [`wire`]: the camelCase request and answer shapes of the capability gateway
 //!   (re-exported from `capgate-client`, the Rust client agent hosts use, so the two cannot
 //!   drift).
-//! - [`contract`]: the portable contract ([`contract::export_contract`]) and its digests.
-//! - [`tools`]: the caller's tool list in an agent framework's shape (AI SDK, OpenAI).
+//! - [`contract`] and [`tools`]: the portable contract, its digests and the tool formats,
+//!   re-exported from [`capgate_contract`] (where they live, with the compatibility diff)
+//!   for callers that name them through the gateway.
 //! - [`mcp`]: the MCP server, over streamable HTTP and stdio.
 //! - [`approvals_api`]: the human decision API ([`approvals_api::approvals_router`]),
 //!   tenant-scoped.
@@ -123,16 +124,20 @@ pub mod admin;
 pub mod approvals_api;
 pub mod auth;
 pub mod console;
-pub mod contract;
 pub mod door;
 pub mod gateway;
 pub mod mcp;
 pub mod metrics;
 pub mod throttle;
-pub mod tools;
 pub mod trace_context;
 
 mod reject;
 
 /// The wire shapes the gateway serves, from [`capgate_client`] so the two cannot drift.
 pub use capgate_client::wire;
+/// The portable contract and its digests ([`capgate_contract::export`]), at the path they
+/// had when the gateway defined them.
+pub use capgate_contract::export as contract;
+/// The tool formats ([`capgate_contract::tools`]), at the path they had when the gateway
+/// defined them.
+pub use capgate_contract::tools;

@@ -6,9 +6,8 @@ use super::shared::ConfigArg;
 use crate::validate::Checked;
 use crate::{diff, table};
 use anyhow::Context;
+use capgate_contract::tools::{ToolFormat, export_contract_tools};
 use capgate_core::actor::Surface;
-use capgate_core::runtime::CapabilityDescriptor;
-use capgate_gateway::tools::{ToolFormat, export_tools_named};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -102,35 +101,10 @@ fn export(checked: &Checked, s: Surface, format: Option<ToolFormat>) -> anyhow::
     let runtime = checked
         .scratch_runtime()
         .context("the capability registry")?;
-    let contract =
-        capgate_gateway::contract::export_contract(&runtime, s, &checked.config.revision);
+    let contract = capgate_contract::export_contract(&runtime, s, &checked.config.revision);
     let out = match format {
         None => serde_json::to_value(&contract)?,
-        Some(format) => {
-            let descriptors: Vec<CapabilityDescriptor> = contract
-                .iter()
-                .map(|p| CapabilityDescriptor {
-                    id: p.id.clone(),
-                    description: p.description.clone(),
-                    input_schema: p.input_schema.clone(),
-                    side_effect: p.side_effect,
-                    risk: p.risk,
-                    tags: p.tags.clone(),
-                    requires_approval: Some(p.requires_approval),
-                    discovery: p.discovery,
-                })
-                .collect();
-            export_tools_named(&descriptors, format, |d| {
-                contract
-                    .iter()
-                    .find(|p| p.id == d.id)
-                    .map(|p| match s {
-                        Surface::Mcp => p.tool_names.mcp.clone(),
-                        _ => p.tool_names.ai_sdk.clone(),
-                    })
-                    .unwrap_or_else(|| capgate_core::meta::default_tool_name(&d.id))
-            })
-        }
+        Some(format) => export_contract_tools(&contract, s, format),
     };
     println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(())
@@ -160,7 +134,7 @@ fn contract_diff(
         }
     };
     match format {
-        table::Format::Table => print!("{}", report.render_table()),
+        table::Format::Table => print!("{}", report.render_table(table::render)),
         table::Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
     }
     Ok(match (report.breaking, allow_breaking) {

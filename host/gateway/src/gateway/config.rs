@@ -1,7 +1,7 @@
 //! How one capability route is configured, and why a configuration is refused.
 
-use crate::contract::ContractError;
 use crate::door::Doorkeeper;
+use capgate_contract::ContractError;
 use capgate_core::actor::Surface;
 use capgate_core::journal::InvocationJournal;
 use capgate_core::runtime::Runtime;

@@ -7,7 +7,6 @@ use super::execution::receipt;
 use crate::auth::Authenticated;
 use crate::door::{Caller, Valid};
 use crate::reject::Reject;
-use crate::tools::{ToolFormat, export_tools};
 use crate::wire::{
     DescribeBody, GetApprovalBody, GetInvocationBody, InvokeBody, ResumeApprovalBody,
 };
@@ -15,6 +14,7 @@ use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
+use capgate_contract::tools::{ToolFormat, export_tools};
 use capgate_core::authz::Operation;
 use capgate_core::journal::InvocationRecord;
 use serde_json::Value;

@@ -65,7 +65,6 @@ pub use health::{
     health_router, readiness_router,
 };
 
-use crate::contract::try_export_contract;
 use crate::door::{Door, DoorState, Doorkeeper};
 use crate::reject::json_refusals;
 use crate::wire::PortableCapabilityDescriptor;
@@ -73,6 +72,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
+use capgate_contract::try_export_contract;
 use capgate_core::actor::Surface;
 use capgate_core::journal::InvocationJournal;
 use capgate_core::runtime::Runtime;
@@ -99,7 +99,7 @@ pub fn capability_router(config: GatewayConfig) -> Result<Router, GatewayConfigE
         if let Some(cap) = config.runtime.registry().get(&d.id) {
             descriptor_digests.insert(
                 d.id.clone(),
-                crate::contract::descriptor_digest(&config.runtime, cap)?,
+                capgate_contract::descriptor_digest(&config.runtime, cap)?,
             );
         }
     }
@@ -150,7 +150,7 @@ pub(crate) struct Gateway {
     pub(crate) max_body_bytes: usize,
     pub(crate) contract: Vec<PortableCapabilityDescriptor>,
     pub(crate) by_id: HashMap<String, usize>,
-    /// Each capability's own digest without the revision ([`crate::contract::descriptor_digest`]).
+    /// Each capability's own digest without the revision ([`capgate_contract::descriptor_digest`]).
     pub(crate) descriptor_digests: HashMap<String, String>,
 }
 

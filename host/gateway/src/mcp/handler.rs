@@ -318,7 +318,7 @@ impl CapgateMcp {
                         .namespace(caller.principal.namespace)
                         .context(caller.context)
                         .cancel(context.ct.clone());
-                if let Ok(d) = crate::contract::descriptor_digest(&self.runtime, &cap) {
+                if let Ok(d) = capgate_contract::descriptor_digest(&self.runtime, &cap) {
                     invoke = invoke.descriptor_digest(d);
                 }
                 if let Some(p) = progress {
@@ -403,7 +403,7 @@ impl CapgateMcp {
             let current = stored
                 .as_ref()
                 .and_then(|r| self.runtime.registry().get(&r.request.capability_id))
-                .and_then(|cap| crate::contract::descriptor_digest(&self.runtime, cap).ok());
+                .and_then(|cap| capgate_contract::descriptor_digest(&self.runtime, cap).ok());
             if current.as_deref() != Some(recorded) {
                 let recorded_error = CapabilityError::new(ErrorCode::AdapterError).with_cause(
                     "the capability's contract changed since the approval was asked for",
@@ -549,9 +549,9 @@ async fn describe_mcp(
         })
 }
 
-/// An MCP input schema is always an object schema (see [`crate::tools::object_schema`]).
+/// An MCP input schema is always an object schema (see [`capgate_contract::tools::object_schema`]).
 fn object_schema(schema: &Value) -> JsonObject {
-    match crate::tools::object_schema(schema) {
+    match capgate_contract::tools::object_schema(schema) {
         Value::Object(map) => map,
         _ => JsonObject::new(),
     }

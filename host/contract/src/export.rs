@@ -1,5 +1,6 @@
-//! The portable contract (docs/gateway.md, "Other shapes"): what a remote host may know about the
-//! capabilities a gateway route offers, as version-1 [`PortableCapabilityDescriptor`]s.
+//! Exporting the portable contract from a runtime, and its digests (docs/gateway.md,
+//! "Other shapes"): what a remote host may know about the capabilities a gateway route
+//! offers, as version-1 [`PortableCapabilityDescriptor`]s.
 //!
 //! A descriptor carries the canonical id, the original path, the description, the full
 //! JSON input schema, side effect, risk, tags, the static approval hint, `discovery`,
@@ -20,25 +21,29 @@
 //! any of those change; bump the revision when a handler's or policy's *meaning* changes
 //! with the same names and schemas. A digest detects an incompatible deployment; it grants
 //! nothing.
+//!
+//! Two more digests build on it: the [`descriptor_digest`] of one capability without the
+//! revision (what a pending approval is bound to), and the [`deployment_digest`] over every
+//! served surface (what a configuration reload reports as changed or not).
 
-use crate::wire::{PortableCapabilityDescriptor, ToolNames};
+use crate::descriptor::{Contract, PortableCapabilityDescriptor, ToolNames};
 use capgate_core::actor::Surface;
 use capgate_core::canonical::{canonical_json, sha256_hex};
 use capgate_core::registry::Capability;
 use capgate_core::runtime::Runtime;
 use serde_json::{Value, json};
 
-/// The descriptor version this module writes.
-pub const CONTRACT_VERSION: u32 = 1;
+/// The descriptor version the export writes (defined with the descriptor).
+pub use crate::descriptor::CONTRACT_VERSION;
 
 /// A capability whose contract could not be canonicalized (e.g. a schema nested deeper
 /// than the canonical JSON limit).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("capability `{capability}`: cannot compute its contract digest: {reason}")]
 pub struct ContractError {
-    /// The capability.
+    /// The capability whose digest failed.
     pub capability: String,
-    /// Why.
+    /// Why canonicalization refused its material.
     pub reason: String,
 }
 
@@ -110,6 +115,49 @@ pub fn descriptor_digest(
             capability: capability.id.clone(),
             reason: e.to_string(),
         })
+}
+
+/// The digest of a deployment's whole contract on `surfaces` (duplicates count once):
+/// lower-case hex SHA-256 over the canonical JSON list of `[surface, capability id,
+/// contract digest]`, surfaces in name order and capabilities in registry order. It changes
+/// when any served capability's [`contract_digest`] changes or a capability joins or leaves
+/// a surface; a serving process reports it on every reload so an operator sees whether
+/// remote hosts will notice.
+pub fn deployment_digest(
+    runtime: &Runtime,
+    surfaces: impl IntoIterator<Item = Surface>,
+    revision: &str,
+) -> String {
+    Contract::export(runtime, surfaces, revision).digest()
+}
+
+impl Contract {
+    /// The contract `runtime` serves on each of `surfaces` ([`export_contract`] per
+    /// surface; duplicates count once).
+    pub fn export(
+        runtime: &Runtime,
+        surfaces: impl IntoIterator<Item = Surface>,
+        revision: &str,
+    ) -> Contract {
+        surfaces
+            .into_iter()
+            .map(|s| (s, export_contract(runtime, s, revision)))
+            .collect()
+    }
+
+    /// This contract's digest over all its surfaces (see [`deployment_digest`]).
+    pub fn digest(&self) -> String {
+        let entries: Vec<Value> = self
+            .iter()
+            .flat_map(|(s, descriptors)| {
+                descriptors
+                    .iter()
+                    .map(move |d| json!([s, d.id, d.contract_digest]))
+            })
+            .collect();
+        let list = Value::Array(entries);
+        sha256_hex(canonical_json(&list).unwrap_or_else(|_| list.to_string()))
+    }
 }
 
 fn exposed(runtime: &Runtime, surface: Surface) -> impl Iterator<Item = &Capability> {
@@ -288,5 +336,32 @@ mod tests {
             .build()
             .expect("a valid runtime");
         assert_ne!(digest(&a), digest(&governed));
+    }
+
+    #[test]
+    fn the_deployment_digest_lists_each_surface_once_in_name_order() {
+        let rt = runtime("Refund an order");
+        // What a serving process computed before the digest moved here: surfaces sorted by
+        // name and deduplicated, then `[surface, id, contractDigest]` per served capability.
+        let by_hand = |surfaces: &[Surface]| {
+            let entries: Vec<Value> = surfaces
+                .iter()
+                .flat_map(|s| {
+                    export_contract(&rt, *s, "r1")
+                        .into_iter()
+                        .map(move |d| json!([s.as_str(), d.id, d.contract_digest]))
+                })
+                .collect();
+            let list = Value::Array(entries);
+            sha256_hex(canonical_json(&list).unwrap_or_else(|_| list.to_string()))
+        };
+        let digest = deployment_digest(&rt, [Surface::Mcp, Surface::AiSdk, Surface::Mcp], "r1");
+        assert_eq!(digest, by_hand(&[Surface::AiSdk, Surface::Mcp]));
+        assert_eq!(digest.len(), 64);
+        assert_ne!(digest, deployment_digest(&rt, [Surface::Mcp], "r1"));
+        assert_ne!(
+            digest,
+            deployment_digest(&rt, [Surface::AiSdk, Surface::Mcp], "r2")
+        );
     }
 }

@@ -10,7 +10,11 @@
 //! Names are the registry's AI SDK tool names (`orders.refund` → `orders_refund`, or the
 //! configured name); " Requires approval." is appended to a description when the descriptor
 //! says so. The export is pure: it lists what `describe` returned and nothing else.
+//!
+//! The same shapes come from a portable contract ([`export_contract_tools`], what
+//! `capgate contract tools` prints), named by the contract's own `toolNames`.
 
+use crate::descriptor::PortableCapabilityDescriptor;
 use capgate_core::actor::Surface;
 use capgate_core::meta::Discovery;
 use capgate_core::registry::Registry;
@@ -21,7 +25,7 @@ use std::str::FromStr;
 /// Appended to the description of a capability whose calls need approval.
 pub const REQUIRES_APPROVAL_SUFFIX: &str = " Requires approval.";
 
-/// The shape of an export.
+/// The shape of an export: which agent framework's tool list to write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ToolFormat {
     /// Vercel AI SDK tool set (`?format=ai-sdk`).
@@ -37,7 +41,7 @@ capgate_core::wire_enum! {
     }
 }
 
-/// An unknown format name.
+/// An unknown format name (a `?format=` or `--format` value), naming the ones there are.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown tool format `{0}` (expected ai-sdk or openai)")]
 pub struct UnknownToolFormat(pub String);
@@ -113,7 +117,38 @@ pub fn export_tools_named(
     }
 }
 
-/// The description a model sees.
+/// The tool list of a portable contract served on `surface`, in `format`: each
+/// descriptor named by its `toolNames` for that surface ([`crate::ToolNames::on`]), with
+/// its static approval hint. Like every export, contextual capabilities are left out.
+pub fn export_contract_tools(
+    contract: &[PortableCapabilityDescriptor],
+    surface: Surface,
+    format: ToolFormat,
+) -> Value {
+    let descriptors: Vec<CapabilityDescriptor> = contract
+        .iter()
+        .map(|p| CapabilityDescriptor {
+            id: p.id.clone(),
+            description: p.description.clone(),
+            input_schema: p.input_schema.clone(),
+            side_effect: p.side_effect,
+            risk: p.risk,
+            tags: p.tags.clone(),
+            requires_approval: Some(p.requires_approval),
+            discovery: p.discovery,
+        })
+        .collect();
+    export_tools_named(&descriptors, format, |d| {
+        contract
+            .iter()
+            .find(|p| p.id == d.id)
+            .map(|p| p.tool_names.on(surface).to_string())
+            .unwrap_or_else(|| capgate_core::meta::default_tool_name(&d.id))
+    })
+}
+
+/// The description a model sees: the capability's own, with
+/// [`REQUIRES_APPROVAL_SUFFIX`] when its calls need approval.
 pub fn description(d: &CapabilityDescriptor) -> String {
     if d.requires_approval == Some(true) {
         format!("{}{REQUIRES_APPROVAL_SUFFIX}", d.description)
@@ -200,5 +235,20 @@ mod tests {
         }
         assert!("xml".parse::<ToolFormat>().is_err());
         assert_eq!(object_schema(&json!(true)), json!({"type": "object"}));
+    }
+
+    #[test]
+    fn a_contract_exports_under_its_own_tool_names_per_surface() {
+        let mut d = crate::testing::descriptor("orders.refund");
+        d.tool_names.mcp = "refund".into();
+        d.requires_approval = true;
+        let contract = [d];
+        let ai = export_contract_tools(&contract, Surface::AiSdk, ToolFormat::AiSdk);
+        assert_eq!(
+            ai["orders_refund"]["description"],
+            "Refund an order. Requires approval."
+        );
+        let mcp = export_contract_tools(&contract, Surface::Mcp, ToolFormat::OpenAi);
+        assert_eq!(mcp[0]["function"]["name"], "refund");
     }
 }
