@@ -126,6 +126,7 @@ pub mod console;
 pub mod contract;
 pub mod door;
 pub mod gateway;
+pub mod health;
 pub mod mcp;
 pub mod metrics;
 pub mod throttle;
