@@ -29,7 +29,7 @@
 //! a `user`) when every type it carries is self-confirmable (`selfConfirmableTypes`, e.g.
 //! `human-confirmation`): the human confirming their own call. The authorizer is asked
 //! exactly as for an approver (`reviewApproval`, `decideApproval`), and the decision is
-//! recorded as `via: requester` (core's [`Decider::Requester`]). Their own approval of any
+//! recorded as `via: requester` (core's [`Decider::Requester`](capgate_core::runtime::Decider::Requester)). Their own approval of any
 //! other type is `403` (an approver must decide it); anyone else's approval, and a missing
 //! one, is `404`, so the door tells a requester nothing about approvals that are not
 //! theirs. Listing stays for approvers. No model door reaches any of this: the door is a

@@ -59,7 +59,7 @@ pub struct ApprovalView {
     /// Why a decision is not offered, for the viewer.
     pub decision_note: Option<String>,
     /// For a consumed approval, how the resumed call ended (from the audit trail), when
-    /// the API was given an [`ExecutionHistory`].
+    /// the API was given an [`ExecutionHistory`](super::ExecutionHistory).
     pub outcome: Option<ExecutionOutcome>,
 }
 
@@ -95,7 +95,7 @@ pub enum OutcomeStatus {
 impl ExecutionOutcome {
     /// How an execution ended, from its audit trail in order: its last terminal event
     /// (`capability.completed`, `.failed`, `.cancelled`), or running after a start; `None`
-    /// when the trail has no start yet. What an [`ExecutionHistory`] over an audit log
+    /// when the trail has no start yet. What an [`ExecutionHistory`](super::ExecutionHistory) over an audit log
     /// answers.
     pub fn from_trail(
         execution_id: &str,

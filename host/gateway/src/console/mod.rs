@@ -11,7 +11,7 @@
 //! | `P/api/approvals…` | the human approvals API ([`crate::approvals_api`]), authenticated by the session |
 //!
 //! **One principal, one door.** Signing in runs the credential (an API key or a JWT, the
-//! same ones the approvals API accepts as a bearer token) through the same [`Doorkeeper`]
+//! same ones the approvals API accepts as a bearer token) through the same [`Doorkeeper`](crate::door::Doorkeeper)
 //! as every other door, and only a credential that can decide something signs in: an
 //! approver's (the approver role), or a human's that opens the requester door
 //! ([`crate::auth::Authenticated::requester_door`]); an agent's key is refused (`403`).

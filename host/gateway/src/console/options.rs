@@ -10,7 +10,7 @@ pub const COOKIE: &str = "capgate_console";
 pub const CSRF_HEADER: &str = "x-csrf-token";
 /// Default session lifetime.
 pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(8 * 3600);
-/// Default bound on live sessions of an [`InMemorySessionStore`].
+/// Default bound on live sessions of an [`InMemorySessionStore`](super::InMemorySessionStore).
 pub const DEFAULT_MAX_SESSIONS: usize = 10_000;
 /// Default bound on one principal's live sessions (a new sign-in evicts its oldest).
 pub const DEFAULT_MAX_SESSIONS_PER_PRINCIPAL: u32 = 10;
@@ -49,7 +49,7 @@ pub struct ConsoleOptions {
     pub session_ttl: Duration,
     /// When the cookie is `Secure`.
     pub secure_cookie: SecureCookie,
-    /// The most live sessions [`console_router`]'s own in-memory store keeps; sign-in is
+    /// The most live sessions [`console_router`](super::console_router)'s own in-memory store keeps; sign-in is
     /// refused (`503`) beyond it.
     pub max_sessions: usize,
     /// The most live sessions one principal keeps; a new sign-in evicts its oldest.

@@ -1,5 +1,5 @@
 //! The HTTP capability gateway (docs/gateway.md): five JSON operations over one
-//! [`Runtime`], on one fixed surface, with an [`InvocationJournal`] that admits every
+//! [`Runtime`](capgate_core::runtime::Runtime), on one fixed surface, with an [`InvocationJournal`](capgate_core::journal::InvocationJournal) that admits every
 //! caller-chosen invocation id at most once.
 //!
 //! | route | operation |

@@ -1,4 +1,4 @@
-//! The MCP server: a thin adapter over a [`Runtime`], with the runtime as the only
+//! The MCP server: a thin adapter over a [`Runtime`](capgate_core::runtime::Runtime), with the runtime as the only
 //! authority (docs/gateway.md, "MCP").
 //!
 //! - `tools/list` is `describe(mcp)` for the caller's actor: one tool per capability, named
