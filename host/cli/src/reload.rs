@@ -14,7 +14,6 @@
 
 use crate::build::Deployment;
 use crate::located::Problem;
-use crate::serve::Kept;
 use crate::validate::Checked;
 use arc_swap::ArcSwap;
 use capgate_core::actor::{ActorKind, ActorRef, Surface};
@@ -22,6 +21,7 @@ use capgate_core::audit::{AuditEvent, EventPayload};
 use capgate_core::canonical::{canonical_json, sha256_hex};
 use capgate_core::runtime::Runtime;
 use capgate_gateway::admin::{ReloadAnswer, ReloadRequester};
+use capgate_gateway::app::Kept;
 use capgate_gateway::auth::Authenticated;
 use serde_json::{Value, json};
 use std::path::PathBuf;
