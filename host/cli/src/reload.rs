@@ -13,7 +13,6 @@
 //! (`capgate_config_reloads_total{result}`).
 
 use crate::build::Deployment;
-use crate::serve::Kept;
 use crate::validate::Checked;
 use arc_swap::ArcSwap;
 use capgate_config::located::Problem;
@@ -21,6 +20,7 @@ use capgate_core::actor::{ActorKind, ActorRef, Surface};
 use capgate_core::audit::{AuditEvent, EventPayload};
 use capgate_core::runtime::Runtime;
 use capgate_gateway::admin::{ReloadAnswer, ReloadRequester};
+use capgate_gateway::app::Kept;
 use capgate_gateway::auth::Authenticated;
 use serde_json::{Value, json};
 use std::path::PathBuf;

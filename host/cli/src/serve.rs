@@ -14,152 +14,49 @@ use crate::validate::Checked;
 use anyhow::Context;
 use arc_swap::ArcSwap;
 use axum::extract::Request;
-use capgate_core::actor::Surface;
-use capgate_gateway::approvals_api::{ApprovalsRouter, ExecutionHistory, ExecutionOutcome};
+use capgate_gateway::app::{AppBuilder, AppError, Kept};
+use capgate_gateway::approvals_api::{ApprovalsOptions, ExecutionHistory, ExecutionOutcome};
 use capgate_gateway::console::{
     ConsoleOptions, ConsoleSessions, SessionCredential, SessionStore, SessionStoreError,
     StoredSession,
 };
-use capgate_gateway::door::{Doorkeeper, Quotas};
-use capgate_gateway::gateway::{FnProbe, ReadinessError, ReadinessProbe, ShutdownProbe};
-use capgate_gateway::mcp::McpSessions;
-use capgate_gateway::throttle::{PerMinute, Throttle};
+use capgate_gateway::health::{FnProbe, ReadinessError, ReadinessProbe, ShutdownProbe};
+use capgate_gateway::throttle::PerMinute;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-/// What a serving process keeps across configuration reloads, so a reload signs no approver
-/// out, ends no MCP session and resets no rate limit.
-pub struct Kept {
-    console_sessions: ConsoleSessions,
-    mcp_sessions: McpSessions,
-    /// The rate limiter and the unauthenticated throttle, with the `[gateway.rateLimit]`
-    /// they were built for (a reload that changes the limits starts new buckets).
-    quotas: Mutex<Option<KeptLimits>>,
-    /// What `POST /admin/reload` calls (set once the reloader exists).
-    pub(crate) reloader: OnceLock<Arc<Reloader>>,
-    /// `/readyz`'s `shutdown` check: turned unready when shutdown begins, whatever
-    /// configuration is serving by then.
-    shutdown: ShutdownProbe,
-}
-
-type RateKey = (u32, u32, u32, u32, u32, u32);
-
-/// The rate limiter and the unauthenticated throttle, with the limits they were built for.
-type KeptLimits = (RateKey, Arc<Quotas>, Option<Arc<Throttle>>);
-
-impl Default for Kept {
-    fn default() -> Self {
-        Kept::new(ConsoleSessions::in_memory(
-            ConsoleOptions::default().max_sessions,
-        ))
-    }
-}
-
-impl Kept {
-    /// Nothing kept yet but where console sessions live.
-    pub fn new(console_sessions: ConsoleSessions) -> Self {
-        Kept {
-            console_sessions,
-            mcp_sessions: McpSessions::in_memory(),
-            quotas: Mutex::new(None),
-            reloader: OnceLock::new(),
-            shutdown: ShutdownProbe::default(),
-        }
-    }
-
-    /// The deployment's doorkeeper, over the kept rate limiter when its limits did not
-    /// change.
-    fn doorkeeper(&self, checked: &Checked, d: &Deployment) -> Doorkeeper {
-        let keeper = checked.doorkeeper(&d.runtime);
-        let r = &checked.config.gateway.rate_limit;
-        let key = (
-            r.principal_per_second,
-            r.principal_burst,
-            r.namespace_per_second,
-            r.namespace_burst,
-            r.unauthenticated_per_minute,
-            r.unauthenticated_burst,
-        );
-        let mut kept = self.quotas.lock().unwrap_or_else(|p| p.into_inner());
-        match &*kept {
-            Some((k, quotas, unauthenticated)) if *k == key => keeper
-                .quotas(quotas.clone())
-                .unauthenticated(unauthenticated.clone()),
-            _ => {
-                *kept = Some((key, keeper.quotas.clone(), keeper.unauthenticated.clone()));
-                keeper
-            }
-        }
-    }
-}
-
-/// Build the whole HTTP application of a deployment.
+/// Build the whole HTTP application of a deployment: its configured doors, as the gateway's
+/// application builder mounts and layers them, over what `kept` keeps across reloads.
 pub fn app(checked: &Checked, d: &Deployment, kept: &Kept) -> anyhow::Result<axum::Router> {
     let cfg = &checked.config;
-    let keeper = kept.doorkeeper(checked, d);
-    let mut app = axum::Router::new();
-    let gateway_for = |surface: Surface| {
-        checked.gateway_config(
-            surface,
+    let mut app = AppBuilder::new(kept, d.runtime.clone(), checked.doorkeeper(&d.runtime))
+        .mcp(checked.mcp_options())
+        .approvals(ApprovalsOptions {
+            role: APPROVER_ROLE.into(),
+            history: Some(Arc::new(AuditTrail(d.store.audit_log()))),
+        })
+        .admin(cfg.gateway.admin.reload)
+        .http_metrics(cfg.telemetry.metrics.as_ref().is_some_and(|m| m.enabled));
+    for (name, probe) in readiness_checks(cfg, d) {
+        app = app.readiness(name, probe);
+    }
+    for r in &cfg.gateway.routes {
+        let config = checked.gateway_config(
+            r.surface,
             d.runtime.clone(),
             d.journal.clone(),
-            keeper.clone(),
-        )
-    };
-    for r in &cfg.gateway.routes {
-        let router = capgate_gateway::gateway::capability_router(gateway_for(r.surface))
-            .with_context(|| format!("gateway route {}", r.path))?;
-        app = app.nest(&r.path, router);
-    }
-    app = app
-        .nest_service(
-            "/mcp",
-            capgate_gateway::mcp::streamable_http_router_with(
-                d.runtime.clone(),
-                keeper.clone(),
-                checked.mcp_options(),
-                kept.mcp_sessions.clone(),
-            ),
-        )
-        .merge(approvals(d, &keeper).build());
-    if cfg.gateway.console.enabled {
-        app = app.merge(
-            capgate_gateway::console::console_router_with(
-                approvals(d, &keeper).build(),
-                keeper.clone(),
-                console_options(&cfg.gateway.console)?,
-                kept.console_sessions.clone(),
-            )
-            .context("[gateway.console]")?,
+            app.doorkeeper().clone(),
         );
+        app = app.route(&r.path, config);
     }
-    if cfg.gateway.admin.reload
-        && let Some(reloader) = kept.reloader.get()
-    {
-        app = app.merge(capgate_gateway::admin::admin_router(
-            keeper.clone(),
-            capgate_gateway::admin::OPERATOR_ROLE,
-            reloader.clone(),
-        ));
+    if cfg.gateway.console.enabled {
+        app = app.console(console_options(&cfg.gateway.console)?);
     }
-    app = app
-        // The doors above continue a caller's `traceparent` (its sampled flag only for an
-        // authenticated caller); health checks are not traced.
-        .layer(axum::middleware::from_fn_with_state(
-            capgate_gateway::trace_context::TraceTrust::new(keeper.authenticator.clone()),
-            capgate_gateway::trace_context::continue_trace,
-        ))
-        .merge(capgate_gateway::gateway::readiness_router(
-            readiness_checks(cfg, d, kept),
-        ));
-    if cfg.telemetry.metrics.as_ref().is_some_and(|m| m.enabled) {
-        // Inside the swapped application, where each route's matched template is known.
-        app = app.layer(axum::middleware::from_fn(
-            capgate_gateway::metrics::track_http,
-        ));
-    }
-    Ok(app)
+    app.build().map_err(|e| match e {
+        AppError::Console(e) => anyhow::Error::new(e).context("[gateway.console]"),
+        other => other.into(),
+    })
 }
 
 /// The outer service of `serve`: each request runs on a clone of the application current
@@ -197,15 +94,8 @@ impl Drop for InFlight {
     }
 }
 
-/// The human approvals API of a deployment: role `approver`, outcomes from its audit log.
-fn approvals(d: &Deployment, keeper: &Doorkeeper) -> ApprovalsRouter {
-    ApprovalsRouter::new(d.runtime.clone(), keeper.clone())
-        .role(APPROVER_ROLE)
-        .history(Arc::new(AuditTrail(d.store.audit_log())))
-}
-
 /// The role the approvals API and the console ask of an approver.
-pub(crate) const APPROVER_ROLE: &str = "approver";
+pub(crate) use capgate_gateway::approvals_api::APPROVER_ROLE;
 
 fn console_options(c: &capgate_config::ConsoleSection) -> anyhow::Result<ConsoleOptions> {
     Ok(ConsoleOptions {
@@ -215,7 +105,6 @@ fn console_options(c: &capgate_config::ConsoleSection) -> anyhow::Result<Console
             .secure_cookie
             .resolve()
             .context("[gateway.console] secureCookie must be \"auto\", true or false")?,
-        approver_role: APPROVER_ROLE.into(),
         max_sessions_per_principal: c.max_sessions_per_principal,
         sign_in_per_principal: PerMinute::new(c.sign_in_per_minute, c.sign_in_burst),
         sign_in_per_address: PerMinute::new(
@@ -312,7 +201,7 @@ impl ExecutionHistory for AuditTrail {
 /// `/readyz`'s store check: the journal answers a read, and a store that refused a write
 /// for lack of storage (SQLite on a full disk) takes one again.
 struct StoreProbe {
-    journal: capgate_gateway::gateway::JournalProbe,
+    journal: capgate_gateway::health::JournalProbe,
     store: capgate_store::Store,
 }
 
@@ -327,21 +216,19 @@ impl ReadinessProbe for StoreProbe {
     }
 }
 
-/// What `/readyz` checks: the process is not shutting down, the store answers and takes
-/// writes, the audit writer runs and holds no failed batch, and (with plugins) the Wasm host
+/// What `/readyz` checks besides the process not shutting down (the application's own
+/// check): the store answers and takes writes, the audit writer runs and holds no failed batch, and (with plugins) the Wasm host
 /// still bounds calls.
 fn readiness_checks(
     cfg: &capgate_config::Config,
     d: &Deployment,
-    kept: &Kept,
 ) -> Vec<(String, Arc<dyn ReadinessProbe>)> {
     let audit = d.audit.clone();
     let mut checks: Vec<(String, Arc<dyn ReadinessProbe>)> = vec![
-        ("shutdown".into(), Arc::new(kept.shutdown.clone())),
         (
             "store".into(),
             Arc::new(StoreProbe {
-                journal: capgate_gateway::gateway::JournalProbe(d.journal.clone()),
+                journal: capgate_gateway::health::JournalProbe(d.journal.clone()),
                 store: d.store.clone(),
             }),
         ),
@@ -470,7 +357,7 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
     )))));
     let current = Arc::new(ArcSwap::from_pointee(axum::Router::new()));
     let reloader = Reloader::new(checked, deployment, kept.clone(), current.clone())?;
-    let _ = kept.reloader.set(reloader.clone());
+    let _ = kept.set_reloader(reloader.clone());
     reloader.serve_first().await?;
     let in_flight = Arc::new(AtomicUsize::new(0));
     let mut app = swapped(current, in_flight.clone());
@@ -517,7 +404,7 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
     let shutdown = Shutdown {
         unready_delay,
         drain,
-        probe: kept.shutdown.clone(),
+        probe: kept.shutdown().clone(),
         in_flight,
     };
     let listener = tokio::net::TcpListener::bind(&addr)

@@ -20,9 +20,6 @@ pub const MAX_CONSOLE_SESSION_MINUTES: u64 = 7 * 24 * 60;
 /// The largest plugin memory cap: a 32-bit Wasm memory cannot grow past 4 GiB.
 pub const MAX_MEMORY_MB: u64 = 4096;
 
-/// Paths `serve` mounts itself; a route may not take them (or anything beneath them).
-pub const RESERVED_PATHS: &[&str] = &["/mcp", "/approvals", "/healthz", "/readyz"];
-
 /// A duration setting: positive (unless `zero_ok`) and at most [`MAX_MS`].
 fn ms(doc: &Located, out: &mut Vec<Problem>, pointer: &str, value: u64, zero_ok: bool) {
     if value == 0 && !zero_ok {
@@ -240,19 +237,12 @@ impl Config {
                     "may contain only ASCII letters, digits, `-`, `_`, `.` and `~` between slashes",
                 ));
             }
-            if let Some(reserved) = RESERVED_PATHS
-                .iter()
-                .find(|p| r.path == **p || r.path.starts_with(&format!("{p}/")))
-            {
+            if let Some(reserved) = capgate_gateway::app::reserved_by(&r.path) {
                 out.push(doc.problem(
                     &at,
                     format!(
-                        "`{reserved}` is served by capgate itself ({}); pick another path",
-                        match *reserved {
-                            "/mcp" => "MCP",
-                            "/approvals" => "the human approvals API",
-                            _ => "health checks",
-                        }
+                        "`{}` is served by capgate itself ({}); pick another path",
+                        reserved.path, reserved.door
                     ),
                 ));
             }
@@ -289,10 +279,13 @@ impl Config {
                 || p.starts_with(&format!("{}/", c.path))
                 || c.path.starts_with(&format!("{p}/"))
         };
-        if let Some(taken) = RESERVED_PATHS.iter().find(|p| overlaps(p)) {
+        if let Some(taken) = capgate_gateway::app::overlapping(&c.path) {
             out.push(doc.problem(
                 &format!("{AT}/path"),
-                format!("`{taken}` is served by capgate itself; pick another path for the console"),
+                format!(
+                    "`{}` is served by capgate itself; pick another path for the console",
+                    taken.path
+                ),
             ));
         }
         for r in &self.gateway.routes {
@@ -348,9 +341,9 @@ impl Config {
                 format!("`{path}` is not a path (like `/metrics`: ASCII letters, digits, `-`, `_`, `.`, `~` between slashes)"),
             ));
         } else if m.listen.is_none() {
-            let taken = RESERVED_PATHS
+            let taken = capgate_gateway::app::RESERVED
                 .iter()
-                .copied()
+                .map(|r| r.path)
                 .chain(self.gateway.routes.iter().map(|r| r.path.as_str()))
                 .find(|p| path == p || path.starts_with(&format!("{p}/")));
             if let Some(taken) = taken {

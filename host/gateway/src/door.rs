@@ -97,6 +97,8 @@ type Keyed = RateLimiter<String, DefaultKeyedStateStore<String>, DefaultClock>;
 /// Per-principal and per-namespace token buckets, shared by every door of a process (each
 /// replica limits on its own). `None` rates switch that limit off.
 pub struct Quotas {
+    /// The rates the buckets were built for (per principal, per namespace).
+    rates: (Option<Rate>, Option<Rate>),
     principal: Option<Keyed>,
     namespace: Option<Keyed>,
     clock: DefaultClock,
@@ -129,6 +131,7 @@ impl Quotas {
     /// Limits per principal and per namespace (`None`: unlimited).
     pub fn new(principal: Option<Rate>, namespace: Option<Rate>) -> Self {
         Quotas {
+            rates: (principal, namespace),
             principal: principal.map(|r| RateLimiter::keyed(r.quota())),
             namespace: namespace.map(|r| RateLimiter::keyed(r.quota())),
             clock: DefaultClock::default(),
@@ -140,6 +143,13 @@ impl Quotas {
     /// No limits at all.
     pub fn unlimited() -> Self {
         Quotas::new(None, None)
+    }
+
+    /// The rates these buckets limit to, per principal and per namespace (`None`: that
+    /// limit is off): what a serving process compares to keep its buckets across a reload
+    /// that does not change them.
+    pub fn rates(&self) -> (Option<Rate>, Option<Rate>) {
+        self.rates
     }
 
     /// Requests refused so far.

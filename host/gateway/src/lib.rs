@@ -96,8 +96,24 @@
 //!
 //! # Modules
 //!
-//! - [`gateway`]: the capability gateway on one fixed surface ([`gateway::capability_router`]),
-//!   its configuration, and `/healthz` + `/readyz` ([`gateway::health_router`]).
+//! - [`app`]: the application of a deployment ([`app::AppBuilder`]): every door mounted, the
+//!   layers in one order, the state that survives a reload ([`app::Kept`]) and the paths it
+//!   reserves ([`app::RESERVED`]).
+//!
+//! Each door is a module of one shape (`options`, `router`, `handlers`):
+//!
+//! - [`gateway`]: the capability gateway on one fixed surface ([`gateway::capability_router`])
+//!   and its configuration.
+//! - [`health`]: `/healthz` + `/readyz` ([`health::readiness_router`]).
+//! - [`mcp`]: the MCP server, over streamable HTTP and stdio.
+//! - [`approvals_api`]: the human decision API ([`approvals_api::approvals_router`]),
+//!   tenant-scoped.
+//! - [`console`]: the approval console ([`console::console_router`]), a web page on that API.
+//! - [`admin`]: the operator's `POST /admin/reload` ([`admin::admin_router`]).
+//! - [`metrics`]: HTTP request metrics and the Prometheus `/metrics` route.
+//!
+//! What the doors share:
+//!
 //! - [`door`]: the one principal model every door runs (authenticate, bind the credential
 //!   to its surfaces, rate-limit, authorize), as axum extractors.
 //! - [`auth`]: authenticators — API keys stored as SHA-256, JWT bearer tokens — and the
@@ -108,12 +124,6 @@
 //! - [`contract`] and [`tools`]: the portable contract, its digests and the tool formats,
 //!   re-exported from [`capgate_contract`] (where they live, with the compatibility diff)
 //!   for callers that name them through the gateway.
-//! - [`mcp`]: the MCP server, over streamable HTTP and stdio.
-//! - [`approvals_api`]: the human decision API ([`approvals_api::approvals_router`]),
-//!   tenant-scoped.
-//! - [`console`]: the approval console ([`console::console_router`]), a web page on that API.
-//! - [`admin`]: the operator's `POST /admin/reload` ([`admin::admin_router`]).
-//! - [`metrics`]: HTTP request metrics and the Prometheus `/metrics` route.
 //! - [`throttle`]: per-address and per-principal throttles (unauthenticated requests,
 //!   console sign-ins) and which client address a request comes from (trusted proxies).
 //! - [`trace_context`]: W3C trace context on the doors (`traceparent` in, spans out).
@@ -121,11 +131,13 @@
 #![warn(missing_docs)]
 
 pub mod admin;
+pub mod app;
 pub mod approvals_api;
 pub mod auth;
 pub mod console;
 pub mod door;
 pub mod gateway;
+pub mod health;
 pub mod mcp;
 pub mod metrics;
 pub mod throttle;

@@ -62,6 +62,12 @@ impl Throttle {
         }
     }
 
+    /// The rate this throttle was built for: what a serving process compares to keep its
+    /// buckets across a reload that does not change it.
+    pub fn rate(&self) -> PerMinute {
+        self.rate
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Bucket>> {
         // Every operation leaves the map consistent: keep serving after a panic.
         self.buckets

@@ -187,6 +187,11 @@ fn bad_console_settings_are_located_problems() {
             "overlaps the gateway route `/agent`",
         ),
         ("path = \"/approvals\"", "path", "served by capgate itself"),
+        (
+            "path = \"/admin\"",
+            "path",
+            "`/admin` is served by capgate itself",
+        ),
         ("sessionMinutes = 0", "sessionMinutes", "between 1 and"),
         (
             "secureCookie = \"sometimes\"",
@@ -498,6 +503,11 @@ procedure = { http = { target = "orders", url = "http://127.0.0.1:9/cancel" } }
             "a route on a path capgate serves itself",
             SERVABLE.replace("path = \"/agent\"", "path = \"/mcp\""),
             "served by capgate itself",
+        ),
+        (
+            "a route on the operator API's path",
+            SERVABLE.replace("path = \"/agent\"", "path = \"/admin\""),
+            "`/admin` is served by capgate itself (the operator API)",
         ),
         (
             "one path mounted twice",

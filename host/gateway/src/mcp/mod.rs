@@ -1,4 +1,4 @@
-//! The MCP server: a thin adapter over a [`Runtime`], with the runtime as the only
+//! The MCP server: a thin adapter over a [`Runtime`](capgate_core::runtime::Runtime), with the runtime as the only
 //! authority (docs/gateway.md, "MCP").
 //!
 //! - `tools/list` is `describe(mcp)` for the caller's actor: one tool per capability, named
@@ -25,158 +25,17 @@
 //! [`McpOptions::session_store`] and [`McpOptions::stateful_sessions`]). [`serve_stdio`] runs
 //! one session as a configured service actor.
 
-mod handler;
-mod http;
+//!
+//! The shape of every door: `options` ([`McpOptions`]), `router` (streamable HTTP at
+//! [`PREFIX`]), `handlers` (the MCP server itself, [`CapgateMcp`]), plus `stdio` (one session
+//! over a byte stream).
 
-pub use handler::{CapgateMcp, McpIdentity, RESUME_TOOL};
-pub use http::{McpSessions, streamable_http_router, streamable_http_router_with};
+mod handlers;
+mod options;
+mod router;
+mod stdio;
 
-use capgate_core::actor::Actor;
-use capgate_core::authz::Authorizer;
-use capgate_core::runtime::Runtime;
-use rmcp::ServiceExt;
-use rmcp::transport::streamable_http_server::session::SessionStore;
-use std::sync::Arc;
-use std::time::Duration;
-
-/// How the MCP server presents itself and which optional behaviour it enables.
-#[derive(Clone)]
-pub struct McpOptions {
-    /// `serverInfo.name` (default `capgate`).
-    pub server_name: String,
-    /// `serverInfo.version` (default: this crate's version).
-    pub server_version: String,
-    /// Optional instructions sent to the client at initialization.
-    pub instructions: Option<String>,
-    /// The human approval console. An `approval-required` result carries
-    /// `url` = this with `{id}` replaced by the approval id (or, without `{id}`, this with
-    /// `/<id>` appended).
-    pub approval_url: Option<String>,
-    /// Offer the `approvals_resume` tool. Default false: the resume tool stays absent
-    /// unless the deployment opts in (an approved call is otherwise resumed by
-    /// the application, not by the model).
-    pub resume_tool: bool,
-    /// How long an answer waits for the call's audit events to be written (default 5 s),
-    /// so a client reading the audit right after its answer finds them.
-    pub audit_drain_timeout: Duration,
-    /// Streamable HTTP only: keep MCP sessions (the handshake-era protocol) in memory, so
-    /// `notifications/cancelled` reaches the running call (default true). Without sessions
-    /// every request is served on its own and cancellation is the client dropping the
-    /// request. Either way authority is per request.
-    pub stateful_sessions: bool,
-    /// Streamable HTTP only: where session handshakes are persisted so that a replica that
-    /// never saw a session can restore it (no sticky sessions needed). `None`: sessions live
-    /// in this process only.
-    pub session_store: Option<Arc<dyn SessionStore>>,
-    /// Streamable HTTP only: accepted `Host` header values (DNS-rebinding protection).
-    /// `None` keeps rmcp's default (loopback names only); an empty list accepts any host.
-    pub allowed_hosts: Option<Vec<String>>,
-}
-
-impl Default for McpOptions {
-    fn default() -> Self {
-        McpOptions {
-            server_name: "capgate".into(),
-            server_version: env!("CARGO_PKG_VERSION").into(),
-            instructions: None,
-            approval_url: None,
-            resume_tool: false,
-            audit_drain_timeout: Duration::from_secs(5),
-            stateful_sessions: true,
-            session_store: None,
-            allowed_hosts: None,
-        }
-    }
-}
-
-impl std::fmt::Debug for McpOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("McpOptions")
-            .field("server_name", &self.server_name)
-            .field("server_version", &self.server_version)
-            .field("approval_url", &self.approval_url)
-            .field("resume_tool", &self.resume_tool)
-            .field("stateful_sessions", &self.stateful_sessions)
-            .field("session_store", &self.session_store.is_some())
-            .field("allowed_hosts", &self.allowed_hosts)
-            .finish_non_exhaustive()
-    }
-}
-
-impl McpOptions {
-    /// The console URL of one approval, when a console is configured.
-    pub fn approval_url_for(&self, approval_id: &str) -> Option<String> {
-        self.approval_url.as_ref().map(|base| {
-            if base.contains("{id}") {
-                base.replace("{id}", approval_id)
-            } else {
-                format!("{}/{approval_id}", base.trim_end_matches('/'))
-            }
-        })
-    }
-}
-
-/// Why the stdio server stopped abnormally.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum McpServeError {
-    /// The actor cannot run capabilities (anonymous, malformed id, empty namespace).
-    #[error("invalid service actor: {0}")]
-    InvalidActor(String),
-    /// The MCP handshake failed (the MCP library's error).
-    #[error("MCP initialization failed: {0}")]
-    Initialize(#[source] capgate_core::error::BoxError),
-    /// The session task failed (its join error).
-    #[error("MCP session failed: {0}")]
-    Session(#[source] capgate_core::error::BoxError),
-}
-
-/// Serve one MCP session over stdin/stdout as a fixed service actor (`capgate mcp --stdio`).
-/// Returns when the client closes the session.
-pub async fn serve_stdio(
-    runtime: Runtime,
-    actor: Actor,
-    namespace: String,
-    context: serde_json::Value,
-    authorizer: Arc<dyn Authorizer>,
-    options: McpOptions,
-) -> Result<(), McpServeError> {
-    serve_io(
-        runtime,
-        actor,
-        namespace,
-        context,
-        authorizer,
-        options,
-        rmcp::transport::stdio(),
-    )
-    .await
-}
-
-/// Serve one MCP session over any byte stream pair (stdio, a socket, an in-memory duplex) as
-/// a fixed actor.
-pub async fn serve_io<R, W>(
-    runtime: Runtime,
-    actor: Actor,
-    namespace: String,
-    context: serde_json::Value,
-    authorizer: Arc<dyn Authorizer>,
-    options: McpOptions,
-    io: (R, W),
-) -> Result<(), McpServeError>
-where
-    R: tokio::io::AsyncRead + Send + Unpin + 'static,
-    W: tokio::io::AsyncWrite + Send + Unpin + 'static,
-{
-    let identity = McpIdentity::fixed(actor, namespace, context)?;
-    let server = CapgateMcp::new(runtime, identity, authorizer, options);
-    let running = server
-        .serve(io)
-        .await
-        .map_err(|e| McpServeError::Initialize(e.into()))?;
-    running
-        .waiting()
-        .await
-        .map_err(|e| McpServeError::Session(e.into()))?;
-    Ok(())
-}
+pub use handlers::{CapgateMcp, McpIdentity, RESUME_TOOL};
+pub use options::McpOptions;
+pub use router::{McpSessions, PREFIX, streamable_http_router, streamable_http_router_with};
+pub use stdio::{McpServeError, serve_io, serve_stdio};

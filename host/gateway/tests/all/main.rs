@@ -4,6 +4,7 @@
 mod gateway_support;
 mod mcp_support;
 
+mod app_mounts;
 mod console_http;
 mod edges_spec;
 mod http_api;

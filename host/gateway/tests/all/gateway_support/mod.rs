@@ -35,7 +35,8 @@ use capgate_gateway::auth::{
 };
 use capgate_gateway::console::{ConsoleOptions, console_router};
 use capgate_gateway::door::Doorkeeper;
-use capgate_gateway::gateway::{GatewayConfig, JournalProbe, capability_router, health_router};
+use capgate_gateway::gateway::{GatewayConfig, capability_router};
+use capgate_gateway::health::{JournalProbe, health_router};
 use capgate_store::{AuditSinkOptions, Store};
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -2,7 +2,7 @@
 //! bound to the principal that opened them.
 
 use super::McpOptions;
-use super::handler::{CapgateMcp, McpIdentity};
+use super::handlers::{CapgateMcp, McpIdentity};
 use crate::door::{Door, Doorkeeper};
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -17,6 +17,9 @@ use rmcp::transport::streamable_http_server::session::{
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
+
+/// Where the application mounts the MCP endpoint (`Router::nest_service`).
+pub const PREFIX: &str = "/mcp";
 
 /// The session header of the streamable HTTP transport.
 const SESSION_HEADER: &str = "mcp-session-id";

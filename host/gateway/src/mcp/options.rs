@@ -1,0 +1,82 @@
+//! How the MCP server presents itself and which optional behaviour it enables.
+
+use rmcp::transport::streamable_http_server::session::SessionStore;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How the MCP server presents itself and which optional behaviour it enables.
+#[derive(Clone)]
+pub struct McpOptions {
+    /// `serverInfo.name` (default `capgate`).
+    pub server_name: String,
+    /// `serverInfo.version` (default: this crate's version).
+    pub server_version: String,
+    /// Optional instructions sent to the client at initialization.
+    pub instructions: Option<String>,
+    /// The human approval console. An `approval-required` result carries
+    /// `url` = this with `{id}` replaced by the approval id (or, without `{id}`, this with
+    /// `/<id>` appended).
+    pub approval_url: Option<String>,
+    /// Offer the `approvals_resume` tool. Default false: the resume tool stays absent
+    /// unless the deployment opts in (an approved call is otherwise resumed by
+    /// the application, not by the model).
+    pub resume_tool: bool,
+    /// How long an answer waits for the call's audit events to be written (default 5 s),
+    /// so a client reading the audit right after its answer finds them.
+    pub audit_drain_timeout: Duration,
+    /// Streamable HTTP only: keep MCP sessions (the handshake-era protocol) in memory, so
+    /// `notifications/cancelled` reaches the running call (default true). Without sessions
+    /// every request is served on its own and cancellation is the client dropping the
+    /// request. Either way authority is per request.
+    pub stateful_sessions: bool,
+    /// Streamable HTTP only: where session handshakes are persisted so that a replica that
+    /// never saw a session can restore it (no sticky sessions needed). `None`: sessions live
+    /// in this process only.
+    pub session_store: Option<Arc<dyn SessionStore>>,
+    /// Streamable HTTP only: accepted `Host` header values (DNS-rebinding protection).
+    /// `None` keeps rmcp's default (loopback names only); an empty list accepts any host.
+    pub allowed_hosts: Option<Vec<String>>,
+}
+
+impl Default for McpOptions {
+    fn default() -> Self {
+        McpOptions {
+            server_name: "capgate".into(),
+            server_version: env!("CARGO_PKG_VERSION").into(),
+            instructions: None,
+            approval_url: None,
+            resume_tool: false,
+            audit_drain_timeout: Duration::from_secs(5),
+            stateful_sessions: true,
+            session_store: None,
+            allowed_hosts: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for McpOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpOptions")
+            .field("server_name", &self.server_name)
+            .field("server_version", &self.server_version)
+            .field("approval_url", &self.approval_url)
+            .field("resume_tool", &self.resume_tool)
+            .field("stateful_sessions", &self.stateful_sessions)
+            .field("session_store", &self.session_store.is_some())
+            .field("allowed_hosts", &self.allowed_hosts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl McpOptions {
+    /// The console URL of one approval, when a console is configured.
+    pub fn approval_url_for(&self, approval_id: &str) -> Option<String> {
+        self.approval_url.as_ref().map(|base| {
+            if base.contains("{id}") {
+                base.replace("{id}", approval_id)
+            } else {
+                format!("{}/{approval_id}", base.trim_end_matches('/'))
+            }
+        })
+    }
+}

@@ -1,0 +1,63 @@
+//! The gateway's metrics and the `/metrics` route.
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `capgate_http_requests_total` | counter | `route` (the matched route template, `unmatched` otherwise), `method`, `status` |
+//! | `capgate_http_request_duration_seconds` | histogram | `route`, `method` |
+//! | `capgate_journal_claims_total` | counter | `result` (`admitted`, `replayed`, `pending`, `conflict`) |
+//!
+//! Routes are the templates the router matched (`/agent/invoke`, `/approvals/{id}`), never
+//! the request's path, so a scan of random URLs adds no series.
+//!
+//! [`metrics_router`] serves the exposition text a [`MetricsSource`] renders (the `capgate`
+//! binary's Prometheus recorder), optionally behind a bearer token.
+//!
+//! The shape of every door: `options` (the [`MetricsSource`] seam), `router`
+//! ([`metrics_router`]), `handlers` (the exposition), plus `layer` ([`track_http`], which
+//! the application puts around its doors).
+
+mod handlers;
+mod layer;
+mod options;
+mod router;
+
+pub use layer::track_http;
+pub use options::MetricsSource;
+pub use router::metrics_router;
+
+use axum::http::Method;
+use capgate_core::metrics::Handles;
+
+/// HTTP requests by route, method and status.
+pub const HTTP_REQUESTS: &str = "capgate_http_requests_total";
+/// HTTP request latency by route.
+pub const HTTP_DURATION: &str = "capgate_http_request_duration_seconds";
+/// Invocation journal claims by result.
+pub const JOURNAL_CLAIMS: &str = "capgate_journal_claims_total";
+
+static CLAIMS: Handles<(), metrics::Counter> = Handles::new();
+
+pub(crate) fn journal_claim(result: &'static str) {
+    CLAIMS
+        .get(
+            result,
+            (),
+            || metrics::counter!(JOURNAL_CLAIMS, "result" => result),
+        )
+        .increment(1);
+}
+
+/// A method as a bounded label: the standard ones by name, anything else `other` (the
+/// traces say `_OTHER`, as OpenTelemetry's HTTP conventions ask).
+pub(crate) fn method_label(m: &Method) -> &'static str {
+    match *m {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
+}
