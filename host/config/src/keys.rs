@@ -4,7 +4,7 @@
 //! on each field or as its table's default; a field with neither does not compile).
 //!
 //! The reload check reads the restart keys from here ([`restart_keys`]), a test checks
-//! that every key the file accepts is listed, and [`reference`] writes the key reference
+//! that every key the file accepts is listed, and [`reference()`] writes the key reference
 //! from the same declarations.
 
 pub use capgate_config_derive::Keys;
