@@ -19,8 +19,8 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use capgate_core::digest::sha256_hex;
 use capgate_core::metrics::Handles;
-use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -145,5 +145,5 @@ fn bearer_matches(headers: &HeaderMap, expected_sha256: &str) -> bool {
         return false;
     };
     // Compare digests, not the token: equal-length, and the secret never meets `==`.
-    hex::encode(Sha256::digest(token.trim().as_bytes())) == expected_sha256
+    sha256_hex(token.trim()) == expected_sha256
 }
