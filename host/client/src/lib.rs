@@ -26,8 +26,6 @@
 //! nothing ran (`4xx` with a gateway error body, a connection that never opened) are
 //! [`ClientError`]s. Dropping a call's future cancels it (the gateway cancels the run).
 
-#![warn(missing_docs)]
-
 pub mod wire;
 
 use crate::wire::{
