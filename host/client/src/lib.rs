@@ -30,8 +30,6 @@
 //! host that ships the contract it was built against can compare it with
 //! [`CapabilityClient::contract`] at start-up through `capgate_contract::check`.
 
-#![warn(missing_docs)]
-
 pub mod wire;
 
 use crate::wire::{

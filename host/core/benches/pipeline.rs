@@ -126,14 +126,7 @@ fn bench(c: &mut Criterion) {
             PolicyDecision::deny("wrong org")
         })
     });
-    let refund_limit = policy_sync("refundLimit", |req| {
-        let amount = req.input.and_then(|i| i["amount"].as_f64()).unwrap_or(0.0);
-        Ok(if amount > 500.0 {
-            PolicyDecision::require_approval(format!("Refund of ${amount} exceeds $500"))
-        } else {
-            PolicyDecision::allow()
-        })
-    });
+    let refund_limit = capgate_testkit::walkthrough::refund_limit("refundLimit", None);
     let governed = Runtime::builder(
         Registry::builder()
             .capability(

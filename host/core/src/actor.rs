@@ -4,7 +4,6 @@
 //! [`Surface`]; neither ever comes from model output (SI-3).
 
 use serde::{Deserialize, Serialize};
-use std::str::FromStr;
 
 /// The kind of principal an [`Actor`] is. Anonymous access is explicit, never an absent actor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -21,20 +20,11 @@ pub enum ActorKind {
 }
 
 crate::wire_enum! {
-    ActorKind {
+    ActorKind: FromStr("actor kind") {
         User => "user",
         Service => "service",
         Agent => "agent",
         Anonymous => "anonymous",
-    }
-}
-
-impl FromStr for ActorKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        ActorKind::parse(s).ok_or_else(|| {
-            format!("unknown actor kind `{s}` (expected user, service, agent or anonymous)")
-        })
     }
 }
 
@@ -113,33 +103,38 @@ pub enum Surface {
     /// A workflow step.
     #[serde(rename = "workflow")]
     Workflow,
-    /// Tests.
+    /// The test harness, so tests exercise exposure rules like any other door.
     #[serde(rename = "test")]
     Test,
 }
 
 impl Surface {
-    /// Whether a model talks through this surface (tool lists, MCP).
+    /// The surfaces a model calls through: the AI SDK's tool list and the MCP server. Tool
+    /// names are checked, and discovery is concealed, on exactly these.
+    pub const MODEL_FACING: [Surface; 2] = [Surface::AiSdk, Surface::Mcp];
+
+    /// The surfaces a gateway door serves over the network: the two model-facing ones and
+    /// workflow steps. A gateway route, an API key's doors and a contract diff range over
+    /// these; `direct` and `test` never arrive through a door.
+    pub const GATEWAY_DOORS: [Surface; 3] = [Surface::AiSdk, Surface::Mcp, Surface::Workflow];
+
+    /// Whether a model talks through this surface (one of [`Surface::MODEL_FACING`]).
     pub fn is_model_facing(self) -> bool {
-        matches!(self, Surface::AiSdk | Surface::Mcp)
+        Self::MODEL_FACING.contains(&self)
+    }
+
+    /// Whether a gateway door serves this surface (one of [`Surface::GATEWAY_DOORS`]).
+    pub fn is_gateway_door(self) -> bool {
+        Self::GATEWAY_DOORS.contains(&self)
     }
 }
 
 crate::wire_enum! {
-    Surface: Display {
+    Surface: Display, FromStr("surface") {
         Direct => "direct",
         AiSdk => "aiSdk",
         Mcp => "mcp",
         Workflow => "workflow",
         Test => "test",
-    }
-}
-
-impl FromStr for Surface {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Surface::parse(s).ok_or_else(|| {
-            format!("unknown surface `{s}` (expected direct, aiSdk, mcp, workflow or test)")
-        })
     }
 }

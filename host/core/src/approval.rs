@@ -18,11 +18,11 @@ pub enum ApprovalStatus {
     Pending,
     /// Approved, not yet executed.
     Approved,
-    /// Rejected.
+    /// A human said no: the call never runs.
     Rejected,
     /// Past its expiry (also computed lazily from `expires_at`).
     Expired,
-    /// Withdrawn.
+    /// Withdrawn before anyone decided: it can no longer be approved or run.
     Cancelled,
     /// Executed once; can never execute again.
     Consumed,
@@ -44,7 +44,7 @@ crate::wire_enum! {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ApprovalRequest {
-    /// `apr_…`
+    /// The approval's id (`apr_…`), what a resume names.
     pub id: String,
     /// The capability the approval binds.
     pub capability_id: String,
@@ -101,11 +101,11 @@ pub struct ApprovalRequest {
 pub struct Decision {
     /// `approved` or `rejected`.
     pub status: DecisionStatus,
-    /// Who decided.
+    /// Who decided, recorded as the envelope actor of the decision's event.
     pub approver: ActorRef,
-    /// Optional comment.
+    /// What the approver wrote beside the decision, if anything (kept for review).
     pub comment: Option<String>,
-    /// When.
+    /// When the decision was made, by the runtime's clock.
     pub decided_at: DateTime<Utc>,
     /// The namespace the approver decided from (`None` for an operator's shell decision and
     /// for records decided before namespaces were recorded).
@@ -145,9 +145,9 @@ crate::wire_enum! {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DecisionStatus {
-    /// Approved.
+    /// The call may run once, when it is resumed.
     Approved,
-    /// Rejected.
+    /// The call must not run.
     Rejected,
 }
 
@@ -198,6 +198,26 @@ impl ApprovalRecord {
         }
     }
 
+    /// Whether this record may change as one whose status at `now` is `expected` (a
+    /// decision needs a pending record, a consumption an approved one):
+    /// [`ApprovalStoreError::WrongStatus`] otherwise.
+    pub fn expect_status(
+        &self,
+        expected: ApprovalStatus,
+        now: DateTime<Utc>,
+    ) -> Result<(), ApprovalStoreError> {
+        let status = self.effective_status(now);
+        if status == expected {
+            Ok(())
+        } else {
+            Err(ApprovalStoreError::WrongStatus {
+                id: self.request.id.clone(),
+                status: status.as_str(),
+                expected: expected.as_str(),
+            })
+        }
+    }
+
     /// The model-safe summary.
     pub fn summary(&self, now: DateTime<Utc>) -> ApprovalSummary {
         ApprovalSummary {
@@ -217,17 +237,17 @@ impl ApprovalRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ApprovalSummary {
-    /// `apr_…`
+    /// The approval's id (`apr_…`), what the model hands back to resume.
     pub id: String,
-    /// The capability.
+    /// The capability the held call is for.
     pub capability_id: String,
     /// Status at the time of the summary.
     pub status: ApprovalStatus,
     /// Why approval is needed.
     pub reasons: Vec<String>,
-    /// Approval types.
+    /// The approval types asked for (e.g. `manager`), which decide who may approve.
     pub types: Vec<String>,
-    /// When requested.
+    /// When the call was held for approval.
     pub requested_at: DateTime<Utc>,
     /// When it expires.
     pub expires_at: DateTime<Utc>,
@@ -236,9 +256,9 @@ pub struct ApprovalSummary {
 /// Who approved a resumed execution; visible to the procedure in its agent info.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalRef {
-    /// `apr_…`
+    /// The approval the execution consumed (`apr_…`).
     pub id: String,
-    /// The approver.
+    /// Who approved, so the procedure can record or check it.
     pub approver: ActorRef,
 }
 
@@ -257,7 +277,7 @@ pub struct ApprovalFilter {
     pub namespace: Option<String>,
     /// Requested at or after.
     pub requested_after: Option<DateTime<Utc>>,
-    /// Requested before.
+    /// Only records requested strictly before this instant.
     pub requested_before: Option<DateTime<Utc>>,
     /// Page size (default 100, at most 1000).
     pub limit: Option<u32>,
@@ -304,7 +324,7 @@ pub enum ApprovalStoreError {
     /// The operation needs another status (e.g. decide on a non-pending record).
     #[error("approval `{id}` is {status}, not {expected}")]
     WrongStatus {
-        /// The record.
+        /// The approval's id.
         id: String,
         /// Its effective status.
         status: &'static str,
@@ -317,7 +337,7 @@ pub enum ApprovalStoreError {
     /// A row could not be read back (tampered or corrupt).
     #[error("approval `{id}` is malformed: {reason}")]
     Malformed {
-        /// The record.
+        /// The approval's id.
         id: String,
         /// What is wrong.
         reason: String,
@@ -393,13 +413,23 @@ impl InMemoryApprovalCoordinator {
         // every update below is a single assignment, so the data is still consistent.
         self.records.lock().unwrap_or_else(|p| p.into_inner())
     }
-}
 
-fn wrong(id: &str, status: ApprovalStatus, expected: &'static str) -> ApprovalStoreError {
-    ApprovalStoreError::WrongStatus {
-        id: id.to_string(),
-        status: status.as_str(),
-        expected,
+    /// The compare-and-set a decision and a consumption are: `change` approval `id` only
+    /// while its status at `now` is `expected`.
+    fn transition(
+        &self,
+        id: &str,
+        expected: ApprovalStatus,
+        now: DateTime<Utc>,
+        change: impl FnOnce(&mut ApprovalRecord),
+    ) -> Result<ApprovalRecord, ApprovalStoreError> {
+        let mut map = self.lock();
+        let r = map
+            .get_mut(id)
+            .ok_or_else(|| ApprovalStoreError::NotFound(id.to_string()))?;
+        r.expect_status(expected, now)?;
+        change(r);
+        Ok(r.clone())
     }
 }
 
@@ -425,20 +455,13 @@ impl ApprovalCoordinator for InMemoryApprovalCoordinator {
         decision: Decision,
         now: DateTime<Utc>,
     ) -> Result<ApprovalRecord, ApprovalStoreError> {
-        let mut map = self.lock();
-        let r = map
-            .get_mut(id)
-            .ok_or_else(|| ApprovalStoreError::NotFound(id.to_string()))?;
-        let status = r.effective_status(now);
-        if status != ApprovalStatus::Pending {
-            return Err(wrong(id, status, "pending"));
-        }
-        r.status = match decision.status {
-            DecisionStatus::Approved => ApprovalStatus::Approved,
-            DecisionStatus::Rejected => ApprovalStatus::Rejected,
-        };
-        r.decision = Some(decision);
-        Ok(r.clone())
+        self.transition(id, ApprovalStatus::Pending, now, |r| {
+            r.status = match decision.status {
+                DecisionStatus::Approved => ApprovalStatus::Approved,
+                DecisionStatus::Rejected => ApprovalStatus::Rejected,
+            };
+            r.decision = Some(decision);
+        })
     }
 
     async fn mark_consumed(
@@ -447,17 +470,10 @@ impl ApprovalCoordinator for InMemoryApprovalCoordinator {
         execution_id: &str,
         now: DateTime<Utc>,
     ) -> Result<ApprovalRecord, ApprovalStoreError> {
-        let mut map = self.lock();
-        let r = map
-            .get_mut(id)
-            .ok_or_else(|| ApprovalStoreError::NotFound(id.to_string()))?;
-        let status = r.effective_status(now);
-        if status != ApprovalStatus::Approved {
-            return Err(wrong(id, status, "approved"));
-        }
-        r.status = ApprovalStatus::Consumed;
-        r.consumed_by_execution_id = Some(execution_id.to_string());
-        Ok(r.clone())
+        self.transition(id, ApprovalStatus::Approved, now, |r| {
+            r.status = ApprovalStatus::Consumed;
+            r.consumed_by_execution_id = Some(execution_id.to_string());
+        })
     }
 
     async fn list(
@@ -496,7 +512,7 @@ pub struct InlineDecision {
     pub status: DecisionStatus,
     /// Who decided (a human in the loop, a deterministic system).
     pub approver: ActorRef,
-    /// Optional comment.
+    /// What the deciding system wrote beside the decision, if anything.
     pub comment: Option<String>,
 }
 

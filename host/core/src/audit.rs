@@ -39,19 +39,19 @@ pub enum DenyReason {
 #[serde(tag = "type", content = "data")]
 #[non_exhaustive]
 pub enum EventPayload {
-    /// `describe` ran.
+    /// Discovery ran (`describe`): what a model was shown, as a count and a digest.
     #[serde(rename = "capabilities.discovered", rename_all = "camelCase")]
     CapabilitiesDiscovered {
         /// How many descriptors were returned.
         count: usize,
-        /// The surface.
+        /// The surface the list was built for.
         surface: Surface,
         /// SHA-256 of the canonical list of returned ids.
         digest: String,
         /// The ids, only when `audit.verbose` is set.
         capability_ids: Option<Vec<String>>,
     },
-    /// Stage 2.
+    /// Stage 2: every call is on record before anything is resolved, probes included.
     #[serde(rename = "capability.requested", rename_all = "camelCase")]
     Requested {
         /// The capability's side effect, once resolved.
@@ -78,23 +78,23 @@ pub enum EventPayload {
     /// Stage 8 suspended the call.
     #[serde(rename = "capability.approval_requested", rename_all = "camelCase")]
     ApprovalRequested {
-        /// The approval.
+        /// The approval the call now waits for.
         approval_id: String,
-        /// Why.
+        /// Why approval is needed, one reason per requirement.
         reasons: Vec<String>,
-        /// Approval types.
+        /// The approval types asked for, which decide who may approve.
         types: Vec<String>,
-        /// Expiry.
+        /// When the approval expires if nobody decides.
         expires_at: DateTime<Utc>,
     },
     /// A human approved.
     #[serde(rename = "capability.approved", rename_all = "camelCase")]
     Approved {
-        /// The approval.
+        /// The approval decided.
         approval_id: String,
-        /// Who.
+        /// Who approved (also the event's envelope actor).
         approver: ActorRef,
-        /// Comment.
+        /// The approver's comment, if any.
         comment: Option<String>,
         /// The approver's tenant partition (capgate extension; absent for an operator's
         /// shell decision).
@@ -107,11 +107,11 @@ pub enum EventPayload {
     /// A human rejected.
     #[serde(rename = "capability.rejected", rename_all = "camelCase")]
     Rejected {
-        /// The approval.
+        /// The approval decided.
         approval_id: String,
-        /// Who.
+        /// Who rejected (also the event's envelope actor).
         approver: ActorRef,
-        /// Comment.
+        /// The approver's comment, if any.
         comment: Option<String>,
         /// The approver's tenant partition (capgate extension; absent for an operator's
         /// shell decision).
@@ -121,7 +121,7 @@ pub enum EventPayload {
         /// absent for an approver's own decision).
         via: Option<String>,
     },
-    /// Stage 10.
+    /// Stage 10: the procedure is about to run (strict audit: no record, no execution).
     #[serde(rename = "capability.started", rename_all = "camelCase")]
     Started {
         /// Attempt number (1-based).
@@ -140,24 +140,24 @@ pub enum EventPayload {
         /// Why the previous one failed.
         previous_error_code: ErrorCode,
     },
-    /// Stage 14.
+    /// Stage 14: the call succeeded and its redacted output was returned.
     #[serde(rename = "capability.completed", rename_all = "camelCase")]
     Completed {
         /// Wall time of the execution.
         duration_ms: u64,
-        /// Attempts made.
+        /// Attempts made, the successful one included.
         attempts: u32,
     },
     /// A terminal failure.
     #[serde(rename = "capability.failed", rename_all = "camelCase")]
     Failed {
-        /// The code.
+        /// The error code the caller received.
         code: ErrorCode,
-        /// The stage.
+        /// The pipeline stage that failed, when one did.
         stage: Option<Stage>,
         /// Whether retrying may help.
         retryable: bool,
-        /// Attempts made.
+        /// Attempts made, the failed one included (0: the procedure never ran).
         attempts: u32,
         /// The procedure ran before the failure (stages 12/13).
         executed_before_failure: Option<bool>,
@@ -267,17 +267,17 @@ impl EventPayload {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AuditEvent {
-    /// When.
+    /// When the event happened, by the runtime's clock.
     pub timestamp: DateTime<Utc>,
     /// Through which door.
     pub surface: Surface,
     /// Who (attributes stripped).
     pub actor: ActorRef,
-    /// The execution.
+    /// The execution the event belongs to (none for approval decisions).
     pub execution_id: Option<String>,
-    /// The capability.
+    /// The capability involved, once known.
     pub capability_id: Option<String>,
-    /// Caller correlation.
+    /// The caller's correlation id, to join the event with the caller's own logs.
     pub correlation_id: Option<String>,
     /// SHA-256 of the canonical validated input.
     pub input_hash: Option<String>,
@@ -297,9 +297,9 @@ impl AuditEvent {
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("audit sink `{sink}` failed: {message}")]
 pub struct AuditSinkError {
-    /// Which sink.
+    /// The name of the sink that failed.
     pub sink: String,
-    /// Why.
+    /// Why it failed.
     pub message: String,
 }
 
@@ -417,7 +417,7 @@ impl MemorySink {
             .filter(|e| e.execution_id.as_deref() == Some(execution_id))
             .collect()
     }
-    /// Forget everything.
+    /// Drop every recorded event, so a test can start from an empty log.
     pub fn clear(&self) {
         self.events
             .lock()

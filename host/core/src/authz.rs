@@ -2,14 +2,13 @@
 //! that Wasm `authorizer` plugins and native closures implement one trait.
 
 use crate::actor::{Actor, Surface};
-use crate::error::NamedFailure;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 /// An authenticated caller of a gateway: the actor plus its tenant partition.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Principal {
-    /// The actor.
+    /// Who is calling, as authenticated by the door.
     pub actor: Actor,
     /// Tenant/application partition (never empty).
     pub namespace: String,
@@ -56,23 +55,12 @@ crate::wire_enum! {
     }
 }
 
-/// A refusal, with a private reason for logs. Every variant denies (fail closed); they
-/// differ only in what the logs keep.
-#[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
-pub enum AuthorizeError {
-    /// The authorizer said no, for this reason.
-    #[error("not authorized: {0}")]
-    Denied(String),
-    /// A named authorizer (a plugin) refused or could not answer: `NamedFailure::new(name, e).into()`.
-    #[error("not authorized: {0}")]
-    Failed(#[from] NamedFailure),
-}
-
-impl AuthorizeError {
-    /// A refusal with a private reason.
-    pub fn denied(reason: impl Into<String>) -> Self {
-        AuthorizeError::Denied(reason.into())
+crate::error::seam_error! {
+    /// A refusal, with a private reason for logs. Every variant denies (fail closed); they
+    /// differ only in what the logs keep.
+    pub enum AuthorizeError ("not authorized") {
+        /// The authorizer said no, for this reason.
+        Denied, built by denied;
     }
 }
 

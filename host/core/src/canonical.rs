@@ -8,6 +8,9 @@
 //! into, so both sides agree on the hash. The writer streams straight into the hasher: the
 //! hash is on the hot path of every governed call (audit's `inputHash`).
 
+use crate::digest::Sha256Hex;
+/// Where the raw-bytes hash lived first; [`crate::digest`] holds it now.
+pub use crate::digest::sha256_hex;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -184,10 +187,5 @@ pub fn canonical_json(value: &Value) -> Result<String, CanonicalError> {
 pub fn input_hash(value: &Value) -> Result<String, CanonicalError> {
     let mut hasher = Sha256::new();
     write(value, &mut hasher, 0)?;
-    Ok(hex::encode(hasher.finalize()))
-}
-
-/// Lower-case hex SHA-256 of raw bytes.
-pub fn sha256_hex(bytes: impl AsRef<[u8]>) -> String {
-    hex::encode(Sha256::digest(bytes.as_ref()))
+    Ok(Sha256Hex::finish(hasher).into_string())
 }

@@ -5,7 +5,7 @@ use std::sync::Mutex;
 
 /// A source of wall-clock time.
 pub trait Clock: Send + Sync + 'static {
-    /// Now.
+    /// The current time, which every expiry and timestamp is computed from.
     fn now(&self) -> DateTime<Utc>;
 }
 
@@ -28,7 +28,7 @@ impl ManualClock {
     pub fn new(start: DateTime<Utc>) -> Self {
         ManualClock(Mutex::new(start))
     }
-    /// Move forward.
+    /// Move the clock forward by `by` (expiries then fire without waiting).
     pub fn advance(&self, by: chrono::Duration) {
         let mut t = self.0.lock().unwrap_or_else(|p| p.into_inner());
         *t += by;

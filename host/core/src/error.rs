@@ -176,11 +176,11 @@ pub const OPERATION_FAILED: &str = "The operation failed.";
 pub enum Stage {
     /// Resolution, exposure, hiding, discovery budget.
     Discovery,
-    /// Stage 5.
+    /// Stage 5: the input did not match its schema.
     InputValidation,
     /// Stage 6 and unauthenticated procedures.
     Authentication,
-    /// Forbidden procedures.
+    /// The procedure refused the caller (forbidden).
     Authorization,
     /// Stages 7 and 9.
     Policy,
@@ -188,13 +188,13 @@ pub enum Stage {
     Approval,
     /// Stage 11 and audit.
     Execution,
-    /// Stage 12.
+    /// Stage 12: the procedure's output did not match its schema.
     OutputValidation,
-    /// Deadline.
+    /// A deadline ran out (an attempt, a policy batch, a request).
     Timeout,
-    /// Caller cancellation.
+    /// The caller cancelled the call.
     Cancellation,
-    /// An adapter.
+    /// The adapter (a gateway door, an MCP server) failed around the call.
     Adapter,
 }
 
@@ -255,6 +255,43 @@ impl NamedFailure {
         }
     }
 }
+
+/// Declare a seam's error: a variant for a refusal in the seam's own words and `Failed`, a
+/// [`NamedFailure`] of a named implementation (a plugin), both read "`$prefix`: …", plus a
+/// constructor of the first. The authorizer and redactor seams fail the same way (fail
+/// closed, the reason kept private), so their errors are declared once.
+macro_rules! seam_error {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident ($prefix:literal) {
+            $(#[$own_meta:meta])*
+            $own:ident, built by $ctor:ident;
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, thiserror::Error)]
+        #[non_exhaustive]
+        pub enum $name {
+            $(#[$own_meta])*
+            #[error("{prefix}: {0}", prefix = $prefix)]
+            $own(String),
+            #[doc = concat!(
+                "A named implementation (a plugin) refused or failed: ",
+                "`NamedFailure::new(name, e).into()`."
+            )]
+            #[error("{prefix}: {0}", prefix = $prefix)]
+            Failed(#[from] $crate::error::NamedFailure),
+        }
+
+        impl $name {
+            #[doc = concat!("`", stringify!($own), "`, with a private reason.")]
+            pub fn $ctor(reason: impl Into<String>) -> Self {
+                $name::$own(reason.into())
+            }
+        }
+    };
+}
+pub(crate) use seam_error;
 
 /// A governed failure. Serializing it yields only the model-safe wire shape (see
 /// [`CapabilityError::to_public`]); the stage, the private cause and private details stay
@@ -334,7 +371,7 @@ impl CapabilityError {
         self
     }
 
-    /// Override retryability.
+    /// Override whether retrying may help, for the caller's retry logic.
     pub fn with_retryable(mut self, retryable: bool) -> Self {
         self.retryable = retryable;
         self
@@ -368,7 +405,7 @@ impl CapabilityError {
         self
     }
 
-    /// The code.
+    /// The error code: what the caller branches on.
     pub fn code(&self) -> ErrorCode {
         self.code
     }
@@ -455,7 +492,7 @@ impl PublicError {
     }
 }
 
-/// INPUT_INVALID details.
+/// The public details of an `INPUT_INVALID` error: which fields are wrong and how.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PublicDetails {

@@ -16,10 +16,6 @@
 //! ```
 
 use serde::{Deserialize, Serialize};
-use std::borrow::Borrow;
-use std::fmt;
-use std::ops::Deref;
-use std::str::FromStr;
 
 /// A string that is non-empty, at most [`BoundedId::MAX_CHARS`] characters and free of
 /// control characters. It can only be built through [`BoundedId::new`] (or parsing, or
@@ -68,99 +64,9 @@ impl BoundedId {
         Self::check(&value)?;
         Ok(BoundedId(value))
     }
-
-    /// The id as text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    /// The id's text, owned.
-    pub fn into_string(self) -> String {
-        self.0
-    }
 }
 
-impl TryFrom<String> for BoundedId {
-    type Error = IdError;
-    fn try_from(value: String) -> Result<Self, IdError> {
-        BoundedId::new(value)
-    }
-}
-
-impl TryFrom<&str> for BoundedId {
-    type Error = IdError;
-    fn try_from(value: &str) -> Result<Self, IdError> {
-        BoundedId::new(value)
-    }
-}
-
-impl FromStr for BoundedId {
-    type Err = IdError;
-    fn from_str(value: &str) -> Result<Self, IdError> {
-        BoundedId::new(value)
-    }
-}
-
-impl From<BoundedId> for String {
-    fn from(id: BoundedId) -> String {
-        id.0
-    }
-}
-
-impl Deref for BoundedId {
-    type Target = str;
-    fn deref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl AsRef<str> for BoundedId {
-    fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl Borrow<str> for BoundedId {
-    fn borrow(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for BoundedId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl PartialEq<str> for BoundedId {
-    fn eq(&self, other: &str) -> bool {
-        self.0 == other
-    }
-}
-
-impl PartialEq<&str> for BoundedId {
-    fn eq(&self, other: &&str) -> bool {
-        self.0 == *other
-    }
-}
-
-impl PartialEq<String> for BoundedId {
-    fn eq(&self, other: &String) -> bool {
-        &self.0 == other
-    }
-}
-
-impl PartialEq<BoundedId> for String {
-    fn eq(&self, other: &BoundedId) -> bool {
-        *self == other.0
-    }
-}
-
-impl PartialEq<BoundedId> for str {
-    fn eq(&self, other: &BoundedId) -> bool {
-        self == other.0
-    }
-}
+crate::wire::checked_string!(BoundedId, IdError);
 
 #[cfg(test)]
 mod tests {

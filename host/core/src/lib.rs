@@ -63,6 +63,7 @@
 //! - [`AuditSink`](audit::AuditSink): evidence without payloads.
 //! - [`ExecutionResult`](result::ExecutionResult): the one envelope every call returns.
 //! - [`BoundedId`](id::BoundedId): the one rule for every id that crosses a trust boundary.
+//! - [`Sha256Hex`](digest::Sha256Hex): the one rule for a SHA-256 digest written as text.
 //! - [`metrics`]: calls, policies and approvals counted through the `metrics` facade, with
 //!   labels from configuration only (install a recorder to collect them).
 //!
@@ -88,14 +89,13 @@
 //!
 //! None: the crate is always the whole pipeline.
 
-#![warn(missing_docs)]
-
 pub mod actor;
 pub mod approval;
 pub mod audit;
 pub mod authz;
 pub mod canonical;
 pub mod clock;
+pub mod digest;
 pub mod error;
 pub mod id;
 pub mod journal;
@@ -112,6 +112,9 @@ pub mod runtime;
 pub mod schema;
 pub mod trace;
 mod wire;
+
+#[doc(hidden)]
+pub use wire::unknown_spelling as __unknown_spelling;
 
 pub use tokio_util::sync::CancellationToken;
 

@@ -9,11 +9,11 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SideEffect {
-    /// Pure computation.
+    /// Pure computation: nothing changes, so retries are always safe.
     None,
-    /// Reads state.
+    /// Reads state without changing it.
     Read,
-    /// Changes state.
+    /// Changes state: retried only when declared idempotent (SI-11).
     Write,
     /// Changes state irreversibly.
     Destructive,
@@ -42,13 +42,13 @@ crate::wire_enum! {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Risk {
-    /// Low risk.
+    /// Low risk: little harm if misused.
     Low,
-    /// Medium risk.
+    /// Medium risk: reviewable harm if misused.
     Medium,
-    /// High risk.
+    /// High risk: policies usually gate it (approvals, limits).
     High,
-    /// Critical risk.
+    /// Critical risk: misuse does lasting harm.
     Critical,
 }
 
@@ -71,13 +71,13 @@ pub struct Expose {
     /// AI SDK tools.
     #[serde(default, rename = "aiSdk", skip_serializing_if = "Option::is_none")]
     pub ai_sdk: Option<bool>,
-    /// MCP tools.
+    /// Whether MCP clients see it as a tool.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp: Option<bool>,
-    /// Workflow steps.
+    /// Whether workflow steps may call it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow: Option<bool>,
-    /// Tests.
+    /// Whether the test surface may call it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub test: Option<bool>,
 }
@@ -175,14 +175,14 @@ pub struct CapabilityMeta {
     pub tags: Vec<String>,
     /// Per-capability timeout of one attempt; default `defaults.timeout_ms`.
     pub timeout_ms: Option<u64>,
-    /// Runtime retries.
+    /// Runtime retries of a failed attempt (only for idempotent or read-only capabilities).
     pub retry: Option<RetryConfig>,
     /// Explicit declaration that repeating a call is safe.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub idempotent: bool,
     /// Static approval requirement.
     pub approval: Option<ApprovalConfig>,
-    /// Tool-name overrides.
+    /// Tool names per adapter, when the id's derived name does not suit.
     pub adapters: Option<AdapterNames>,
     /// How clients find it: listed to models, or presented by a UI in context (the
     /// portable contract's `discovery`, docs/gateway.md). Omitted when `discoverable`, so
@@ -263,7 +263,7 @@ impl CapabilityMeta {
         self
     }
 
-    /// Builder: retries.
+    /// Builder: retry failed attempts as `retry` says.
     pub fn with_retry(mut self, retry: RetryConfig) -> Self {
         self.retry = Some(retry);
         self

@@ -82,10 +82,71 @@ impl<S: Copy + Eq + Hash, H: Clone> Default for Handles<S, H> {
     }
 }
 
-static CALL_COUNTERS: Handles<(Surface, &str, &str), metrics::Counter> = Handles::new();
-static CALL_HISTOGRAMS: Handles<Surface, metrics::Histogram> = Handles::new();
-static POLICY_COUNTERS: Handles<(Phase, &str), metrics::Counter> = Handles::new();
-static POLICY_HISTOGRAMS: Handles<Phase, metrics::Histogram> = Handles::new();
+/// One kind of finished event of a configured thing (a governed call of a capability, an
+/// evaluation of a policy): counted by its name, its `T` labels and its `C` outcome labels,
+/// and timed by its name and its `T` labels. Handles cached as [`Handles`] says.
+struct Finished<T, C> {
+    /// The counter's metric name.
+    count: &'static str,
+    /// The duration histogram's metric name.
+    duration: &'static str,
+    /// The label that carries the configured name (`capability`, `policy`).
+    name_label: &'static str,
+    counters: Handles<(T, C), metrics::Counter>,
+    histograms: Handles<T, metrics::Histogram>,
+}
+
+/// Label pairs whose values come from fixed sets (surfaces, phases, outcomes, codes).
+type Fixed<'a> = &'a [(&'static str, &'static str)];
+
+impl<T: Copy + Eq + Hash, C: Copy + Eq + Hash> Finished<T, C> {
+    const fn new(count: &'static str, duration: &'static str, name_label: &'static str) -> Self {
+        Finished {
+            count,
+            duration,
+            name_label,
+            counters: Handles::new(),
+            histograms: Handles::new(),
+        }
+    }
+
+    /// Record one event of `name` that took `elapsed`: `timed` with its labels on both
+    /// metrics, `counted` with its labels on the counter only.
+    fn record(
+        &self,
+        name: &str,
+        (timed, timed_labels): (T, Fixed<'_>),
+        (counted, counted_labels): (C, Fixed<'_>),
+        elapsed: Duration,
+    ) {
+        let labels = |fixed: &[Fixed<'_>]| {
+            let named = metrics::Label::new(self.name_label, name.to_owned());
+            std::iter::once(named)
+                .chain(
+                    fixed
+                        .iter()
+                        .flat_map(|f| f.iter())
+                        .map(metrics::Label::from),
+                )
+                .collect::<Vec<_>>()
+        };
+        self.counters
+            .get(name, (timed, counted), || {
+                metrics::counter!(self.count, labels(&[timed_labels, counted_labels]))
+            })
+            .increment(1);
+        self.histograms
+            .get(name, timed, || {
+                metrics::histogram!(self.duration, labels(&[timed_labels]))
+            })
+            .record(elapsed.as_secs_f64());
+    }
+}
+
+static CALLS_FINISHED: Finished<Surface, (&str, &str)> =
+    Finished::new(CALLS, CALL_DURATION, "capability");
+static POLICIES_EVALUATED: Finished<Phase, &str> =
+    Finished::new(POLICY_EVALUATIONS, POLICY_DURATION, "policy");
 
 /// Governed calls (invoke and resume), by how they ended.
 pub const CALLS: &str = "capgate_calls_total";
@@ -125,26 +186,12 @@ pub(crate) fn call_finished(
 ) {
     let code = result.error().map_or("", |e| e.code().as_str());
     let outcome = outcome(result);
-    CALL_COUNTERS
-        .get(capability, (surface, outcome, code), || {
-            metrics::counter!(
-                CALLS,
-                "capability" => capability.to_owned(),
-                "surface" => surface.as_str(),
-                "outcome" => outcome,
-                "code" => code,
-            )
-        })
-        .increment(1);
-    CALL_HISTOGRAMS
-        .get(capability, surface, || {
-            metrics::histogram!(
-                CALL_DURATION,
-                "capability" => capability.to_owned(),
-                "surface" => surface.as_str(),
-            )
-        })
-        .record(elapsed.as_secs_f64());
+    CALLS_FINISHED.record(
+        capability,
+        (surface, &[("surface", surface.as_str())]),
+        ((outcome, code), &[("outcome", outcome), ("code", code)]),
+        elapsed,
+    );
 }
 
 /// The `stance` label of one policy outcome.
@@ -163,25 +210,12 @@ pub(crate) fn policy_evaluated(
     elapsed: Duration,
 ) {
     let stance = stance(outcome);
-    POLICY_COUNTERS
-        .get(policy, (phase, stance), || {
-            metrics::counter!(
-                POLICY_EVALUATIONS,
-                "policy" => policy.to_owned(),
-                "phase" => phase.as_str(),
-                "stance" => stance,
-            )
-        })
-        .increment(1);
-    POLICY_HISTOGRAMS
-        .get(policy, phase, || {
-            metrics::histogram!(
-                POLICY_DURATION,
-                "policy" => policy.to_owned(),
-                "phase" => phase.as_str(),
-            )
-        })
-        .record(elapsed.as_secs_f64());
+    POLICIES_EVALUATED.record(
+        policy,
+        (phase, &[("phase", phase.as_str())]),
+        (stance, &[("stance", stance)]),
+        elapsed,
+    );
 }
 
 /// Record one shadow divergence (see [`crate::policy::Shadow`]).

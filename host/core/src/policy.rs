@@ -16,7 +16,7 @@ use std::sync::Arc;
 pub enum Phase {
     /// Building tool lists; no input.
     Discovery,
-    /// Stage 7.
+    /// Stage 7: before the call is held or run, with the validated input.
     Invocation,
     /// Stage 9: after approval, for freshness.
     Execution,
@@ -38,7 +38,7 @@ pub const DEFAULT_PHASES: &[Phase] = &[Phase::Invocation];
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum PolicyDecision {
-    /// Go ahead.
+    /// Let the call go ahead.
     Allow,
     /// Refuse with POLICY_DENIED; `message` becomes the public message.
     Deny {
@@ -62,22 +62,22 @@ pub enum PolicyDecision {
 }
 
 impl PolicyDecision {
-    /// `allow()`.
+    /// Let the call go ahead (`allow()`).
     pub fn allow() -> Self {
         PolicyDecision::Allow
     }
-    /// `deny(message)`.
+    /// Refuse the call with `message` as its public message (`deny(message)`).
     pub fn deny(message: impl Into<String>) -> Self {
         PolicyDecision::Deny {
             code: None,
             message: Some(message.into()),
         }
     }
-    /// `hide()`.
+    /// Conceal the capability from this caller (`hide()`): it reads as not found.
     pub fn hide() -> Self {
         PolicyDecision::Hide
     }
-    /// `requireApproval({reason})`.
+    /// Hold the call for a human's approval, for `reason` (`requireApproval({reason})`).
     pub fn require_approval(reason: impl Into<String>) -> Self {
         PolicyDecision::RequireApproval {
             reason: reason.into(),
@@ -124,22 +124,22 @@ impl PolicyDecision {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CapabilityInfo {
-    /// The id.
+    /// The capability's id.
     pub id: String,
-    /// Side effect.
+    /// What the capability does to the world.
     pub side_effect: SideEffect,
-    /// Risk.
+    /// How much harm misuse would do.
     pub risk: Risk,
-    /// Tags.
+    /// The capability's tags, for policies that apply to a family of capabilities.
     pub tags: Vec<String>,
 }
 
 /// The question put to a policy.
 #[derive(Debug, Clone, Copy)]
 pub struct PolicyRequest<'a> {
-    /// Which phase.
+    /// The phase being evaluated, so one policy can act differently per phase.
     pub phase: Phase,
-    /// The capability.
+    /// The capability being called.
     pub capability: &'a CapabilityInfo,
     /// The surface of the call.
     pub surface: Surface,
@@ -344,7 +344,7 @@ where
 pub struct Shadow(Arc<dyn Policy>);
 
 impl Shadow {
-    /// Wrap `policy`.
+    /// Run `policy` in shadow mode: evaluated, recorded, never enforced.
     pub fn new(policy: impl Policy) -> Self {
         Shadow(Arc::new(policy))
     }
@@ -481,16 +481,16 @@ pub enum Verdict {
     Failed {
         /// The failing policy.
         policy: String,
-        /// Why.
+        /// Why it failed (private: audit and logs only).
         reason: String,
     },
     /// At least one deny: the first deny's policy, code and message.
     Denied {
         /// The denying policy.
         policy: String,
-        /// Private code.
+        /// The denying policy's private code, for audit and logs.
         code: Option<String>,
-        /// Public message.
+        /// The denying policy's public message, what the caller is told.
         message: Option<String>,
     },
     /// At least one hide.

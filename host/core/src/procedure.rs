@@ -17,11 +17,11 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentInvocationInfo {
-    /// This execution.
+    /// The id of this execution, to correlate the procedure's own logs with audit.
     pub execution_id: String,
-    /// The capability.
+    /// The capability being run.
     pub capability_id: String,
-    /// The surface.
+    /// The door the call came through.
     pub surface: Surface,
     /// The tenant partition of the call (empty when the embedder has none); pooled Wasm
     /// procedure instances are keyed by it.

@@ -1,27 +1,15 @@
 //! Redaction shapes what leaves the trust boundary: the output a model sees (stage 13) and
 //! the input a human approver sees in approval listings.
 
-use crate::error::NamedFailure;
 use crate::policy::CapabilityInfo;
 use async_trait::async_trait;
 use std::sync::Arc;
 
-/// Why a redactor failed. Output redaction failing withholds the output (fail closed).
-#[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
-pub enum RedactError {
-    /// The redactor refused the value, for this reason.
-    #[error("redaction failed: {0}")]
-    Refused(String),
-    /// A named redactor (a plugin) failed: `NamedFailure::new(name, e).into()`.
-    #[error("redaction failed: {0}")]
-    Failed(#[from] NamedFailure),
-}
-
-impl RedactError {
-    /// A refusal with a reason.
-    pub fn refused(reason: impl Into<String>) -> Self {
-        RedactError::Refused(reason.into())
+crate::error::seam_error! {
+    /// Why a redactor failed. Output redaction failing withholds the output (fail closed).
+    pub enum RedactError ("redaction failed") {
+        /// The redactor refused the value, for this reason.
+        Refused, built by refused;
     }
 }
 

@@ -19,7 +19,7 @@ pub const MAX_RETRY_ATTEMPTS: u32 = 10;
 pub struct CapabilityDef {
     /// Canonical id, e.g. `orders.refund`.
     pub id: String,
-    /// Governance metadata.
+    /// Governance metadata: exposure, side effect, risk, retries, approval.
     pub meta: CapabilityMeta,
     /// JSON Schema of the input.
     pub input_schema: Value,
@@ -31,7 +31,7 @@ pub struct CapabilityDef {
     pub redactors: Vec<Arc<dyn Redactor>>,
     /// The application middleware chain, run in order before the procedure.
     pub middleware: Vec<Arc<dyn Middleware>>,
-    /// The operation.
+    /// The operation itself; required (the registry refuses a capability without one).
     pub procedure: Option<Arc<dyn Procedure>>,
 }
 
@@ -98,9 +98,9 @@ impl CapabilityDef {
 
 /// A compiled, checked capability.
 pub struct Capability {
-    /// Canonical id.
+    /// Canonical id, e.g. `orders.refund`.
     pub id: String,
-    /// Governance metadata.
+    /// Governance metadata: exposure, side effect, risk, retries, approval.
     pub meta: CapabilityMeta,
     /// What policies and redactors see.
     pub info: CapabilityInfo,
@@ -108,13 +108,13 @@ pub struct Capability {
     pub input: Schema,
     /// Compiled output schema.
     pub output: Option<Schema>,
-    /// Own policies.
+    /// The capability's own policies, run after the runtime-level ones.
     pub policies: Vec<Arc<dyn Policy>>,
-    /// Redactors.
+    /// Redactors, applied in order at stage 13 and to approval listings.
     pub redactors: Vec<Arc<dyn Redactor>>,
-    /// Middleware chain.
+    /// The application middleware chain, run in order before the procedure.
     pub middleware: Vec<Arc<dyn Middleware>>,
-    /// The operation.
+    /// The operation itself.
     pub procedure: Arc<dyn Procedure>,
     /// Resolved AI SDK tool name.
     pub ai_sdk_tool: String,
@@ -311,7 +311,7 @@ impl RegistryBuilder {
                     );
                 }
             }
-            for surface in [Surface::AiSdk, Surface::Mcp] {
+            for surface in Surface::MODEL_FACING {
                 let name = meta.tool_name(&def.id, surface);
                 if let Err(m) = check_tool_name(&name) {
                     problem(

@@ -21,7 +21,7 @@ pub enum ExecutionResult {
     /// The procedure ran; `output` is validated and redacted.
     #[serde(rename_all = "camelCase")]
     Completed {
-        /// The execution.
+        /// The execution's id, to find its audit events.
         execution_id: String,
         /// The redacted output.
         output: serde_json::Value,
@@ -37,7 +37,7 @@ pub enum ExecutionResult {
     /// A governed failure.
     #[serde(rename_all = "camelCase")]
     Failed {
-        /// The execution.
+        /// The execution's id, to find its audit events.
         execution_id: String,
         /// The error (serializes to its model-safe shape only).
         error: CapabilityError,
@@ -47,9 +47,10 @@ pub enum ExecutionResult {
     /// TIMEOUT or CANCELLED.
     #[serde(rename_all = "camelCase")]
     Cancelled {
-        /// The execution.
+        /// The execution's id, to find its audit events.
         execution_id: String,
-        /// The error.
+        /// Why it stopped (`TIMEOUT` or `CANCELLED`); serializes to its model-safe shape
+        /// only.
         error: CapabilityError,
         /// Set when the procedure was entered.
         effect_status: Option<EffectStatus>,

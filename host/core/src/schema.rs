@@ -28,7 +28,7 @@ impl std::fmt::Debug for Schema {
 pub struct SchemaError {
     /// Where in the schema.
     pub path: String,
-    /// What.
+    /// What is wrong there.
     pub message: String,
 }
 

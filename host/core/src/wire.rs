@@ -1,6 +1,8 @@
 //! [`wire_enum!`](crate::wire_enum): one declaration of how a fieldless enum is spelled on
 //! the wire (in JSON, stored rows, metric labels, query strings), instead of a hand-written
-//! `as_str` match and a second, hand-written parser that can drift from it.
+//! `as_str` match and a second, hand-written parser that can drift from it; and
+//! `checked_string!`: the conversions every checked string type ([`BoundedId`](crate::id::BoundedId),
+//! [`Sha256Hex`](crate::digest::Sha256Hex)) offers, all through its one checking constructor.
 
 /// Give a fieldless enum its wire spellings, declared once:
 ///
@@ -8,11 +10,13 @@
 /// - `as_str(self) -> &'static str`: the wire spelling;
 /// - `parse(&str) -> Option<Self>`: the exact inverse of `as_str` (no aliases, no case
 ///   folding), for text that comes from outside (stored rows, queries, flags);
-/// - with `: Display` after the type name, a `Display` that writes `as_str`.
+/// - with `: Display` after the type name, a `Display` that writes `as_str`;
+/// - with `: FromStr("what")`, a `FromStr` on top of `parse` whose `String` error names
+///   the field and every spelling: "unknown what `x` (expected a, b or c)".
 ///
 /// Serde stays with the enum's own derive (`rename_all`/`rename`), so its (de)serialized
 /// form is whatever it was; the tests of each crate check the two agree. A `FromStr` with
-/// its own error type is written beside the macro, on top of `parse`.
+/// another error type is written beside the macro, on top of `parse`.
 ///
 /// ```
 /// #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +37,25 @@
 /// assert_eq!(Color::parse("Red"), None);
 /// assert_eq!(Color::ALL, [Color::Red, Color::DarkBlue]);
 /// assert_eq!(Color::Red.to_string(), "red");
+///
+/// #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// pub enum Size {
+///     /// Small.
+///     Small,
+///     /// Large.
+///     Large,
+/// }
+/// capgate_core::wire_enum! {
+///     Size: FromStr("size") {
+///         Small => "small",
+///         Large => "large",
+///     }
+/// }
+/// assert_eq!("large".parse::<Size>(), Ok(Size::Large));
+/// assert_eq!(
+///     "huge".parse::<Size>(),
+///     Err("unknown size `huge` (expected small or large)".to_string())
+/// );
 /// ```
 #[macro_export]
 macro_rules! wire_enum {
@@ -43,8 +66,18 @@ macro_rules! wire_enum {
             }
         }
     };
+    (@with FromStr ($what:literal) $ty:ident) => {
+        impl ::core::str::FromStr for $ty {
+            type Err = ::std::string::String;
+            fn from_str(s: &str) -> ::core::result::Result<Self, Self::Err> {
+                $ty::parse(s).ok_or_else(|| {
+                    $crate::__unknown_spelling($what, s, &$ty::ALL.map($ty::as_str))
+                })
+            }
+        }
+    };
     (
-        $ty:ident $(: $($with:ident),+)? {
+        $ty:ident $(: $($with:ident $(($arg:literal))?),+)? {
             $($variant:ident => $wire:literal),+ $(,)?
         }
     ) => {
@@ -71,9 +104,124 @@ macro_rules! wire_enum {
                 }
             }
         }
-        $($($crate::wire_enum!(@with $with $ty);)+)?
+        $($($crate::wire_enum!(@with $with $(($arg))? $ty);)+)?
     };
 }
+
+/// The error of a `wire_enum!` `FromStr`: "unknown `what` `s` (expected a, b or c)".
+/// Public only for the macro's expansion in other crates.
+#[doc(hidden)]
+pub fn unknown_spelling(what: &str, s: &str, spellings: &[&str]) -> String {
+    let expected = match spellings.split_last() {
+        Some((last, [])) => (*last).to_string(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    };
+    format!("unknown {what} `{s}` (expected {expected})")
+}
+
+/// The conversions of a checked string type: a newtype over `String` whose only way in is
+/// `$ty::new(value) -> Result<$ty, $err>` (which checks the rule), so every parse,
+/// `try_from` and deserialization (`#[serde(try_from = "String", into = "String")]` on the
+/// type) is checked the same way, and the value reads as the `str` it holds.
+macro_rules! checked_string {
+    ($ty:ident, $err:ty) => {
+        impl $ty {
+            /// The value as text.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+
+            /// The value's text, owned.
+            pub fn into_string(self) -> String {
+                self.0
+            }
+        }
+
+        impl TryFrom<String> for $ty {
+            type Error = $err;
+            fn try_from(value: String) -> Result<Self, $err> {
+                $ty::new(value)
+            }
+        }
+
+        impl TryFrom<&str> for $ty {
+            type Error = $err;
+            fn try_from(value: &str) -> Result<Self, $err> {
+                $ty::new(value)
+            }
+        }
+
+        impl ::std::str::FromStr for $ty {
+            type Err = $err;
+            fn from_str(value: &str) -> Result<Self, $err> {
+                $ty::new(value)
+            }
+        }
+
+        impl From<$ty> for String {
+            fn from(value: $ty) -> String {
+                value.0
+            }
+        }
+
+        impl ::std::ops::Deref for $ty {
+            type Target = str;
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl AsRef<str> for $ty {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl ::std::borrow::Borrow<str> for $ty {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl ::std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl PartialEq<str> for $ty {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $ty {
+            fn eq(&self, other: &&str) -> bool {
+                self.0 == *other
+            }
+        }
+
+        impl PartialEq<String> for $ty {
+            fn eq(&self, other: &String) -> bool {
+                &self.0 == other
+            }
+        }
+
+        impl PartialEq<$ty> for String {
+            fn eq(&self, other: &$ty) -> bool {
+                *self == other.0
+            }
+        }
+
+        impl PartialEq<$ty> for str {
+            fn eq(&self, other: &$ty) -> bool {
+                self == other.0
+            }
+        }
+    };
+}
+pub(crate) use checked_string;
 
 #[cfg(test)]
 mod tests {

@@ -8,7 +8,6 @@ use capgate_core::actor::{Actor, ActorKind, Surface};
 use capgate_core::authz::Principal;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -113,7 +112,7 @@ pub fn bearer(headers: &HeaderMap) -> Option<&str> {
 
 /// SHA-256 hex of an API key: what the configuration stores instead of the key.
 pub fn hash_api_key(key: &str) -> String {
-    hex::encode(Sha256::digest(key.as_bytes()))
+    capgate_core::digest::sha256_hex(key)
 }
 
 /// One configured API key (stored as its SHA-256).
@@ -121,9 +120,9 @@ pub fn hash_api_key(key: &str) -> String {
 pub struct ApiKeyEntry {
     /// The actor the key maps to.
     pub actor: Actor,
-    /// Its namespace.
+    /// The tenant partition the key's calls run in.
     pub namespace: String,
-    /// Roles.
+    /// Roles the key holds (approvals API, operator API, approval types).
     pub roles: Vec<String>,
     /// The surfaces (doors) the key may use.
     pub surfaces: Vec<Surface>,
@@ -186,7 +185,7 @@ pub struct ApiKeys {
 }
 
 impl ApiKeys {
-    /// Empty.
+    /// No keys: every API key is refused until one is inserted.
     pub fn new() -> Self {
         Self::default()
     }
@@ -466,16 +465,16 @@ impl JwtAuthenticator {
 /// JWT claims a token may carry; used by tests and tools that mint tokens.
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 pub struct StandardClaims {
-    /// Actor id.
+    /// The actor id the token authenticates.
     pub sub: String,
-    /// Namespace.
+    /// The tenant partition (namespace) the actor belongs to.
     pub org: String,
     /// Expiry (seconds since the epoch).
     pub exp: i64,
-    /// Attributes.
+    /// Application attributes handed to policies.
     #[serde(default)]
     pub attributes: serde_json::Value,
-    /// Roles.
+    /// Roles the actor holds.
     #[serde(default)]
     pub roles: Vec<String>,
     /// Surfaces the token may use.
@@ -527,5 +526,5 @@ pub fn check_principal(a: &Authenticated, now: DateTime<Utc>) -> Result<(), Auth
     Ok(())
 }
 
-/// Shared handle.
+/// An authenticator shared by every door of a deployment.
 pub type SharedAuthenticator = Arc<dyn Authenticator>;

@@ -66,7 +66,7 @@ impl Door {
 pub struct Rate {
     /// Sustained requests per second.
     pub per_second: NonZeroU32,
-    /// Largest burst.
+    /// Requests allowed at once above the sustained rate.
     pub burst: NonZeroU32,
 }
 
@@ -198,7 +198,7 @@ pub struct Doorkeeper {
     pub authenticator: Arc<dyn Authenticator>,
     /// Decides each operation.
     pub authorizer: Arc<dyn Authorizer>,
-    /// Rate limits.
+    /// Per-principal and per-namespace rate limits.
     pub quotas: Arc<Quotas>,
     /// The clock credentials' expiry is checked against.
     pub clock: Arc<dyn Clock>,
@@ -208,13 +208,7 @@ pub struct Doorkeeper {
     pub unauthenticated: Option<Arc<Throttle>>,
 }
 
-impl std::fmt::Debug for Doorkeeper {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Doorkeeper")
-            .field("quotas", &self.quotas)
-            .finish_non_exhaustive()
-    }
-}
+crate::debug::debug_fields! { Doorkeeper { quotas } }
 
 impl Doorkeeper {
     /// A doorkeeper with the default [`Quotas`] and the system clock.

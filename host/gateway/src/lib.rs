@@ -128,8 +128,6 @@
 //!   console sign-ins) and which client address a request comes from (trusted proxies).
 //! - [`trace_context`]: W3C trace context on the doors (`traceparent` in, spans out).
 
-#![warn(missing_docs)]
-
 pub mod admin;
 pub mod app;
 pub mod approvals_api;
@@ -143,6 +141,7 @@ pub mod metrics;
 pub mod throttle;
 pub mod trace_context;
 
+mod debug;
 mod reject;
 
 /// The wire shapes the gateway serves, from [`capgate_client`] so the two cannot drift.

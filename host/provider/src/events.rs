@@ -7,6 +7,24 @@ use serde::{Deserialize, Serialize};
 use std::sync::Mutex;
 use tokio::sync::mpsc;
 
+/// Constructors of events and frames that set one field on an empty one of a type
+/// (`Self::of(kind)`): `name(arg: Type) => kind, field: value;`. Events and frames are
+/// built the same way, so the shape is written once.
+macro_rules! one_field {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident($arg:ident: $ty:ty) => $kind:expr, $field:ident: $value:expr;
+    )*) => {$(
+        $(#[$doc])*
+        pub fn $name($arg: $ty) -> Self {
+            Self {
+                $field: $value,
+                ..Self::of($kind)
+            }
+        }
+    )*};
+}
+
 /// What an event or frame means to the stall watchdog.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -25,19 +43,19 @@ pub enum ProgressDisposition {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EventType {
-    /// `EventTypeStart`.
+    /// The provider started (`EventTypeStart`); the watchdog already runs from admission.
     Start,
-    /// Incremental output.
+    /// Incremental output text: progress.
     Delta,
     /// A progress message.
     Message,
     /// A token usage report.
     Usage,
-    /// Successful end.
+    /// The run ended successfully (terminal).
     Complete,
-    /// Failed end.
+    /// The run failed (terminal).
     Error,
-    /// Cancelled end.
+    /// The run was cancelled (terminal).
     Cancelled,
     /// Anything this runtime does not know.
     #[serde(other)]
@@ -48,7 +66,7 @@ pub enum EventType {
 #[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RuntimeEvent {
-    /// The type.
+    /// What kind of event this is.
     #[serde(rename = "type")]
     pub event_type: EventType,
     /// Incremental output text.
@@ -74,23 +92,21 @@ impl RuntimeEvent {
             usage: None,
         }
     }
-    /// `start`.
+    /// A `start` event: the provider began the run.
     pub fn start() -> Self {
         Self::of(EventType::Start)
     }
-    /// A `delta` with text.
-    pub fn delta(text: impl Into<String>) -> Self {
-        RuntimeEvent {
-            delta: text.into(),
-            ..Self::of(EventType::Delta)
-        }
-    }
-    /// A `message` with text.
-    pub fn message(text: impl Into<String>) -> Self {
-        RuntimeEvent {
-            message: text.into(),
-            ..Self::of(EventType::Message)
-        }
+    one_field! {
+        /// A `delta` with text.
+        delta(text: impl Into<String>) => EventType::Delta, delta: text.into();
+        /// A `message` with text.
+        message(text: impl Into<String>) => EventType::Message, message: text.into();
+        /// A `usage` report.
+        usage(usage: TokenUsage) => EventType::Usage, usage: Some(usage);
+        /// `complete`, optionally with final usage.
+        complete(usage: Option<TokenUsage>) => EventType::Complete, usage: usage;
+        /// `error` with a code or message.
+        error(message: impl Into<String>) => EventType::Error, message: message.into();
     }
     /// A structured progress report: a `message` whose text is the value (a string as is,
     /// anything else as compact JSON; `null` and `""` are empty) and whose data is the value.
@@ -106,28 +122,7 @@ impl RuntimeEvent {
             ..Self::of(EventType::Message)
         }
     }
-    /// A `usage` report.
-    pub fn usage(usage: TokenUsage) -> Self {
-        RuntimeEvent {
-            usage: Some(usage),
-            ..Self::of(EventType::Usage)
-        }
-    }
-    /// `complete`, optionally with final usage.
-    pub fn complete(usage: Option<TokenUsage>) -> Self {
-        RuntimeEvent {
-            usage,
-            ..Self::of(EventType::Complete)
-        }
-    }
-    /// `error` with a code or message.
-    pub fn error(message: impl Into<String>) -> Self {
-        RuntimeEvent {
-            message: message.into(),
-            ..Self::of(EventType::Error)
-        }
-    }
-    /// `cancelled`.
+    /// A `cancelled` terminal.
     pub fn cancelled() -> Self {
         Self::of(EventType::Cancelled)
     }
@@ -162,9 +157,9 @@ pub enum FrameType {
     ResponseStart,
     /// A chunk of the response body.
     Body,
-    /// Successful end.
+    /// The exchange ended successfully (terminal).
     End,
-    /// Failed end.
+    /// The exchange failed (terminal).
     Error,
     /// A token usage report.
     Usage,
@@ -177,7 +172,7 @@ pub enum FrameType {
 #[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TunnelFrame {
-    /// The type.
+    /// What kind of frame this is.
     #[serde(rename = "type")]
     pub frame_type: FrameType,
     /// Response status (on `response_start`).
@@ -215,33 +210,15 @@ impl TunnelFrame {
             ..Self::of(FrameType::ResponseStart)
         }
     }
-    /// A `body` chunk.
-    pub fn body(bytes: impl Into<Vec<u8>>) -> Self {
-        TunnelFrame {
-            body: bytes.into(),
-            ..Self::of(FrameType::Body)
-        }
-    }
-    /// `end`, optionally with final usage.
-    pub fn end(usage: Option<TokenUsage>) -> Self {
-        TunnelFrame {
-            usage,
-            ..Self::of(FrameType::End)
-        }
-    }
-    /// `error`.
-    pub fn error(message: impl Into<String>) -> Self {
-        TunnelFrame {
-            error: message.into(),
-            ..Self::of(FrameType::Error)
-        }
-    }
-    /// A `usage` report.
-    pub fn usage(usage: TokenUsage) -> Self {
-        TunnelFrame {
-            usage: Some(usage),
-            ..Self::of(FrameType::Usage)
-        }
+    one_field! {
+        /// A `body` chunk.
+        body(bytes: impl Into<Vec<u8>>) => FrameType::Body, body: bytes.into();
+        /// `end`, optionally with final usage.
+        end(usage: Option<TokenUsage>) => FrameType::End, usage: usage;
+        /// An `error` terminal with its message.
+        error(message: impl Into<String>) => FrameType::Error, error: message.into();
+        /// A `usage` report.
+        usage(usage: TokenUsage) => FrameType::Usage, usage: Some(usage);
     }
 }
 
@@ -278,39 +255,50 @@ pub trait Classified: Send + 'static {
     fn cancellation() -> Self;
 }
 
-impl Classified for RuntimeEvent {
-    fn disposition(&self) -> ProgressDisposition {
-        classify_runtime_event(self)
-    }
-    fn usage(&self) -> Option<&TokenUsage> {
-        self.usage.as_ref()
-    }
-    fn success(usage: Option<TokenUsage>) -> Self {
-        RuntimeEvent::complete(usage)
-    }
-    fn failure(message: &str) -> Self {
-        RuntimeEvent::error(message)
-    }
-    fn cancellation() -> Self {
-        RuntimeEvent::cancelled()
+/// [`Classified`] for an event or frame type: its classifier and the constructors of its
+/// three terminals. Events and frames are classified the same way, so it is written once.
+macro_rules! classified {
+    ($ty:ident {
+        disposition: $classify:path,
+        success: $success:path,
+        failure: $failure:path,
+        cancellation: $cancellation:expr $(,)?
+    }) => {
+        impl Classified for $ty {
+            fn disposition(&self) -> ProgressDisposition {
+                $classify(self)
+            }
+            fn usage(&self) -> Option<&TokenUsage> {
+                self.usage.as_ref()
+            }
+            fn success(usage: Option<TokenUsage>) -> Self {
+                $success(usage)
+            }
+            fn failure(message: &str) -> Self {
+                $failure(message)
+            }
+            fn cancellation() -> Self {
+                $cancellation
+            }
+        }
+    };
+}
+
+classified! {
+    RuntimeEvent {
+        disposition: classify_runtime_event,
+        success: RuntimeEvent::complete,
+        failure: RuntimeEvent::error,
+        cancellation: RuntimeEvent::cancelled(),
     }
 }
 
-impl Classified for TunnelFrame {
-    fn disposition(&self) -> ProgressDisposition {
-        classify_provider_tunnel_frame(self)
-    }
-    fn usage(&self) -> Option<&TokenUsage> {
-        self.usage.as_ref()
-    }
-    fn success(usage: Option<TokenUsage>) -> Self {
-        TunnelFrame::end(usage)
-    }
-    fn failure(message: &str) -> Self {
-        TunnelFrame::error(message)
-    }
-    fn cancellation() -> Self {
-        TunnelFrame::error("cancelled")
+classified! {
+    TunnelFrame {
+        disposition: classify_provider_tunnel_frame,
+        success: TunnelFrame::end,
+        failure: TunnelFrame::error,
+        cancellation: TunnelFrame::error("cancelled"),
     }
 }
 

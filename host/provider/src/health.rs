@@ -88,13 +88,13 @@ capgate_core::wire_enum! {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ProbeStatus {
-    /// Serving.
+    /// The target is serving.
     Available,
-    /// Not serving.
+    /// The target is not serving.
     Unavailable,
     /// The adapter cannot probe this target.
     Unsupported,
-    /// Anything else.
+    /// The probe could not tell (an error, an unexpected answer).
     Unknown,
 }
 
@@ -124,7 +124,7 @@ pub enum ProbeError {
 #[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProbeTarget {
-    /// The adapter.
+    /// The adapter that serves the target.
     pub adapter: String,
     /// The exact target.
     pub target: String,
@@ -264,7 +264,7 @@ pub fn resolve_probe_func(provider: &dyn Provider) -> Option<Arc<dyn ProviderPro
 /// What the coordinator concluded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProbeReport {
-    /// The classification.
+    /// Whether the target is alive, as the probe classified it.
     pub classification: LivenessClassification,
     /// The normalized health.
     pub health: ProviderHealth,

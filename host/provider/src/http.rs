@@ -118,9 +118,9 @@ pub enum HttpUpstreamError {
     InvalidUrl {
         /// `url` or `healthUrl`.
         field: &'static str,
-        /// The URL.
+        /// The URL as configured.
         url: String,
-        /// Why.
+        /// Why it is not a usable URL.
         reason: String,
     },
     /// A URL's scheme is neither `http` nor `https`.
@@ -128,7 +128,7 @@ pub enum HttpUpstreamError {
     UnsupportedScheme {
         /// `url` or `healthUrl`.
         field: &'static str,
-        /// The scheme.
+        /// The scheme the URL uses.
         scheme: String,
     },
     /// `https://` or a `caFile` in a build without TLS (the `tls` feature is off).
@@ -144,7 +144,7 @@ pub enum HttpUpstreamError {
     CaFileUnreadable {
         /// The file, as opened.
         path: PathBuf,
-        /// Why.
+        /// Why it could not be read or parsed.
         reason: String,
     },
     /// The `caFile` holds no certificate, or one that is not usable as a trusted root.

@@ -67,8 +67,6 @@
 //!
 //! - `tls`: HTTPS upstreams and health endpoints (rustls). Plain HTTP needs nothing.
 
-#![warn(missing_docs)]
-
 pub mod bridge;
 pub mod events;
 pub mod health;

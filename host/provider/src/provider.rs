@@ -135,6 +135,35 @@ pub struct TunnelRun {
     pub cancel: CancellationToken,
 }
 
+/// `new` for each kind of run: the request, the runtime-owned attempt id, where the
+/// provider's output goes, and the attempt's cancellation. The runtime builds both kinds
+/// the same way, so the constructor is written once.
+macro_rules! run_constructors {
+    ($($run:ident($request:ty, $sink:ident: $sink_ty:ty);)*) => {$(
+        impl $run {
+            /// The run the runtime hands a provider for one admitted attempt.
+            pub(crate) fn new(
+                request: $request,
+                attempt_id: String,
+                $sink: $sink_ty,
+                cancel: CancellationToken,
+            ) -> Self {
+                $run {
+                    request,
+                    attempt_id,
+                    $sink,
+                    cancel,
+                }
+            }
+        }
+    )*};
+}
+
+run_constructors! {
+    ProviderRun(RunRequest, events: Sink<RuntimeEvent>);
+    TunnelRun(ProviderTunnelRequest, frames: FrameSink);
+}
+
 /// A successful execution: the output plus usage observed on the way.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExecutionOutcome {
@@ -274,9 +303,9 @@ impl ProviderConf {
 /// A registry hit: the provider and its configuration.
 #[derive(Clone)]
 pub struct RegisteredProvider {
-    /// The provider.
+    /// The provider that answers for the identity.
     pub provider: Arc<dyn Provider>,
-    /// Its configuration.
+    /// Its configuration (health probing, instance key).
     pub conf: ProviderConf,
 }
 
@@ -349,9 +378,9 @@ pub enum ProviderFailure {
     /// The provider exposes no command capability.
     #[error("provider {provider} does not answer command `{}`", .command.as_str())]
     CommandUnsupported {
-        /// The provider.
+        /// The provider that was asked.
         provider: ProviderIdentity,
-        /// The command.
+        /// The command it does not answer.
         command: ProviderCommand,
     },
     /// The provider exposes no tunnel capability.

@@ -25,6 +25,23 @@ use std::time::Duration;
 use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 
+/// One attempt's identity and stall timeout, fixed before it is driven.
+struct Attempt {
+    run_id: String,
+    attempt_id: String,
+    timeout: Duration,
+}
+
+/// Decode a JSON wire request after normalising its stall timeout at the boundary (zero
+/// becomes the default; negative, overflowing or non-integer timeouts are refused), before
+/// the router or any provider is touched.
+fn from_wire<R: serde::de::DeserializeOwned>(
+    mut raw: serde_json::Value,
+) -> Result<R, ProviderFailure> {
+    normalize_wire_request(&mut raw)?;
+    serde_json::from_value(raw).map_err(|e| ProviderFailure::InvalidRequest(Arc::new(e)))
+}
+
 /// Where a provider emits events (or frames) for one attempt. Every emission is classified,
 /// fed to the attempt's watchdog and delivered in order; after a claimed stall or the
 /// terminal, emissions are dropped and counted.
@@ -94,7 +111,7 @@ impl<E> Default for RunOptions<E> {
     }
 }
 
-/// Runtime-wide settings.
+/// Settings that hold for every run of a [`ProviderRuntime`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProviderRuntimeConfig {
     /// The fixed close grace after a stall ([`DEFAULT_CLOSE_GRACE_MS`]).
@@ -173,7 +190,7 @@ impl ProviderRuntime {
         }
     }
 
-    /// The registry.
+    /// The providers this runtime runs, for lookups and health reports.
     pub fn registry(&self) -> &ProviderRegistry {
         &self.inner.registry
     }
@@ -222,26 +239,20 @@ impl ProviderRuntime {
     pub async fn execute_wire(
         &self,
         provider: &ProviderIdentity,
-        mut raw: serde_json::Value,
+        raw: serde_json::Value,
         options: RunOptions<RuntimeEvent>,
     ) -> Result<ExecutionOutcome, ProviderFailure> {
-        normalize_wire_request(&mut raw)?;
-        let request: RunRequest = serde_json::from_value(raw)
-            .map_err(|e| ProviderFailure::InvalidRequest(Arc::new(e)))?;
-        self.execute(provider, request, options).await
+        self.execute(provider, from_wire(raw)?, options).await
     }
 
     /// The JSON wire boundary of [`ProviderRuntime::tunnel`].
     pub async fn tunnel_wire(
         &self,
         provider: &ProviderIdentity,
-        mut raw: serde_json::Value,
+        raw: serde_json::Value,
         options: RunOptions<TunnelFrame>,
     ) -> Result<TunnelOutcome, ProviderFailure> {
-        normalize_wire_request(&mut raw)?;
-        let request: ProviderTunnelRequest = serde_json::from_value(raw)
-            .map_err(|e| ProviderFailure::InvalidRequest(Arc::new(e)))?;
-        self.tunnel(provider, request, options).await
+        self.tunnel(provider, from_wire(raw)?, options).await
     }
 
     /// Run one attempt on a provider.
@@ -251,32 +262,19 @@ impl ProviderRuntime {
         mut request: RunRequest,
         options: RunOptions<RuntimeEvent>,
     ) -> Result<ExecutionOutcome, ProviderFailure> {
-        let timeout_ms = resolve_stall_timeout_ms(request.response_stall_timeout_ms)?;
-        let entry = self.inner.registry.lookup(provider)?;
-        request.response_stall_timeout_ms = i64::try_from(timeout_ms).unwrap_or(i64::MAX);
         request.attempt = request.attempt.max(1);
-        if request.run_id.is_empty() {
-            request.run_id = self.internal_run_id();
-        }
-        let run_id = request.run_id.clone();
-        let attempt_id = format!("{run_id}/attempt-{}", request.attempt);
+        let suffix = format!("attempt-{}", request.attempt);
+        let (stall, run_id) = (&mut request.response_stall_timeout_ms, &mut request.run_id);
+        let (entry, attempt) = self.admit(provider, stall, run_id, &suffix)?;
         let p = entry.provider.clone();
-        let aid = attempt_id.clone();
         let (output, usage) = self
             .drive(
                 &entry,
-                run_id,
-                attempt_id,
-                Duration::from_millis(timeout_ms),
+                attempt,
                 options,
-                move |events, cancel| async move {
-                    let run = ProviderRun {
-                        request,
-                        attempt_id: aid,
-                        events,
-                        cancel,
-                    };
-                    p.execute(run).await.map(|o| (o.output, o.usage))
+                move |events, cancel, attempt_id| {
+                    let run = ProviderRun::new(request, attempt_id, events, cancel);
+                    async move { p.execute(run).await.map(|o| (o.output, o.usage)) }
                 },
             )
             .await?;
@@ -290,41 +288,53 @@ impl ProviderRuntime {
         mut request: ProviderTunnelRequest,
         options: RunOptions<TunnelFrame>,
     ) -> Result<TunnelOutcome, ProviderFailure> {
-        let timeout_ms = resolve_stall_timeout_ms(request.response_stall_timeout_ms)?;
-        let entry = self.inner.registry.lookup(provider)?;
+        let (stall, run_id) = (&mut request.response_stall_timeout_ms, &mut request.run_id);
+        let (entry, attempt) = self.admit(provider, stall, run_id, "tunnel")?;
         if entry.provider.tunnel().is_none() {
             return Err(ProviderFailure::TunnelUnsupported(provider.clone()));
         }
-        request.response_stall_timeout_ms = i64::try_from(timeout_ms).unwrap_or(i64::MAX);
-        if request.run_id.is_empty() {
-            request.run_id = self.internal_run_id();
-        }
-        let run_id = request.run_id.clone();
-        let attempt_id = format!("{run_id}/tunnel");
         let p = entry.provider.clone();
-        let aid = attempt_id.clone();
         let ((), usage) = self
             .drive(
                 &entry,
-                run_id,
-                attempt_id,
-                Duration::from_millis(timeout_ms),
+                attempt,
                 options,
-                move |frames, cancel| async move {
-                    let run = TunnelRun {
-                        request,
-                        attempt_id: aid,
-                        frames,
-                        cancel,
-                    };
-                    match p.tunnel() {
-                        Some(t) => t.open(run).await.map(|o| ((), o.usage)),
-                        None => Err(ProcedureError::internal("provider lost its tunnel")),
+                move |frames, cancel, attempt_id| {
+                    let run = TunnelRun::new(request, attempt_id, frames, cancel);
+                    async move {
+                        match p.tunnel() {
+                            Some(t) => t.open(run).await.map(|o| ((), o.usage)),
+                            None => Err(ProcedureError::internal("provider lost its tunnel")),
+                        }
                     }
                 },
             )
             .await?;
         Ok(TunnelOutcome { usage })
+    }
+
+    /// Admit a request's attempt on `provider`: its stall timeout resolved (refused when
+    /// out of range) and written back, the provider looked up, a run id given when the
+    /// caller gave none, and the attempt id (`{run_id}/{suffix}`).
+    fn admit(
+        &self,
+        provider: &ProviderIdentity,
+        stall_timeout_ms: &mut i64,
+        run_id: &mut String,
+        suffix: &str,
+    ) -> Result<(RegisteredProvider, Attempt), ProviderFailure> {
+        let timeout_ms = resolve_stall_timeout_ms(*stall_timeout_ms)?;
+        let entry = self.inner.registry.lookup(provider)?;
+        *stall_timeout_ms = i64::try_from(timeout_ms).unwrap_or(i64::MAX);
+        if run_id.is_empty() {
+            *run_id = self.internal_run_id();
+        }
+        let attempt = Attempt {
+            run_id: run_id.clone(),
+            attempt_id: format!("{run_id}/{suffix}"),
+            timeout: Duration::from_millis(timeout_ms),
+        };
+        Ok((entry, attempt))
     }
 
     fn internal_run_id(&self) -> String {
@@ -356,18 +366,21 @@ impl ProviderRuntime {
     async fn drive<E, T, F, Fut>(
         &self,
         entry: &RegisteredProvider,
-        run_id: String,
-        attempt_id: String,
-        timeout: Duration,
+        attempt: Attempt,
         options: RunOptions<E>,
         start: F,
     ) -> Result<(T, Option<TokenUsage>), ProviderFailure>
     where
         E: Classified,
         T: Send + 'static,
-        F: FnOnce(Sink<E>, CancellationToken) -> Fut,
+        F: FnOnce(Sink<E>, CancellationToken, String) -> Fut,
         Fut: Future<Output = Result<(T, Option<TokenUsage>), ProcedureError>> + Send + 'static,
     {
+        let Attempt {
+            run_id,
+            attempt_id,
+            timeout,
+        } = attempt;
         let RunOptions {
             scope,
             cancel,
@@ -398,6 +411,7 @@ impl ProviderRuntime {
         let mut task = tokio::spawn(capgate_core::trace::in_current_trace(start(
             sink,
             provider_cancel.clone(),
+            attempt_id.clone(),
         )));
         let _abort = AbortOnDrop {
             task: task.abort_handle(),

@@ -40,7 +40,7 @@ pub const RESPONSE_STALLED: &str = "response_stalled";
 /// Why a stall timeout was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StallTimeoutError {
-    /// Below zero.
+    /// The timeout is below zero.
     #[error("response_stall_timeout_ms must not be negative (got {0})")]
     Negative(String),
     /// Above [`MAX_SAFE_STALL_TIMEOUT_MS`] (or beyond 64 bits on the wire).
@@ -304,7 +304,7 @@ pub const STALL_METADATA_KEYS: [&str; 10] = [
 /// reach it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StallTerminal {
-    /// The run.
+    /// The run the stalled attempt belongs to.
     pub run_id: String,
     /// The runtime-owned attempt identity.
     pub attempt_id: String,

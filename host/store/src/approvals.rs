@@ -2,7 +2,7 @@
 //! `mark_consumed` are single conditional UPDATEs (compare-and-set), expiry is compared
 //! against the caller's clock inside those statements and lazily on read.
 
-use crate::columns::{Columns, keyed, record_errors, row};
+use crate::columns::{Record, record_errors, row};
 use crate::db::{Sql, Store, Via};
 use crate::params::{Json, Param};
 use crate::time::trunc;
@@ -95,7 +95,7 @@ impl SqlApprovalCoordinator {
     }
 }
 
-record_errors!(ApprovalStoreError, id);
+record_errors!(ApprovalStoreError, id, RawApproval => ApprovalRecord);
 
 row! {
     /// A row as read, before validation.
@@ -127,11 +127,6 @@ row! {
         policies: Value,
         descriptor_digest: Option<String>,
     }
-}
-
-/// Decode a row of either backend.
-fn read_row(row: &dyn Columns) -> Result<RawApproval, ApprovalStoreError> {
-    keyed(row, "id", RawApproval::read, malformed)
 }
 
 impl RawApproval {
@@ -249,12 +244,8 @@ fn validate_request(r: &ApprovalRequest) -> Result<(), ApprovalStoreError> {
 impl SqlApprovalCoordinator {
     async fn fetch(&self, id: &str) -> Result<Option<ApprovalRecord>, ApprovalStoreError> {
         self.store
-            .fetch_optional(Via::Readers, GET, &[&id], read_row)
+            .fetch_record::<RawApproval>(Via::Readers, GET, &[&id])
             .await
-            .map_err(backend)?
-            .transpose()?
-            .map(RawApproval::validate)
-            .transpose()
     }
 
     /// After a conditional UPDATE matched nothing: say why, from the current row, or
@@ -268,12 +259,7 @@ impl SqlApprovalCoordinator {
     ) -> Option<ApprovalStoreError> {
         match self.fetch(id).await {
             Ok(None) => Some(ApprovalStoreError::NotFound(id.to_string())),
-            Ok(Some(r)) if r.effective_status(now) == expected => None,
-            Ok(Some(r)) => Some(ApprovalStoreError::WrongStatus {
-                id: id.to_string(),
-                status: r.effective_status(now).as_str(),
-                expected: expected.as_str(),
-            }),
+            Ok(Some(r)) => r.expect_status(expected, now).err(),
             Err(e) => Some(e),
         }
     }
@@ -293,14 +279,12 @@ impl SqlApprovalCoordinator {
         doing: &str,
     ) -> Result<ApprovalRecord, ApprovalStoreError> {
         for _ in 0..3 {
-            let raw = self
+            let updated = self
                 .store
-                .fetch_optional(Via::Group, sql, params, read_row)
-                .await
-                .map_err(backend)?
-                .transpose()?;
-            match raw {
-                Some(raw) => return raw.validate(),
+                .fetch_record::<RawApproval>(Via::Group, sql, params)
+                .await?;
+            match updated {
+                Some(record) => return Ok(record),
                 None => match self.refusal(id, expected, now).await {
                     Some(e) => return Err(e),
                     None => continue,
@@ -326,33 +310,27 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
             request.requested_at = trunc(request.requested_at);
             request.expires_at = trunc(request.expires_at);
             let r = &request;
-            let result = self
-                .store
-                .execute(
-                    Via::Group,
-                    INSERT,
-                    &[
-                        &r.id,
-                        &r.capability_id,
-                        &r.surface.as_str(),
-                        &Json("actor", &r.actor),
-                        &Json("input", &r.input),
-                        &r.input_hash,
-                        &Json("reasons", &r.reasons),
-                        &Json("types", &r.types),
-                        &r.risk.as_str(),
-                        &r.side_effect.as_str(),
-                        &r.requested_at,
-                        &r.expires_at,
-                        &r.execution_id,
-                        &r.correlation_id,
-                        &r.namespace,
-                        &r.untyped,
-                        &Json("policies", &r.policies),
-                        &r.descriptor_digest,
-                    ],
-                )
-                .await;
+            let params: [&dyn Param; 18] = [
+                &r.id,
+                &r.capability_id,
+                &r.surface.as_str(),
+                &Json("actor", &r.actor),
+                &Json("input", &r.input),
+                &r.input_hash,
+                &Json("reasons", &r.reasons),
+                &Json("types", &r.types),
+                &r.risk.as_str(),
+                &r.side_effect.as_str(),
+                &r.requested_at,
+                &r.expires_at,
+                &r.execution_id,
+                &r.correlation_id,
+                &r.namespace,
+                &r.untyped,
+                &Json("policies", &r.policies),
+                &r.descriptor_digest,
+            ];
+            let result = self.store.execute(Via::Group, INSERT, &params).await;
             match result {
                 Ok(_) => Ok(ApprovalRecord::pending(request)),
                 Err(e) if unique_violation(&e) => Err(ApprovalStoreError::Duplicate(request.id)),
@@ -441,13 +419,13 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
                         &i64::from(filter.offset.unwrap_or(0)),
                         &filter.namespace,
                     ],
-                    read_row,
+                    RawApproval::decode,
                 )
                 .await
                 .map_err(backend)?
                 .into_iter()
                 .collect::<Result<Vec<_>, _>>()?;
-            raws.into_iter().map(RawApproval::validate).collect()
+            raws.into_iter().map(RawApproval::check).collect()
         })
         .await
     }

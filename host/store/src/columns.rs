@@ -138,11 +138,32 @@ pub(crate) fn keyed<T, E>(
     decode(row).map_err(|e| malformed(&id, e))
 }
 
+/// A table's row as read and what it becomes: how a row is decoded (its errors naming the
+/// record), checked into the domain record, and how a database failure reads in the
+/// table's error type. Every read of a record goes through [`Store::fetch_record`] with it,
+/// so each table reads, checks and reports its rows one way.
+///
+/// [`Store::fetch_record`]: crate::db::Store::fetch_record
+pub(crate) trait Record: Sized {
+    /// The checked domain record.
+    type Checked;
+    /// The table's error type.
+    type Error;
+    /// Decode a row of either backend.
+    fn decode(row: &dyn Columns) -> Result<Self, Self::Error>;
+    /// Check every field and their consistency.
+    fn check(self) -> Result<Self::Checked, Self::Error>;
+    /// The database failed.
+    fn backend(e: capgate_core::error::BoxError) -> Self::Error;
+}
+
 /// A record store's two error constructors, for its error type `$error`: `backend(e)` (the
 /// database failed) and `malformed(id, reason)` (a record that does not read back, named
-/// by its id in field `$id`).
+/// by its id in field `$id`); and the [`Record`] impl of its row type `$raw`, decoded by
+/// its `row!` reader with errors naming the record by the `$id` column, checked by its
+/// `validate` into `$checked`.
 macro_rules! record_errors {
-    ($error:ident, $id:ident) => {
+    ($error:ident, $id:ident, $raw:ident => $checked:ty) => {
         fn backend(e: impl Into<capgate_core::error::BoxError>) -> $error {
             $error::Backend(e.into())
         }
@@ -151,6 +172,20 @@ macro_rules! record_errors {
             $error::Malformed {
                 $id: id.to_string(),
                 reason: reason.to_string(),
+            }
+        }
+
+        impl $crate::columns::Record for $raw {
+            type Checked = $checked;
+            type Error = $error;
+            fn decode(row: &dyn $crate::columns::Columns) -> Result<Self, $error> {
+                $crate::columns::keyed(row, stringify!($id), $raw::read, malformed)
+            }
+            fn check(self) -> Result<$checked, $error> {
+                self.validate()
+            }
+            fn backend(e: capgate_core::error::BoxError) -> $error {
+                backend(e)
             }
         }
     };

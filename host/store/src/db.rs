@@ -2,7 +2,7 @@
 
 use crate::approvals::SqlApprovalCoordinator;
 use crate::audit::{AuditLog, AuditSinkOptions, SqlAuditSink};
-use crate::columns::Columns;
+use crate::columns::{Columns, Record};
 use crate::journal::SqlInvocationJournal;
 use crate::params::{Param, arguments};
 use capgate_core::error::BoxError;
@@ -187,7 +187,7 @@ pub struct MigrationState {
     pub version: i64,
     /// The description (file name rest).
     pub description: String,
-    /// Applied successfully.
+    /// Whether the migration was applied successfully.
     pub applied: bool,
 }
 
@@ -425,6 +425,22 @@ impl Store {
                     .map(|r| decode(&r))
             }
         })
+    }
+
+    /// The record of the first row (if any) of a statement with `params`, decoded and
+    /// checked as its table's [`Record`] says, run where `via` says on SQLite.
+    pub(crate) async fn fetch_record<R: Record>(
+        &self,
+        via: Via,
+        sql: impl Into<Sql>,
+        params: &[&dyn Param],
+    ) -> Result<Option<R::Checked>, R::Error> {
+        self.fetch_optional(via, sql, params, R::decode)
+            .await
+            .map_err(R::backend)?
+            .transpose()?
+            .map(R::check)
+            .transpose()
     }
 
     /// Every row of a read with `params`, each decoded by `decode` (the reader pool on

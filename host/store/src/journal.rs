@@ -2,14 +2,15 @@
 //! `INSERT … ON CONFLICT DO NOTHING`; resume, settle and reconcile are single conditional
 //! UPDATEs, so the database (not a process) decides who owns an invocation.
 
-use crate::columns::{Columns, keyed, record_errors, row};
+use crate::columns::{record_errors, row};
 use crate::db::{Backend, Sql, Store, Via};
 use crate::params::Json;
 use crate::time::trunc;
 use async_trait::async_trait;
 use capgate_core::journal::{
     ClaimOutcome, ClaimRequest, InvocationJournal, InvocationRecord, InvocationState,
-    JournalBudget, JournalError, ResumeClaim, Settlement, new_claim_token, validate_id,
+    JournalBudget, JournalError, ResumeClaim, SettleClaim, Settlement, new_claim_token,
+    validate_id,
 };
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -134,7 +135,7 @@ pub struct SqlInvocationJournal {
     budget: Option<JournalBudget>,
 }
 
-record_errors!(JournalError, invocation_id);
+record_errors!(JournalError, invocation_id, RawInvocation => InvocationRecord);
 
 row! {
     /// A row as read, before validation.
@@ -156,11 +157,6 @@ row! {
         created_at: DateTime<Utc>,
         updated_at: DateTime<Utc>,
     }
-}
-
-/// Decode a row of either backend.
-fn read_row(row: &dyn Columns) -> Result<RawInvocation, JournalError> {
-    keyed(row, "invocation_id", RawInvocation::read, malformed)
 }
 
 impl RawInvocation {
@@ -219,13 +215,6 @@ fn limits(budget: JournalBudget) -> (i64, i64) {
         i64::try_from(budget.max_rows).unwrap_or(i64::MAX),
         i64::try_from(budget.max_bytes).unwrap_or(i64::MAX),
     )
-}
-
-/// Whether `claim_resume` for `approval_id` may reopen `r` (the UPDATE's condition).
-fn resumable(r: &InvocationRecord, approval_id: &str) -> bool {
-    r.state == InvocationState::Settled
-        && r.awaiting_approval
-        && r.approval_id.as_deref() == Some(approval_id)
 }
 
 impl SqlInvocationJournal {
@@ -303,6 +292,7 @@ impl SqlInvocationJournal {
         self.purge_settled_before(cutoff).await
     }
 
+    /// The record `sql` selects by scope and `key` (its invocation or approval id).
     async fn fetch(
         &self,
         sql: &'static str,
@@ -310,57 +300,19 @@ impl SqlInvocationJournal {
         key: &str,
     ) -> Result<Option<InvocationRecord>, JournalError> {
         self.store
-            .fetch_optional(Via::Readers, sql, &[&scope, &key], read_row)
+            .fetch_record::<RawInvocation>(Via::Readers, sql, &[&scope, &key])
             .await
-            .map_err(backend)?
-            .transpose()?
-            .map(RawInvocation::validate)
-            .transpose()
     }
 
-    async fn finish(
+    /// [`Self::fetch`] as the store operation `operation`, timed.
+    async fn read(
         &self,
+        operation: &'static str,
+        sql: &'static str,
         scope: &str,
-        invocation_id: &str,
-        claim_token: &str,
-        settlement: Settlement,
-        reconciled: bool,
-        now: DateTime<Utc>,
-    ) -> Result<InvocationRecord, JournalError> {
-        settlement.validate()?;
-        let now = trunc(now);
-        let awaiting = settlement.awaiting_approval.is_some();
-        let raw = self
-            .store
-            .fetch_optional(
-                Via::Group,
-                SETTLE,
-                &[
-                    &scope,
-                    &invocation_id,
-                    &claim_token,
-                    &Json("outcome", &settlement.outcome),
-                    &settlement.awaiting_approval,
-                    &awaiting,
-                    &reconciled,
-                    &now,
-                ],
-                read_row,
-            )
-            .await
-            .map_err(backend)?
-            .transpose()?;
-        if let Some(raw) = raw {
-            return raw.validate();
-        }
-        // Nothing matched: say why.
-        match self.fetch(GET, scope, invocation_id).await? {
-            None => Err(JournalError::NotFound(invocation_id.to_string())),
-            Some(r) if r.claim_token != claim_token => {
-                Err(JournalError::StaleClaim(invocation_id.to_string()))
-            }
-            Some(_) => Err(JournalError::NotPending(invocation_id.to_string())),
-        }
+        key: &str,
+    ) -> Result<Option<InvocationRecord>, JournalError> {
+        crate::metrics::timed(self.store.backend(), operation, self.fetch(sql, scope, key)).await
     }
 }
 
@@ -423,11 +375,7 @@ impl InvocationJournal for SqlInvocationJournal {
                     });
                 }
                 if let Some(existing) = self.fetch(GET, &r.scope, &r.invocation_id).await? {
-                    return Ok(if existing.binds(&r.capability_id, &r.input_hash) {
-                        ClaimOutcome::Existing(existing)
-                    } else {
-                        ClaimOutcome::Conflict
-                    });
+                    return Ok(existing.existing_claim(&r.capability_id, &r.input_hash));
                 }
                 if let Some(ns) = &r.namespace
                     && let Some(limit) = self.over_budget(ns, size).await?
@@ -460,25 +408,22 @@ impl InvocationJournal for SqlInvocationJournal {
             // is claimed again rather than reported as not resumable.
             for _ in 0..3 {
                 let token = new_claim_token();
-                let raw = self
+                let reopened = self
                     .store
-                    .fetch_optional(
+                    .fetch_record::<RawInvocation>(
                         Via::Group,
                         CLAIM_RESUME,
                         &[&scope, &invocation_id, &approval_id, &token, &now],
-                        read_row,
                     )
-                    .await
-                    .map_err(backend)?
-                    .transpose()?;
-                if let Some(raw) = raw {
+                    .await?;
+                if let Some(record) = reopened {
                     return Ok(ResumeClaim::Admitted {
                         claim_token: token,
-                        record: raw.validate()?,
+                        record,
                     });
                 }
                 match self.fetch(GET, scope, invocation_id).await? {
-                    Some(r) if resumable(&r, approval_id) => continue,
+                    Some(r) if r.resumable_for(approval_id) => continue,
                     Some(r) => return Ok(ResumeClaim::NotResumable(r)),
                     None => return Ok(ResumeClaim::NotFound),
                 }
@@ -490,43 +435,49 @@ impl InvocationJournal for SqlInvocationJournal {
         .await
     }
 
-    async fn settle(
+    async fn settle_claim(
         &self,
-        scope: &str,
-        invocation_id: &str,
-        claim_token: &str,
+        claim: SettleClaim<'_>,
         settlement: Settlement,
         now: DateTime<Utc>,
     ) -> Result<InvocationRecord, JournalError> {
-        crate::metrics::timed(self.store.backend(), "journal.settle", async move {
-            self.finish(scope, invocation_id, claim_token, settlement, false, now)
-                .await
+        let operation = claim.pick("journal.settle", "journal.reconcile");
+        crate::metrics::timed(self.store.backend(), operation, async move {
+            settlement.validate()?;
+            let now = trunc(now);
+            let awaiting = settlement.awaiting_approval.is_some();
+            let settled = self
+                .store
+                .fetch_record::<RawInvocation>(
+                    Via::Group,
+                    SETTLE,
+                    &[
+                        &claim.scope,
+                        &claim.invocation_id,
+                        &claim.claim_token,
+                        &Json("outcome", &settlement.outcome),
+                        &settlement.awaiting_approval,
+                        &awaiting,
+                        &claim.reconciled,
+                        &now,
+                    ],
+                )
+                .await?;
+            if let Some(record) = settled {
+                return Ok(record);
+            }
+            // Nothing matched: say why. A record that became settleable in between (it
+            // cannot, short of a resume racing the settlement) is reported not pending.
+            let id = claim.invocation_id;
+            match self.fetch(GET, claim.scope, id).await? {
+                None => Err(JournalError::NotFound(id.to_string())),
+                Some(r) => {
+                    r.settleable_by(claim.claim_token)?;
+                    Err(JournalError::NotPending(id.to_string()))
+                }
+            }
         })
         .await
-    }
-
-    async fn reconcile(
-        &self,
-        scope: &str,
-        invocation_id: &str,
-        observed_claim_token: &str,
-        settlement: Settlement,
-        now: DateTime<Utc>,
-    ) -> Result<InvocationRecord, JournalError> {
-        crate::metrics::timed(self.store.backend(), "journal.reconcile", async move {
-        let record = self
-            .finish(
-                scope,
-                invocation_id,
-                observed_claim_token,
-                settlement,
-                true,
-                now,
-            )
-            .await?;
-        tracing::warn!(target: "capgate::journal", invocation_id, "pending invocation settled by reconcile");
-        Ok(record)
-    }).await
     }
 
     async fn get(
@@ -534,10 +485,7 @@ impl InvocationJournal for SqlInvocationJournal {
         scope: &str,
         invocation_id: &str,
     ) -> Result<Option<InvocationRecord>, JournalError> {
-        crate::metrics::timed(self.store.backend(), "journal.get", async move {
-            self.fetch(GET, scope, invocation_id).await
-        })
-        .await
+        self.read("journal.get", GET, scope, invocation_id).await
     }
 
     async fn find_approval(
@@ -545,10 +493,8 @@ impl InvocationJournal for SqlInvocationJournal {
         scope: &str,
         approval_id: &str,
     ) -> Result<Option<InvocationRecord>, JournalError> {
-        crate::metrics::timed(self.store.backend(), "journal.find_approval", async move {
-            self.fetch(FIND_APPROVAL, scope, approval_id).await
-        })
-        .await
+        self.read("journal.find_approval", FIND_APPROVAL, scope, approval_id)
+            .await
     }
 
     async fn purge_settled_before(&self, cutoff: DateTime<Utc>) -> Result<u64, JournalError> {

@@ -77,8 +77,6 @@
 //! Rows read back are treated as hostile: each is validated and a bad one becomes a typed
 //! `Malformed` error naming the record, never a panic.
 
-#![warn(missing_docs)]
-
 mod approvals;
 mod audit;
 mod columns;

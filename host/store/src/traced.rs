@@ -16,7 +16,7 @@ use capgate_core::approval::{
 };
 use capgate_core::journal::{
     ClaimOutcome, ClaimRequest, InvocationJournal, InvocationRecord, JournalError, ResumeClaim,
-    Settlement,
+    SettleClaim, Settlement,
 };
 use chrono::{DateTime, Utc};
 use std::future::Future;
@@ -162,12 +162,12 @@ impl ErrorKind for JournalError {
 }
 
 /// The traced implementation of a store trait: each listed method runs the inner one inside
-/// the span of its operation (`OP "capgate.store.operation" => fn …`); `is_durable` is the
-/// inner one's.
+/// the span of its operation (`OP "capgate.store.operation" => fn …`), the methods after
+/// `also` are written out; `is_durable` is the inner one's.
 macro_rules! traced {
     ($trait:ident {
         $($op:ident $method:literal => fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty;)*
-    }) => {
+    } $(also { $($also:tt)* })?) => {
         #[async_trait]
         impl<T: $trait> $trait for Traced<T> {
             $(
@@ -175,6 +175,8 @@ macro_rules! traced {
                     self.run($op.method($method), self.inner.$name($($arg),*)).await
                 }
             )*
+
+            $($($also)*)?
 
             fn is_durable(&self) -> bool {
                 self.inner.is_durable()
@@ -202,17 +204,23 @@ traced!(InvocationJournal {
     UPDATE_INVOCATIONS "invocation.claim_resume" => fn claim_resume(
         scope: &str, invocation_id: &str, approval_id: &str, now: DateTime<Utc>,
     ) -> Result<ResumeClaim, JournalError>;
-    UPDATE_INVOCATIONS "invocation.settle" => fn settle(
-        scope: &str, invocation_id: &str, claim_token: &str, settlement: Settlement, now: DateTime<Utc>,
-    ) -> Result<InvocationRecord, JournalError>;
-    UPDATE_INVOCATIONS "invocation.reconcile" => fn reconcile(
-        scope: &str, invocation_id: &str, observed_claim_token: &str, settlement: Settlement,
-        now: DateTime<Utc>,
-    ) -> Result<InvocationRecord, JournalError>;
     SELECT_INVOCATIONS "invocation.get" => fn get(scope: &str, invocation_id: &str)
         -> Result<Option<InvocationRecord>, JournalError>;
     SELECT_INVOCATIONS "invocation.find_approval" => fn find_approval(scope: &str, approval_id: &str)
         -> Result<Option<InvocationRecord>, JournalError>;
     DELETE_INVOCATIONS "invocation.purge" => fn purge_settled_before(cutoff: DateTime<Utc>)
         -> Result<u64, JournalError>;
+} also {
+    // `settle` and `reconcile` are the trait's own, through this: one span either way,
+    // named after which of the two it is.
+    async fn settle_claim(
+        &self,
+        claim: SettleClaim<'_>,
+        settlement: Settlement,
+        now: DateTime<Utc>,
+    ) -> Result<InvocationRecord, JournalError> {
+        let method = claim.pick("invocation.settle", "invocation.reconcile");
+        let settled = self.inner.settle_claim(claim, settlement, now);
+        self.run(UPDATE_INVOCATIONS.method(method), settled).await
+    }
 });

@@ -4,8 +4,8 @@
 //! - [`actors`]: the lifecycle walkthrough's people (Dana the requester, Priya the
 //!   approver) as core actors.
 //! - [`schemas`]: the `orders.refund` input schema the walkthrough deploys.
-//! - [`walkthrough`]: `orders.refund` as a native capability (metadata, a counting
-//!   procedure).
+//! - [`walkthrough`]: `orders.refund` as a native capability (metadata, the refund-limit
+//!   policy, a counting procedure).
 //! - [`paths`]: the repository's root and where the built guest plugins are.
 //! - [`postgres`]: a fresh database per test on the server in `CAPGATE_TEST_POSTGRES_URL`,
 //!   dropped with the value; without the variable a test is skipped with a notice, except
@@ -19,8 +19,6 @@
 //! ```
 //!
 //! Test support, not an API: `publish = false`, and it may change with the tests.
-
-#![warn(missing_docs)]
 
 pub mod actors;
 pub mod paths;

@@ -1,8 +1,9 @@
-//! The walkthrough's `orders.refund` as a native capability: its metadata and a procedure
-//! that counts its runs.
+//! The walkthrough's `orders.refund` as a native capability: its metadata, the refund-limit
+//! policy, and a procedure that counts its runs.
 
 use capgate_core::actor::Surface;
 use capgate_core::meta::{CapabilityMeta, Risk, SideEffect};
+use capgate_core::policy::{FnPolicy, PolicyDecision, policy_sync};
 use capgate_core::procedure::{Procedure, handler};
 use serde_json::json;
 use std::sync::Arc;
@@ -16,6 +17,26 @@ pub fn refund_meta() -> CapabilityMeta {
         Surface::Mcp,
         Surface::Direct,
     ])
+}
+
+/// The walkthrough's refund limit written natively (what the `refund-limit` plugin decides),
+/// as a policy named `name`: a refund of more than $500 needs an approval, of
+/// `approval_type` when given, for the reason "Refund of $649 exceeds $500"; any other
+/// amount (or none) is allowed. Runs in the default phases; `.with_phases` changes them.
+pub fn refund_limit(name: &str, approval_type: Option<&str>) -> FnPolicy {
+    let approval_type = approval_type.map(str::to_owned);
+    policy_sync(name, move |req| {
+        let amount = req.input.and_then(|i| i["amount"].as_f64()).unwrap_or(0.0);
+        Ok(if amount > 500.0 {
+            PolicyDecision::RequireApproval {
+                reason: format!("Refund of ${amount} exceeds $500"),
+                approval_type: approval_type.clone(),
+                expires_in_ms: None,
+            }
+        } else {
+            PolicyDecision::allow()
+        })
+    })
 }
 
 /// Counts the runs of the refund procedures it makes (clones share the count), so a test

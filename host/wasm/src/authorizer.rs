@@ -13,15 +13,12 @@ use crate::binding::Binding;
 use crate::convert;
 use crate::error::{CallError, LoadError};
 use crate::plugin::Plugin;
-use crate::sandbox::{CallOpts, Exports, Sandbox};
-use crate::store_data::StoreData;
+use crate::sandbox::{CallOpts, Sandbox};
 use crate::wit::{names, wit_authorizer, wit_authorizer_v1};
 use async_trait::async_trait;
 use capgate_core::authz::{AuthorizeError, AuthorizeRequest, Authorizer, Operation};
 use capgate_core::error::NamedFailure;
 use std::sync::Arc;
-use wasmtime::Store;
-use wasmtime::component::Instance;
 
 /// An authorizer plugin binding, to whichever authorizer interface version the component
 /// exports (0.2.0 preferred).
@@ -30,21 +27,10 @@ pub struct WasmAuthorizer {
 }
 
 enum Inner {
-    /// `capgate:plugin/authorizer@0.2.0`.
+    /// Bound to `capgate:plugin/authorizer@0.2.0`, which is told the surface.
     Surface(Arc<Sandbox<wit_authorizer::GuestIndices>>),
-    /// `capgate:plugin/authorizer@0.1.0`.
+    /// Bound to `capgate:plugin/authorizer@0.1.0`, for components built before 0.2.0.
     V1(Arc<Sandbox<wit_authorizer_v1::GuestIndices>>),
-}
-
-impl Exports for wit_authorizer_v1::GuestIndices {
-    type Guest = wit_authorizer_v1::Guest;
-    fn load_guest(
-        &self,
-        store: &mut Store<StoreData>,
-        instance: &Instance,
-    ) -> wasmtime::Result<Self::Guest> {
-        self.load(store, instance)
-    }
 }
 
 impl std::fmt::Debug for WasmAuthorizer {
@@ -80,20 +66,10 @@ impl Plugin {
     /// exports it, else to `capgate:plugin/authorizer@0.1.0`. Refused when it exports
     /// neither.
     pub fn authorizer(self: &Arc<Self>, binding: Binding) -> Result<WasmAuthorizer, LoadError> {
-        let invalid = |e: wasmtime::Error| LoadError::Invalid {
-            file: self.file.clone(),
-            reason: format!("{e:#}"),
-        };
-        let inner = if self.require(names::AUTHORIZER).is_ok() {
-            let indices = wit_authorizer::GuestIndices::new(&self.pre).map_err(invalid)?;
-            Inner::Surface(self.sandbox(binding, indices))
-        } else {
-            match self.require(names::AUTHORIZER_V1) {
-                Ok(()) => {
-                    let indices =
-                        wit_authorizer_v1::GuestIndices::new(&self.pre).map_err(invalid)?;
-                    Inner::V1(self.sandbox(binding, indices))
-                }
+        let inner = match self.bind(&binding) {
+            Ok(sandbox) => Inner::Surface(sandbox),
+            Err(LoadError::MissingExport { .. }) => match self.bind(&binding) {
+                Ok(sandbox) => Inner::V1(sandbox),
                 Err(LoadError::MissingExport {
                     file, available, ..
                 }) => {
@@ -104,21 +80,10 @@ impl Plugin {
                     });
                 }
                 Err(e) => return Err(e),
-            }
+            },
+            Err(e) => return Err(e),
         };
         Ok(WasmAuthorizer { inner })
-    }
-
-    fn sandbox<I: Exports>(self: &Arc<Self>, binding: Binding, indices: I) -> Arc<Sandbox<I>> {
-        Sandbox::new(
-            self.clone(),
-            &binding.name,
-            &binding.config,
-            binding.limits,
-            binding.isolation,
-            binding.reserve,
-            indices,
-        )
     }
 }
 
@@ -140,7 +105,7 @@ fn operation(o: Operation) -> Option<wit_authorizer::Operation> {
 
 /// What a 0.1.0 authorizer makes of an operation.
 enum V1Operation {
-    /// Ask it.
+    /// Ask the component about this operation.
     Ask(wit_authorizer_v1::Operation),
     /// An approvals-API operation: 0.1.0 has no words for it, so it is not asked.
     NotAsked,

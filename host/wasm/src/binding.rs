@@ -12,7 +12,7 @@ pub struct Binding {
     /// Passed to every call as the WIT `config` field (JSON).
     #[serde(default)]
     pub config: serde_json::Value,
-    /// Per-call limits.
+    /// Per-call limits (fuel, memory, time, output, logs).
     #[serde(default)]
     pub limits: Limits,
     /// Fresh (default) or pooled instances.
@@ -41,14 +41,14 @@ impl Binding {
     setters! {
         /// Builder: the `config` JSON.
         config => config: serde_json::Value;
-        /// Builder: limits.
+        /// Builder: the per-call limits.
         limits => limits: Limits;
-        /// Builder: isolation.
+        /// Builder: fresh or pooled instances.
         isolation => isolation: Isolation;
         /// Builder: the reserve of ready instances (fresh isolation).
         reserve => reserve: ReserveOptions;
     }
-    /// Builder: namespace.
+    /// Builder: the tenant partition the binding serves.
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
         self.namespace = namespace.into();
         self

@@ -12,7 +12,7 @@ pub enum LoadError {
         "plugin `{file}` is pinned to sha256 {expected} but the file has sha256 {actual}; refusing to load it"
     )]
     DigestMismatch {
-        /// The file.
+        /// The plugin file.
         file: String,
         /// The digest in the binding.
         expected: String,
@@ -24,7 +24,7 @@ pub enum LoadError {
         "plugin `{file}`: `{pin}` is not a SHA-256 digest (64 hex digits, optional `sha256:` prefix)"
     )]
     BadPin {
-        /// The file.
+        /// The plugin file.
         file: String,
         /// What was given.
         pin: String,
@@ -32,7 +32,7 @@ pub enum LoadError {
     /// The component does not export the interface the binding asks for.
     #[error("plugin `{file}` does not export `{missing}` (it exports: {available})")]
     MissingExport {
-        /// The file.
+        /// The plugin file.
         file: String,
         /// The missing export, e.g. `capgate:plugin/policy@0.1.0`.
         missing: String,
@@ -45,16 +45,16 @@ pub enum LoadError {
     Io {
         /// The file or directory.
         file: String,
-        /// The cause.
+        /// The I/O error, as the operating system reported it.
         #[source]
         source: std::io::Error,
     },
     /// The bytes are not a valid component, or it imports something the host does not give.
     #[error("plugin `{file}` cannot be compiled or linked: {reason}")]
     Invalid {
-        /// The file.
+        /// The plugin file.
         file: String,
-        /// The cause.
+        /// Why the component was refused.
         reason: String,
     },
     /// The compile cache directory is not private to this process's user (owned by another
@@ -64,7 +64,7 @@ pub enum LoadError {
         "the compile cache {path} is {reason}; it holds native code, so it must be owned by this user and writable by nobody else (chmod 700 it, or point runtime.compileCache elsewhere)"
     )]
     UntrustedCache {
-        /// The directory.
+        /// The compile cache directory.
         path: String,
         /// What is wrong with it.
         reason: String,
@@ -102,9 +102,9 @@ pub enum CallError {
     /// The plugin answered something too large.
     #[error("output of {size} bytes exceeds the cap of {cap} bytes")]
     OutputTooLarge {
-        /// Bytes returned.
+        /// How many bytes the plugin returned.
         size: usize,
-        /// The cap.
+        /// The most it may return.
         cap: usize,
     },
     /// The plugin answered something malformed (not JSON, an invalid decision...).

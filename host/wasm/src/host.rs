@@ -492,7 +492,7 @@ fn compatibility_hash(engine: &Engine) -> String {
     }
     let mut h = ShaHasher(Sha256::new());
     engine.precompile_compatibility_hash().hash(&mut h);
-    hex::encode(h.0.finalize())
+    capgate_core::digest::Sha256Hex::finish(h.0).into_string()
 }
 
 /// Plugins get no stdio: `get-stdin`, `get-stdout` and `get-stderr` trap (the call then fails

@@ -81,8 +81,6 @@
 //! `policy-failed`; a trapped instance is never entered again. The finished `Store` goes to
 //! the upkeep thread, so the caller has its answer before the slot is reset.
 
-#![warn(missing_docs)]
-
 mod authorizer;
 mod binding;
 mod convert;

@@ -14,12 +14,14 @@
 //! What this does not stop: a process running as the same user (it could rewrite the
 //! index, or the capgate binary); SECURITY.md says why no keyed MAC is added.
 
+use crate::binding::Binding;
 use crate::error::LoadError;
 use crate::host::WasmHost;
+use crate::sandbox::{Exports, Sandbox};
 use crate::store_data::StoreData;
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
-use sha2::{Digest, Sha256};
+use capgate_core::digest::Sha256Hex;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -254,20 +256,16 @@ fn parse_pin(file: &str, pin: &str) -> Result<String, LoadError> {
         .strip_prefix("sha256:")
         .unwrap_or(pin)
         .to_ascii_lowercase();
-    if hexpart.len() == 64 && hexpart.bytes().all(|b| b.is_ascii_hexdigit()) {
-        Ok(hexpart)
-    } else {
-        Err(LoadError::BadPin {
+    Sha256Hex::new(hexpart)
+        .map(Sha256Hex::into_string)
+        .map_err(|_| LoadError::BadPin {
             file: file.to_string(),
             pin: pin.to_string(),
         })
-    }
 }
 
-/// Lowercase hex SHA-256 of bytes (what a binding pins).
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
-}
+/// Lowercase hex SHA-256 of bytes (what a binding pins): capgate-core's one digest writer.
+pub use capgate_core::digest::sha256_hex;
 
 impl WasmHost {
     /// Load `file` (relative to `dir`) pinned to `sha256`. Compiles or loads from the cache;
@@ -414,6 +412,25 @@ impl Plugin {
     /// The host it was loaded into.
     pub fn host(&self) -> &WasmHost {
         &self.host
+    }
+
+    /// Bind `binding` to the interface (or interfaces) `I` stands for: the one
+    /// constructor every kind of binding goes through, refused when the component does not
+    /// export the interface or exports it malformed.
+    pub(crate) fn bind<I: Exports>(
+        self: &Arc<Self>,
+        binding: &Binding,
+    ) -> Result<Arc<Sandbox<I>>, LoadError> {
+        let indices = I::resolve(self)?;
+        Ok(Sandbox::new(self.clone(), binding, indices))
+    }
+
+    /// The component exports an interface in a shape the host cannot call.
+    pub(crate) fn invalid(&self, e: wasmtime::Error) -> LoadError {
+        LoadError::Invalid {
+            file: self.file.clone(),
+            reason: format!("{e:#}"),
+        }
     }
 
     pub(crate) fn require(&self, export: &str) -> Result<(), LoadError> {

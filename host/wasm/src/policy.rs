@@ -7,7 +7,7 @@ use crate::convert;
 use crate::error::{CallError, LoadError};
 use crate::plugin::Plugin;
 use crate::sandbox::{CallOpts, Sandbox, pool_key};
-use crate::wit::{names, wit, wit_policy};
+use crate::wit::{wit, wit_policy};
 use async_trait::async_trait;
 use capgate_core::policy::{
     DEFAULT_PHASES, Phase, Policy, PolicyDecision, PolicyError, PolicyRequest,
@@ -37,21 +37,8 @@ impl Plugin {
     /// Bind as a policy. Refused when the component does not export
     /// `capgate:plugin/policy@0.1.0`.
     pub fn policy(self: &Arc<Self>, binding: Binding) -> Result<WasmPolicy, LoadError> {
-        self.require(names::POLICY)?;
-        let indices = wit_policy::GuestIndices::new(&self.pre).map_err(|e| LoadError::Invalid {
-            file: self.file.clone(),
-            reason: format!("{e:#}"),
-        })?;
         Ok(WasmPolicy {
-            sandbox: Sandbox::new(
-                self.clone(),
-                &binding.name,
-                &binding.config,
-                binding.limits,
-                binding.isolation,
-                binding.reserve,
-                indices,
-            ),
+            sandbox: self.bind(&binding)?,
             phases: DEFAULT_PHASES.to_vec(),
             namespace: binding.namespace,
         })

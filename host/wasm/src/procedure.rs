@@ -8,7 +8,7 @@ use crate::convert;
 use crate::error::{CallError, LoadError};
 use crate::plugin::Plugin;
 use crate::sandbox::{CallOpts, Sandbox, pool_key};
-use crate::wit::{names, wit_health, wit_procedure};
+use crate::wit::{wit_health, wit_procedure};
 use async_trait::async_trait;
 use capgate_core::policy::CapabilityInfo;
 use capgate_core::procedure::{Procedure, ProcedureCall, ProcedureError};
@@ -49,28 +49,9 @@ impl Plugin {
         binding: Binding,
         capability: CapabilityInfo,
     ) -> Result<WasmProcedure, LoadError> {
-        self.require(names::PROCEDURE)?;
-        let invalid = |e: wasmtime::Error| LoadError::Invalid {
-            file: self.file.clone(),
-            reason: format!("{e:#}"),
-        };
-        let indices = wit_procedure::GuestIndices::new(&self.pre).map_err(invalid)?;
-        let health = if self.exports.iter().any(|e| e == names::HEALTH) {
-            Some(wit_health::GuestIndices::new(&self.pre).map_err(invalid)?)
-        } else {
-            None
-        };
         Ok(WasmProcedure {
             inner: Arc::new(Inner {
-                sandbox: Sandbox::new(
-                    self.clone(),
-                    &binding.name,
-                    &binding.config,
-                    binding.limits,
-                    binding.isolation,
-                    binding.reserve,
-                    (indices, health),
-                ),
+                sandbox: self.bind(&binding)?,
                 capability,
                 namespace: binding.namespace,
             }),

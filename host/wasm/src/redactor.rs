@@ -7,7 +7,7 @@ use crate::convert;
 use crate::error::{CallError, LoadError};
 use crate::plugin::Plugin;
 use crate::sandbox::{CallOpts, Sandbox, pool_key};
-use crate::wit::{names, wit_redactor};
+use crate::wit::wit_redactor;
 use async_trait::async_trait;
 use capgate_core::error::NamedFailure;
 use capgate_core::policy::CapabilityInfo;
@@ -39,22 +39,8 @@ impl Plugin {
     /// Bind as a redactor. Refused when the component does not export
     /// `capgate:plugin/redactor@0.1.0`.
     pub fn redactor(self: &Arc<Self>, binding: Binding) -> Result<WasmRedactor, LoadError> {
-        self.require(names::REDACTOR)?;
-        let indices =
-            wit_redactor::GuestIndices::new(&self.pre).map_err(|e| LoadError::Invalid {
-                file: self.file.clone(),
-                reason: format!("{e:#}"),
-            })?;
         Ok(WasmRedactor {
-            sandbox: Sandbox::new(
-                self.clone(),
-                &binding.name,
-                &binding.config,
-                binding.limits,
-                binding.isolation,
-                binding.reserve,
-                indices,
-            ),
+            sandbox: self.bind(&binding)?,
             namespace: binding.namespace,
         })
     }
@@ -105,6 +91,19 @@ impl WasmRedactor {
         sb.parse_output(&answer)
     }
 
+    /// Redact as core's [`Redactor`] does: a failure is this binding's named failure.
+    async fn redact(
+        &self,
+        which: Which,
+        capability: &CapabilityInfo,
+        namespace: &str,
+        value: serde_json::Value,
+    ) -> Result<serde_json::Value, RedactError> {
+        self.run(which, capability, namespace, &value)
+            .await
+            .map_err(|e| RedactError::from(NamedFailure::new(&*self.sandbox.name, e)))
+    }
+
     /// Redact an output, with the sandbox's own reason on failure (tests, `plugin test`).
     pub async fn redact_output_raw(
         &self,
@@ -131,22 +130,18 @@ impl Redactor for WasmRedactor {
     }
     async fn redact_output(
         &self,
-        capability: &CapabilityInfo,
-        namespace: &str,
+        cap: &CapabilityInfo,
+        ns: &str,
         output: serde_json::Value,
     ) -> Result<serde_json::Value, RedactError> {
-        self.run(Which::Output, capability, namespace, &output)
-            .await
-            .map_err(|e| RedactError::from(NamedFailure::new(&*self.sandbox.name, e)))
+        self.redact(Which::Output, cap, ns, output).await
     }
     async fn redact_approval_input(
         &self,
-        capability: &CapabilityInfo,
-        namespace: &str,
+        cap: &CapabilityInfo,
+        ns: &str,
         input: serde_json::Value,
     ) -> Result<serde_json::Value, RedactError> {
-        self.run(Which::ApprovalInput, capability, namespace, &input)
-            .await
-            .map_err(|e| RedactError::from(NamedFailure::new(&*self.sandbox.name, e)))
+        self.redact(Which::ApprovalInput, cap, ns, input).await
     }
 }

@@ -3,7 +3,8 @@
 //! the call off the caller's thread once it outlives the inline slice, classify any failure,
 //! and hand the finished store to the upkeep thread.
 
-use crate::error::CallError;
+use crate::binding::Binding;
+use crate::error::{CallError, LoadError};
 use crate::host::Refill;
 use crate::limits::{Isolation, Limits, ReserveOptions};
 use crate::plugin::Plugin;
@@ -38,6 +39,11 @@ pub(crate) struct Sandbox<I: Exports> {
 pub(crate) trait Exports: Send + Sync + 'static {
     /// The typed export functions of one instance.
     type Guest: Clone + Send + 'static;
+    /// Find them in `plugin`'s component: [`LoadError::MissingExport`] when it does not
+    /// export the interface, [`LoadError::Invalid`] when the export has the wrong shape.
+    fn resolve(plugin: &Plugin) -> Result<Self, LoadError>
+    where
+        Self: Sized;
     /// Look them up in a fresh instance.
     fn load_guest(
         &self,
@@ -46,10 +52,15 @@ pub(crate) trait Exports: Send + Sync + 'static {
     ) -> wasmtime::Result<Self::Guest>;
 }
 
+/// [`Exports`] of one generated interface module, exported under `name`.
 macro_rules! exports {
-    ($($m:ident),*) => {$(
+    ($($m:ident => $name:ident),* $(,)?) => {$(
         impl Exports for crate::wit::$m::GuestIndices {
             type Guest = crate::wit::$m::Guest;
+            fn resolve(plugin: &Plugin) -> Result<Self, LoadError> {
+                plugin.require(crate::wit::names::$name)?;
+                Self::new(&plugin.pre).map_err(|e| plugin.invalid(e))
+            }
             fn load_guest(
                 &self,
                 store: &mut Store<StoreData>,
@@ -61,15 +72,27 @@ macro_rules! exports {
     )*};
 }
 exports!(
-    wit_policy,
-    wit_redactor,
-    wit_authorizer,
-    wit_procedure,
-    wit_health
+    wit_policy => POLICY,
+    wit_redactor => REDACTOR,
+    wit_authorizer => AUTHORIZER,
+    wit_authorizer_v1 => AUTHORIZER_V1,
+    wit_procedure => PROCEDURE,
+    wit_health => HEALTH,
 );
 
+/// An interface and an optional second one (a procedure and its `health`): the second is
+/// bound when the component exports it, and refused only when that export is malformed.
 impl<A: Exports, B: Exports> Exports for (A, Option<B>) {
     type Guest = (A::Guest, Option<B::Guest>);
+    fn resolve(plugin: &Plugin) -> Result<Self, LoadError> {
+        let a = A::resolve(plugin)?;
+        let b = match B::resolve(plugin) {
+            Ok(b) => Some(b),
+            Err(LoadError::MissingExport { .. }) => None,
+            Err(e) => return Err(e),
+        };
+        Ok((a, b))
+    }
     fn load_guest(
         &self,
         store: &mut Store<StoreData>,
@@ -181,17 +204,12 @@ impl Drop for AbandonOnDrop {
 }
 
 impl<I: Exports> Sandbox<I> {
-    pub(crate) fn new(
-        plugin: Arc<Plugin>,
-        name: &str,
-        config: &serde_json::Value,
-        limits: Limits,
-        isolation: Isolation,
-        reserve: ReserveOptions,
-        indices: I,
-    ) -> Arc<Self> {
+    /// The sandbox of `binding` on `plugin`, calling the exports `indices` found.
+    pub(crate) fn new(plugin: Arc<Plugin>, binding: &Binding, indices: I) -> Arc<Self> {
+        let (name, config) = (binding.name.as_str(), &binding.config);
+        let (limits, isolation) = (binding.limits.clone(), binding.isolation);
         let reserve = match isolation {
-            Isolation::Fresh => reserve,
+            Isolation::Fresh => binding.reserve,
             Isolation::Pooled { .. } => ReserveOptions::disabled(),
         };
         let sandbox = Arc::new(Sandbox {

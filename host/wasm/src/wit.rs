@@ -51,13 +51,13 @@ pub(crate) use generated::exports::capgate::plugin0_2_0::authorizer as wit_autho
 
 /// The export names a binding may ask for, as the component model spells them.
 pub(crate) mod names {
-    /// `policy`.
+    /// The policy interface, which policies bind to.
     pub const POLICY: &str = "capgate:plugin/policy@0.1.0";
-    /// `redactor`.
+    /// The redactor interface, which redactors bind to.
     pub const REDACTOR: &str = "capgate:plugin/redactor@0.1.0";
-    /// `procedure`.
+    /// The procedure interface, which procedures bind to.
     pub const PROCEDURE: &str = "capgate:plugin/procedure@0.1.0";
-    /// `health`.
+    /// The optional health interface a procedure may also export.
     pub const HEALTH: &str = "capgate:plugin/health@0.1.0";
     /// `authorizer`, told the surface (tried first).
     pub const AUTHORIZER: &str = "capgate:plugin/authorizer@0.2.0";

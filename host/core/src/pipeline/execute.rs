@@ -94,7 +94,7 @@ pub(crate) async fn execute(exec: Exec<'_>, mut a: Admitted) -> ExecutionResult 
         && rt.audit.config.strict
     {
         let err = CapabilityError::new(ErrorCode::AuditUnavailable).with_cause(e);
-        return exec.failed(err, EffectProgress::NotStarted, None).await;
+        return exec.failed_before_procedure(err).await;
     }
 
     // ── Stage 11: the procedure through its middleware chain; retries wrap this stage ──
@@ -269,7 +269,7 @@ async fn stage_9_gate(exec: &Exec<'_>, a: &Admitted, requirement: ApprovalRequir
         }
         Err(e) => {
             let err = CapabilityError::new(ErrorCode::ApprovalUnserializableInput).with_cause(e);
-            Gate::Suspended(exec.failed(err, EffectProgress::NotStarted, None).await)
+            Gate::Suspended(exec.failed_before_procedure(err).await)
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use super::execute::{Admitted, execute};
 use super::policies::{invocation_phase, refuse};
-use super::{EffectProgress, Exec, missing_actor, new_id, panic_message};
+use super::{Exec, missing_actor, new_id, panic_message};
 use crate::approval::{ApprovalRef, ApprovalRequest, DecisionStatus};
 use crate::audit::{DenyReason, EventPayload};
 use crate::canonical::input_hash;
@@ -100,32 +100,10 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
     })
     .await;
 
-    // ── Stage 3: resolve the capability id ──
-    let Some(cap) = resolved else {
-        return exec
-            .denied(DenyReason::Unknown, CapabilityError::not_found(), None)
-            .await;
-    };
-
-    // ── Stage 4: exposure on this surface (concealed as not found, SI-1/SI-8) ──
-    if !cap.meta.expose.allows(req.surface) {
-        return exec
-            .denied(DenyReason::NotExposed, CapabilityError::not_found(), None)
-            .await;
-    }
-
-    // ── Stage 5: input validation; from here on only the validated value exists (SI-6) ──
-    let input = match cap.input.validate(req.input) {
-        Ok(v) => v,
-        Err(issues) => {
-            return exec
-                .failed(
-                    CapabilityError::input_invalid(issues),
-                    EffectProgress::NotStarted,
-                    None,
-                )
-                .await;
-        }
+    // ── Stages 3–5: resolve, exposure, input validation ──
+    let (cap, input) = match exec.admit_input(resolved, req.input).await {
+        Ok(admitted) => admitted,
+        Err(result) => return result,
     };
     // The canonical hash labels every later event; without sinks it is computed only if
     // stage 8 needs it.
@@ -141,11 +119,7 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
         Some(a) if a.is_well_formed() => a,
         _ => {
             return exec
-                .failed(
-                    CapabilityError::new(ErrorCode::Unauthenticated),
-                    EffectProgress::NotStarted,
-                    None,
-                )
+                .failed_before_procedure(CapabilityError::new(ErrorCode::Unauthenticated))
                 .await;
         }
     };
@@ -162,11 +136,11 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
         match AssertUnwindSafe(hook.admit()).catch_unwind().await {
             Ok(Ok(Some(key))) => idempotency_key = Some(key),
             Ok(Ok(None)) => {}
-            Ok(Err(e)) => return exec.failed(e, EffectProgress::NotStarted, None).await,
+            Ok(Err(e)) => return exec.failed_before_procedure(e).await,
             Err(p) => {
                 let err = CapabilityError::new(ErrorCode::AdapterError)
                     .with_cause(format!("admission hook panicked: {}", panic_message(&*p)));
-                return exec.failed(err, EffectProgress::NotStarted, None).await;
+                return exec.failed_before_procedure(err).await;
             }
         }
     }
@@ -195,7 +169,7 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
             Err(e) => {
                 let err =
                     CapabilityError::new(ErrorCode::ApprovalUnserializableInput).with_cause(e);
-                return exec.failed(err, EffectProgress::NotStarted, None).await;
+                return exec.failed_before_procedure(err).await;
             }
         };
         let digest = req.descriptor_digest.clone();
@@ -309,22 +283,18 @@ pub(crate) async fn approval_gate(
                             })
                             .await;
                             return Gate::Suspended(
-                                exec.failed(
-                                    CapabilityError::new(ErrorCode::ApprovalRejected),
-                                    EffectProgress::NotStarted,
-                                    None,
-                                )
+                                exec.failed_before_procedure(CapabilityError::new(
+                                    ErrorCode::ApprovalRejected,
+                                ))
                                 .await,
                             );
                         }
                         DecisionStatus::Approved => {
                             if rt.is_forbidden_self_approval(&d.approver.id, &request) {
                                 return Gate::Suspended(
-                                    exec.failed(
-                                        CapabilityError::new(ErrorCode::ApprovalSelfApproval),
-                                        EffectProgress::NotStarted,
-                                        None,
-                                    )
+                                    exec.failed_before_procedure(CapabilityError::new(
+                                        ErrorCode::ApprovalSelfApproval,
+                                    ))
                                     .await,
                                 );
                             }
@@ -347,17 +317,13 @@ pub(crate) async fn approval_gate(
                     let err = CapabilityError::new(ErrorCode::InternalError)
                         .with_stage(crate::error::Stage::Approval)
                         .with_cause(e);
-                    return Gate::Suspended(
-                        exec.failed(err, EffectProgress::NotStarted, None).await,
-                    );
+                    return Gate::Suspended(exec.failed_before_procedure(err).await);
                 }
                 Err(p) => {
                     let err = CapabilityError::new(ErrorCode::InternalError)
                         .with_stage(crate::error::Stage::Approval)
                         .with_cause(format!("approval handler panicked: {}", panic_message(&*p)));
-                    return Gate::Suspended(
-                        exec.failed(err, EffectProgress::NotStarted, None).await,
-                    );
+                    return Gate::Suspended(exec.failed_before_procedure(err).await);
                 }
             }
         }
@@ -379,7 +345,7 @@ pub(crate) async fn approval_gate(
                 let err = CapabilityError::new(ErrorCode::InternalError)
                     .with_stage(crate::error::Stage::Approval)
                     .with_cause(e);
-                Gate::Suspended(exec.failed(err, EffectProgress::NotStarted, None).await)
+                Gate::Suspended(exec.failed_before_procedure(err).await)
             }
         }
     }

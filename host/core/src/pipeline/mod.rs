@@ -13,10 +13,12 @@ pub(crate) use invoke::{conceal, invoke};
 pub(crate) use resume::{refuse_resume, resume};
 
 use crate::actor::{ActorKind, ActorRef, Surface};
-use crate::audit::{AuditEvent, EventPayload};
+use crate::audit::{AuditEvent, DenyReason, EventPayload};
 use crate::error::{CapabilityError, ErrorCode};
+use crate::registry::Capability;
 use crate::result::{EffectStatus, ExecutionResult};
 use crate::runtime::Inner;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// A new `prefix_<uuid v7>` id (time-ordered, so ids sort by creation in stores).
@@ -130,20 +132,20 @@ impl Exec<'_> {
         error: CapabilityError,
         policy_decisions: Option<Vec<crate::policy::PolicyStance>>,
     ) -> ExecutionResult {
-        self.emit(EventPayload::Denied {
+        let payload = EventPayload::Denied {
             reason,
             public_code: error.to_public().code,
             policy_decisions,
             approval_id: self.approval_id.clone(),
             resume_correlation_id: self.resume_correlation_id.clone(),
-        })
-        .await;
-        self.close_span("denied", Some(&error));
-        ExecutionResult::Failed {
-            execution_id: self.execution_id.clone(),
-            error,
-            effect_status: None,
-        }
+        };
+        self.fail_with(payload, "denied", error, None).await
+    }
+
+    /// Terminal: a failure before the procedure was entered (no attempt, no effect), with
+    /// no policy stances to record.
+    pub(crate) async fn failed_before_procedure(&self, error: CapabilityError) -> ExecutionResult {
+        self.failed(error, EffectProgress::NotStarted, None).await
     }
 
     /// Terminal: any other failure: `capability.failed` (or `.cancelled` for TIMEOUT and
@@ -177,7 +179,7 @@ impl Exec<'_> {
                 effect_status,
             };
         }
-        self.emit(EventPayload::Failed {
+        let payload = EventPayload::Failed {
             code: error.code(),
             stage: error.stage(),
             retryable: error.retryable(),
@@ -186,13 +188,57 @@ impl Exec<'_> {
             policy_decisions,
             approval_id: self.approval_id.clone(),
             resume_correlation_id: self.resume_correlation_id.clone(),
-        })
-        .await;
-        self.close_span("failed", Some(&error));
+        };
+        self.fail_with(payload, "failed", error, effect_status)
+            .await
+    }
+
+    /// End the execution as failed: its terminal event `payload`, the span closed as
+    /// `outcome`, and the failed envelope.
+    async fn fail_with(
+        &self,
+        payload: EventPayload,
+        outcome: &'static str,
+        error: CapabilityError,
+        effect_status: Option<EffectStatus>,
+    ) -> ExecutionResult {
+        self.emit(payload).await;
+        self.close_span(outcome, Some(&error));
         ExecutionResult::Failed {
             execution_id: self.execution_id.clone(),
             error,
             effect_status,
+        }
+    }
+
+    /// Stages 3–5, shared by a call and by its resume (which re-checks them against the
+    /// current deployment): the capability `resolved` must exist and be exposed on the
+    /// execution's surface (else the not-found denial, concealed as an unknown id: SI-1,
+    /// SI-8), and `input` must pass its current schema; from here on only the validated
+    /// value exists (SI-6). `Err` is the terminal result.
+    pub(crate) async fn admit_input(
+        &self,
+        resolved: Option<Arc<Capability>>,
+        input: serde_json::Value,
+    ) -> Result<(Arc<Capability>, serde_json::Value), ExecutionResult> {
+        // ── Stage 3: resolve the capability id ──
+        let Some(cap) = resolved else {
+            return Err(self
+                .denied(DenyReason::Unknown, CapabilityError::not_found(), None)
+                .await);
+        };
+        // ── Stage 4: exposure on this surface (concealed as not found, SI-1/SI-8) ──
+        if !cap.meta.expose.allows(self.surface) {
+            return Err(self
+                .denied(DenyReason::NotExposed, CapabilityError::not_found(), None)
+                .await);
+        }
+        // ── Stage 5: input validation ──
+        match cap.input.validate(input) {
+            Ok(v) => Ok((cap, v)),
+            Err(issues) => Err(self
+                .failed_before_procedure(CapabilityError::input_invalid(issues))
+                .await),
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use super::execute::{Admitted, execute};
 use super::policies::{invocation_phase, refuse};
-use super::{EffectProgress, Exec, missing_actor, new_id};
+use super::{Exec, missing_actor, new_id};
 use crate::approval::{ApprovalRef, ApprovalStatus, ApprovalStoreError};
 use crate::audit::DenyReason;
 use crate::canonical::input_hash;
@@ -57,7 +57,7 @@ pub(crate) async fn refuse_resume(
         crate::metrics::UNKNOWN_CAPABILITY.to_owned()
     };
     let surface = exec.surface;
-    let result = async { exec.failed(error, EffectProgress::NotStarted, None).await }
+    let result = async { exec.failed_before_procedure(error).await }
         .instrument(span)
         .await;
     crate::metrics::call_finished(&label, surface, &result, started.elapsed());
@@ -139,17 +139,11 @@ async fn checks(
         Ok(Some(r)) => r,
         Ok(None) => {
             return exec
-                .failed(
-                    internal(format!("unknown approval `{approval_id}`")),
-                    EffectProgress::NotStarted,
-                    None,
-                )
+                .failed_before_procedure(internal(format!("unknown approval `{approval_id}`")))
                 .await;
         }
         Err(e) => {
-            return exec
-                .failed(internal(e), EffectProgress::NotStarted, None)
-                .await;
+            return exec.failed_before_procedure(internal(e)).await;
         }
     };
     exec.capability_id = record.request.capability_id.clone();
@@ -160,11 +154,7 @@ async fn checks(
     // 1. Binding guards: not exposed, serialized exactly like an unknown id.
     if !guards_hold(&opts, &record) {
         return exec
-            .failed(
-                approval_error(ErrorCode::ApprovalResumeMismatch),
-                EffectProgress::NotStarted,
-                None,
-            )
+            .failed_before_procedure(approval_error(ErrorCode::ApprovalResumeMismatch))
             .await;
     }
     // From here the execution runs as the original requester, on the original surface.
@@ -189,37 +179,23 @@ async fn checks(
         }
         ApprovalStatus::Cancelled => {
             return exec
-                .failed(
-                    internal("approval was cancelled"),
-                    EffectProgress::NotStarted,
-                    None,
-                )
+                .failed_before_procedure(internal("approval was cancelled"))
                 .await;
         }
     };
     if let Some(code) = code {
-        return exec
-            .failed(approval_error(code), EffectProgress::NotStarted, None)
-            .await;
+        return exec.failed_before_procedure(approval_error(code)).await;
     }
     let Some(decision) = record.decision.clone() else {
         return exec
-            .failed(
-                internal("approved record carries no decision"),
-                EffectProgress::NotStarted,
-                None,
-            )
+            .failed_before_procedure(internal("approved record carries no decision"))
             .await;
     };
 
     // 3. Self-approval (SI-4): ids compared.
     if rt.is_forbidden_self_approval(&decision.approver.id, &record.request) {
         return exec
-            .failed(
-                approval_error(ErrorCode::ApprovalSelfApproval),
-                EffectProgress::NotStarted,
-                None,
-            )
+            .failed_before_procedure(approval_error(ErrorCode::ApprovalSelfApproval))
             .await;
     }
 
@@ -228,56 +204,30 @@ async fn checks(
         Ok(h) if h == record.request.input_hash => {}
         _ => {
             return exec
-                .failed(
-                    approval_error(ErrorCode::ApprovalInputMismatch),
-                    EffectProgress::NotStarted,
-                    None,
-                )
+                .failed_before_procedure(approval_error(ErrorCode::ApprovalInputMismatch))
                 .await;
         }
     }
 
     // 5. Resolve against the current deployment: exposure and the current schema.
-    let Some(cap) = rt.registry.get(&record.request.capability_id).cloned() else {
-        return exec
-            .denied(DenyReason::Unknown, CapabilityError::not_found(), None)
-            .await;
-    };
-    if !cap.meta.expose.allows(record.request.surface) {
-        return exec
-            .denied(DenyReason::NotExposed, CapabilityError::not_found(), None)
-            .await;
-    }
-    let input = match cap.input.validate(record.request.input.clone()) {
-        Ok(v) => v,
-        Err(issues) => {
-            return exec
-                .failed(
-                    CapabilityError::input_invalid(issues),
-                    EffectProgress::NotStarted,
-                    None,
-                )
-                .await;
-        }
+    let resolved = rt.registry.get(&record.request.capability_id).cloned();
+    let (cap, input) = match exec
+        .admit_input(resolved, record.request.input.clone())
+        .await
+    {
+        Ok(admitted) => admitted,
+        Err(result) => return result,
     };
     // A schema change that rewrote the value (new defaults) would execute something other
     // than what was approved.
     if input_hash(&input).ok().as_deref() != Some(record.request.input_hash.as_str()) {
         return exec
-            .failed(
-                approval_error(ErrorCode::ApprovalInputMismatch),
-                EffectProgress::NotStarted,
-                None,
-            )
+            .failed_before_procedure(approval_error(ErrorCode::ApprovalInputMismatch))
             .await;
     }
     if !record.request.actor.is_well_formed() {
         return exec
-            .failed(
-                CapabilityError::new(ErrorCode::Unauthenticated),
-                EffectProgress::NotStarted,
-                None,
-            )
+            .failed_before_procedure(CapabilityError::new(ErrorCode::Unauthenticated))
             .await;
     }
 
@@ -332,14 +282,10 @@ async fn checks(
                 }
                 _ => ErrorCode::ApprovalConsumed,
             };
-            return exec
-                .failed(approval_error(code), EffectProgress::NotStarted, None)
-                .await;
+            return exec.failed_before_procedure(approval_error(code)).await;
         }
         Err(e) => {
-            return exec
-                .failed(internal(e), EffectProgress::NotStarted, None)
-                .await;
+            return exec.failed_before_procedure(internal(e)).await;
         }
     }
 

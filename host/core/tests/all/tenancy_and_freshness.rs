@@ -211,15 +211,8 @@ async fn resume_rechecks_invocation_policies_and_a_new_deny_leaves_the_approval_
 #[tokio::test]
 async fn an_execution_phase_require_approval_is_satisfied_by_the_approval_being_resumed() {
     let c = Counter::default();
-    let both = policy_sync("refundLimit", |req| {
-        let amount = req.input.and_then(|i| i["amount"].as_f64()).unwrap_or(0.0);
-        Ok(if amount > 500.0 {
-            PolicyDecision::require_approval(format!("Refund of ${amount} exceeds $500"))
-        } else {
-            PolicyDecision::allow()
-        })
-    })
-    .with_phases([Phase::Invocation, Phase::Execution]);
+    let both = capgate_testkit::walkthrough::refund_limit("refundLimit", None)
+        .with_phases([Phase::Invocation, Phase::Execution]);
     let def = CapabilityDef::new("orders.refund", refund_meta())
         .input_schema(refund_schema())
         .policy(both)

@@ -82,11 +82,11 @@ pub struct ExecutionOutcome {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OutcomeStatus {
-    /// `capability.completed`.
+    /// It completed (`capability.completed`).
     Completed,
-    /// `capability.failed`.
+    /// It failed (`capability.failed`).
     Failed,
-    /// `capability.cancelled`.
+    /// It timed out or was cancelled (`capability.cancelled`).
     Cancelled,
     /// Started, no terminal event (yet): running, or its outcome is unknown.
     Running,

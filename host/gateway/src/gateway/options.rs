@@ -43,16 +43,8 @@ pub struct GatewayConfig {
     pub max_body_bytes: usize,
 }
 
-impl std::fmt::Debug for GatewayConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GatewayConfig")
-            .field("surface", &self.surface)
-            .field("revision", &self.revision)
-            .field("request_timeout", &self.request_timeout)
-            .field("audit_drain_timeout", &self.audit_drain_timeout)
-            .field("max_body_bytes", &self.max_body_bytes)
-            .finish_non_exhaustive()
-    }
+crate::debug::debug_fields! {
+    GatewayConfig { surface, revision, request_timeout, audit_drain_timeout, max_body_bytes }
 }
 
 impl GatewayConfig {
@@ -101,10 +93,7 @@ impl GatewayConfig {
     /// Check the configuration ([`capability_router`](crate::gateway::capability_router)
     /// does too).
     pub fn validate(&self) -> Result<(), GatewayConfigError> {
-        if !matches!(
-            self.surface,
-            Surface::AiSdk | Surface::Mcp | Surface::Workflow
-        ) {
+        if !self.surface.is_gateway_door() {
             return Err(GatewayConfigError::Surface(self.surface));
         }
         if self.revision.trim().is_empty() {

@@ -48,7 +48,7 @@ pub enum McpIdentity {
     Fixed {
         /// The actor every call runs as.
         actor: Actor,
-        /// Its namespace.
+        /// The tenant partition every call runs in.
         namespace: String,
         /// The application context handed to the runtime.
         context: Value,

@@ -54,18 +54,9 @@ impl Default for McpOptions {
     }
 }
 
-impl std::fmt::Debug for McpOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("McpOptions")
-            .field("server_name", &self.server_name)
-            .field("server_version", &self.server_version)
-            .field("approval_url", &self.approval_url)
-            .field("resume_tool", &self.resume_tool)
-            .field("stateful_sessions", &self.stateful_sessions)
-            .field("session_store", &self.session_store.is_some())
-            .field("allowed_hosts", &self.allowed_hosts)
-            .finish_non_exhaustive()
-    }
+crate::debug::debug_fields! {
+    McpOptions { server_name, server_version, approval_url, resume_tool, stateful_sessions,
+        session_store: Option::is_some, allowed_hosts }
 }
 
 impl McpOptions {

@@ -61,13 +61,7 @@ pub struct McpSessions {
     store: Option<Arc<dyn SessionStore>>,
 }
 
-impl std::fmt::Debug for McpSessions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("McpSessions")
-            .field("store", &self.store.is_some())
-            .finish_non_exhaustive()
-    }
-}
+crate::debug::debug_fields! { McpSessions { store: Option::is_some } }
 
 impl McpSessions {
     /// Bindings plus an in-process store of handshakes (at most 65 536, the

@@ -4,7 +4,6 @@ use super::MetricsSource;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use sha2::{Digest, Sha256};
 use std::sync::Arc;
 
 /// What the exposition route serves, and the token digest it asks for.
@@ -47,5 +46,5 @@ fn bearer_matches(headers: &HeaderMap, expected_sha256: &str) -> bool {
         return false;
     };
     // Compare digests, not the token: equal-length, and the secret never meets `==`.
-    hex::encode(Sha256::digest(token.trim().as_bytes())) == expected_sha256
+    capgate_core::digest::sha256_hex(token.trim()) == expected_sha256
 }

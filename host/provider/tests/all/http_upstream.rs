@@ -340,14 +340,10 @@ fn refund_runtime(up: HttpUpstream, stall_ms: i64, sink: Arc<MemorySink>) -> Run
                     .with_timeout_ms(20_000),
             )
             .input_schema(refund_schema())
-            .policy(policy_sync("refundLimit", |req| {
-                let amount = req.input.and_then(|i| i["amount"].as_f64()).unwrap_or(0.0);
-                Ok(if amount > 500.0 {
-                    PolicyDecision::require_approval(format!("Refund of ${amount} exceeds $500"))
-                } else {
-                    PolicyDecision::allow()
-                })
-            }))
+            .policy(capgate_testkit::walkthrough::refund_limit(
+                "refundLimit",
+                None,
+            ))
             .procedure(ProviderProcedure::new(providers, id)),
         )
         .build()

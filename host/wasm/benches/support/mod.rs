@@ -56,14 +56,7 @@ impl AuditSink for NullSink {
 
 /// The refund-limit policy written natively.
 pub fn refund_limit_native() -> impl Policy {
-    policy_sync("refundLimit", |req| {
-        let amount = req.input.and_then(|i| i["amount"].as_f64()).unwrap_or(0.0);
-        Ok(if amount > 500.0 {
-            PolicyDecision::require_approval(format!("Refund of ${amount} exceeds $500"))
-        } else {
-            PolicyDecision::allow()
-        })
-    })
+    capgate_testkit::walkthrough::refund_limit("refundLimit", None)
 }
 
 /// `orders.refund` with these policies and redactor, audited to [`NullSink`].

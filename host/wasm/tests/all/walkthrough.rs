@@ -18,18 +18,10 @@ fn native_policies() -> Vec<Arc<dyn Policy>> {
             PolicyDecision::deny("This resource belongs to another organization.")
         })
     }));
-    let limit: Arc<dyn Policy> = Arc::new(policy_sync("refundLimit", |req| {
-        let amount = req.input.and_then(|i| i["amount"].as_f64()).unwrap_or(0.0);
-        Ok(if amount > 500.0 {
-            PolicyDecision::RequireApproval {
-                reason: format!("Refund of ${amount} exceeds $500"),
-                approval_type: Some("manager".into()),
-                expires_in_ms: None,
-            }
-        } else {
-            PolicyDecision::allow()
-        })
-    }));
+    let limit: Arc<dyn Policy> = Arc::new(capgate_testkit::walkthrough::refund_limit(
+        "refundLimit",
+        Some("manager"),
+    ));
     vec![org, limit]
 }
 

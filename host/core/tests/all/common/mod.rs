@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 pub use capgate_testkit::actors::{dana, priya, priya_decides};
 pub use capgate_testkit::schemas::refund as refund_schema;
-pub use capgate_testkit::walkthrough::refund_meta;
+pub use capgate_testkit::walkthrough::{refund_limit, refund_meta};
 
 /// Counts calls and echoes what it saw (who approved, who asked).
 #[derive(Clone, Default)]
@@ -24,25 +24,10 @@ impl Counter {
     }
 }
 
-pub fn refund_limit() -> impl Policy {
-    policy_sync("refundLimit", |req| {
-        let amount = req.input.and_then(|i| i["amount"].as_f64()).unwrap_or(0.0);
-        Ok(if amount > 500.0 {
-            PolicyDecision::RequireApproval {
-                reason: format!("Refund of ${amount} exceeds $500"),
-                approval_type: Some("manager".into()),
-                expires_in_ms: None,
-            }
-        } else {
-            PolicyDecision::allow()
-        })
-    })
-}
-
 pub fn refund_def(counter: &Counter) -> CapabilityDef {
     CapabilityDef::new("orders.refund", refund_meta())
         .input_schema(refund_schema())
-        .policy(refund_limit())
+        .policy(refund_limit("refundLimit", Some("manager")))
         .procedure(counter.procedure())
 }
 

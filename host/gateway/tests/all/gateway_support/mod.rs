@@ -23,7 +23,6 @@ use capgate_core::actor::{Actor, ActorKind, Surface};
 use capgate_core::authz::{AuthorizeError, AuthorizeRequest, Authorizer, Operation};
 use capgate_core::journal::InvocationJournal;
 use capgate_core::meta::{CapabilityMeta, Risk, SideEffect};
-use capgate_core::policy::{PolicyDecision, policy_sync};
 use capgate_core::procedure::{ProcedureError, handler};
 use capgate_core::registry::{CapabilityDef, Registry};
 use capgate_core::runtime::Runtime;
@@ -112,18 +111,10 @@ pub fn registry(c: &Counters) -> Registry {
                 "required": ["orderId", "amount"],
                 "additionalProperties": false
             }))
-            .policy(policy_sync("refund-limit", |req| {
-                let amount = req.input.and_then(|i| i["amount"].as_f64()).unwrap_or(0.0);
-                Ok(if amount > 500.0 {
-                    PolicyDecision::RequireApproval {
-                        reason: format!("Refund of ${amount} exceeds $500"),
-                        approval_type: Some("manager".into()),
-                        expires_in_ms: None,
-                    }
-                } else {
-                    PolicyDecision::allow()
-                })
-            }))
+            .policy(capgate_testkit::walkthrough::refund_limit(
+                "refund-limit",
+                Some("manager"),
+            ))
             .procedure(handler(move |call| {
                 let refund = refund.clone();
                 async move {

@@ -77,14 +77,7 @@ pub fn registry() -> Registry {
                 "required": ["orderId", "amount"],
                 "additionalProperties": false
             }))
-            .policy(policy_sync("refund-limit", |req| {
-                let amount = req.input.and_then(|i| i["amount"].as_f64()).unwrap_or(0.0);
-                Ok(if amount > 500.0 {
-                    PolicyDecision::require_approval(format!("Refund of ${amount} exceeds $500"))
-                } else {
-                    PolicyDecision::allow()
-                })
-            }))
+            .policy(capgate_testkit::walkthrough::refund_limit("refund-limit", None))
             .procedure(handler(|call| async move {
                 Ok(json!({
                     "refundId": format!("ref_{}", call.input["orderId"].as_str().unwrap_or("?")),

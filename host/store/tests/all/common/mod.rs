@@ -180,14 +180,10 @@ pub fn registry(counter: &Counter) -> Registry {
                 "required": ["orderId", "amount"],
                 "additionalProperties": false
             }))
-            .policy(policy_sync("refund-limit", |req| {
-                let amount = req.input.and_then(|i| i["amount"].as_f64()).unwrap_or(0.0);
-                Ok(if amount > 500.0 {
-                    PolicyDecision::require_approval(format!("Refund of ${amount} exceeds $500"))
-                } else {
-                    PolicyDecision::allow()
-                })
-            }))
+            .policy(capgate_testkit::walkthrough::refund_limit(
+                "refund-limit",
+                None,
+            ))
             .procedure(handler(move |call| {
                 let c = c.clone();
                 async move {

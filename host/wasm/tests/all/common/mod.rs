@@ -37,7 +37,7 @@ pub fn plugin_dir() -> PluginDir {
 
 pub fn digest_of(name: &str) -> String {
     let file = wasm_file(name);
-    sha256_hex(&std::fs::read(wasm_dir().join(file)).expect("read plugin"))
+    sha256_hex(std::fs::read(wasm_dir().join(file)).expect("read plugin"))
 }
 
 pub fn host() -> WasmHost {
@@ -200,7 +200,7 @@ pub fn load_polyglot(lang: &str, name: &str) -> Arc<Plugin> {
         "{} is missing: run `bash sdk/build-polyglot.sh` first",
         path.display()
     );
-    let digest = sha256_hex(&std::fs::read(&path).expect("read plugin"));
+    let digest = sha256_hex(std::fs::read(&path).expect("read plugin"));
     let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("capgate-wasm-cache");
     std::fs::create_dir_all(&cache).expect("create the compile cache");
     let plugins = PluginDir::open(&dir)

@@ -11,17 +11,21 @@
 //! an explicit, server-side [`InvocationJournal::reconcile`] once an operator has verified
 //! the original execution stopped.
 //!
-//! This module holds the trait, its record types, the hashing rules and a development-only
-//! in-memory implementation; durable implementations live in `capgate-store`.
+//! This module holds the trait, its record types and the hashing rules; [`memory`] a
+//! development-only in-memory implementation. Durable implementations live in
+//! `capgate-store`.
 
 use crate::actor::{ActorKind, ActorRef, Surface};
-use crate::canonical::{canonical_json, input_hash, sha256_hex};
+use crate::canonical::{canonical_json, input_hash};
+use crate::digest::sha256_hex;
 use crate::id::BoundedId;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
-use std::sync::Mutex;
+
+pub mod memory;
+
+pub use memory::InMemoryInvocationJournal;
 
 /// Check an id against the journal's bounds, those of every [`BoundedId`]: non-empty, at
 /// most [`BoundedId::MAX_CHARS`] characters, no control characters. `what` names the field
@@ -158,6 +162,37 @@ impl InvocationRecord {
         self.capability_id == capability_id && self.input_hash == input_hash
     }
 
+    /// What a claim of this record's id with `capability_id` and `input_hash` finds: the
+    /// record itself when the fingerprint is the same, a conflict otherwise.
+    pub fn existing_claim(self, capability_id: &str, input_hash: &str) -> ClaimOutcome {
+        if self.binds(capability_id, input_hash) {
+            ClaimOutcome::Existing(self)
+        } else {
+            ClaimOutcome::Conflict
+        }
+    }
+
+    /// Whether [`InvocationJournal::claim_resume`] for `approval_id` may reopen this
+    /// record: settled as approval-required for exactly that approval.
+    pub fn resumable_for(&self, approval_id: &str) -> bool {
+        self.state == InvocationState::Settled
+            && self.awaiting_approval
+            && self.approval_id.as_deref() == Some(approval_id)
+    }
+
+    /// Whether `claim_token` may settle this record now: it must be the token of the
+    /// current claim ([`JournalError::StaleClaim`] otherwise) and the record pending
+    /// ([`JournalError::NotPending`] otherwise).
+    pub fn settleable_by(&self, claim_token: &str) -> Result<(), JournalError> {
+        if self.claim_token != claim_token {
+            Err(JournalError::StaleClaim(self.invocation_id.clone()))
+        } else if self.state != InvocationState::Pending {
+            Err(JournalError::NotPending(self.invocation_id.clone()))
+        } else {
+            Ok(())
+        }
+    }
+
     /// The public receipt (no scope, input, hashes or claim token), with the stored
     /// outcome as JSON.
     pub fn receipt(&self) -> InvocationReceipt {
@@ -192,7 +227,7 @@ impl InvocationRecord {
 pub struct InvocationReceipt<O = serde_json::Value> {
     /// The invocation id.
     pub invocation_id: String,
-    /// The capability.
+    /// The capability the invocation id is bound to.
     pub capability_id: String,
     /// The contract digest the call was made against.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -241,7 +276,7 @@ pub struct ClaimRequest {
     pub scope: String,
     /// The invocation id.
     pub invocation_id: String,
-    /// The capability.
+    /// The capability to bind the id to.
     pub capability_id: String,
     /// The input as received.
     pub input: serde_json::Value,
@@ -251,7 +286,7 @@ pub struct ClaimRequest {
     pub idempotency_key: String,
     /// Caller correlation id.
     pub correlation_id: Option<String>,
-    /// Contract digest.
+    /// The contract digest the caller invoked against, kept for its receipt.
     pub contract_digest: Option<String>,
     /// The caller's tenant partition, whose storage budget the record counts against
     /// ([`JournalBudget`]); `None` counts against none.
@@ -394,6 +429,30 @@ pub enum ResumeClaim {
     NotFound,
 }
 
+/// The pending record a settlement applies to and the claim it is made under: what
+/// [`InvocationJournal::settle`] and [`InvocationJournal::reconcile`] hand to
+/// [`InvocationJournal::settle_claim`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SettleClaim<'a> {
+    /// The record's scope.
+    pub scope: &'a str,
+    /// The record's invocation id.
+    pub invocation_id: &'a str,
+    /// The claim token the settlement is made with: the caller's own, or the one an
+    /// operator observed.
+    pub claim_token: &'a str,
+    /// Settled by an operator ([`InvocationJournal::reconcile`]), not by the call.
+    pub reconciled: bool,
+}
+
+impl SettleClaim<'_> {
+    /// `settle` for the call's own settlement, `reconcile` for an operator's: how an
+    /// implementation names the operation it runs (in metrics, in spans).
+    pub fn pick<T>(&self, settle: T, reconcile: T) -> T {
+        if self.reconciled { reconcile } else { settle }
+    }
+}
+
 /// How a pending invocation ends.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settlement {
@@ -447,7 +506,7 @@ pub enum JournalError {
     /// A stored record could not be read back (tampered or corrupt).
     #[error("invocation `{invocation_id}` is malformed: {reason}")]
     Malformed {
-        /// The record.
+        /// The invocation id of the unreadable record.
         invocation_id: String,
         /// What is wrong.
         reason: String,
@@ -456,7 +515,7 @@ pub enum JournalError {
     /// ([`JournalBudget`]); nothing was written.
     #[error("namespace `{namespace}` is over its invocation journal budget ({limit})")]
     QuotaExceeded {
-        /// The namespace.
+        /// The namespace that is over budget.
         namespace: String,
         /// Which bound: `rows` or `bytes`.
         limit: &'static str,
@@ -497,7 +556,15 @@ pub trait InvocationJournal: Send + Sync + 'static {
         claim_token: &str,
         settlement: Settlement,
         now: DateTime<Utc>,
-    ) -> Result<InvocationRecord, JournalError>;
+    ) -> Result<InvocationRecord, JournalError> {
+        let claim = SettleClaim {
+            scope,
+            invocation_id,
+            claim_token,
+            reconciled: false,
+        };
+        self.settle_claim(claim, settlement, now).await
+    }
 
     /// Operator path for an orphaned pending record: after verifying that the original
     /// execution stopped and reconciling the domain effect, settle the claim observed in
@@ -508,6 +575,28 @@ pub trait InvocationJournal: Send + Sync + 'static {
         scope: &str,
         invocation_id: &str,
         observed_claim_token: &str,
+        settlement: Settlement,
+        now: DateTime<Utc>,
+    ) -> Result<InvocationRecord, JournalError> {
+        let claim = SettleClaim {
+            scope,
+            invocation_id,
+            claim_token: observed_claim_token,
+            reconciled: true,
+        };
+        let record = self.settle_claim(claim, settlement, now).await?;
+        tracing::warn!(target: "capgate::journal", invocation_id, "pending invocation settled by reconcile");
+        Ok(record)
+    }
+
+    /// The one compare-and-set behind [`InvocationJournal::settle`] and
+    /// [`InvocationJournal::reconcile`]: settle the pending record `claim` names, only
+    /// while `claim.claim_token` is its current token ([`InvocationRecord::settleable_by`]
+    /// says why not), recording `claim.reconciled`. Implementations provide this; callers
+    /// use `settle` or `reconcile`.
+    async fn settle_claim(
+        &self,
+        claim: SettleClaim<'_>,
         settlement: Settlement,
         now: DateTime<Utc>,
     ) -> Result<InvocationRecord, JournalError>;
@@ -534,184 +623,6 @@ pub trait InvocationJournal: Send + Sync + 'static {
     /// Whether records survive a restart.
     fn is_durable(&self) -> bool {
         true
-    }
-}
-
-/// Development-only journal: a mutex-protected map. Not durable, not shared between
-/// processes; use a `capgate-store` journal anywhere replicas or restarts matter.
-#[derive(Default)]
-pub struct InMemoryInvocationJournal {
-    records: Mutex<HashMap<(String, String), InvocationRecord>>,
-}
-
-impl InMemoryInvocationJournal {
-    /// An empty journal.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), InvocationRecord>> {
-        // Every update below is a single assignment to a plain map: a poisoned lock still
-        // guards consistent data.
-        self.records.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn finish(
-        &self,
-        scope: &str,
-        invocation_id: &str,
-        claim_token: &str,
-        settlement: Settlement,
-        reconciled: bool,
-        now: DateTime<Utc>,
-    ) -> Result<InvocationRecord, JournalError> {
-        settlement.validate()?;
-        let mut map = self.lock();
-        let r = map
-            .get_mut(&(scope.to_string(), invocation_id.to_string()))
-            .ok_or_else(|| JournalError::NotFound(invocation_id.to_string()))?;
-        if r.claim_token != claim_token {
-            return Err(JournalError::StaleClaim(invocation_id.to_string()));
-        }
-        if r.state != InvocationState::Pending {
-            return Err(JournalError::NotPending(invocation_id.to_string()));
-        }
-        r.state = InvocationState::Settled;
-        r.outcome = Some(settlement.outcome);
-        r.awaiting_approval = settlement.awaiting_approval.is_some();
-        if let Some(a) = settlement.awaiting_approval {
-            r.approval_id = Some(a);
-        }
-        r.reconciled = reconciled;
-        r.updated_at = now;
-        Ok(r.clone())
-    }
-}
-
-#[async_trait]
-impl InvocationJournal for InMemoryInvocationJournal {
-    async fn claim(
-        &self,
-        request: ClaimRequest,
-        now: DateTime<Utc>,
-    ) -> Result<ClaimOutcome, JournalError> {
-        let mut map = self.lock();
-        let key = (request.scope.clone(), request.invocation_id.clone());
-        if let Some(existing) = map.get(&key) {
-            return Ok(
-                if existing.binds(&request.capability_id, &request.input_hash) {
-                    ClaimOutcome::Existing(existing.clone())
-                } else {
-                    ClaimOutcome::Conflict
-                },
-            );
-        }
-        let claim_token = new_claim_token();
-        let record = request.into_record(claim_token.clone(), now);
-        map.insert(key, record.clone());
-        Ok(ClaimOutcome::Admitted {
-            claim_token,
-            record,
-        })
-    }
-
-    async fn claim_resume(
-        &self,
-        scope: &str,
-        invocation_id: &str,
-        approval_id: &str,
-        now: DateTime<Utc>,
-    ) -> Result<ResumeClaim, JournalError> {
-        let mut map = self.lock();
-        let Some(r) = map.get_mut(&(scope.to_string(), invocation_id.to_string())) else {
-            return Ok(ResumeClaim::NotFound);
-        };
-        if r.state != InvocationState::Settled
-            || !r.awaiting_approval
-            || r.approval_id.as_deref() != Some(approval_id)
-        {
-            return Ok(ResumeClaim::NotResumable(r.clone()));
-        }
-        let claim_token = new_claim_token();
-        r.state = InvocationState::Pending;
-        r.awaiting_approval = false;
-        r.outcome = None;
-        r.claim_token = claim_token.clone();
-        r.updated_at = now;
-        Ok(ResumeClaim::Admitted {
-            claim_token,
-            record: r.clone(),
-        })
-    }
-
-    async fn settle(
-        &self,
-        scope: &str,
-        invocation_id: &str,
-        claim_token: &str,
-        settlement: Settlement,
-        now: DateTime<Utc>,
-    ) -> Result<InvocationRecord, JournalError> {
-        self.finish(scope, invocation_id, claim_token, settlement, false, now)
-    }
-
-    async fn reconcile(
-        &self,
-        scope: &str,
-        invocation_id: &str,
-        observed_claim_token: &str,
-        settlement: Settlement,
-        now: DateTime<Utc>,
-    ) -> Result<InvocationRecord, JournalError> {
-        self.finish(
-            scope,
-            invocation_id,
-            observed_claim_token,
-            settlement,
-            true,
-            now,
-        )
-    }
-
-    async fn get(
-        &self,
-        scope: &str,
-        invocation_id: &str,
-    ) -> Result<Option<InvocationRecord>, JournalError> {
-        Ok(self
-            .lock()
-            .get(&(scope.to_string(), invocation_id.to_string()))
-            .cloned())
-    }
-
-    async fn find_approval(
-        &self,
-        scope: &str,
-        approval_id: &str,
-    ) -> Result<Option<InvocationRecord>, JournalError> {
-        Ok(self
-            .lock()
-            .values()
-            .filter(|r| r.scope == scope && r.approval_id.as_deref() == Some(approval_id))
-            // Ties broken by invocation id, as the SQL journal does: the map's iteration
-            // order is random, and the answer must not be.
-            .min_by(|a, b| {
-                a.created_at
-                    .cmp(&b.created_at)
-                    .then_with(|| a.invocation_id.cmp(&b.invocation_id))
-            })
-            .cloned())
-    }
-
-    async fn purge_settled_before(&self, cutoff: DateTime<Utc>) -> Result<u64, JournalError> {
-        let mut map = self.lock();
-        let before = map.len();
-        map.retain(|_, r| r.state == InvocationState::Pending || r.updated_at >= cutoff);
-        Ok((before - map.len()) as u64)
-    }
-
-    fn is_durable(&self) -> bool {
-        false
     }
 }
 
@@ -772,71 +683,5 @@ mod tests {
         assert_eq!(a.idempotency_key, b.idempotency_key);
         assert_ne!(a.idempotency_key, c.idempotency_key);
         assert!(a.idempotency_key.starts_with("idk_"));
-    }
-
-    #[tokio::test]
-    async fn in_memory_journal_admits_once_conflicts_on_other_input_and_refuses_stale_tokens() {
-        let j = InMemoryInvocationJournal::new();
-        let now = Utc::now();
-        let req = |input| ClaimRequest::new(scope(), "inv_1", "orders.refund", input);
-        let Ok(ClaimOutcome::Admitted { claim_token, .. }) =
-            j.claim(req(json!({"a": 1})).unwrap(), now).await
-        else {
-            panic!("first claim is admitted");
-        };
-        assert!(matches!(
-            j.claim(req(json!({"a": 1})).unwrap(), now).await,
-            Ok(ClaimOutcome::Existing(_))
-        ));
-        assert!(matches!(
-            j.claim(req(json!({"a": 2})).unwrap(), now).await,
-            Ok(ClaimOutcome::Conflict)
-        ));
-        let s = Settlement::approval_required("apr_1", json!({"status": "approval-required"}));
-        assert!(matches!(
-            j.settle(&scope(), "inv_1", "clm_wrong", s.clone(), now)
-                .await,
-            Err(JournalError::StaleClaim(_))
-        ));
-        let settled = j
-            .settle(&scope(), "inv_1", &claim_token, s, now)
-            .await
-            .unwrap();
-        assert!(settled.awaiting_approval);
-        let found = j.find_approval(&scope(), "apr_1").await.unwrap();
-        assert_eq!(found.map(|r| r.invocation_id), Some("inv_1".to_string()));
-        let Ok(ResumeClaim::Admitted {
-            claim_token: t2, ..
-        }) = j.claim_resume(&scope(), "inv_1", "apr_1", now).await
-        else {
-            panic!("resume reopens");
-        };
-        assert!(matches!(
-            j.claim_resume(&scope(), "inv_1", "apr_1", now).await,
-            Ok(ResumeClaim::NotResumable(_))
-        ));
-        assert!(matches!(
-            j.settle(
-                &scope(),
-                "inv_1",
-                &claim_token,
-                Settlement::final_outcome(json!({})),
-                now
-            )
-            .await,
-            Err(JournalError::StaleClaim(_))
-        ));
-        let done = j
-            .settle(
-                &scope(),
-                "inv_1",
-                &t2,
-                Settlement::final_outcome(json!({"status": "completed"})),
-                now,
-            )
-            .await
-            .unwrap();
-        assert_eq!(done.approval_id.as_deref(), Some("apr_1"));
-        assert!(!done.awaiting_approval);
     }
 }
