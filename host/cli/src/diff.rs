@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 pub use capgate_contract::diff::{Report, diff};
 
 /// The surfaces two deployment files are compared on by default.
-pub const GATEWAY_SURFACES: [Surface; 3] = [Surface::AiSdk, Surface::Mcp, Surface::Workflow];
+pub const GATEWAY_SURFACES: [Surface; 3] = Surface::GATEWAY_DOORS;
 
 /// Why a diff could not be made (exit status 2).
 #[derive(Debug, thiserror::Error)]

@@ -5,14 +5,15 @@
 use crate::load::MAX_RESERVE;
 use crate::located::{Located, Problem, seg};
 use crate::model::*;
-use capgate_core::actor::{ActorKind, Surface};
+use capgate_core::actor::ActorKind;
+use capgate_core::digest::Sha256Hex;
 use std::path::Path;
 
 impl Config {
     pub(crate) fn check_references(&self, doc: &Located, problems: &mut Vec<Problem>) {
         for (i, k) in self.gateway.api_keys.iter().enumerate() {
             for (j, s) in k.surfaces.iter().enumerate() {
-                if !matches!(s, Surface::AiSdk | Surface::Mcp | Surface::Workflow) {
+                if !s.is_gateway_door() {
                     problems.push(doc.problem(
                         &format!("/gateway/apiKeys/{i}/surfaces/{j}"),
                         format!(
@@ -163,7 +164,7 @@ impl Config {
                 ));
             }
             match &p.sha256 {
-                Some(s) if s.len() == 64 && s.chars().all(|c| c.is_ascii_hexdigit()) => {}
+                Some(s) if Sha256Hex::is_valid(&s.to_ascii_lowercase()) => {}
                 None if capgate_oci::is_oci(&p.path) => {}
                 _ => problems.push(doc.problem(
                     &format!("/plugins/{}/sha256", seg(name)),
@@ -287,7 +288,7 @@ impl Config {
                     "must start with `/`, be more than `/`, and not end with `/` (e.g. `/agent`)",
                 ));
             }
-            if !matches!(r.surface, Surface::AiSdk | Surface::Mcp | Surface::Workflow) {
+            if !r.surface.is_gateway_door() {
                 problems.push(doc.problem(
                     &format!("/gateway/routes/{i}/surface"),
                     "a gateway route serves `aiSdk`, `mcp` or `workflow`",
@@ -388,7 +389,7 @@ fn credential(
     (sha256, actor): (&str, &ActorSection),
     how: &str,
 ) {
-    if sha256.len() != 64 || !sha256.chars().all(|c| c.is_ascii_hexdigit()) {
+    if !Sha256Hex::is_valid(&sha256.to_ascii_lowercase()) {
         problems.push(doc.problem(
             &format!("{at}/sha256"),
             format!("must be the SHA-256 hex of the key ({how}); keys are never stored in clear"),

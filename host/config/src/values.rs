@@ -354,7 +354,7 @@ impl Config {
             }
         }
         if let Some(h) = &m.bearer_token_sha256
-            && !(h.len() == 64 && h.chars().all(|c| c.is_ascii_hexdigit()))
+            && !capgate_core::digest::Sha256Hex::is_valid(&h.to_ascii_lowercase())
         {
             out.push(doc.problem(
                 &format!("{AT}/bearerTokenSha256"),

@@ -19,9 +19,9 @@ pub mod sign;
 pub use reference::{Reference, is_oci, plugin_reference};
 
 use base64::Engine;
+use capgate_core::digest::{Sha256Hex, sha256_hex};
 use registry::Registry;
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
 /// The scheme of a plugin path that names a registry artifact.
@@ -170,14 +170,10 @@ struct Descriptor {
     annotations: std::collections::BTreeMap<String, String>,
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
-}
-
 fn digest_hex(d: &str) -> Result<String, OciError> {
     d.strip_prefix("sha256:")
-        .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
         .map(str::to_ascii_lowercase)
+        .filter(|h| Sha256Hex::is_valid(h))
         .ok_or_else(|| OciError::Artifact(format!("`{d}` is not a sha256 digest")))
 }
 

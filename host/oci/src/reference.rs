@@ -42,7 +42,7 @@ impl Reference {
             Some((n, d)) => {
                 let hex = d
                     .strip_prefix("sha256:")
-                    .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+                    .filter(|h| capgate_core::digest::Sha256Hex::is_valid(&h.to_ascii_lowercase()))
                     .ok_or_else(|| bad("the digest must be sha256: and 64 hex digits"))?;
                 (n, Some(hex.to_ascii_lowercase()))
             }

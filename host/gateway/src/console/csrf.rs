@@ -56,7 +56,7 @@ pub(super) fn session_id(headers: &HeaderMap) -> Option<String> {
         .filter_map(Result::ok)
         .find(|c| c.name() == COOKIE)
         .map(|c| c.value().to_owned())
-        .filter(|v| v.len() == 64 && v.bytes().all(|b| b.is_ascii_hexdigit()))
+        .filter(|v| capgate_core::digest::Sha256Hex::is_valid(&v.to_ascii_lowercase()))
 }
 
 pub(super) fn is_loopback_host(headers: &HeaderMap) -> bool {

@@ -14,7 +14,6 @@ use capgate_core::actor::ActorRef;
 use capgate_core::authz::Principal;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use std::time::Duration;
 
 /// Who is signed in, as the page learns it.
@@ -37,7 +36,7 @@ pub struct SessionView {
 
 /// SHA-256 hex of a session id: its key in the store.
 pub(super) fn digest(id: &str) -> String {
-    hex::encode(Sha256::digest(id.as_bytes()))
+    capgate_core::digest::sha256_hex(id)
 }
 
 /// A live session, re-admitted: its id, its principal, when it ends.
