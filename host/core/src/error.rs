@@ -371,16 +371,11 @@ impl CapabilityError {
         self
     }
 
-    /// Override whether retrying may help, for the caller's retry logic.
-    pub fn with_retryable(mut self, retryable: bool) -> Self {
-        self.retryable = retryable;
-        self
-    }
-
-    /// Override whether a model may see the code and message.
-    pub fn with_exposed(mut self, expose: bool) -> Self {
-        self.expose_to_model = expose;
-        self
+    crate::setters! {
+        /// Override whether retrying may help, for the caller's retry logic.
+        with_retryable => retryable: bool;
+        /// Override whether a model may see the code and message.
+        with_exposed => expose_to_model: bool;
     }
 
     /// Override the stage.

@@ -1,6 +1,6 @@
 //! How a plugin is bound: a name for audit, its `config`, limits, isolation and namespace.
 
-use crate::limits::{Isolation, Limits, ReserveOptions, setters};
+use crate::limits::{Isolation, Limits, ReserveOptions};
 use serde::{Deserialize, Serialize};
 
 /// One binding of a plugin to an interface, as the configuration file describes it.
@@ -38,7 +38,7 @@ impl Binding {
             reserve: ReserveOptions::default(),
         }
     }
-    setters! {
+    capgate_core::setters! {
         /// Builder: the `config` JSON.
         config => config: serde_json::Value;
         /// Builder: the per-call limits.

@@ -3,21 +3,6 @@
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-/// By-value builder setters, `fn name(mut self, value: T) -> Self`, one per field: the
-/// builders of [`Limits`] and [`Binding`](crate::Binding).
-macro_rules! setters {
-    ($($(#[doc = $doc:literal])* $name:ident => $field:ident: $ty:ty;)+) => {
-        $(
-            $(#[doc = $doc])*
-            pub fn $name(mut self, value: $ty) -> Self {
-                self.$field = value;
-                self
-            }
-        )+
-    };
-}
-pub(crate) use setters;
-
 /// Per-binding resource limits. Every call starts with the full budget.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
@@ -71,7 +56,7 @@ impl Limits {
             ..Limits::default()
         }
     }
-    setters! {
+    capgate_core::setters! {
         /// Builder: fuel per call.
         with_fuel => fuel: Option<u64>;
         /// Builder: wall-clock budget per call.

@@ -127,17 +127,12 @@ impl<'k> AppBuilder<'k> {
         self
     }
 
-    /// The MCP server's options.
-    pub fn mcp(mut self, options: McpOptions) -> Self {
-        self.mcp = options;
-        self
-    }
-
-    /// The approvals API's options (the console's API too: its approver role is this one's,
-    /// whatever [`ConsoleOptions::approver_role`] says).
-    pub fn approvals(mut self, options: ApprovalsOptions) -> Self {
-        self.approvals = options;
-        self
+    capgate_core::setters! {
+        /// The MCP server's options.
+        mcp => mcp: McpOptions;
+        /// The approvals API's options (the console's API too: its approver role is this
+        /// one's, whatever [`ConsoleOptions::approver_role`] says).
+        approvals => approvals: ApprovalsOptions;
     }
 
     /// Serve the approval console, its sessions [`Kept`].
@@ -146,11 +141,10 @@ impl<'k> AppBuilder<'k> {
         self
     }
 
-    /// Serve the operator API (`POST /admin/reload`, for operator principals) when `on`
-    /// and the [`Kept`] has a reloader.
-    pub fn admin(mut self, on: bool) -> Self {
-        self.admin = on;
-        self
+    capgate_core::setters! {
+        /// Serve the operator API (`POST /admin/reload`, for operator principals) when on
+        /// and the [`Kept`] has a reloader.
+        admin => admin: bool;
     }
 
     /// One more named check of `/readyz`, after the built-in `shutdown` ([`Kept::shutdown`]).
@@ -159,10 +153,9 @@ impl<'k> AppBuilder<'k> {
         self
     }
 
-    /// Count and time every request by its matched route ([`crate::metrics::track_http`]).
-    pub fn http_metrics(mut self, on: bool) -> Self {
-        self.http_metrics = on;
-        self
+    capgate_core::setters! {
+        /// Count and time every request by its matched route ([`crate::metrics::track_http`]).
+        http_metrics => http_metrics: bool;
     }
 
     /// The application: every door mounted, the layers in their order (module docs).
