@@ -5,7 +5,7 @@ use super::shared::StoreArg;
 use crate::runtime;
 use anyhow::{Context, anyhow, bail};
 use capgate_core::actor::{ActorRef, Surface};
-use capgate_core::journal::{InvocationJournal, Settlement, scope_hash};
+use capgate_core::journal::{InvocationJournal, ObservedClaim, Settlement, scope_hash};
 use std::process::ExitCode;
 
 /// Invocation receipts of the gateway journal.
@@ -155,9 +155,11 @@ async fn reconcile(scope: &ScopeArgs, id: &str, claim: &str, outcome: &str) -> a
     let record = store
         .journal()
         .reconcile(
-            &hash,
-            id,
-            claim,
+            ObservedClaim {
+                scope: &hash,
+                invocation_id: id,
+                claim_token: claim,
+            },
             Settlement::final_outcome(serde_json::to_value(&outcome)?),
             chrono::Utc::now(),
         )

@@ -429,6 +429,30 @@ pub enum ResumeClaim {
     NotFound,
 }
 
+/// A pending record's claim as an operator observed it (read through
+/// [`InvocationJournal::get`] or `capgate invocations show`): what
+/// [`InvocationJournal::reconcile`] settles, and only while it is still the current claim,
+/// so a late original caller and the operator cannot both win.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObservedClaim<'a> {
+    /// The record's scope.
+    pub scope: &'a str,
+    /// The record's invocation id.
+    pub invocation_id: &'a str,
+    /// The claim token the operator saw on the record.
+    pub claim_token: &'a str,
+}
+
+impl<'a> From<&'a InvocationRecord> for ObservedClaim<'a> {
+    fn from(record: &'a InvocationRecord) -> Self {
+        ObservedClaim {
+            scope: &record.scope,
+            invocation_id: &record.invocation_id,
+            claim_token: &record.claim_token,
+        }
+    }
+}
+
 /// The pending record a settlement applies to and the claim it is made under: what
 /// [`InvocationJournal::settle`] and [`InvocationJournal::reconcile`] hand to
 /// [`InvocationJournal::settle_claim`].
@@ -567,24 +591,23 @@ pub trait InvocationJournal: Send + Sync + 'static {
     }
 
     /// Operator path for an orphaned pending record: after verifying that the original
-    /// execution stopped and reconciling the domain effect, settle the claim observed in
-    /// `observed_claim_token` (read through [`InvocationJournal::get`]). Marks the record
+    /// execution stopped and reconciling the domain effect, settle the claim the operator
+    /// `observed` (read through [`InvocationJournal::get`]). Marks the record
     /// reconciled. Never invent success; never call this from a model-facing path.
     async fn reconcile(
         &self,
-        scope: &str,
-        invocation_id: &str,
-        observed_claim_token: &str,
+        observed: ObservedClaim<'_>,
         settlement: Settlement,
         now: DateTime<Utc>,
     ) -> Result<InvocationRecord, JournalError> {
         let claim = SettleClaim {
-            scope,
-            invocation_id,
-            claim_token: observed_claim_token,
+            scope: observed.scope,
+            invocation_id: observed.invocation_id,
+            claim_token: observed.claim_token,
             reconciled: true,
         };
         let record = self.settle_claim(claim, settlement, now).await?;
+        let invocation_id = observed.invocation_id;
         tracing::warn!(target: "capgate::journal", invocation_id, "pending invocation settled by reconcile");
         Ok(record)
     }

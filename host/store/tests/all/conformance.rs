@@ -30,7 +30,7 @@ use capgate_core::approval::{
 use capgate_core::canonical::input_hash;
 use capgate_core::journal::{
     ClaimOutcome, ClaimRequest, InMemoryInvocationJournal, InvocationJournal, InvocationRecord,
-    InvocationState, JournalError, ResumeClaim, Settlement,
+    InvocationState, JournalError, ObservedClaim, ResumeClaim, Settlement,
 };
 use capgate_core::meta::{Risk, SideEffect};
 use chrono::{DateTime, Duration, TimeZone, Utc};
@@ -669,7 +669,12 @@ async fn run_jcall(
             reconcile,
         } => {
             let r = if *reconcile {
-                j.reconcile(scope, id, token, settlement.clone(), now).await
+                let observed = ObservedClaim {
+                    scope,
+                    invocation_id: id,
+                    claim_token: token,
+                };
+                j.reconcile(observed, settlement.clone(), now).await
             } else {
                 j.settle(scope, id, token, settlement.clone(), now).await
             };

@@ -322,9 +322,7 @@ async fn pending_receipt_is_never_taken_over_only_reconciled(db: &TestDb) {
 
     let reconciled = j
         .reconcile(
-            &scope(),
-            "inv_orphan",
-            &r.claim_token,
+            (&r).into(),
             Settlement::final_outcome(json!({"status": "failed", "reconciled": true})),
             later,
         )
@@ -1099,8 +1097,10 @@ async fn audit_events_are_queryable_by_execution_capability_actor_and_tailed_in_
         .query(&AuditQuery {
             actor_id: Some("u_dana".into()),
             capability_id: Some("orders.refund".into()),
-            since: Some(Utc::now() - chrono::Duration::minutes(1)),
-            until: Some(Utc::now() + chrono::Duration::minutes(1)),
+            during: capgate_core::clock::TimeRange {
+                since: Some(Utc::now() - chrono::Duration::minutes(1)),
+                until: Some(Utc::now() + chrono::Duration::minutes(1)),
+            },
             order: AuditOrder::NewestFirst,
             ..AuditQuery::default()
         })
