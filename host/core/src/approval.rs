@@ -3,6 +3,7 @@
 //! coordinator for tests and development, and the optional inline handler.
 
 use crate::actor::{Actor, ActorRef, Surface};
+use crate::clock::TimeRange;
 use crate::meta::{Risk, SideEffect};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -306,12 +307,16 @@ impl ApprovalFilter {
                 .namespace
                 .as_ref()
                 .is_none_or(|n| &r.request.namespace == n)
-            && self
-                .requested_after
-                .is_none_or(|t| r.request.requested_at >= t)
-            && self
-                .requested_before
-                .is_none_or(|t| r.request.requested_at < t)
+            && self.requested().contains(r.request.requested_at)
+    }
+
+    /// When the listed records were requested: `requestedAfter` up to, not including,
+    /// `requestedBefore`.
+    pub fn requested(&self) -> TimeRange {
+        TimeRange {
+            since: self.requested_after,
+            until: self.requested_before,
+        }
     }
 }
 

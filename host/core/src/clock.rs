@@ -9,6 +9,24 @@ pub trait Clock: Send + Sync + 'static {
     fn now(&self) -> DateTime<Utc>;
 }
 
+/// A half-open span of time, at or after `since` and strictly before `until`; either end
+/// may be open. The audit log's and the approvals list's time filters both mean this, so
+/// "at or after, strictly before" is one rule.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TimeRange {
+    /// The first instant inside the range; `None`: no lower bound.
+    pub since: Option<DateTime<Utc>>,
+    /// The first instant past the range; `None`: no upper bound.
+    pub until: Option<DateTime<Utc>>,
+}
+
+impl TimeRange {
+    /// Whether `t` lies inside the range.
+    pub fn contains(&self, t: DateTime<Utc>) -> bool {
+        self.since.is_none_or(|s| t >= s) && self.until.is_none_or(|u| t < u)
+    }
+}
+
 /// The system clock.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SystemClock;

@@ -83,8 +83,7 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
                 capability_id: capability,
                 actor_id: actor,
                 event_type,
-                since,
-                until,
+                during: capgate_core::clock::TimeRange { since, until },
                 limit: Some(limit),
                 ..Default::default()
             };

@@ -4,6 +4,7 @@
 use crate::columns::{Columns, row};
 use crate::db::{Sql, Store};
 use capgate_core::audit::AuditEvent;
+use capgate_core::clock::TimeRange;
 use capgate_core::error::BoxError;
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
@@ -29,10 +30,8 @@ pub struct AuditQuery {
     pub actor_id: Option<String>,
     /// One event type (`capability.started`, …).
     pub event_type: Option<String>,
-    /// At or after.
-    pub since: Option<DateTime<Utc>>,
-    /// Only events strictly before this instant.
-    pub until: Option<DateTime<Utc>>,
+    /// When the events happened: at or after `since`, strictly before `until`.
+    pub during: TimeRange,
     /// Only rows inserted after this id (for following a live log).
     pub after_id: Option<i64>,
     /// Page size: default 100, at most 10 000.
@@ -213,8 +212,8 @@ impl AuditLog {
                     &q.capability_id,
                     &q.actor_id,
                     &q.event_type,
-                    &q.since,
-                    &q.until,
+                    &q.during.since,
+                    &q.during.until,
                     &q.after_id,
                     &q.effective_limit(),
                 ],
