@@ -87,9 +87,10 @@ pub struct Call {
     pub expect: Expect,
 }
 
-/// What a stubbed procedure does instead of the configured one.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+/// What a stubbed procedure does instead of the configured one: an `output` or an `error`
+/// (the check says so when a stub has both or neither); the other keys may be left out.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct Stub {
     /// Return this output (validated and redacted by the pipeline like any output).
     pub output: Option<Value>,
@@ -101,10 +102,8 @@ pub struct Stub {
     /// The message of the error (public only for `defined`).
     pub message: Option<String>,
     /// Whether a `defined` error is retryable.
-    #[serde(default)]
     pub retryable: bool,
     /// Answer only after this long (a hang, to meet the capability's timeout).
-    #[serde(default)]
     pub delay_ms: u64,
 }
 
