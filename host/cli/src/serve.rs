@@ -101,10 +101,7 @@ fn console_options(c: &capgate_config::ConsoleSection) -> anyhow::Result<Console
     Ok(ConsoleOptions {
         prefix: c.path.clone(),
         session_ttl: Duration::from_secs(c.session_minutes.saturating_mul(60)),
-        secure_cookie: c
-            .secure_cookie
-            .resolve()
-            .context("[gateway.console] secureCookie must be \"auto\", true or false")?,
+        secure_cookie: c.secure_cookie.0,
         max_sessions_per_principal: c.max_sessions_per_principal,
         sign_in_per_principal: PerMinute::new(c.sign_in_per_minute, c.sign_in_burst),
         sign_in_per_address: PerMinute::new(

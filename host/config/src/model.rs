@@ -1,8 +1,13 @@
 //! The deployment file's model (`capgate.toml`): one typed section per table, as written.
 //! Reading it with every problem located is [`crate::load`]; its cross-references are
-//! checked in `references.rs`, its value ranges in [`crate::values`].
+//! checked in `references.rs`; a number's range is declared on its field
+//! (`#[key(range = …)]`) and checked with the other values in [`crate::values`].
 
 use crate::keys::Keys;
+use crate::load::MAX_RESERVE;
+use crate::values::{
+    MAX_CONSOLE_SESSION_MINUTES, MAX_MEMORY_MB, MAX_MS, MAX_REPLAY_HORIZON_HOURS, MAX_STORAGE,
+};
 use capgate_core::actor::{ActorKind, Surface};
 use capgate_core::meta::{AdapterNames, ApprovalConfig, Expose, RetryConfig, Risk, SideEffect};
 use serde::Deserialize;
@@ -91,10 +96,13 @@ impl Default for MetricsSection {
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct RuntimeSection {
     /// Per-attempt timeout default.
+    #[key(range = 1..=MAX_MS, unit = "milliseconds")]
     pub timeout_ms: u64,
     /// Shared policy batch deadline.
+    #[key(range = 1..=MAX_MS, unit = "milliseconds")]
     pub policy_timeout_ms: u64,
     /// Approval expiry default.
+    #[key(range = 1..=MAX_MS, unit = "milliseconds")]
     pub approval_expires_in_ms: u64,
     /// Refuse an approval decided by the requester themselves (SI-4).
     pub reject_self_approval: bool,
@@ -142,6 +150,7 @@ pub struct StoreSection {
     /// connecting while the server is away) before the request fails with a `503`. Bounds
     /// how long a call can wait on a database that is down. Absent: the store's default
     /// (10 000).
+    #[key(range = 1..=MAX_MS, unit = "milliseconds")]
     pub acquire_timeout_ms: Option<u64>,
 }
 
@@ -182,13 +191,16 @@ pub struct PluginSection {
     /// Fuel per call.
     pub fuel: Option<u64>,
     /// Memory cap in MiB.
+    #[key(range = 1..=MAX_MEMORY_MB, unit = "MiB")]
     pub memory_mb: Option<u64>,
     /// Per-call deadline.
+    #[key(range = 1..=MAX_MS, unit = "milliseconds")]
     pub timeout_ms: Option<u64>,
     /// `fresh` (default) or `pooled`.
-    pub isolation: Option<String>,
+    pub isolation: Option<IsolationMode>,
     /// Fresh isolation: ready instances kept instantiated ahead of calls (default 8; 0 turns
     /// the reserve off).
+    #[key(range = 0..=MAX_RESERVE, unit = "ready instances")]
     pub reserve: Option<u32>,
     /// Refill the reserve when this many or fewer are left (default: half of `reserve`).
     pub reserve_refill_at: Option<u32>,
@@ -270,6 +282,7 @@ pub struct CapabilitySection {
     #[serde(default)]
     pub tags: Vec<String>,
     /// The per-attempt timeout of this capability (default: `runtime.timeoutMs`).
+    #[key(range = 1..=MAX_MS, unit = "milliseconds")]
     pub timeout_ms: Option<u64>,
     /// Which failures are retried and how often (SI-11: idempotent calls only).
     pub retry: Option<RetryConfig>,
@@ -311,12 +324,15 @@ pub struct GatewaySection {
     #[key(tables)]
     pub routes: Vec<RouteSection>,
     /// `"authenticated"` (explicit opt-in) or `{ plugin = "name", config = {...} }`.
-    pub authorize: Option<serde_json::Value>,
+    pub authorize: Option<AuthorizeSetting>,
     /// Total request ceiling.
+    #[key(range = 1..=MAX_MS, unit = "milliseconds")]
     pub request_timeout_ms: u64,
     /// Reserved for draining audit inside the ceiling.
+    #[key(range = 0..=MAX_MS, unit = "milliseconds")]
     pub audit_drain_timeout_ms: u64,
-    /// Body size cap.
+    /// The largest request body a door reads, in bytes.
+    #[key(range = 1..)]
     pub max_body_bytes: usize,
     /// API keys (hashed).
     #[key(tables)]
@@ -328,22 +344,27 @@ pub struct GatewaySection {
     pub approval_console_url: Option<String>,
     /// Keep invocation receipts this long.
     #[key(restart = "the invocation journal and its purge are set up at start")]
+    #[key(range = 1..=MAX_REPLAY_HORIZON_HOURS, unit = "hours")]
     pub replay_horizon_hours: u64,
     /// The most invocation receipts one namespace may hold (`journalMaxRowsPerNamespace`,
     /// default 100 000); a claim past it is refused `507 STORAGE_QUOTA_EXCEEDED`.
+    #[key(range = 1..=MAX_STORAGE)]
     pub journal_max_rows_per_namespace: u64,
     /// The most bytes of stored input and outcome JSON one namespace's receipts may hold
     /// (`journalMaxBytesPerNamespace`, default 256 MiB).
+    #[key(range = 1..=MAX_STORAGE, unit = "bytes")]
     pub journal_max_bytes_per_namespace: u64,
     /// At SIGTERM or Ctrl-C, how long `/readyz` answers 503 (`shutdown: draining`) while
     /// the listener still serves, so a load balancer stops sending before connections are
     /// refused (`shutdownUnreadyDelayMs`, default 1000; 0 stops accepting at once).
     #[key(restart = "the shutdown sequence is set up at start")]
+    #[key(range = 0..=MAX_MS, unit = "milliseconds")]
     pub shutdown_unready_delay_ms: u64,
     /// At SIGTERM or Ctrl-C, how long calls in flight get to finish once the listener is
     /// closed (`shutdownDrainMs`, default 30000); a call still running then is left with a
     /// pending receipt for `capgate invocations reconcile`.
     #[key(restart = "the shutdown sequence is set up at start")]
+    #[key(range = 1..=MAX_MS, unit = "milliseconds")]
     pub shutdown_drain_ms: u64,
     /// Rate limits of every door.
     #[key(table)]
@@ -397,6 +418,7 @@ pub struct ConsoleSection {
     /// Where: a plain path such as `/console`.
     pub path: String,
     /// How long a sign-in lasts, in minutes (capped by the credential's own expiry).
+    #[key(range = 1..=MAX_CONSOLE_SESSION_MINUTES, unit = "minutes")]
     pub session_minutes: u64,
     /// `"auto"` (Secure except on a loopback host), `true` or `false`.
     pub secure_cookie: SecureCookieSetting,
@@ -419,7 +441,7 @@ impl Default for ConsoleSection {
             enabled: true,
             path: "/console".into(),
             session_minutes: 480,
-            secure_cookie: SecureCookieSetting::Word("auto".into()),
+            secure_cookie: SecureCookieSetting::default(),
             max_sessions_per_principal: DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
             sign_in_per_minute: DEFAULT_SIGN_IN_PER_PRINCIPAL.0,
             sign_in_burst: DEFAULT_SIGN_IN_PER_PRINCIPAL.1,
@@ -429,25 +451,75 @@ impl Default for ConsoleSection {
     }
 }
 
-/// `secureCookie`: `"auto"` or a boolean.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(untagged)]
-pub enum SecureCookieSetting {
-    /// `true` or `false`.
-    Flag(bool),
-    /// `"auto"` (anything else is a located problem).
-    Word(String),
+/// `secureCookie`: `"auto"`, `true` or `false`, read into the console's own setting (any
+/// other value is a located problem at the key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(try_from = "serde_json::Value")]
+pub struct SecureCookieSetting(pub capgate_gateway::console::SecureCookie);
+
+impl TryFrom<serde_json::Value> for SecureCookieSetting {
+    type Error = &'static str;
+
+    fn try_from(v: serde_json::Value) -> Result<Self, Self::Error> {
+        use capgate_gateway::console::SecureCookie;
+        match v {
+            serde_json::Value::Bool(true) => Ok(SecureCookieSetting(SecureCookie::Always)),
+            serde_json::Value::Bool(false) => Ok(SecureCookieSetting(SecureCookie::Never)),
+            serde_json::Value::String(w) if w == "auto" => {
+                Ok(SecureCookieSetting(SecureCookie::Auto))
+            }
+            _ => Err("must be \"auto\" (Secure except on a loopback host), true or false"),
+        }
+    }
 }
 
-impl SecureCookieSetting {
-    /// The gateway's setting; `None` for a word other than `auto`.
-    pub fn resolve(&self) -> Option<capgate_gateway::console::SecureCookie> {
-        use capgate_gateway::console::SecureCookie;
-        match self {
-            SecureCookieSetting::Flag(true) => Some(SecureCookie::Always),
-            SecureCookieSetting::Flag(false) => Some(SecureCookie::Never),
-            SecureCookieSetting::Word(w) if w == "auto" => Some(SecureCookie::Auto),
-            SecureCookieSetting::Word(_) => None,
+/// A plugin's `isolation`: how its instances are kept between calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IsolationMode {
+    /// A fresh instance per call (the default): nothing survives between calls.
+    #[default]
+    Fresh,
+    /// Instances reused across calls of one namespace, reset by the plugin's own contract.
+    Pooled,
+}
+
+/// `[gateway] authorize`: who may use which operation of the gateway, stated explicitly
+/// (the gateway never runs without an authorizer).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(try_from = "serde_json::Value")]
+pub enum AuthorizeSetting {
+    /// `"authenticated"`: any authenticated caller may use every operation.
+    Authenticated,
+    /// `{ plugin = "NAME", config = {...} }`: a Wasm authorizer plugin decides per operation.
+    Plugin(AuthorizePlugin),
+}
+
+/// `authorize = { plugin = "NAME", config = {...} }`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthorizePlugin {
+    /// The `[plugins.NAME]` entry bound as the authorizer.
+    pub plugin: String,
+    /// The binding's `config` JSON (default `null`).
+    #[serde(default)]
+    pub config: serde_json::Value,
+}
+
+impl TryFrom<serde_json::Value> for AuthorizeSetting {
+    type Error = String;
+
+    fn try_from(v: serde_json::Value) -> Result<Self, Self::Error> {
+        const EXPECTED: &str =
+            "must be \"authenticated\" (explicit opt-in) or { plugin = \"NAME\" }";
+        match v {
+            serde_json::Value::String(w) if w == "authenticated" => {
+                Ok(AuthorizeSetting::Authenticated)
+            }
+            v @ serde_json::Value::Object(_) => serde_json::from_value(v)
+                .map(AuthorizeSetting::Plugin)
+                .map_err(|e| format!("{EXPECTED}: {e}")),
+            _ => Err(EXPECTED.to_string()),
         }
     }
 }

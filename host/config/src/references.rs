@@ -2,7 +2,6 @@
 //! not be written together) and its warnings: checks over the whole file that no one
 //! section's type can express.
 
-use crate::load::MAX_RESERVE;
 use crate::located::{Located, Problem, seg};
 use crate::model::*;
 use capgate_core::actor::ActorKind;
@@ -171,22 +170,7 @@ impl Config {
                     "must be the 64-hex-digit SHA-256 of the plugin file (`sha256sum FILE`)",
                 )),
             }
-            if let Some(iso) = &p.isolation
-                && iso != "fresh"
-                && iso != "pooled"
-            {
-                problems.push(doc.problem(
-                    &format!("/plugins/{}/isolation", seg(name)),
-                    format!("`{iso}` is not an isolation mode (expected `fresh` or `pooled`)"),
-                ));
-            }
-            if p.reserve.is_some_and(|r| r > MAX_RESERVE) {
-                problems.push(doc.problem(
-                    &format!("/plugins/{}/reserve", seg(name)),
-                    format!("at most {MAX_RESERVE} ready instances per plugin"),
-                ));
-            }
-            if p.isolation.as_deref() == Some("pooled")
+            if p.isolation == Some(IsolationMode::Pooled)
                 && (p.reserve.is_some() || p.reserve_refill_at.is_some())
             {
                 problems.push(doc.problem(
@@ -295,32 +279,19 @@ impl Config {
                 ));
             }
         }
-        if self.store.acquire_timeout_ms == Some(0) {
-            problems.push(doc.problem(
-                "/store/acquireTimeoutMs",
-                "must be at least 1 (milliseconds a statement waits for a connection)",
-            ));
-        }
         if self.gateway.audit_drain_timeout_ms >= self.gateway.request_timeout_ms {
             problems.push(doc.problem(
                 "/gateway/auditDrainTimeoutMs",
                 "must be smaller than requestTimeoutMs (drain time is reserved inside the request ceiling)",
             ));
         }
-        match &self.gateway.authorize {
-            None => {}
-            Some(serde_json::Value::String(s)) if s == "authenticated" => {}
-            Some(v) => match v.get("plugin").and_then(|p| p.as_str()) {
-                Some(p) if self.plugins.contains_key(p) => {}
-                Some(p) => problems.push(doc.problem(
-                    "/gateway/authorize/plugin",
-                    format!("no plugin named `{p}`"),
-                )),
-                None => problems.push(doc.problem(
-                    "/gateway/authorize",
-                    "must be \"authenticated\" (explicit opt-in) or { plugin = \"NAME\" }",
-                )),
-            },
+        if let Some(AuthorizeSetting::Plugin(a)) = &self.gateway.authorize
+            && !self.plugins.contains_key(&a.plugin)
+        {
+            problems.push(doc.problem(
+                "/gateway/authorize/plugin",
+                format!("no plugin named `{}`", a.plugin),
+            ));
         }
         for (i, k) in self.gateway.api_keys.iter().enumerate() {
             credential(

@@ -3,7 +3,8 @@
 //! a store URL, a consistent `[mcp]` table. Each problem is located; all are reported
 //! together with the type and reference problems of [`Config::load`].
 
-use crate::located::{Located, Problem, seg};
+use crate::keys::Keys;
+use crate::located::{Located, Problem};
 use crate::model::Config;
 use capgate_core::actor::ActorKind;
 
@@ -20,6 +21,10 @@ pub const MAX_CONSOLE_SESSION_MINUTES: u64 = 7 * 24 * 60;
 /// The largest plugin memory cap: a 32-bit Wasm memory cannot grow past 4 GiB.
 pub const MAX_MEMORY_MB: u64 = 4096;
 
+/// The largest per-namespace storage budget (rows or bytes): what the store's signed
+/// 64-bit counters hold.
+pub const MAX_STORAGE: u64 = i64::MAX as u64;
+
 /// A duration setting: positive (unless `zero_ok`) and at most [`MAX_MS`].
 fn ms(doc: &Located, out: &mut Vec<Problem>, pointer: &str, value: u64, zero_ok: bool) {
     if value == 0 && !zero_ok {
@@ -35,41 +40,15 @@ fn ms(doc: &Located, out: &mut Vec<Problem>, pointer: &str, value: u64, zero_ok:
 impl Config {
     /// Ranges and shapes of values (see the module docs).
     pub(crate) fn check_values(&self, doc: &Located, out: &mut Vec<Problem>) {
-        let r = &self.runtime;
-        ms(doc, out, "/runtime/timeoutMs", r.timeout_ms, false);
-        ms(
-            doc,
-            out,
-            "/runtime/policyTimeoutMs",
-            r.policy_timeout_ms,
-            false,
-        );
-        ms(
-            doc,
-            out,
-            "/runtime/approvalExpiresInMs",
-            r.approval_expires_in_ms,
-            false,
-        );
-        for (name, p) in &self.plugins {
-            let at = format!("/plugins/{}", seg(name));
-            if let Some(t) = p.timeout_ms {
-                ms(doc, out, &format!("{at}/timeoutMs"), t, false);
-            }
-            if let Some(mb) = p.memory_mb
-                && !(1..=MAX_MEMORY_MB).contains(&mb)
-            {
-                out.push(doc.problem(
-                    &format!("{at}/memoryMb"),
-                    format!("must be between 1 and {MAX_MEMORY_MB} (MiB), got {mb}"),
-                ));
-            }
+        // Every range declared on a key (`#[key(range = …)]`), wherever its table is.
+        let mut ranges = Vec::new();
+        self.range_problems("", &mut ranges);
+        for (pointer, message) in ranges {
+            out.push(doc.problem(&pointer, message));
         }
+        // The tables of other crates' types declare no ranges; theirs are checked here.
         for (i, c) in self.capabilities.iter().enumerate() {
             let at = format!("/capabilities/{i}");
-            if let Some(t) = c.timeout_ms {
-                ms(doc, out, &format!("{at}/timeoutMs"), t, false);
-            }
             if let Some(e) = c.approval.as_ref().and_then(|a| a.expires_in_ms) {
                 ms(doc, out, &format!("{at}/approval/expiresInMs"), e, false);
             }
@@ -124,63 +103,6 @@ impl Config {
 
     fn check_gateway_values(&self, doc: &Located, out: &mut Vec<Problem>) {
         let g = &self.gateway;
-        ms(
-            doc,
-            out,
-            "/gateway/requestTimeoutMs",
-            g.request_timeout_ms,
-            false,
-        );
-        ms(
-            doc,
-            out,
-            "/gateway/auditDrainTimeoutMs",
-            g.audit_drain_timeout_ms,
-            true,
-        );
-        ms(
-            doc,
-            out,
-            "/gateway/shutdownUnreadyDelayMs",
-            g.shutdown_unready_delay_ms,
-            true,
-        );
-        ms(
-            doc,
-            out,
-            "/gateway/shutdownDrainMs",
-            g.shutdown_drain_ms,
-            false,
-        );
-        if g.max_body_bytes == 0 {
-            out.push(doc.problem("/gateway/maxBodyBytes", "must be positive"));
-        }
-        if !(1..=MAX_REPLAY_HORIZON_HOURS).contains(&g.replay_horizon_hours) {
-            out.push(doc.problem(
-                "/gateway/replayHorizonHours",
-                format!(
-                    "must be between 1 and {MAX_REPLAY_HORIZON_HOURS} hours, got {}",
-                    g.replay_horizon_hours
-                ),
-            ));
-        }
-        for (pointer, value) in [
-            (
-                "/gateway/journalMaxRowsPerNamespace",
-                g.journal_max_rows_per_namespace,
-            ),
-            (
-                "/gateway/journalMaxBytesPerNamespace",
-                g.journal_max_bytes_per_namespace,
-            ),
-        ] {
-            if value == 0 || i64::try_from(value).is_err() {
-                out.push(doc.problem(
-                    pointer,
-                    format!("must be between 1 and {}, got {value}", i64::MAX),
-                ));
-            }
-        }
         if let Err(e) = check_listen(&g.listen) {
             out.push(doc.problem("/gateway/listen", e));
         }
@@ -252,21 +174,6 @@ impl Config {
     fn check_console(&self, doc: &Located, out: &mut Vec<Problem>) {
         const AT: &str = "/gateway/console";
         let c = &self.gateway.console;
-        if c.secure_cookie.resolve().is_none() {
-            out.push(doc.problem(
-                &format!("{AT}/secureCookie"),
-                "must be \"auto\" (Secure except on a loopback host), true or false",
-            ));
-        }
-        if !(1..=MAX_CONSOLE_SESSION_MINUTES).contains(&c.session_minutes) {
-            out.push(doc.problem(
-                &format!("{AT}/sessionMinutes"),
-                format!(
-                    "must be between 1 and {MAX_CONSOLE_SESSION_MINUTES} minutes, got {}",
-                    c.session_minutes
-                ),
-            ));
-        }
         if !c.enabled {
             return;
         }

@@ -18,16 +18,12 @@ impl Validation<'_> {
                 );
                 None
             }
-            Some(serde_json::Value::String(s)) if s == "authenticated" => {
-                Some(Arc::new(AuthenticatedOnly))
-            }
-            Some(v) => {
-                let name = v.get("plugin").and_then(|p| p.as_str())?;
-                let plugin = plugins.get(name)?;
-                let section = self.cfg.plugins.get(name);
-                let config = v.get("config").cloned().unwrap_or(serde_json::Value::Null);
+            Some(AuthorizeSetting::Authenticated) => Some(Arc::new(AuthenticatedOnly)),
+            Some(AuthorizeSetting::Plugin(a)) => {
+                let plugin = plugins.get(&a.plugin)?;
+                let section = self.cfg.plugins.get(&a.plugin);
                 let binding = Binding::new("gateway.authorize")
-                    .config(config)
+                    .config(a.config.clone())
                     .limits(limits_of(section, Limits::default()))
                     .isolation(isolation_of(section));
                 match plugin.authorizer(binding) {

@@ -18,7 +18,10 @@
 
 use async_trait::async_trait;
 use capgate_config::located::{Located, Problem, seg};
-use capgate_config::{BindingSection, CapabilitySection, Config, JwtSection, PluginSection};
+use capgate_config::{
+    AuthorizeSetting, BindingSection, CapabilitySection, Config, IsolationMode, JwtSection,
+    PluginSection,
+};
 use capgate_core::actor::{Actor, Surface};
 use capgate_core::approval::{ApprovalCoordinator, InMemoryApprovalCoordinator};
 use capgate_core::audit::AuditConfig;

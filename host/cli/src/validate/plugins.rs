@@ -27,9 +27,9 @@ pub(super) fn limits_of(p: Option<&PluginSection>, base: Limits) -> Limits {
 }
 
 pub(super) fn isolation_of(p: Option<&PluginSection>) -> Isolation {
-    match p.and_then(|p| p.isolation.as_deref()) {
-        Some("pooled") => Isolation::pooled(),
-        _ => Isolation::Fresh,
+    match p.and_then(|p| p.isolation).unwrap_or_default() {
+        IsolationMode::Pooled => Isolation::pooled(),
+        IsolationMode::Fresh => Isolation::Fresh,
     }
 }
 

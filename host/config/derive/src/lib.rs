@@ -14,6 +14,12 @@
 //! of tables, `Vec<T>` or `BTreeMap<String, T>`, whose keys are listed under `*`). A field
 //! with no class of its own on a table without a default is a compile error, so no key
 //! goes unclassified.
+//!
+//! A number may declare its range there too: `#[key(range = 1..=MAX_MS, unit =
+//! "milliseconds")]` (any range expression of the field's type; on an `Option<T>` it
+//! applies when the key is set). The reference lists it, and `Keys::range_problems`
+//! reports every value outside its range, in nested tables too, so `capgate check` names
+//! each one with the others.
 
 use heck::ToLowerCamelCase;
 use proc_macro::TokenStream;
@@ -73,12 +79,15 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
         })?;
     }
     let mut entries = Vec::new();
+    let mut ranges = Vec::new();
     for field in &fields.named {
         let Some(ident) = &field.ident else { continue };
         let mut class = None;
         let mut nesting = Nesting::None;
         let mut docs = Vec::new();
         let mut rename = None;
+        let mut range: Option<syn::Expr> = None;
+        let mut unit: Option<LitStr> = None;
         for attr in &field.attrs {
             if attr.path().is_ident("doc") {
                 if let syn::Meta::NameValue(nv) = &attr.meta
@@ -124,8 +133,16 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
                     } else if meta.path.is_ident("tables") {
                         nesting = Nesting::Tables;
                         Ok(())
+                    } else if meta.path.is_ident("range") {
+                        range = Some(meta.value()?.parse()?);
+                        Ok(())
+                    } else if meta.path.is_ident("unit") {
+                        unit = Some(meta.value()?.parse()?);
+                        Ok(())
                     } else {
-                        Err(meta.error("expected live, restart = \"why\", skip, table or tables"))
+                        Err(meta.error(
+                            "expected live, restart = \"why\", skip, table, tables, range = A..=B or unit = \"…\"",
+                        ))
                     }
                 })?;
             }
@@ -136,6 +153,12 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
                 "classify this key: #[key(live)], #[key(restart = \"why\")] or #[key(skip)] on it, or a default class on its table",
             ));
         };
+        if unit.is_some() && range.is_none() {
+            return Err(syn::Error::new_spanned(
+                ident,
+                "`unit` names the unit of a `range`",
+            ));
+        }
         let reload = match class {
             Class::Skip => continue,
             Class::Live => quote!(::core::option::Option::None),
@@ -145,11 +168,22 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
         let doc = docs.join(" ");
         let ty = &field.ty;
         let ty_name = type_name(ty);
-        let nested = match nesting {
-            Nesting::None => quote!(),
+        let optional = unwrap_generic(ty, &["Option"]).is_some();
+        let (nested, nested_ranges) = match nesting {
+            Nesting::None => (quote!(), quote!()),
             Nesting::Table => {
                 let inner = unwrap_generic(ty, &["Option"]).unwrap_or(ty);
-                quote!(<#inner as crate::keys::Keys>::keys(&pointer, restart, out);)
+                let ranges = if optional {
+                    quote!(if let ::core::option::Option::Some(t) = &self.#ident {
+                        crate::keys::Keys::range_problems(t, &pointer, out);
+                    })
+                } else {
+                    quote!(crate::keys::Keys::range_problems(&self.#ident, &pointer, out);)
+                };
+                (
+                    quote!(<#inner as crate::keys::Keys>::keys(&pointer, restart, out);),
+                    ranges,
+                )
             }
             Nesting::Tables => {
                 let Some(inner) = unwrap_generic(ty, &["Vec", "BTreeMap"]) else {
@@ -158,9 +192,48 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
                         "`tables` is a Vec<T> or a BTreeMap<String, T>",
                     ));
                 };
-                quote!(<#inner as crate::keys::Keys>::keys(&::std::format!("{pointer}/*"), restart, out);)
+                let ranges = if unwrap_generic(ty, &["Vec"]).is_some() {
+                    quote!(for (i, t) in self.#ident.iter().enumerate() {
+                        crate::keys::Keys::range_problems(t, &::std::format!("{pointer}/{i}"), out);
+                    })
+                } else {
+                    quote!(for (name, t) in &self.#ident {
+                        let at = ::std::format!("{pointer}/{}", crate::located::seg(name));
+                        crate::keys::Keys::range_problems(t, &at, out);
+                    })
+                };
+                (
+                    quote!(<#inner as crate::keys::Keys>::keys(&::std::format!("{pointer}/*"), restart, out);),
+                    ranges,
+                )
             }
         };
+        let unit = unit.map_or_else(String::new, |u| u.value());
+        let (range_text, own_range) = match &range {
+            None => (quote!(::core::option::Option::None), quote!()),
+            Some(r) => {
+                let check = if optional {
+                    quote!(if let ::core::option::Option::Some(v) = &self.#ident {
+                        crate::keys::check_range(&pointer, v, &(#r), #unit, out);
+                    })
+                } else {
+                    quote!(crate::keys::check_range(&pointer, &self.#ident, &(#r), #unit, out);)
+                };
+                (
+                    quote!(::core::option::Option::Some(crate::keys::describe(&(#r), #unit))),
+                    check,
+                )
+            }
+        };
+        if !own_range.is_empty() || !nested_ranges.is_empty() {
+            ranges.push(quote! {
+                {
+                    let pointer = ::std::format!("{}/{}", prefix, #key);
+                    #own_range
+                    #nested_ranges
+                }
+            });
+        }
         entries.push(quote! {
             {
                 let pointer = ::std::format!("{}/{}", prefix, #key);
@@ -170,6 +243,7 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
                     pointer: pointer.clone(),
                     doc: #doc,
                     ty: #ty_name,
+                    range: #range_text,
                     restart,
                     inherited: inherited.is_some(),
                 });
@@ -185,6 +259,14 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
                 out: &mut ::std::vec::Vec<crate::keys::Key>,
             ) {
                 #(#entries)*
+            }
+
+            fn range_problems(
+                &self,
+                prefix: &str,
+                out: &mut ::std::vec::Vec<(::std::string::String, ::std::string::String)>,
+            ) {
+                #(#ranges)*
             }
         }
     })

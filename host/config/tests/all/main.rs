@@ -2,3 +2,4 @@
 //! ships and the reference generated from them.
 
 mod keys;
+mod ranges;
