@@ -105,6 +105,9 @@
 //! each route separately ([`GateLayer`] is not `Clone`, so `Router::layer` does not
 //! compile). A client that disconnects cancels its governed call (`CANCELLED` in the
 //! audit trail), which runs on a task of its own so the pipeline always ends.
+//!
+//! There is no invocation journal here: a retried request is a new call. Callers that
+//! need replay by invocation id and receipts use the gateway's `/agent` door instead.
 
 mod answer;
 mod gate;
