@@ -3,13 +3,15 @@
 //! - `store.url` in a configuration file is relative to **that file's directory**.
 //! - `--store` (or `CAPGATE_STORE`) on the command line is relative to the **current
 //!   directory**, like every path a command line takes.
+//! - The same holds for the files a Postgres URL names (`sslrootcert`, `sslcert`,
+//!   `sslkey`).
 //!
 //! `serve`, `mcp` and `migrate` may create a SQLite database ([`Access::Create`]); every
 //! other command only opens one that exists ([`Access::Existing`]), so a mistyped path is
 //! an error that says what to do, never a new empty database and an empty answer.
 
 use anyhow::{Context, bail};
-use capgate_config::store_url::{Kind, kind};
+use capgate_config::store_url::{Kind, kind, resolve_postgres_files};
 pub use capgate_config::store_url::{check_url, redact_url};
 use capgate_store::Store;
 use std::path::{Path, PathBuf};
@@ -76,12 +78,12 @@ impl StoreUrl {
     }
 
     fn resolve(url: &str, origin: Origin) -> Result<StoreUrl, String> {
+        let base = match &origin {
+            Origin::CommandLine { cwd } => cwd.as_path(),
+            Origin::ConfigFile { file } => file.parent().unwrap_or(Path::new("/")),
+        };
         let (resolved, file) = match kind(url)? {
             Kind::SqliteFile { path, query } => {
-                let base = match &origin {
-                    Origin::CommandLine { cwd } => cwd.as_path(),
-                    Origin::ConfigFile { file } => file.parent().unwrap_or(Path::new("/")),
-                };
                 let full = base.join(path);
                 let resolved = match query {
                     Some(q) => format!("sqlite://{}?{q}", full.display()),
@@ -89,7 +91,9 @@ impl StoreUrl {
                 };
                 (resolved, Some(full))
             }
-            Kind::SqliteMemory | Kind::Postgres => (url.to_string(), None),
+            Kind::SqliteMemory => (url.to_string(), None),
+            // `sslrootcert`, `sslcert` and `sslkey` by the same rule as a SQLite path.
+            Kind::Postgres => (resolve_postgres_files(url, base), None),
         };
         Ok(StoreUrl {
             written: url.to_string(),
@@ -213,6 +217,15 @@ mod tests {
             .expect("url");
         assert_eq!(p.url(), "postgres://u:p@h/db");
         assert_eq!(p.display(), "postgres://u:***@h/db");
+        let tls = StoreUrl::from_config_file(
+            "postgres://u:p@h/db?sslmode=verify-full&sslrootcert=certs/ca.pem",
+            Path::new("/etc/cg/capgate.toml"),
+        )
+        .expect("url");
+        assert_eq!(
+            tls.url(),
+            "postgres://u:p@h/db?sslmode=verify-full&sslrootcert=/etc/cg/certs/ca.pem"
+        );
     }
 
     #[test]

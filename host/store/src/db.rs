@@ -117,6 +117,25 @@ pub enum StoreError {
     /// The database could not be reached or opened.
     #[error("cannot open the store: {0}")]
     Connect(#[source] sqlx::Error),
+    /// The TLS handshake with the Postgres server failed: `sslmode` asks for TLS the
+    /// server does not offer, or its certificate was refused (`verify-ca`, `verify-full`).
+    #[error(
+        "cannot open the store: TLS handshake with the Postgres server {server} failed: \
+         {failure} (sslmode={sslmode}; {trust}): {source}"
+    )]
+    Tls {
+        /// `host:port` of the server.
+        server: String,
+        /// The `sslmode` in force.
+        sslmode: String,
+        /// What the certificate was checked against, in words (the `sslrootcert` file).
+        trust: String,
+        /// Why, as far as it can be told apart.
+        failure: crate::tls::TlsFailure,
+        /// The error of the TLS client.
+        #[source]
+        source: sqlx::Error,
+    },
     /// Applying or inspecting migrations failed.
     #[error("store migration failed: {0}")]
     Migrate(#[source] BoxError),
@@ -601,7 +620,8 @@ async fn open_sqlite(url: &str, options: &StoreOptions) -> Result<Store, StoreEr
 }
 
 async fn open_postgres(url: &str, options: &StoreOptions) -> Result<Store, StoreError> {
-    let mut connect = PgConnectOptions::from_str(url).map_err(|e| StoreError::Url(e.into()))?;
+    let connect = PgConnectOptions::from_str(url).map_err(|e| StoreError::Url(e.into()))?;
+    let (mut connect, tls) = crate::tls::PgTls::apply(url, connect);
     if options.read_only {
         connect = connect.options([("default_transaction_read_only", "on")]);
     }
@@ -610,7 +630,7 @@ async fn open_postgres(url: &str, options: &StoreOptions) -> Result<Store, Store
         .acquire_timeout(options.acquire_timeout)
         .connect_with(connect)
         .await
-        .map_err(StoreError::Connect)?;
+        .map_err(|e| tls.connect_error(e))?;
     Ok(Store {
         db: Arc::new(Db::Postgres(pool)),
     })

@@ -60,6 +60,8 @@
 //! # Layout
 //!
 //! - [`Store`] opens a URL, owns the pools, runs the embedded migrations.
+//!   Postgres takes libpq's TLS parameters (`sslmode=verify-full&sslrootcert=ca.pem`); a
+//!   refused handshake is [`StoreError::Tls`] with a [`TlsFailure`].
 //! - [`SqlApprovalCoordinator`] implements `capgate_core::approval::ApprovalCoordinator`.
 //! - [`SqlAuditSink`] implements `capgate_core::audit::AuditSink`, batched with write-through for
 //!   `capability.started`; [`AuditLog`] reads events back.
@@ -87,6 +89,7 @@ pub mod metrics;
 mod params;
 mod sessions;
 mod time;
+mod tls;
 mod traced;
 
 pub use approvals::SqlApprovalCoordinator;
@@ -102,4 +105,5 @@ pub use journal::{DEFAULT_REPLAY_HORIZON, SqlInvocationJournal};
 pub use sessions::{
     ConsoleSessionRow, ConsoleSessionRows, MAX_SESSION_FIELD_BYTES, SessionRowError,
 };
+pub use tls::TlsFailure;
 pub use traced::{Traced, db_system};

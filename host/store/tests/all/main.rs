@@ -6,4 +6,5 @@ mod common;
 
 mod conformance;
 mod console_sessions;
+mod postgres_tls;
 mod store;
