@@ -9,6 +9,7 @@
 //! relative paths absolute, by the same rule as every other path of the file they are
 //! written in.
 
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use std::path::{Path, PathBuf};
 
 /// What a store URL points at.
@@ -124,15 +125,8 @@ pub fn pg_params(url: &str) -> Vec<(&'static str, String)> {
     let Some((_, query)) = url.split_once('?') else {
         return Vec::new();
     };
-    query
-        .split('&')
-        .filter_map(|pair| {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            Some((
-                canonical_param(&percent_decode(name))?,
-                percent_decode(value),
-            ))
-        })
+    form_urlencoded::parse(query.as_bytes())
+        .filter_map(|(name, value)| Some((canonical_param(&name)?, value.into_owned())))
         .collect()
 }
 
@@ -157,21 +151,21 @@ pub fn resolve_postgres_files(url: &str, base: &Path) -> String {
     let pairs: Vec<String> = query
         .split('&')
         .map(|pair| {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let file_param =
-                canonical_param(&percent_decode(name)).is_some_and(|n| PG_FILE_PARAMS.contains(&n));
-            let value = percent_decode(value);
+            let raw_name = pair.split_once('=').map_or(pair, |(name, _)| name);
+            let Some((name, value)) = form_urlencoded::parse(pair.as_bytes()).next() else {
+                return pair.to_string();
+            };
+            let file_param = canonical_param(&name).is_some_and(|n| PG_FILE_PARAMS.contains(&n));
             if !file_param || value.is_empty() || is_inline_pem(&value) {
                 return pair.to_string();
             }
-            let path = Path::new(&value);
+            let path = Path::new(&*value);
             if path.is_absolute() {
                 return pair.to_string();
             }
-            format!(
-                "{name}={}",
-                percent_encode(&base.join(path).to_string_lossy())
-            )
+            let joined = base.join(path);
+            let encoded = utf8_percent_encode(&joined.to_string_lossy(), QUERY_VALUE);
+            format!("{raw_name}={encoded}")
         })
         .collect();
     format!("{head}?{}", pairs.join("&"))
@@ -266,39 +260,13 @@ fn pem_certificates(bytes: &[u8]) -> Result<usize, String> {
     Ok(n)
 }
 
-/// A query name or value decoded as sqlx reads it (`application/x-www-form-urlencoded`:
-/// `+` is a space, `%XX` a byte, an invalid escape kept as written).
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && let Some(hex) = s.get(i + 1..i + 3)
-            && let Ok(b) = u8::from_str_radix(hex, 16)
-        {
-            out.push(b);
-            i += 3;
-            continue;
-        }
-        out.push(if bytes[i] == b'+' { b' ' } else { bytes[i] });
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Percent-encoded for a query value: everything but unreserved characters and `/`.
-fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'/') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
+/// What a resolved path keeps unescaped in a query value: unreserved characters and `/`.
+const QUERY_VALUE: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b'/');
 
 /// A URL without its password, for messages.
 pub fn redact_url(url: &str) -> String {

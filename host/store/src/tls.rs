@@ -167,32 +167,9 @@ fn is_inline_pem(value: &str) -> bool {
 /// (`application/x-www-form-urlencoded`).
 fn url_param(url: &str, names: &[&str]) -> Option<String> {
     let (_, query) = url.split_once('?')?;
-    query.split('&').find_map(|pair| {
-        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        names
-            .contains(&form_decode(name).as_str())
-            .then(|| form_decode(value))
-    })
-}
-
-/// `+` a space, `%XX` a byte, an invalid escape kept as written.
-fn form_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && let Some(hex) = s.get(i + 1..i + 3)
-            && let Ok(b) = u8::from_str_radix(hex, 16)
-        {
-            out.push(b);
-            i += 3;
-            continue;
-        }
-        out.push(if bytes[i] == b'+' { b' ' } else { bytes[i] });
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(name, _)| names.contains(&name.as_ref()))
+        .map(|(_, value)| value.into_owned())
 }
 
 #[cfg(test)]

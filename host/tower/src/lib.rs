@@ -154,10 +154,9 @@ impl Principal {
         self
     }
 
-    /// Set the application context.
-    pub fn context(mut self, context: serde_json::Value) -> Self {
-        self.context = context;
-        self
+    capgate_core::setters! {
+        /// Set the application context.
+        context => context: serde_json::Value;
     }
 }
 
