@@ -223,6 +223,37 @@ macro_rules! checked_string {
 }
 pub(crate) use checked_string;
 
+/// Builder setters, one line each: `name => field: Type;` becomes
+/// `pub fn name(mut self, value: Type) -> Self`, which stores `value` in `self.field`. The
+/// library builders (errors, Wasm limits and bindings, the gateway's application) write
+/// their plain setters through it, so a setter is declared, not written out again.
+///
+/// ```
+/// #[derive(Default)]
+/// struct Options {
+///     retries: u32,
+/// }
+/// impl Options {
+///     capgate_core::setters! {
+///         /// How many times to retry.
+///         with_retries => retries: u32;
+///     }
+/// }
+/// assert_eq!(Options::default().with_retries(3).retries, 3);
+/// ```
+#[macro_export]
+macro_rules! setters {
+    ($($(#[doc = $doc:literal])* $name:ident => $field:ident: $ty:ty;)+) => {
+        $(
+            $(#[doc = $doc])*
+            pub fn $name(mut self, value: $ty) -> Self {
+                self.$field = value;
+                self
+            }
+        )+
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use crate::actor::{ActorKind, Surface};
@@ -290,35 +321,4 @@ mod tests {
             assert_eq!(s.to_string(), s.as_str());
         }
     }
-}
-
-/// Builder setters, one line each: `name => field: Type;` becomes
-/// `pub fn name(mut self, value: Type) -> Self`, which stores `value` in `self.field`. The
-/// library builders (errors, Wasm limits and bindings, the gateway's application) write
-/// their plain setters through it, so a setter is declared, not written out again.
-///
-/// ```
-/// #[derive(Default)]
-/// struct Options {
-///     retries: u32,
-/// }
-/// impl Options {
-///     capgate_core::setters! {
-///         /// How many times to retry.
-///         with_retries => retries: u32;
-///     }
-/// }
-/// assert_eq!(Options::default().with_retries(3).retries, 3);
-/// ```
-#[macro_export]
-macro_rules! setters {
-    ($($(#[doc = $doc:literal])* $name:ident => $field:ident: $ty:ty;)+) => {
-        $(
-            $(#[doc = $doc])*
-            pub fn $name(mut self, value: $ty) -> Self {
-                self.$field = value;
-                self
-            }
-        )+
-    };
 }
