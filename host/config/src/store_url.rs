@@ -164,7 +164,8 @@ pub fn resolve_postgres_files(url: &str, base: &Path) -> String {
                 return pair.to_string();
             }
             let joined = base.join(path);
-            let encoded = utf8_percent_encode(&joined.to_string_lossy(), QUERY_VALUE);
+            let joined = joined.to_string_lossy();
+            let encoded = utf8_percent_encode(&joined, QUERY_VALUE);
             format!("{raw_name}={encoded}")
         })
         .collect();
