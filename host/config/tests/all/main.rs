@@ -5,4 +5,5 @@
 mod keys;
 mod ranges;
 mod schema;
+mod snippets;
 mod store_url;
