@@ -4,8 +4,9 @@
 //! on each field or as its table's default; a field with neither does not compile).
 //!
 //! The reload check reads the restart keys from here ([`restart_keys`]), a test checks
-//! that every key the file accepts is listed, and [`reference()`] writes the key reference
-//! from the same declarations.
+//! that every key the file accepts is listed, [`reference()`] writes the configuration
+//! reference (docs/configuration.md) and [`crate::schema::json_schema`] the file's JSON
+//! Schema (docs/capgate.schema.json) from the same declarations.
 
 pub use capgate_config_derive::Keys;
 
@@ -17,14 +18,78 @@ pub struct Key {
     pub pointer: String,
     /// Its doc comment, as one line.
     pub doc: &'static str,
-    /// Its Rust type (`u64`, `Option<String>`), for the reference.
+    /// Its Rust type (`u64`, `Option<String>`).
     pub ty: &'static str,
+    /// The JSON Schema of its type ([`crate::schema::Schema`]), before its own doc, range
+    /// and default are added: what the reference's type column and the file's schema read.
+    pub schema: serde_json::Value,
+    /// What it is when the file leaves it out.
+    pub default: KeyDefault,
     /// The values it accepts, when it declares a range (`between 1 and 64`).
     pub range: Option<String>,
+    /// The lower end of its declared range, if any.
+    pub minimum: Option<Bound>,
+    /// The upper end of its declared range, if any.
+    pub maximum: Option<Bound>,
     /// `Some(why)` when only a restart applies a new value; `None` when a reload does.
     pub restart: Option<&'static str>,
     /// Whether the class comes from an enclosing table (`/store/url` from `/store`).
     pub inherited: bool,
+}
+
+/// What a key is when the file leaves it out, read from the same serde attributes that
+/// make it so (see the derive).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyDefault {
+    /// The key must be written.
+    Required,
+    /// Left out, the key is absent; its doc says what that means (often the default of
+    /// the library that reads it).
+    Absent,
+    /// A table whose own keys carry their defaults.
+    Table,
+    /// Left out, the key has this value.
+    Value(serde_json::Value),
+}
+
+impl KeyDefault {
+    /// The default a value stands for: `null` (an `Option`'s `None`) is [`KeyDefault::Absent`].
+    pub fn of<T: serde::Serialize>(value: &T) -> KeyDefault {
+        match serde_json::to_value(value) {
+            Ok(serde_json::Value::Null) | Err(_) => KeyDefault::Absent,
+            Ok(v) => KeyDefault::Value(v),
+        }
+    }
+}
+
+/// One end of a declared range, as a JSON number (the schema's `minimum` / `maximum`, or
+/// their `exclusive` forms).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bound {
+    /// The number.
+    pub value: serde_json::Number,
+    /// Whether the number itself is accepted.
+    pub inclusive: bool,
+}
+
+/// The ends of a range as JSON numbers (`None` for an open end): what the derive puts in
+/// [`Key::minimum`] and [`Key::maximum`] for a key with `#[key(range = …)]`.
+pub fn bounds<T, R>(range: &R) -> (Option<Bound>, Option<Bound>)
+where
+    T: std::fmt::Display,
+    R: std::ops::RangeBounds<T>,
+{
+    use std::ops::Bound::{Excluded, Included, Unbounded};
+    let end = |b: std::ops::Bound<&T>| {
+        let (v, inclusive) = match b {
+            Included(v) => (v, true),
+            Excluded(v) => (v, false),
+            Unbounded => return None,
+        };
+        let value = v.to_string().parse::<serde_json::Number>().ok()?;
+        Some(Bound { value, inclusive })
+    };
+    (end(range.start_bound()), end(range.end_bound()))
 }
 
 /// A table of the configuration whose keys are declared on its fields.
@@ -104,25 +169,70 @@ pub fn restart_keys() -> Vec<(String, &'static str)> {
         .collect()
 }
 
-/// The key reference (Markdown): one row per key with its type, when it applies and its
-/// doc, generated from the declarations so it cannot drift from them.
+/// The configuration reference (Markdown): one row per key with its type, its default,
+/// the values it accepts, when a new value applies and its doc, generated from the
+/// declarations so it cannot drift from them (docs/configuration.md is this, with an
+/// introduction).
 pub fn reference() -> String {
     let mut out = String::from(
-        "| key | type | values | applies | what it is |\n| --- | --- | --- | --- | --- |\n",
+        "| key | type | default | values | applies | what it is |\n| --- | --- | --- | --- | --- | --- |\n",
     );
     for k in all() {
         let applies = match k.restart {
             Some(_) => "restart",
             None => "reload",
         };
+        let default = match &k.default {
+            KeyDefault::Required => "required".to_string(),
+            KeyDefault::Absent => "absent".to_string(),
+            KeyDefault::Table => String::new(),
+            KeyDefault::Value(v) => format!("`{v}`"),
+        };
+        let values = match (&k.range, crate::schema::values(&k.schema)) {
+            (Some(range), _) => range.clone(),
+            (None, Some(values)) => values,
+            (None, None) => String::new(),
+        };
+        let cell = |s: &str| s.replace('|', "\\|");
         out.push_str(&format!(
-            "| `{}` | `{}` | {} | {} | {} |\n",
+            "| `{}` | {} | {} | {} | {} | {} |\n",
             crate::located::dotted(&k.pointer).replace("\"*\"", "*"),
-            k.ty,
-            k.range.as_deref().unwrap_or(""),
+            cell(&crate::schema::kind(&k.schema)),
+            cell(&default),
+            cell(&values),
             applies,
-            k.doc.replace('|', "\\|")
+            cell(k.doc)
         ));
     }
     out
+}
+
+/// docs/configuration.md: an introduction, then [`reference()`].
+pub fn reference_document() -> String {
+    format!(
+        "# Configuration reference\n\n\
+         Every key of `capgate.toml`, generated from the key declarations in `host/config/src` \
+         (`capgate_config::keys::reference`); do not edit by hand: after changing a key, run \
+         `CAPGATE_BLESS=1 cargo test -p capgate-config --test all` to rewrite this file and \
+         [capgate.schema.json](capgate.schema.json), the file's JSON Schema generated from the same \
+         declarations. A test fails when either is not what the declarations generate.\n\n\
+         - `key`: where it is written; `*` is any name of a map of tables (`[plugins.NAME]`) \
+         or any entry of an array of tables (`[[capabilities]]`).\n\
+         - `type`: as TOML writes it; a `table` is a `[section]` or an inline `{{ … }}`, \
+         `tables` a map of tables by name.\n\
+         - `default`: the value when the key is left out; `required`: it must be written; \
+         `absent`: left out, it is not set, and its description says what that means.\n\
+         - `values`: the values a number's declared range or an enumeration accepts \
+         (`capgate check` reports any other at its line).\n\
+         - `applies`: `reload` when a configuration reload (SIGHUP, `POST /admin/reload`) takes \
+         a new value; `restart` when only a restart does (a reload that changes it is refused \
+         and the running configuration keeps serving).\n\n\
+         Editors validate and complete the file with the schema: with Taplo (the Even Better \
+         TOML extension of VS Code, and the TOML language server of other editors), make the \
+         first line of `capgate.toml` a schema directive with the schema's path relative to \
+         that file, or its URL: `#:schema ./docs/capgate.schema.json` for a file at the root \
+         of this repository (the example's template has one). The schema checks names, types, enumerations and ranges; what it \
+         cannot (a policy's plugin exists, pins, paths) is `capgate check`'s.\n\n{}",
+        reference()
+    )
 }

@@ -29,8 +29,11 @@
 //! - [`load`]: reading a file or a text into the model, locating every problem.
 //! - [`located`]: the parsed document with each value's place, and [`Problem`].
 //! - [`values`] and the cross-reference checks: what no one section's type expresses.
-//! - [`keys`]: every key declared once on its field — doc, type, and whether a reload
-//!   applies it — read by the reload check and the key reference.
+//! - [`keys`]: every key declared once on its field — doc, type, default, range, and
+//!   whether a reload applies it — read by the reload check and the configuration
+//!   reference (docs/configuration.md).
+//! - [`schema`]: the file's JSON Schema (docs/capgate.schema.json), from the same
+//!   declarations, for editors.
 //! - [`telemetry`], [`store_url`]: the `[telemetry]` tables and store URLs.
 //!
 //! Adding a key is one declaration and its use: a field with its doc comment and its
@@ -42,6 +45,7 @@ pub mod load;
 pub mod located;
 pub mod model;
 mod references;
+pub mod schema;
 pub mod store_url;
 pub mod telemetry;
 pub mod values;

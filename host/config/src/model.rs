@@ -10,13 +10,14 @@ use crate::values::{
 };
 use capgate_core::actor::{ActorKind, Surface};
 use capgate_core::meta::{AdapterNames, ApprovalConfig, Expose, RetryConfig, Risk, SideEffect};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// The whole file.
+/// The whole file. Every top-level key may be left out (`#[key(default)]`: [`Config::parse`]
+/// reads each section on its own, a missing one as its `Default`).
 #[derive(Keys, Debug, Default)]
-#[key(live)]
+#[key(live, default)]
 pub struct Config {
     /// The file, for relative paths.
     #[key(skip)]
@@ -226,7 +227,7 @@ pub struct BindingSection {
 }
 
 /// How a policy binding takes effect (`[policies.NAME] mode`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PolicyMode {
     /// Its stance counts (the default).
@@ -234,6 +235,19 @@ pub enum PolicyMode {
     Enforce,
     /// Evaluated and compared, never enforced: a rollout step before `enforce`.
     Shadow,
+}
+
+impl PolicyMode {
+    /// Every mode, for the file's schema.
+    pub const ALL: [PolicyMode; 2] = [PolicyMode::Enforce, PolicyMode::Shadow];
+
+    /// The spelling in the file (serde's `rename_all = "lowercase"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicyMode::Enforce => "enforce",
+            PolicyMode::Shadow => "shadow",
+        }
+    }
 }
 
 /// A JSON Schema inline or by relative path.
@@ -457,6 +471,18 @@ impl Default for ConsoleSection {
 #[serde(try_from = "serde_json::Value")]
 pub struct SecureCookieSetting(pub capgate_gateway::console::SecureCookie);
 
+/// Written as it is read (`"auto"`, `true`, `false`): the reference shows the default so.
+impl Serialize for SecureCookieSetting {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use capgate_gateway::console::SecureCookie;
+        match self.0 {
+            SecureCookie::Auto => s.serialize_str("auto"),
+            SecureCookie::Always => s.serialize_bool(true),
+            SecureCookie::Never => s.serialize_bool(false),
+        }
+    }
+}
+
 impl TryFrom<serde_json::Value> for SecureCookieSetting {
     type Error = &'static str;
 
@@ -474,7 +500,7 @@ impl TryFrom<serde_json::Value> for SecureCookieSetting {
 }
 
 /// A plugin's `isolation`: how its instances are kept between calls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum IsolationMode {
     /// A fresh instance per call (the default): nothing survives between calls.
@@ -482,6 +508,19 @@ pub enum IsolationMode {
     Fresh,
     /// Instances reused across calls of one namespace, reset by the plugin's own contract.
     Pooled,
+}
+
+impl IsolationMode {
+    /// Every mode, for the file's schema.
+    pub const ALL: [IsolationMode; 2] = [IsolationMode::Fresh, IsolationMode::Pooled];
+
+    /// The spelling in the file (serde's `rename_all = "lowercase"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IsolationMode::Fresh => "fresh",
+            IsolationMode::Pooled => "pooled",
+        }
+    }
 }
 
 /// `[gateway] authorize`: who may use which operation of the gateway, stated explicitly
@@ -495,8 +534,18 @@ pub enum AuthorizeSetting {
     Plugin(AuthorizePlugin),
 }
 
+/// Written as it is read: `"authenticated"` or the plugin's table.
+impl Serialize for AuthorizeSetting {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            AuthorizeSetting::Authenticated => s.serialize_str("authenticated"),
+            AuthorizeSetting::Plugin(p) => p.serialize(s),
+        }
+    }
+}
+
 /// `authorize = { plugin = "NAME", config = {...} }`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuthorizePlugin {
     /// The `[plugins.NAME]` entry bound as the authorizer.

@@ -20,6 +20,14 @@
 //! applies when the key is set). The reference lists it, and `Keys::range_problems`
 //! reports every value outside its range, in nested tables too, so `capgate check` names
 //! each one with the others.
+//!
+//! The default of each key is read from the serde attributes serde itself obeys: a field's
+//! `#[serde(default)]` / `#[serde(default = "f")]`, else the table's `#[serde(default)]`
+//! (the value in the table's `Default`), else `Option`'s absence; a key with none of these
+//! is required. A table that serde does not deserialize whole (the file's top level) says
+//! `#[key(default)]` for the same. The derive also implements
+//! `capgate_config::schema::Schema` for the table, from the same keys, so the JSON Schema
+//! of the file is generated from these declarations too.
 
 use heck::ToLowerCamelCase;
 use proc_macro::TokenStream;
@@ -51,6 +59,45 @@ enum Nesting {
     Tables,
 }
 
+/// Where a key's value comes from when the file leaves it out (serde's own attributes).
+enum SerdeDefault {
+    None,
+    /// `#[serde(default)]`: the type's `Default`.
+    Trait,
+    /// `#[serde(default = "path")]`.
+    Path(syn::ExprPath),
+}
+
+/// Reads `default` / `default = "path"` out of one `#[serde(...)]` attribute, skipping
+/// serde's other settings; `rename = "x"` goes to `rename`.
+fn serde_settings(
+    attr: &syn::Attribute,
+    default: &mut SerdeDefault,
+    mut rename: Option<&mut Option<String>>,
+) -> syn::Result<()> {
+    attr.parse_nested_meta(|meta| {
+        if meta.path.is_ident("rename") && rename.is_some() {
+            let name = meta.value()?.parse::<LitStr>()?.value();
+            if let Some(r) = rename.as_mut() {
+                **r = Some(name);
+            }
+        } else if meta.path.is_ident("default") {
+            if meta.input.peek(syn::Token![=]) {
+                let path: LitStr = meta.value()?.parse()?;
+                *default = SerdeDefault::Path(path.parse()?);
+            } else {
+                *default = SerdeDefault::Trait;
+            }
+        } else if meta.input.peek(syn::Token![=]) {
+            let _: syn::Expr = meta.value()?.parse()?;
+        } else if meta.input.peek(syn::token::Paren) {
+            let _content;
+            syn::parenthesized!(_content in meta.input);
+        }
+        Ok(())
+    })
+}
+
 fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
     let name = &input.ident;
     let Data::Struct(data) = &input.data else {
@@ -65,6 +112,13 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
     // `#[key(live)]` / `#[key(restart = "why")]` on the struct: the class of every field
     // that does not say otherwise.
     let mut default_class = None;
+    // The table's own default (serde's container `default`, or `#[key(default)]`).
+    let mut table_default = SerdeDefault::None;
+    for attr in &input.attrs {
+        if attr.path().is_ident("serde") {
+            serde_settings(attr, &mut table_default, None)?;
+        }
+    }
     for attr in input.attrs.iter().filter(|a| a.path().is_ident("key")) {
         attr.parse_nested_meta(|meta| {
             if meta.path.is_ident("live") {
@@ -73,11 +127,24 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
             } else if meta.path.is_ident("restart") {
                 default_class = Some(Class::Restart(meta.value()?.parse()?));
                 Ok(())
+            } else if meta.path.is_ident("default") {
+                table_default = SerdeDefault::Trait;
+                Ok(())
             } else {
-                Err(meta.error("a table's default class is live or restart = \"why\""))
+                Err(meta.error(
+                    "a table takes live or restart = \"why\" (its keys' default class) and default",
+                ))
             }
         })?;
     }
+    let defaults = match &table_default {
+        SerdeDefault::None => quote!(),
+        SerdeDefault::Trait => {
+            quote!(let __defaults = <Self as ::core::default::Default>::default();)
+        }
+        SerdeDefault::Path(p) => quote!(let __defaults: Self = #p();),
+    };
+    let has_table_default = !matches!(table_default, SerdeDefault::None);
     let mut entries = Vec::new();
     let mut ranges = Vec::new();
     for field in &fields.named {
@@ -86,6 +153,7 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
         let mut nesting = Nesting::None;
         let mut docs = Vec::new();
         let mut rename = None;
+        let mut field_default = SerdeDefault::None;
         let mut range: Option<syn::Expr> = None;
         let mut unit: Option<LitStr> = None;
         for attr in &field.attrs {
@@ -99,18 +167,9 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
                     docs.push(s.value().trim().to_string());
                 }
             } else if attr.path().is_ident("serde") {
-                // `#[serde(rename = "x")]` names the key; other serde settings are serde's.
-                let _ = attr.parse_nested_meta(|meta| {
-                    if meta.path.is_ident("rename") {
-                        rename = Some(meta.value()?.parse::<LitStr>()?.value());
-                    } else if meta.input.peek(syn::Token![=]) {
-                        let _: syn::Expr = meta.value()?.parse()?;
-                    } else if meta.input.peek(syn::token::Paren) {
-                        let _content;
-                        syn::parenthesized!(_content in meta.input);
-                    }
-                    Ok(())
-                });
+                // `#[serde(rename = "x")]` names the key and `default` gives its default;
+                // other serde settings are serde's.
+                serde_settings(attr, &mut field_default, Some(&mut rename))?;
             } else if attr.path().is_ident("key") {
                 attr.parse_nested_meta(|meta| {
                     let set = |class: &mut Option<Class>, c: Class| {
@@ -234,16 +293,63 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
                 }
             });
         }
+        let bounds = match &range {
+            None => quote!((::core::option::Option::None, ::core::option::Option::None)),
+            Some(r) => quote!(crate::keys::bounds(&(#r))),
+        };
+        let is_tables = matches!(nesting, Nesting::Tables);
+        // An empty array or map of tables, without asking its tables to serialize.
+        let no_tables = if unwrap_generic(ty, &["Vec"]).is_some() {
+            quote!(crate::keys::KeyDefault::Value(::serde_json::Value::Array(
+                ::std::vec::Vec::new()
+            )))
+        } else {
+            quote!(crate::keys::KeyDefault::Value(::serde_json::Value::Object(
+                ::serde_json::Map::new()
+            )))
+        };
+        let default = match (&field_default, has_table_default) {
+            (SerdeDefault::Path(p), _) => quote!(crate::keys::KeyDefault::of(&#p())),
+            (SerdeDefault::Trait, _) if is_tables => no_tables,
+            (SerdeDefault::Trait, _) if !matches!(nesting, Nesting::None) => {
+                quote!(crate::keys::KeyDefault::Table)
+            }
+            (SerdeDefault::Trait, _) => {
+                quote!(crate::keys::KeyDefault::of(&<#ty as ::core::default::Default>::default()))
+            }
+            (SerdeDefault::None, true) if is_tables => quote!(
+                if __defaults.#ident.is_empty() {
+                    #no_tables
+                } else {
+                    crate::keys::KeyDefault::Table
+                }
+            ),
+            (SerdeDefault::None, true) if matches!(nesting, Nesting::Table) => {
+                if optional {
+                    quote!(crate::keys::KeyDefault::Absent)
+                } else {
+                    quote!(crate::keys::KeyDefault::Table)
+                }
+            }
+            (SerdeDefault::None, true) => quote!(crate::keys::KeyDefault::of(&__defaults.#ident)),
+            (SerdeDefault::None, false) if optional => quote!(crate::keys::KeyDefault::Absent),
+            (SerdeDefault::None, false) => quote!(crate::keys::KeyDefault::Required),
+        };
         entries.push(quote! {
             {
                 let pointer = ::std::format!("{}/{}", prefix, #key);
                 let own: ::core::option::Option<&'static str> = #reload;
                 let restart = inherited.or(own);
+                let (minimum, maximum) = #bounds;
                 out.push(crate::keys::Key {
                     pointer: pointer.clone(),
                     doc: #doc,
                     ty: #ty_name,
+                    schema: <#ty as crate::schema::Schema>::schema(),
+                    default: #default,
                     range: #range_text,
+                    minimum,
+                    maximum,
                     restart,
                     inherited: inherited.is_some(),
                 });
@@ -258,6 +364,7 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
                 inherited: ::core::option::Option<&'static str>,
                 out: &mut ::std::vec::Vec<crate::keys::Key>,
             ) {
+                #defaults
                 #(#entries)*
             }
 
@@ -267,6 +374,14 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
                 out: &mut ::std::vec::Vec<(::std::string::String, ::std::string::String)>,
             ) {
                 #(#ranges)*
+            }
+        }
+
+        impl crate::schema::Schema for #name {
+            fn schema() -> ::serde_json::Value {
+                let mut keys = ::std::vec::Vec::new();
+                <Self as crate::keys::Keys>::keys("", ::core::option::Option::None, &mut keys);
+                crate::schema::table(&keys)
             }
         }
     })

@@ -1,11 +1,11 @@
 //! Every key is declared once, classified for reload, documented, and listed in the
-//! checked-in reference (docs/configuration-keys.md).
+//! checked-in reference (docs/configuration.md).
 
-use capgate_config::keys::{self, Key};
+use capgate_config::keys::{self, Key, KeyDefault};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
@@ -37,7 +37,7 @@ fn is_table(all: &[Key], key: &Key) -> bool {
 }
 
 /// Every key written in `value` at `pointer`, checked against the declarations.
-fn walk(all: &[Key], value: &Value, pointer: &str, undeclared: &mut Vec<String>) {
+pub(crate) fn walk(all: &[Key], value: &Value, pointer: &str, undeclared: &mut Vec<String>) {
     if !pointer.is_empty() {
         match declared(all, pointer) {
             Some(key) if !is_table(all, key) => return,
@@ -142,22 +142,59 @@ fn every_key_the_shipped_files_write_is_declared() {
     assert_eq!(undeclared, ["/gateway/lisen"]);
 }
 
-#[test]
-fn the_checked_in_key_reference_is_generated_from_the_declarations() {
-    let path = repo().join("docs/configuration-keys.md");
-    let generated = format!(
-        "# Configuration keys\n\nGenerated from the key declarations in `host/config/src` (`capgate_config::keys::reference`); \
-         do not edit by hand: after changing a key, run `CAPGATE_BLESS=1 cargo test -p capgate-config --test all` to rewrite this file.\n\n\
-         `applies`: `reload` when a configuration reload (SIGHUP, `POST /admin/reload`) takes a new value; `restart` when only a restart does \
-         (a reload that changes it is refused and the running configuration keeps serving).\n\n{}",
-        keys::reference()
-    );
+/// Compares a checked-in generated file with what the declarations generate now, and
+/// rewrites it first under `CAPGATE_BLESS=1`.
+pub(crate) fn check_generated(file: &str, generated: &str) {
+    let path = repo().join(file);
     if std::env::var_os("CAPGATE_BLESS").is_some() {
-        std::fs::write(&path, &generated).expect("write the reference");
+        std::fs::write(&path, generated).expect("write the generated file");
     }
     let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         checked_in == generated,
-        "docs/configuration-keys.md is not what the declarations generate; run `CAPGATE_BLESS=1 cargo test -p capgate-config --test all`"
+        "{file} is not what the key declarations generate; run `CAPGATE_BLESS=1 cargo test -p capgate-config --test all`"
+    );
+}
+
+#[test]
+fn the_checked_in_reference_is_generated_from_the_declarations() {
+    check_generated("docs/configuration.md", &keys::reference_document());
+}
+
+#[test]
+fn the_reference_shows_each_keys_default() {
+    let all = keys::all();
+    let default = |pointer: &str| declared(&all, pointer).expect(pointer).default.clone();
+    let value = |v: serde_json::Value| KeyDefault::Value(v);
+    assert_eq!(default("/gateway/listen"), value("127.0.0.1:8080".into()));
+    assert_eq!(
+        default("/gateway/console/secureCookie"),
+        value("auto".into())
+    );
+    assert_eq!(default("/runtime/rejectSelfApproval"), value(true.into()));
+    assert_eq!(default("/telemetry/traces/enabled"), value(true.into()));
+    assert_eq!(default("/policies/*/mode"), value("enforce".into()));
+    assert_eq!(
+        default("/capabilities/*/tags"),
+        value(serde_json::json!([]))
+    );
+    assert_eq!(default("/gateway/routes"), value(serde_json::json!([])));
+    assert_eq!(default("/plugins"), value(serde_json::json!({})));
+    assert_eq!(default("/plugins/*/path"), KeyDefault::Required);
+    assert_eq!(default("/capabilities/*/procedure"), KeyDefault::Required);
+    assert_eq!(default("/store/acquireTimeoutMs"), KeyDefault::Absent);
+    assert_eq!(default("/gateway/authorize"), KeyDefault::Absent);
+    assert_eq!(default("/gateway/jwt"), KeyDefault::Absent);
+    assert_eq!(default("/gateway/console"), KeyDefault::Table);
+    let reference = keys::reference();
+    assert!(
+        reference.contains(
+            "| `gateway.listen` | string | `\"127.0.0.1:8080\"` |  | restart | Listen address. |"
+        ),
+        "{reference}"
+    );
+    assert!(
+        reference.contains("| `plugins.*.isolation` | string | absent | `fresh`, `pooled` |"),
+        "{reference}"
     );
 }

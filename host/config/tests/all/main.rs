@@ -1,7 +1,9 @@
 //! capgate-config's integration tests: the key declarations against the files capgate
-//! ships and the reference generated from them, the ranges declared on keys, and the
-//! checks of store URLs.
+//! ships and the reference and JSON Schema generated from them, the configuration
+//! snippets of the READMEs, the ranges declared on keys, and the checks of store URLs.
 
 mod keys;
 mod ranges;
+mod schema;
+mod snippets;
 mod store_url;

@@ -132,7 +132,7 @@ fn the_reference_lists_what_each_ranged_key_accepts() {
     assert_eq!(range("/gateway/listen"), None);
     assert!(
         keys::reference().contains(
-            "| `gateway.console.sessionMinutes` | `u64` | between 1 and 10080 minutes | reload |"
+            "| `gateway.console.sessionMinutes` | integer | `480` | between 1 and 10080 minutes | reload |"
         ),
         "{}",
         keys::reference()
