@@ -114,7 +114,7 @@ pub mod bindings {
         pub mod generated {
             wit_bindgen::generate!({
                 world: "policy-plugin",
-                path: "../../wit",
+                path: "wit",
                 // The 0.2.0 worlds import and export 0.1.0 interfaces: generate those too.
                 generate_all,
                 default_bindings_module: "capgate_plugin::bindings::policy",
@@ -130,7 +130,7 @@ pub mod bindings {
         pub mod generated {
             wit_bindgen::generate!({
                 world: "redactor-plugin",
-                path: "../../wit",
+                path: "wit",
                 // The 0.2.0 worlds import and export 0.1.0 interfaces: generate those too.
                 generate_all,
                 default_bindings_module: "capgate_plugin::bindings::redactor",
@@ -146,7 +146,7 @@ pub mod bindings {
         pub mod generated {
             wit_bindgen::generate!({
                 world: "procedure-plugin",
-                path: "../../wit",
+                path: "wit",
                 // The 0.2.0 worlds import and export 0.1.0 interfaces: generate those too.
                 generate_all,
                 default_bindings_module: "capgate_plugin::bindings::procedure",
@@ -162,7 +162,7 @@ pub mod bindings {
         pub mod generated {
             wit_bindgen::generate!({
                 world: "authorizer-plugin",
-                path: "../../wit",
+                path: "wit",
                 // The 0.2.0 worlds import and export 0.1.0 interfaces: generate those too.
                 generate_all,
                 default_bindings_module: "capgate_plugin::bindings::authorizer",

@@ -10,4 +10,5 @@ mod hostile;
 mod idle_cap;
 mod loading;
 mod polyglot;
+mod sdk_wit;
 mod walkthrough;
