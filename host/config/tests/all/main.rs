@@ -7,3 +7,4 @@ mod ranges;
 mod schema;
 mod snippets;
 mod store_url;
+mod typed;
