@@ -263,7 +263,7 @@ fn read_ca_file(_path: &Path) -> Result<Vec<()>, HttpUpstreamError> {
 
 /// The client's trusted roots: the system's plus the `caFile`'s when a URL is `https://`.
 #[cfg(feature = "tls")]
-fn with_roots(
+pub(crate) fn with_roots(
     builder: reqwest::ClientBuilder,
     ca_file: Option<&Path>,
     speaks_tls: bool,
@@ -279,7 +279,7 @@ fn with_roots(
 }
 
 #[cfg(not(feature = "tls"))]
-fn with_roots(
+pub(crate) fn with_roots(
     builder: reqwest::ClientBuilder,
     ca_file: Option<&Path>,
     _speaks_tls: bool,

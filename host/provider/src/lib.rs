@@ -62,6 +62,8 @@
 //! - [`bridge`]: the bridge to core's `Procedure` in both directions (and how a Wasm
 //!   procedure's `progress` import feeds the watchdog).
 //! - [`http`]: the HTTP upstream adapter and its documented JSON / NDJSON wire format.
+//! - [`mcp`]: MCP servers as upstreams (stdio or streamable HTTP), one tool per capability,
+//!   pinned to the digest of its reviewed definition.
 //!
 //! # Cargo features
 //!
@@ -71,6 +73,7 @@ pub mod bridge;
 pub mod events;
 pub mod health;
 pub mod http;
+pub mod mcp;
 pub mod provider;
 pub mod runtime;
 pub mod stall;
