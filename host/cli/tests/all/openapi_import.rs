@@ -119,7 +119,7 @@ routes = [{ path = "/agent", surface = "aiSdk" }]
 [[gateway.apiKeys]]
 sha256 = "@KEYHASH@"
 namespace = "org_1"
-surfaces = ["aiSdk"]
+surfaces = ["aiSdk", "mcp"]
 actor = { id = "u_dana", kind = "user", attributes = { orgId = "org_1" } }
 "#;
 
@@ -289,10 +289,10 @@ async fn imported_openapi_operations_pass_check_and_call_the_service_as_its_clie
         )
         .await;
     assert_eq!(refused["status"], "failed", "{refused}");
-    assert_eq!(refused["error"]["code"], "INVALID_INPUT", "{refused}");
+    assert_eq!(refused["error"]["code"], "INPUT_INVALID", "{refused}");
     assert_eq!(seen.count(), before);
 
-    // DELETE: 204 completes; a declared 404 is the declared code, without the service's body.
+    // DELETE: 204 completes.
     let (_, got) = dana
         .post(
             &url,
@@ -301,33 +301,102 @@ async fn imported_openapi_operations_pass_check_and_call_the_service_as_its_clie
         .await;
     assert_eq!(got["status"], "completed", "{got}");
     assert_eq!(seen.last()["method"], "DELETE");
+
+    // A declared 404: the service's body never reaches the caller. The /agent door settles
+    // receipts, so a failure after the procedure was entered is `outcome-unknown` there
+    // whatever the procedure said; the MCP door answers with the run's own result, where
+    // the model reads the declared code.
     let (_, missing) = dana
         .post(
             &url,
             &invoke("petstore.deletePet", json!({ "petId": "missing" }), "o6"),
         )
         .await;
-    assert_eq!(missing["status"], "failed", "{missing}");
-    assert_eq!(missing["error"]["code"], "EXECUTION_FAILED", "{missing}");
-    assert!(
-        missing["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("PET_NOT_FOUND")),
-        "{missing}"
-    );
+    assert_eq!(seen.last()["path"], "/v1/pets/missing");
     let text = missing.to_string();
     assert!(
         !text.contains("shard") && !text.contains("internal detail"),
         "{missing}"
     );
+    let answer = mcp_call(
+        &server.base,
+        "dana-dev-key",
+        "petstore_deletePet",
+        json!({ "petId": "missing" }),
+    )
+    .await;
+    assert_eq!(seen.last()["method"], "DELETE");
     assert_eq!(seen.last()["path"], "/v1/pets/missing");
+    let result = &answer["result"];
+    assert_eq!(result["isError"], true, "{answer}");
+    let error = &result["structuredContent"]["error"];
+    assert_eq!(error["code"], "EXECUTION_FAILED", "{answer}");
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("PET_NOT_FOUND")),
+        "{answer}"
+    );
+    let text = answer.to_string();
+    assert!(
+        !text.contains("shard") && !text.contains("internal detail"),
+        "{answer}"
+    );
 }
 
-/// The operator's edit: every imported entry's `expose = {}` turned into the AI SDK door.
+/// One MCP `tools/call` on a fresh session of `/mcp` (initialize, initialized, call).
+async fn mcp_call(base: &str, key: &str, tool: &str, args: Value) -> Value {
+    let http = reqwest::Client::new();
+    let url = format!("{base}/mcp");
+    let mut session: Option<String> = None;
+    let mut send = async |body: Value| -> Option<Value> {
+        let mut req = http
+            .post(&url)
+            .bearer_auth(key)
+            .header("accept", "application/json, text/event-stream")
+            .json(&body);
+        if let Some(s) = &session {
+            req = req.header("mcp-session-id", s);
+        }
+        let r = req.send().await.expect("send");
+        assert!(r.status().is_success(), "MCP HTTP {}", r.status());
+        if let Some(s) = r
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+        {
+            session = Some(s.to_string());
+        }
+        let text = r.text().await.expect("body");
+        let id = body.get("id").cloned()?;
+        text.lines()
+            .map(|l| l.strip_prefix("data:").unwrap_or(l).trim())
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v.get("id") == Some(&id))
+    };
+    let init = send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "openapi-import", "version": "0"}}}),
+    )
+    .await;
+    assert!(
+        init.is_some_and(|i| i.get("result").is_some()),
+        "initialize"
+    );
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": tool, "arguments": args}}))
+    .await
+    .expect("an answer to tools/call")
+}
+
+/// The operator's edit: every imported entry's `expose = {}` turned on for the AI SDK and
+/// MCP doors.
 fn expose_everything(entries: &str) -> String {
-    let out = entries.replace("expose = {}", "expose = { aiSdk = true }");
+    let out = entries.replace("expose = {}", "expose = { aiSdk = true, mcp = true }");
     assert_eq!(
-        out.matches("expose = { aiSdk = true }").count(),
+        out.matches("expose = { aiSdk = true, mcp = true }").count(),
         4,
         "each entry says `expose = {{}}`: {entries}"
     );
