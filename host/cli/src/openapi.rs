@@ -825,8 +825,44 @@ pub fn to_toml(imported: &Imported) -> Result<String, serde_json::Error> {
         if let Some(o) = &c.output_schema {
             text.push_str(&format!("outputSchema = {}\n", inline(o)));
         }
-        let procedure = serde_json::to_value(&c.procedure)?;
-        text.push_str(&format!("procedure = {}\n\n", inline(&procedure)));
+        // The procedure's keys in the order a reader wants them, not serde's.
+        let http = &c.procedure.http;
+        let mut parts = vec![
+            format!("target = {}", toml_string(&http.target)),
+            format!("url = {}", toml_string(&http.url)),
+        ];
+        if let Some(r) = &http.request {
+            let mut req = vec![
+                format!("method = {}", toml_string(&r.method)),
+                format!("path = {}", toml_string(&r.path)),
+            ];
+            if !r.query.is_empty() {
+                req.push(format!(
+                    "query = {}",
+                    inline(&serde_json::to_value(&r.query)?)
+                ));
+            }
+            if !r.headers.is_empty() {
+                req.push(format!(
+                    "headers = {}",
+                    inline(&serde_json::to_value(&r.headers)?)
+                ));
+            }
+            if let Some(b) = &r.body {
+                req.push(format!("body = {}", toml_string(b)));
+            }
+            parts.push(format!("request = {{ {} }}", req.join(", ")));
+        }
+        if !http.errors.is_empty() {
+            parts.push(format!(
+                "errors = {}",
+                inline(&serde_json::to_value(&http.errors)?)
+            ));
+        }
+        text.push_str(&format!(
+            "procedure = {{ http = {{ {} }} }}\n\n",
+            parts.join(", ")
+        ));
     }
     Ok(text)
 }
@@ -862,7 +898,9 @@ fn inline(v: &Value) -> String {
 }
 
 fn toml_key(k: &str) -> String {
+    // Bare keys may be all digits, but `"404"` reads as the string it is.
     if !k.is_empty()
+        && !k.bytes().all(|b| b.is_ascii_digit())
         && k.chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
     {
