@@ -9,6 +9,7 @@ pub mod commands;
 pub mod diff;
 pub mod inspect;
 pub mod metrics;
+pub mod openapi;
 pub mod plugin_test;
 pub mod reload;
 pub mod scenario;

@@ -4,7 +4,8 @@
 //! `migrate`, `audit tail`, `approvals` and `invocations` operate the store; `contract`
 //! exports what models and hosts may call and `contract diff` compares two revisions of it;
 //! `inspect` prints a deployment's inventory for review; `test` runs governance scenarios
-//! against a deployment without a model.
+//! against a deployment without a model; `import openapi` prints capability entries for an
+//! existing service from its OpenAPI document.
 //!
 //! This file only parses and dispatches: each command's arguments (its `--help`) and body
 //! are one file of src/commands/, in the `capgate` library (src/lib.rs), so the fuzz
@@ -16,8 +17,8 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use capgate::commands::{
-    approvals, audit, check, contract, inspect, invocations, keys, mcp, migrate, plugin, serve,
-    test,
+    approvals, audit, check, contract, import, inspect, invocations, keys, mcp, migrate, plugin,
+    serve, test,
 };
 use capgate::{telemetry, validate};
 use clap::{Parser, Subcommand};
@@ -50,6 +51,7 @@ enum Command {
     Migrate(migrate::MigrateArgs),
     Audit(audit::AuditArgs),
     Keys(keys::KeysArgs),
+    Import(import::ImportArgs),
 }
 
 fn main() -> ExitCode {
@@ -85,6 +87,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Migrate(args) => migrate::run(args),
         Command::Audit(args) => audit::run(args),
         Command::Keys(args) => keys::run(args),
+        Command::Import(args) => import::run(args),
     }
 }
 

@@ -44,6 +44,50 @@
 //! certificate from an untrusted issuer) → `Internal` (hidden, "The operation failed.").
 //! Cancellation (the stage-10 deadline or the caller) drops the request at once.
 //!
+//! **Declared errors.** An upstream's `errors` table maps an HTTP status to an error code
+//! (`errors = { "404" = "PET_NOT_FOUND" }`): that status is the provider's `Defined`
+//! failure with that code (EXECUTION_FAILED shown to the model with the message
+//! `PET_NOT_FOUND (the service answered HTTP 404)`; the service's body is never read into
+//! it). Declared statuses are checked before the rules above.
+//!
+//! # Request mapping (a service's own API)
+//!
+//! With a `request` table the upstream does not speak the envelope above: the call is made
+//! as the service's own clients make it, e.g. for an operation `capgate import openapi`
+//! imported:
+//!
+//! ```toml
+//! http = { target = "petstore.getPet", url = "http://127.0.0.1:8080/v1",
+//!          request = { method = "GET", path = "/pets/{petId}", query = ["verbose"],
+//!                      headers = { "X-Tenant" = "tenant" }, body = "body" },
+//!          errors = { "404" = "PET_NOT_FOUND" } }
+//! ```
+//!
+//! - `method`: GET, HEAD, POST, PUT, PATCH, DELETE or OPTIONS.
+//! - `path`: a template appended to `url`'s path. Each `{name}` is filled from the input
+//!   field `name` (a string, number or boolean), percent-encoded as data inside one segment:
+//!   a value can never add a segment, a `..`, a query or a fragment (`a/b` is sent as
+//!   `a%2Fb`). A missing, empty or non-scalar value, or one that would make a `.`/`..`
+//!   segment, fails the call closed (internal, hidden) before any request is sent.
+//! - `query`: input fields sent as query parameters after any `url` already has: a scalar as
+//!   `name=value`, an array as the name repeated, an absent or null field left out.
+//! - `headers`: header name → input field; a scalar value is sent in that header, an absent
+//!   field sends nothing. Framing and hop-by-hop headers, the ones capgate sets
+//!   (`Content-Type`, `Accept`, `Idempotency-Key`, `traceparent`) and every static header of
+//!   the upstream cannot be mapped (refused at construction).
+//! - `body`: the input field whose value is the JSON body (`Content-Type: application/json`);
+//!   absent or null: no body.
+//!
+//! Still as above: the static `headers`, `Idempotency-Key`, `Accept: application/json`, no
+//! redirect followed, the response size bound, cancellation dropping the request. A 2xx
+//! answer's body is the output as JSON (an empty body is `null`; NDJSON is not read
+//! specially). A declared status is its declared error; **every other non-2xx answer**
+//! (401 and 403 included: the service refused capgate's request, not the caller) is
+//! `Internal`. The mapping is validated when the upstream is built
+//! ([`HttpUpstreamError::setting`] locates each problem: an unknown method, a malformed
+//! template, a reserved header, an `errors` key that is not 400–599, a code that is not
+//! `UPPER_SNAKE_CASE`).
+//!
 //! **Redirects are never followed.** A 3xx answer is an upstream failure like any other
 //! non-2xx status (`Internal`, hidden from the model); the `Location` is not requested, so
 //! neither the input nor the configured static headers (credentials) ever reach a host
@@ -76,6 +120,10 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+mod request;
+use request::RequestPlan;
+pub use request::{HttpRequestMapping, METHODS};
+
 /// The adapter name of HTTP upstreams.
 pub const HTTP_ADAPTER: &str = "http";
 /// The streamed-response content type.
@@ -92,7 +140,8 @@ pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
 pub struct HttpUpstreamConfig {
     /// The exact target name (the provider identity is `http:<target>`).
     pub target: String,
-    /// Where calls are POSTed.
+    /// Where calls are POSTed; with a `request` mapping, the service's base URL that the
+    /// mapping's path is appended to.
     pub url: String,
     /// The health endpoint; without one, probes fail closed to `health_unknown`.
     pub health_url: Option<String>,
@@ -105,6 +154,13 @@ pub struct HttpUpstreamConfig {
     /// trusted in addition to the system's roots. A relative path is opened from the
     /// working directory; the `capgate` binary resolves it against the config file first.
     pub ca_file: Option<PathBuf>,
+    /// Call the service as its own clients do (method, path template, query, headers,
+    /// JSON body from the input) instead of POSTing capgate's envelope to `url`.
+    pub request: Option<HttpRequestMapping>,
+    /// Declared error statuses: HTTP status (`"404"`) → the error code the model is shown
+    /// (`PET_NOT_FOUND`). Any other non-2xx answer stays a hidden internal failure.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub errors: BTreeMap<String, String>,
 }
 
 /// Why an upstream configuration was refused.
@@ -161,6 +217,47 @@ pub enum HttpUpstreamError {
     /// The HTTP client could not be built.
     #[error("HTTP client: {0}")]
     Client(String),
+    /// `request.method` is not one of [`request::METHODS`].
+    #[error(
+        "request.method: `{0}` is not a method a mapping may use (one of GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS)"
+    )]
+    UnknownMethod(String),
+    /// `request.path` is not a usable path template.
+    #[error("request.path: `{template}` {reason}")]
+    InvalidPathTemplate {
+        /// The template as configured.
+        template: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A `request.headers` name is not a valid header name.
+    #[error("request.headers: `{0}` is not a valid header name")]
+    InvalidMappedHeader(String),
+    /// A `request.headers` name is one an input field may not set (framing, hop-by-hop,
+    /// capgate's own, or a configured static header such as a credential).
+    #[error(
+        "request.headers: `{0}` cannot be set from the input (a framing header, one capgate sets, or a static header)"
+    )]
+    ReservedMappedHeader(String),
+    /// An input field name of the mapping is empty.
+    #[error("{}: the input field name must not be empty", setting.join("."))]
+    EmptyField {
+        /// Where: `["request", "query", "0"]`, `["request", "body"]`…
+        setting: Vec<String>,
+    },
+    /// An `errors` key is not an HTTP error status (400–599).
+    #[error("errors: `{0}` is not an HTTP error status (400–599)")]
+    InvalidErrorStatus(String),
+    /// An `errors` code is not an error code (`UPPER_SNAKE_CASE`, at most 64 characters).
+    #[error(
+        "errors.{status}: `{code}` is not an error code (A–Z, 0–9 and `_`, starting with a letter, at most 64 characters)"
+    )]
+    InvalidErrorCode {
+        /// The status it is declared for.
+        status: String,
+        /// The code as configured.
+        code: String,
+    },
 }
 
 impl HttpUpstreamError {
@@ -177,6 +274,19 @@ impl HttpUpstreamError {
             | HttpUpstreamError::CaFileInvalid { .. } => Some(vec!["caFile"]),
             HttpUpstreamError::InvalidHeader(h) => Some(vec!["headers", h.as_str()]),
             HttpUpstreamError::Client(_) => None,
+            HttpUpstreamError::UnknownMethod(_) => Some(vec!["request", "method"]),
+            HttpUpstreamError::InvalidPathTemplate { .. } => Some(vec!["request", "path"]),
+            HttpUpstreamError::InvalidMappedHeader(h)
+            | HttpUpstreamError::ReservedMappedHeader(h) => {
+                Some(vec!["request", "headers", h.as_str()])
+            }
+            HttpUpstreamError::EmptyField { setting } => {
+                Some(setting.iter().map(String::as_str).collect())
+            }
+            HttpUpstreamError::InvalidErrorStatus(s)
+            | HttpUpstreamError::InvalidErrorCode { status: s, .. } => {
+                Some(vec!["errors", s.as_str()])
+            }
         }
     }
 }
@@ -297,6 +407,35 @@ pub struct HttpUpstream {
     client: Client,
     headers: HeaderMap,
     prober: Option<Arc<HttpHealthProber>>,
+    plan: Option<RequestPlan>,
+    errors: BTreeMap<u16, String>,
+}
+
+/// Check the `errors` table: each key an HTTP error status, each code UPPER_SNAKE_CASE.
+fn declared_errors(
+    errors: &BTreeMap<String, String>,
+) -> Result<BTreeMap<u16, String>, HttpUpstreamError> {
+    let mut out = BTreeMap::new();
+    for (status, code) in errors {
+        let n = status
+            .parse::<u16>()
+            .ok()
+            .filter(|n| (400..=599).contains(n) && status.len() == 3)
+            .ok_or_else(|| HttpUpstreamError::InvalidErrorStatus(status.clone()))?;
+        let well_formed = code.len() <= 64
+            && code.starts_with(|c: char| c.is_ascii_uppercase())
+            && code
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+        if !well_formed {
+            return Err(HttpUpstreamError::InvalidErrorCode {
+                status: status.clone(),
+                code: code.clone(),
+            });
+        }
+        out.insert(n, code.clone());
+    }
+    Ok(out)
 }
 
 impl HttpUpstream {
@@ -306,6 +445,12 @@ impl HttpUpstream {
             return Err(HttpUpstreamError::EmptyTarget);
         }
         let url = parse_url("url", &config.url)?;
+        let plan = config
+            .request
+            .as_ref()
+            .map(|m| RequestPlan::new(m, &config.headers))
+            .transpose()?;
+        let errors = declared_errors(&config.errors)?;
         let health_url = config
             .health_url
             .as_deref()
@@ -348,10 +493,83 @@ impl HttpUpstream {
             client,
             headers,
             prober,
+            plan,
+            errors,
         })
     }
 
+    /// A declared error status as the provider's defined failure: the model is shown the
+    /// declared code and a message naming only it and the status, never the service's body.
+    fn declared(&self, status: StatusCode) -> Option<ProcedureError> {
+        let code = self.errors.get(&status.as_u16())?;
+        Some(ProcedureError::Defined {
+            code: code.clone(),
+            message: format!("{code} (the service answered HTTP {})", status.as_u16()),
+            data: Some(serde_json::json!({ "status": status.as_u16() })),
+            retryable: false,
+        })
+    }
+
+    /// One call as the service's own clients make it (the `request` mapping): a 2xx JSON
+    /// body (an empty one is `null`) is the output; a declared status is its defined error;
+    /// every other answer is an internal failure (the body is never read into a message).
+    async fn exchange_mapped(
+        &self,
+        plan: &RequestPlan,
+        run: &ProviderRun,
+    ) -> Result<ExecutionOutcome, ProcedureError> {
+        let req = &run.request;
+        let planned = plan.plan(&self.url, &req.input)?;
+        let span = crate::trace_context::upstream_span(&planned.url);
+        let mut builder = self
+            .client
+            .request(plan.method.clone(), planned.url)
+            .headers(crate::trace_context::headers_for(&span))
+            .header(ACCEPT, "application/json");
+        // The input's headers first, the static ones last: construction refused any overlap,
+        // and the static headers (credentials) are what the request ends with regardless.
+        for (name, value) in planned.headers {
+            builder = builder.header(name, value);
+        }
+        builder = builder.headers(self.headers.clone());
+        if let Some(body) = &planned.body {
+            builder = builder.json(body);
+        }
+        if let Some(agent) = &req.agent
+            && let Ok(v) = HeaderValue::from_str(&agent.idempotency_key)
+        {
+            builder = builder.header("idempotency-key", v);
+        }
+        let _ = run.events.emit(RuntimeEvent::start());
+        let sent = builder.send().instrument(span.clone()).await;
+        crate::trace_context::record_status(&span, sent.as_ref().ok().map(|r| r.status().as_u16()));
+        let mut resp = sent.map_err(|e| {
+            ProcedureError::internal(format!("upstream request failed: {}", with_causes(&e)))
+        })?;
+        let status = resp.status();
+        if !status.is_success() {
+            if let Some(declared) = self.declared(status) {
+                return Err(declared);
+            }
+            return Err(ProcedureError::internal(if status.is_redirection() {
+                format!("upstream answered HTTP {status}; redirects are not followed")
+            } else {
+                format!("upstream answered HTTP {status}")
+            }));
+        }
+        let bytes = read_body(&mut resp).await?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(ExecutionOutcome::new(serde_json::Value::Null));
+        }
+        let output = serde_json::from_slice(&bytes)
+            .map_err(|e| ProcedureError::internal(format!("upstream answer is not JSON: {e}")))?;
+        Ok(ExecutionOutcome::new(output))
+    }
+
     async fn exchange(&self, run: &ProviderRun) -> Result<ExecutionOutcome, ProcedureError> {
+        if let Some(plan) = &self.plan {
+            return self.exchange_mapped(plan, run).await;
+        }
         let req = &run.request;
         let body = UpstreamRequest {
             run_id: &req.run_id,
@@ -381,6 +599,9 @@ impl HttpUpstream {
         })?;
         let status = resp.status();
         if !status.is_success() {
+            if let Some(declared) = self.declared(status) {
+                return Err(declared);
+            }
             let bytes = read_body(&mut resp).await.unwrap_or_default();
             let defined = serde_json::from_slice::<ErrorEnvelope>(&bytes).ok();
             return Err(match status {

@@ -80,7 +80,7 @@ pub mod stall;
 mod trace_context;
 
 pub use bridge::{ProcedureProvider, ProviderProcedure, native_handler};
-pub use http::{HttpUpstream, HttpUpstreamConfig};
+pub use http::{HttpRequestMapping, HttpUpstream, HttpUpstreamConfig};
 pub use provider::{Provider, ProviderConf, ProviderIdentity, ProviderRegistry};
 pub use runtime::ProviderRuntime;
 
@@ -96,7 +96,7 @@ pub mod prelude {
         ProviderHealth, ProviderProber, Session, classify_probe_outcome, normalize_probe_outcome,
         probe_health,
     };
-    pub use crate::http::{HttpUpstream, HttpUpstreamConfig};
+    pub use crate::http::{HttpRequestMapping, HttpUpstream, HttpUpstreamConfig};
     pub use crate::provider::{
         ExecutionOutcome, Provider, ProviderCommand, ProviderConf, ProviderFailure,
         ProviderIdentity, ProviderRegistry, ProviderRun, RunRequest, TokenUsage,

@@ -11,6 +11,7 @@ pub mod approvals;
 pub mod audit;
 pub mod check;
 pub mod contract;
+pub mod import;
 pub mod inspect;
 pub mod invocations;
 pub mod keys;

@@ -21,6 +21,7 @@ mod graceful_shutdown;
 mod hot_reload;
 mod http_upstream_e2e;
 mod oci_registry;
+mod openapi_import;
 mod otlp_traces;
 mod prometheus_e2e;
 mod scenario_test;

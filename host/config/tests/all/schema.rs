@@ -233,6 +233,14 @@ fn the_schemas_of_other_crates_settings_accept_every_field() {
         headers: [("x-key".to_string(), "v".to_string())].into(),
         connect_timeout_ms: Some(1000),
         ca_file: Some("ca.pem".into()),
+        request: Some(capgate_provider::HttpRequestMapping {
+            method: "GET".into(),
+            path: "/orders/{orderId}".into(),
+            query: vec!["verbose".into()],
+            headers: [("X-Tenant".to_string(), "tenant".to_string())].into(),
+            body: Some("body".into()),
+        }),
+        errors: [("404".to_string(), "ORDER_NOT_FOUND".to_string())].into(),
     });
     // The enums by every spelling serde writes.
     for mode in capgate_config::IsolationMode::ALL {

@@ -1137,3 +1137,225 @@ mod https {
         ));
     }
 }
+
+/// What a service with its own API received: method, path (as sent, still encoded), query,
+/// the headers that matter here, body.
+#[derive(Clone, Default)]
+struct Recorded(Arc<Mutex<Vec<Value>>>);
+
+/// A service with its own API (no capgate envelope): records every request; `/pets/missing`
+/// answers 404 with a body the model must never see, `/pets/broken` 500, the rest 200 with
+/// a JSON body (204 for DELETE).
+fn service(recorded: Recorded) -> Backend {
+    Backend::start(Router::new().fallback(
+        move |method: axum::http::Method,
+              uri: axum::http::Uri,
+              headers: HeaderMap,
+              body: String| {
+            let recorded = recorded.clone();
+            async move {
+                let header = |n: &str| {
+                    headers
+                        .get(n)
+                        .and_then(|v| v.to_str().ok())
+                        .map_or(Value::Null, |v| json!(v))
+                };
+                recorded.0.lock().expect("lock").push(json!({
+                    "method": method.as_str(),
+                    "path": uri.path(),
+                    "query": uri.query(),
+                    "tenant": header("x-tenant"),
+                    "apiKey": header("x-api-key"),
+                    "contentType": header("content-type"),
+                    "idempotencyKey": header("idempotency-key"),
+                    "body": body,
+                }));
+                match uri.path() {
+                    "/v1/pets/missing" => (
+                        StatusCode::NOT_FOUND,
+                        Json(json!({ "message": "no pet missing in db shard 7 (secret)" })),
+                    )
+                        .into_response(),
+                    "/v1/pets/broken" => {
+                        (StatusCode::INTERNAL_SERVER_ERROR, "stack trace (secret)").into_response()
+                    }
+                    _ if method == axum::http::Method::DELETE => {
+                        StatusCode::NO_CONTENT.into_response()
+                    }
+                    _ => Json(json!({ "id": "p1", "name": "Rex" })).into_response(),
+                }
+            }
+        },
+    ))
+}
+
+/// One capability (no input schema: the mapping itself must refuse what it cannot send)
+/// whose procedure is `up`.
+fn pet_runtime(up: HttpUpstream) -> Runtime {
+    let id = up.identity().clone();
+    let mut providers = ProviderRegistry::new();
+    providers.register(Arc::new(up), conf(0)).expect("register");
+    let providers = ProviderRuntime::new(providers);
+    let registry = Registry::builder()
+        .capability(
+            CapabilityDef::new(
+                "petstore.call",
+                CapabilityMeta::new("A pet store operation", SideEffect::Write, Risk::Low)
+                    .exposed_on([Surface::AiSdk]),
+            )
+            .procedure(ProviderProcedure::new(providers, id)),
+        )
+        .build()
+        .expect("registry");
+    Runtime::builder(registry).build().expect("a valid runtime")
+}
+
+fn mapped(base: String, request: Value) -> HttpUpstream {
+    let cfg: HttpUpstreamConfig = serde_json::from_value(json!({
+        "target": "petstore", "url": base,
+        "headers": { "x-api-key": "svc-secret" },
+        "request": request,
+        "errors": { "404": "PET_NOT_FOUND" },
+    }))
+    .expect("a mapping config");
+    HttpUpstream::new(cfg).expect("valid upstream")
+}
+
+fn call(input: Value) -> InvokeRequest {
+    InvokeRequest::new(Surface::AiSdk, "petstore.call", input, dana())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_mapping_calls_the_service_as_its_own_clients_do() {
+    let recorded = Recorded::default();
+    let svc = service(recorded.clone());
+    let last = || recorded.0.lock().expect("lock").last().cloned();
+
+    // GET with a path value that must stay one segment, a query and a mapped header.
+    let get = pet_runtime(mapped(
+        svc.url("/v1/"),
+        json!({ "method": "GET", "path": "/pets/{petId}", "query": ["verbose", "tag"],
+                "headers": { "X-Tenant": "tenant" } }),
+    ));
+    let r = get
+        .invoke(call(
+            json!({ "petId": "a/b?c#d", "verbose": true, "tag": ["x", "y z"], "tenant": "t1" }),
+        ))
+        .await;
+    assert_eq!(r.status(), "completed", "{r:?}");
+    assert_eq!(r.output(), Some(&json!({ "id": "p1", "name": "Rex" })));
+    let seen = last().expect("a request");
+    assert_eq!(seen["method"], "GET");
+    assert_eq!(seen["path"], "/v1/pets/a%2Fb%3Fc%23d");
+    assert_eq!(seen["query"], "verbose=true&tag=x&tag=y+z");
+    assert_eq!(seen["tenant"], "t1");
+    assert_eq!(seen["apiKey"], "svc-secret");
+    assert_eq!(seen["body"], "");
+    assert!(seen["idempotencyKey"].is_string(), "{seen}");
+
+    // POST with the named field as the JSON body.
+    let post = pet_runtime(mapped(
+        svc.url("/v1"),
+        json!({ "method": "POST", "path": "/pets", "body": "body" }),
+    ));
+    let r = post
+        .invoke(call(json!({ "body": { "name": "Rex", "tag": "dog" } })))
+        .await;
+    assert_eq!(r.status(), "completed", "{r:?}");
+    let seen = last().expect("a request");
+    assert_eq!(seen["method"], "POST");
+    assert_eq!(seen["path"], "/v1/pets");
+    assert_eq!(seen["query"], Value::Null);
+    assert_eq!(seen["contentType"], "application/json");
+    assert_eq!(
+        serde_json::from_str::<Value>(seen["body"].as_str().expect("body")).expect("JSON"),
+        json!({ "name": "Rex", "tag": "dog" })
+    );
+
+    // DELETE: an empty 2xx body is a null output; a declared 404 is the declared code,
+    // shown without the service's body; an undeclared 500 stays hidden.
+    let delete = pet_runtime(mapped(
+        svc.url("/v1"),
+        json!({ "method": "DELETE", "path": "/pets/{petId}" }),
+    ));
+    let r = delete.invoke(call(json!({ "petId": "p1" }))).await;
+    assert_eq!(r.status(), "completed", "{r:?}");
+    assert_eq!(r.output(), Some(&Value::Null));
+    assert_eq!(last().expect("a request")["method"], "DELETE");
+    let r = delete.invoke(call(json!({ "petId": "missing" }))).await;
+    assert_eq!(r.status(), "failed", "{r:?}");
+    let public = serde_json::to_value(r.error().expect("error").to_public()).expect("json");
+    assert_eq!(public["code"], "EXECUTION_FAILED", "{public}");
+    assert!(
+        public["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("PET_NOT_FOUND")),
+        "{public}"
+    );
+    assert!(!public.to_string().contains("secret"), "{public}");
+    let r = delete.invoke(call(json!({ "petId": "broken" }))).await;
+    let err = r.error().expect("error");
+    assert!(!err.expose_to_model());
+    assert_eq!(err.to_public().message, "The operation failed.");
+
+    // A missing path value fails closed before any request is sent.
+    let before = recorded.0.lock().expect("lock").len();
+    let r = delete.invoke(call(json!({}))).await;
+    assert_eq!(r.status(), "failed", "{r:?}");
+    let err = r.error().expect("error");
+    assert!(!err.expose_to_model());
+    assert!(
+        err.cause()
+            .map(ToString::to_string)
+            .unwrap_or_default()
+            .contains("petId"),
+        "{err:?}"
+    );
+    let r = delete.invoke(call(json!({ "petId": ".." }))).await;
+    assert_eq!(r.status(), "failed", "{r:?}");
+    assert_eq!(recorded.0.lock().expect("lock").len(), before);
+}
+
+#[test]
+fn a_request_mapping_is_validated_at_construction_and_located() {
+    let with = |extra: Value| {
+        let mut cfg = json!({ "target": "petstore", "url": "http://127.0.0.1:1/" });
+        for (k, v) in extra.as_object().expect("object") {
+            cfg[k] = v.clone();
+        }
+        HttpUpstream::new(serde_json::from_value(cfg).expect("config")).err()
+    };
+    let at = |e: Option<HttpUpstreamError>| {
+        e.and_then(|e| e.setting().map(|s| s.join("/")))
+            .unwrap_or_default()
+    };
+    assert!(with(json!({ "request": { "method": "GET", "path": "/a/{b}" } })).is_none());
+    assert_eq!(
+        at(with(json!({ "request": { "method": "FETCH" } }))),
+        "request/method"
+    );
+    assert_eq!(
+        at(with(
+            json!({ "request": { "method": "GET", "path": "/a/{b" } })
+        )),
+        "request/path"
+    );
+    assert_eq!(at(with(json!({ "errors": { "200": "OK" } }))), "errors/200");
+    assert_eq!(
+        at(with(json!({ "errors": { "404": "not found" } }))),
+        "errors/404"
+    );
+    assert_eq!(
+        at(with(
+            json!({ "headers": { "X-Key": "k" }, "request": { "method": "GET", "headers": { "x-key": "k" } } })
+        )),
+        "request/headers/x-key"
+    );
+    // Unknown keys of the mapping are refused by the format itself.
+    assert!(
+        serde_json::from_value::<HttpUpstreamConfig>(json!({
+            "target": "t", "url": "http://h/", "request": { "method": "GET", "verb": "GET" }
+        }))
+        .is_err()
+    );
+}

@@ -1,0 +1,108 @@
+//! `capgate import openapi FILE`: capability entries for capgate.toml from a description of
+//! an existing service, printed for the operator to review and paste (crate::openapi does
+//! the work). Each source is one variant of [`Import`].
+
+use crate::openapi;
+use anyhow::Context;
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Print capability entries for an existing service, ready to review and paste into
+/// capgate.toml (every entry is exposed nowhere, `expose = {}`, until you say where).
+#[derive(clap::Args, Debug)]
+pub struct ImportArgs {
+    #[command(subcommand)]
+    source: Import,
+}
+
+/// What to import from.
+#[derive(clap::Subcommand, Debug)]
+enum Import {
+    /// Import the operations of an OpenAPI 3.0/3.1 document (JSON or YAML): one
+    /// `[[capabilities]]` entry per operation, its procedure an HTTP upstream that calls the
+    /// service as its own clients do (method, path, query, headers, JSON body), its schemas
+    /// from the parameters, request body and success response (local `$ref`s inlined),
+    /// `sideEffect`/`idempotent`/`risk` from the method, declared 4xx responses as `errors`.
+    /// Entries go to standard output; skipped operations and why to standard error.
+    ///
+    /// Example: capgate import openapi petstore.yaml --base-url http://127.0.0.1:8080/v1 --prefix petstore
+    Openapi(OpenapiArgs),
+}
+
+/// `capgate import openapi`'s arguments.
+#[derive(clap::Args, Debug)]
+struct OpenapiArgs {
+    /// The OpenAPI document (JSON or YAML; `-` reads standard input).
+    file: PathBuf,
+    /// The service's base URL the operations' paths are appended to (default: the
+    /// document's first `servers[].url`).
+    #[arg(long, value_name = "URL")]
+    base_url: Option<String>,
+    /// The capability id prefix: ids are PREFIX.operationId (default: from `info.title`).
+    #[arg(long, value_name = "ID_PREFIX")]
+    prefix: Option<String>,
+    /// Import only this operation (its operationId); repeat for more.
+    #[arg(long = "operation", value_name = "OPERATION_ID")]
+    operations: Vec<String>,
+}
+
+/// `capgate import …`: 0 with the entries printed, 1 when no operation could be imported.
+pub fn run(args: ImportArgs) -> anyhow::Result<ExitCode> {
+    match args.source {
+        Import::Openapi(a) => import_openapi(a),
+    }
+}
+
+fn import_openapi(args: OpenapiArgs) -> anyhow::Result<ExitCode> {
+    let bytes = read_bounded(&args.file)?;
+    let doc = openapi::parse(&bytes).with_context(|| format!("{}", args.file.display()))?;
+    let imported = openapi::import(
+        &doc,
+        &openapi::Options {
+            base_url: args.base_url,
+            prefix: args.prefix,
+            operations: args.operations,
+        },
+    )
+    .with_context(|| format!("{}", args.file.display()))?;
+    for w in &imported.warnings {
+        eprintln!("warning: {w}");
+    }
+    if imported.entries.is_empty() {
+        eprintln!(
+            "error: no operation of {} could be imported",
+            args.file.display()
+        );
+        return Ok(ExitCode::from(1));
+    }
+    print!(
+        "{}",
+        openapi::to_toml(&imported).context("writing the entries as TOML")?
+    );
+    eprintln!(
+        "imported {} operation(s); each is exposed nowhere (`expose = {{}}`) until you turn a surface on",
+        imported.entries.len()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The file (or standard input), refused past [`openapi::MAX_DOCUMENT_BYTES`] without
+/// reading more than one byte beyond it.
+fn read_bounded(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+    let limit = openapi::MAX_DOCUMENT_BYTES as u64 + 1;
+    let mut bytes = Vec::new();
+    if path.as_os_str() == "-" {
+        std::io::stdin()
+            .take(limit)
+            .read_to_end(&mut bytes)
+            .context("reading standard input")?;
+    } else {
+        std::fs::File::open(path)
+            .with_context(|| format!("cannot open {}", path.display()))?
+            .take(limit)
+            .read_to_end(&mut bytes)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+    }
+    Ok(bytes)
+}

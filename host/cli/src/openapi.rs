@@ -1,0 +1,1221 @@
+//! `capgate import openapi`'s importer: an OpenAPI 3.0/3.1 document (JSON or YAML) to
+//! `[[capabilities]]` entries whose procedure is an HTTP upstream with a `request` mapping
+//! (capgate_provider::http), so each imported operation calls the service as its own
+//! clients do.
+//!
+//! Per operation: the id is `PREFIX.operationId` (sanitised to capgate's id and tool-name
+//! syntax); the input schema is an object with one property per path, query and header
+//! parameter plus `body` for an `application/json` request body; the output schema is the
+//! first 2xx `application/json` response's; local `$ref`s (`#/…`) are inlined, a cycle or an
+//! external reference is an error; `sideEffect`, `idempotent` and `risk` follow the method;
+//! declared 4xx responses become `errors`; `expose = {}` (offered nowhere until the operator
+//! says where). An operation that cannot be mapped faithfully (a non-JSON body or response,
+//! a cookie parameter…) is skipped with a warning saying why.
+//!
+//! The document is hostile input: its size is bounded ([`MAX_DOCUMENT_BYTES`]), and so is
+//! every schema after inlining ([`MAX_SCHEMA_NODES`]), so nested references cannot
+//! multiply it without limit.
+
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The largest document read.
+pub const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
+/// The most JSON nodes one schema may have once its references are inlined.
+pub const MAX_SCHEMA_NODES: usize = 100_000;
+/// The longest capability id written (its tool name, the id with `.` → `_`, must fit 64).
+const MAX_ID_CHARS: usize = 64;
+
+/// Why a document could not be imported; `at` is a JSON pointer into the document.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    /// The document is larger than [`MAX_DOCUMENT_BYTES`].
+    #[error("the document is {0} bytes; at most {MAX_DOCUMENT_BYTES} are read")]
+    TooLarge(usize),
+    /// The text is neither JSON nor YAML.
+    #[error("not a JSON or YAML document: {0}")]
+    Syntax(String),
+    /// The document is not an OpenAPI 3.0/3.1 document, or a part of it has the wrong shape.
+    #[error("{at}: {message}")]
+    Invalid {
+        /// Where (a JSON pointer; empty: the whole document).
+        at: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+fn invalid(at: &str, message: impl Into<String>) -> ImportError {
+    ImportError::Invalid {
+        at: if at.is_empty() { "/".into() } else { at.into() },
+        message: message.into(),
+    }
+}
+
+/// What to import.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// The service's base URL (default: the document's first `servers[].url`).
+    pub base_url: Option<String>,
+    /// The capability id prefix (default: from `info.title`).
+    pub prefix: Option<String>,
+    /// Only these operations (by `operationId`, or the derived name when there is none);
+    /// empty: all.
+    pub operations: Vec<String>,
+}
+
+/// The importer's result: entries to print and warnings (skipped operations and why).
+#[derive(Debug, Default)]
+pub struct Imported {
+    /// One entry per imported operation, by path, then method.
+    pub entries: Vec<Entry>,
+    /// Operations left out, and anything else the operator should know.
+    pub warnings: Vec<String>,
+}
+
+/// One imported operation: a comment naming it and the capability.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// `GET /pets/{petId}`.
+    pub operation: String,
+    /// The capability entry.
+    pub capability: Capability,
+}
+
+/// A `[[capabilities]]` entry as capgate.toml spells it.
+#[derive(Debug, Clone)]
+pub struct Capability {
+    /// The capability id.
+    pub id: String,
+    /// From the operation's summary/description.
+    pub description: String,
+    /// Offered nowhere (`{}`) until the operator turns surfaces on.
+    pub expose: Map<String, Value>,
+    /// `read` or `write`.
+    pub side_effect: &'static str,
+    /// `low`, `medium` or `high`.
+    pub risk: &'static str,
+    /// GET, HEAD, PUT, DELETE.
+    pub idempotent: bool,
+    /// The operation's parameters and body as one object schema.
+    pub input_schema: Value,
+    /// The success response's schema.
+    pub output_schema: Option<Value>,
+    /// `{ http = … }`.
+    pub procedure: Procedure,
+}
+
+/// The procedure of an imported capability.
+#[derive(Debug, Clone, Serialize)]
+pub struct Procedure {
+    /// The HTTP upstream with its request mapping.
+    pub http: capgate_provider::HttpUpstreamConfig,
+}
+
+/// Parse a document: JSON when it starts with `{`, else YAML.
+pub fn parse(bytes: &[u8]) -> Result<Value, ImportError> {
+    if bytes.len() > MAX_DOCUMENT_BYTES {
+        return Err(ImportError::TooLarge(bytes.len()));
+    }
+    let text = std::str::from_utf8(bytes)
+        .map_err(|e| ImportError::Syntax(format!("not UTF-8 text: {e}")))?;
+    let text = text.trim_start_matches('\u{feff}');
+    if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).map_err(|e| ImportError::Syntax(format!("JSON: {e}")))
+    } else {
+        serde_saphyr::from_str(text).map_err(|e| ImportError::Syntax(format!("YAML: {e}")))
+    }
+}
+
+/// `~` and `/` escaped for a JSON pointer token.
+fn token(s: &str) -> String {
+    s.replace('~', "~0").replace('/', "~1")
+}
+
+/// Inlines local references of one document.
+struct Resolver<'a> {
+    doc: &'a Value,
+}
+
+impl Resolver<'_> {
+    /// `value` (found at `at`) with every `$ref` replaced by its target, recursively.
+    fn inline(&self, value: &Value, at: &str) -> Result<Value, ImportError> {
+        let mut stack = Vec::new();
+        let mut nodes = 0usize;
+        self.walk(value, at, &mut stack, &mut nodes)
+    }
+
+    fn walk(
+        &self,
+        value: &Value,
+        at: &str,
+        stack: &mut Vec<String>,
+        nodes: &mut usize,
+    ) -> Result<Value, ImportError> {
+        *nodes += 1;
+        if *nodes > MAX_SCHEMA_NODES {
+            return Err(invalid(
+                at,
+                format!("more than {MAX_SCHEMA_NODES} schema nodes once references are inlined"),
+            ));
+        }
+        match value {
+            Value::Object(map) => {
+                if let Some(r) = map.get("$ref") {
+                    let Some(r) = r.as_str() else {
+                        return Err(invalid(at, "`$ref` is not a string"));
+                    };
+                    let Some(pointer) = r.strip_prefix('#') else {
+                        return Err(invalid(
+                            at,
+                            format!(
+                                "`$ref: {r}` is an external reference; only local ones (`#/…`) are inlined"
+                            ),
+                        ));
+                    };
+                    if stack.iter().any(|s| s == pointer) {
+                        return Err(invalid(
+                            at,
+                            format!(
+                                "`$ref: {r}` is a cycle ({} → {r}); a recursive schema cannot be inlined",
+                                stack
+                                    .iter()
+                                    .map(|s| format!("#{s}"))
+                                    .collect::<Vec<_>>()
+                                    .join(" → ")
+                            ),
+                        ));
+                    }
+                    let decoded = percent_decode(pointer);
+                    let Some(target) = self.doc.pointer(&decoded) else {
+                        return Err(invalid(at, format!("`$ref: {r}` points at nothing")));
+                    };
+                    stack.push(pointer.to_string());
+                    let mut out = self.walk(target, &decoded, stack, nodes)?;
+                    stack.pop();
+                    // Siblings of `$ref` (3.1) apply too: they are laid over the target.
+                    if let Value::Object(o) = &mut out {
+                        for (k, v) in map {
+                            if k != "$ref" {
+                                let child = format!("{at}/{}", token(k));
+                                o.insert(k.clone(), self.walk(v, &child, stack, nodes)?);
+                            }
+                        }
+                    }
+                    return Ok(out);
+                }
+                let mut out = Map::new();
+                for (k, v) in map {
+                    let child = format!("{at}/{}", token(k));
+                    out.insert(k.clone(), self.walk(v, &child, stack, nodes)?);
+                }
+                Ok(Value::Object(out))
+            }
+            Value::Array(items) => items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| self.walk(v, &format!("{at}/{i}"), stack, nodes))
+                .collect::<Result<Vec<_>, _>>()
+                .map(Value::Array),
+            other => Ok(other.clone()),
+        }
+    }
+}
+
+/// A `$ref`'s fragment is URI-encoded (`%7B` for `{`); the pointer is not.
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some(h) = s.get(i + 1..i + 3)
+            && let Ok(b) = u8::from_str_radix(h, 16)
+        {
+            out.push(b);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// OpenAPI 3.0's schema dialect to JSON Schema 2020-12 (what capgate validates with):
+/// `nullable: true` becomes a `"null"` type, boolean `exclusiveMinimum`/`exclusiveMaximum`
+/// become numbers, and OpenAPI-only keywords (`discriminator`, `xml`, `externalDocs`,
+/// `example`) are dropped. 3.1 schemas are JSON Schema already and pass unchanged but for
+/// the same dropped keywords.
+fn to_json_schema(schema: &mut Value, v30: bool) {
+    match schema {
+        Value::Object(map) => {
+            for k in ["discriminator", "xml", "externalDocs", "example"] {
+                map.remove(k);
+            }
+            if v30 {
+                if map.remove("nullable") == Some(Value::Bool(true)) {
+                    match map.get_mut("type") {
+                        Some(Value::String(t)) => {
+                            let t = t.clone();
+                            map.insert("type".into(), json!([t, "null"]));
+                        }
+                        Some(_) => {}
+                        None => {}
+                    }
+                }
+                for (flag, bound) in [
+                    ("exclusiveMinimum", "minimum"),
+                    ("exclusiveMaximum", "maximum"),
+                ] {
+                    if let Some(Value::Bool(b)) = map.get(flag).cloned() {
+                        map.remove(flag);
+                        if b && let Some(n) = map.remove(bound) {
+                            map.insert(flag.into(), n);
+                        }
+                    }
+                }
+            }
+            for (k, v) in map.iter_mut() {
+                // Property names are data, not keywords.
+                if k == "properties" || k == "patternProperties" || k == "$defs" {
+                    if let Value::Object(props) = v {
+                        props.values_mut().for_each(|p| to_json_schema(p, v30));
+                    }
+                } else {
+                    to_json_schema(v, v30);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| to_json_schema(v, v30)),
+        _ => {}
+    }
+}
+
+/// Whether a value holds a JSON `null` anywhere (TOML cannot write one).
+fn holds_null(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Array(a) => a.iter().any(holds_null),
+        Value::Object(o) => o.values().any(holds_null),
+        _ => false,
+    }
+}
+
+/// An id segment: ASCII letters, digits, `_` and `-`; anything else becomes `_`.
+fn sanitise(s: &str) -> String {
+    let mut out: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    while out.contains("__") {
+        out = out.replace("__", "_");
+    }
+    out.trim_matches('_').to_string()
+}
+
+/// The default prefix: the title, lower case, as one id segment.
+fn prefix_of(title: &str) -> String {
+    let p = sanitise(&title.to_ascii_lowercase());
+    if p.is_empty() { "api".into() } else { p }
+}
+
+/// A user-given prefix: each dot-separated segment sanitised.
+fn clean_prefix(prefix: &str) -> String {
+    prefix
+        .split('.')
+        .map(sanitise)
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// An error code from a response description: `Pet not found` → `PET_NOT_FOUND`; `HTTP_404`
+/// when the description gives none.
+fn error_code(description: &str, status: &str) -> String {
+    let mut code = String::new();
+    for c in description.chars() {
+        if c.is_ascii_alphanumeric() {
+            code.push(c.to_ascii_uppercase());
+        } else if !code.ends_with('_') && !code.is_empty() {
+            code.push('_');
+        }
+    }
+    let code = code.trim_end_matches('_').to_string();
+    if code.is_empty() || code.len() > 64 || !code.starts_with(|c: char| c.is_ascii_uppercase()) {
+        format!("HTTP_{status}")
+    } else {
+        code
+    }
+}
+
+fn is_json(media: &str) -> bool {
+    let m = media
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    m == "application/json" || (m.starts_with("application/") && m.ends_with("+json"))
+}
+
+/// The `application/json` schema of a `content` map: `Ok(None)` when there is no content,
+/// `Err` (a reason) when there is content but none of it JSON.
+fn json_schema_of(content: Option<&Value>) -> Result<Option<(String, Value)>, String> {
+    let Some(Value::Object(content)) = content else {
+        return Ok(None);
+    };
+    if content.is_empty() {
+        return Ok(None);
+    }
+    for (media, body) in content {
+        if is_json(media) {
+            let schema = body.get("schema").cloned().unwrap_or_else(|| json!({}));
+            return Ok(Some((media.clone(), schema)));
+        }
+    }
+    Err(format!(
+        "its content is {} (only JSON is mapped)",
+        content.keys().cloned().collect::<Vec<_>>().join(", ")
+    ))
+}
+
+const METHODS: [&str; 7] = ["get", "head", "post", "put", "patch", "delete", "options"];
+
+/// Import every operation of a parsed document.
+pub fn import(doc: &Value, options: &Options) -> Result<Imported, ImportError> {
+    let version = doc.get("openapi").and_then(Value::as_str).ok_or_else(|| {
+        invalid(
+            "/openapi",
+            if doc.get("swagger").is_some() {
+                "a Swagger 2.0 document; only OpenAPI 3.0 and 3.1 are imported"
+            } else {
+                "missing: not an OpenAPI 3.0/3.1 document"
+            },
+        )
+    })?;
+    let v30 = version.starts_with("3.0");
+    if !v30 && !version.starts_with("3.1") {
+        return Err(invalid(
+            "/openapi",
+            format!("version {version}; only OpenAPI 3.0 and 3.1 are imported"),
+        ));
+    }
+    let base_url = match &options.base_url {
+        Some(u) => u.clone(),
+        None => doc
+            .pointer("/servers/0/url")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                invalid(
+                    "/servers",
+                    "no `servers[0].url` to call the service at; give --base-url",
+                )
+            })?,
+    };
+    if url_is_relative(&base_url) {
+        return Err(invalid(
+            "/servers/0/url",
+            format!("`{base_url}` is not an absolute http(s) URL; give --base-url"),
+        ));
+    }
+    let prefix = match &options.prefix {
+        Some(p) => clean_prefix(p),
+        None => prefix_of(
+            doc.pointer("/info/title")
+                .and_then(Value::as_str)
+                .unwrap_or("api"),
+        ),
+    };
+    if prefix.is_empty() {
+        return Err(invalid("", "the id prefix is empty once sanitised"));
+    }
+    let Some(paths) = doc.get("paths") else {
+        return Ok(Imported {
+            warnings: vec!["the document has no `paths`".into()],
+            ..Default::default()
+        });
+    };
+    let paths = paths
+        .as_object()
+        .ok_or_else(|| invalid("/paths", "not an object"))?;
+    let resolver = Resolver { doc };
+    let mut out = Imported::default();
+    let mut ids = BTreeSet::new();
+    let mut wanted: BTreeSet<&str> = options.operations.iter().map(String::as_str).collect();
+    for (path, item) in paths {
+        let item_at = format!("/paths/{}", token(path));
+        // A path item may itself be a reference; its operations are inlined one by one
+        // below, so a problem in one skips that operation only.
+        let item = if item.get("$ref").is_some() {
+            resolver.inline(item, &item_at)?
+        } else {
+            item.clone()
+        };
+        let Some(item_map) = item.as_object() else {
+            return Err(invalid(&item_at, "not an object"));
+        };
+        for method in METHODS {
+            let Some(op) = item_map.get(method) else {
+                continue;
+            };
+            let at = format!("{item_at}/{method}");
+            let operation = format!("{} {path}", method.to_ascii_uppercase());
+            let name = op
+                .get("operationId")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .unwrap_or_else(|| format!("{method}_{path}"));
+            if !options.operations.is_empty() && !wanted.remove(name.as_str()) {
+                continue;
+            }
+            match operation_entry(
+                &OperationCtx {
+                    doc_at: &at,
+                    item_at: &item_at,
+                    path,
+                    method,
+                    v30,
+                    base_url: &base_url,
+                },
+                op,
+                item_map.get("parameters"),
+                &resolver,
+            ) {
+                Ok(Some(mut cap)) => {
+                    let mut id = capability_id(&prefix, &name);
+                    let mut n = 2;
+                    while ids.contains(&id) {
+                        id = capability_id(&prefix, &format!("{name}_{n}"));
+                        n += 1;
+                    }
+                    ids.insert(id.clone());
+                    cap.id = id.clone();
+                    cap.procedure.http.target = id;
+                    // The entry must be one an HTTP upstream accepts.
+                    if let Err(e) = capgate_provider::HttpUpstream::new(cap.procedure.http.clone())
+                    {
+                        out.warnings.push(format!(
+                            "skipped {operation} ({name}): its upstream would be refused: {e}"
+                        ));
+                        continue;
+                    }
+                    out.entries.push(Entry {
+                        operation,
+                        capability: cap,
+                    });
+                }
+                Ok(None) => {}
+                Err(Skip(why)) => out
+                    .warnings
+                    .push(format!("skipped {operation} ({name}): {why}")),
+            }
+        }
+    }
+    for missing in wanted {
+        out.warnings
+            .push(format!("no operation `{missing}` in the document"));
+    }
+    Ok(out)
+}
+
+fn url_is_relative(url: &str) -> bool {
+    !(url.starts_with("http://") || url.starts_with("https://"))
+}
+
+/// `prefix.name`, the name sanitised and the whole at most [`MAX_ID_CHARS`].
+fn capability_id(prefix: &str, name: &str) -> String {
+    let mut name = sanitise(name);
+    if name.is_empty() {
+        name = "operation".into();
+    }
+    let room = MAX_ID_CHARS.saturating_sub(prefix.len() + 1).max(1);
+    let name: String = name.chars().take(room).collect();
+    format!("{prefix}.{}", name.trim_end_matches('_'))
+}
+
+/// Why an operation is left out (a warning, not an error).
+struct Skip(String);
+
+struct OperationCtx<'a> {
+    doc_at: &'a str,
+    item_at: &'a str,
+    path: &'a str,
+    method: &'a str,
+    v30: bool,
+    base_url: &'a str,
+}
+
+/// Headers OpenAPI says a parameter cannot describe (they are ignored by its own rules).
+const IGNORED_HEADER_PARAMS: [&str; 3] = ["accept", "content-type", "authorization"];
+
+fn operation_entry(
+    ctx: &OperationCtx<'_>,
+    op: &Value,
+    shared: Option<&Value>,
+    resolver: &Resolver<'_>,
+) -> Result<Option<Capability>, Skip> {
+    let err = |e: ImportError| Skip(e.to_string());
+    // The operation's parameters override the path item's by (name, in).
+    let mut params: Vec<(String, String, Value)> = Vec::new();
+    for (list, at) in [
+        (shared, format!("{}/parameters", ctx.item_at)),
+        (op.get("parameters"), format!("{}/parameters", ctx.doc_at)),
+    ] {
+        let Some(list) = list else { continue };
+        let list = resolver.inline(list, &at).map_err(err)?;
+        let Some(list) = list.as_array() else {
+            return Err(Skip(format!("{at}: not an array")));
+        };
+        for p in list {
+            let name = p.get("name").and_then(Value::as_str).unwrap_or_default();
+            let place = p.get("in").and_then(Value::as_str).unwrap_or_default();
+            if name.is_empty() {
+                return Err(Skip(format!("{at}: a parameter without a name")));
+            }
+            params.retain(|(n, i, _)| !(n == name && i == place));
+            params.push((name.to_string(), place.to_string(), p.clone()));
+        }
+    }
+    let mut properties = Map::new();
+    let mut required = Vec::new();
+    let mut query = Vec::new();
+    let mut headers = BTreeMap::new();
+    for (name, place, p) in &params {
+        let is_required = p.get("required").and_then(Value::as_bool).unwrap_or(false);
+        match place.as_str() {
+            "path" | "query" => {}
+            "header" if IGNORED_HEADER_PARAMS.contains(&name.to_ascii_lowercase().as_str()) => {
+                continue;
+            }
+            "header" => {}
+            "cookie" if !is_required => continue,
+            other => {
+                return Err(Skip(format!(
+                    "its parameter `{name}` is in `{other}`, which is not mapped"
+                )));
+            }
+        }
+        if properties.contains_key(name) {
+            return Err(Skip(format!(
+                "two parameters are named `{name}` (one input field each is needed)"
+            )));
+        }
+        let schema = match (p.get("schema"), p.get("content")) {
+            (Some(s), _) => s.clone(),
+            (None, Some(c)) => match json_schema_of(Some(c)) {
+                Ok(Some((_, s))) => s,
+                _ => return Err(Skip(format!("its parameter `{name}` is not JSON"))),
+            },
+            (None, None) => json!({}),
+        };
+        let mut schema = schema;
+        if let (Some(d), Value::Object(m)) = (p.get("description"), &mut schema)
+            && !m.contains_key("description")
+        {
+            m.insert("description".into(), d.clone());
+        }
+        if place == "query" && schema.get("type") == Some(&json!("object")) {
+            return Err(Skip(format!(
+                "its query parameter `{name}` is an object (only scalars and arrays are mapped)"
+            )));
+        }
+        properties.insert(name.clone(), schema);
+        if is_required || place == "path" {
+            required.push(json!(name));
+        }
+        match place.as_str() {
+            "query" => query.push(name.clone()),
+            "header" => {
+                headers.insert(name.clone(), name.clone());
+            }
+            _ => {}
+        }
+    }
+    for placeholder in placeholders(ctx.path) {
+        if !params
+            .iter()
+            .any(|(n, place, _)| n == &placeholder && place == "path")
+        {
+            return Err(Skip(format!(
+                "its path parameter `{placeholder}` is not declared"
+            )));
+        }
+    }
+    let mut body_field = None;
+    if let Some(body) = op.get("requestBody") {
+        let at = format!("{}/requestBody", ctx.doc_at);
+        let body = resolver.inline(body, &at).map_err(err)?;
+        match json_schema_of(body.get("content")) {
+            Ok(Some((_, schema))) => {
+                let field = ["body", "requestBody", "_body"]
+                    .into_iter()
+                    .find(|f| !properties.contains_key(*f))
+                    .unwrap_or("_body");
+                properties.insert(field.into(), schema);
+                if body.get("required").and_then(Value::as_bool) == Some(true) {
+                    required.push(json!(field));
+                }
+                body_field = Some(field.to_string());
+            }
+            Ok(None) => {}
+            Err(why) => return Err(Skip(format!("its request body: {why}"))),
+        }
+    }
+    // The output: the first 2xx response, 200 and 201 first.
+    let responses = op.get("responses").and_then(Value::as_object);
+    let mut output_schema = None;
+    let mut errors = BTreeMap::new();
+    if let Some(responses) = responses {
+        let mut success: Vec<&String> = responses
+            .keys()
+            .filter(|k| k.starts_with('2') && k.len() == 3)
+            .collect();
+        success.sort_by_key(|k| match k.as_str() {
+            "200" => 0,
+            "201" => 1,
+            "2XX" | "2xx" => 3,
+            _ => 2,
+        });
+        if let Some(code) = success.first() {
+            let at = format!("{}/responses/{}", ctx.doc_at, token(code));
+            let resp = resolver.inline(&responses[*code], &at).map_err(err)?;
+            match json_schema_of(resp.get("content")) {
+                Ok(Some((_, schema))) => output_schema = Some(schema),
+                Ok(None) => {}
+                Err(why) => return Err(Skip(format!("its {code} response: {why}"))),
+            }
+        }
+        for (status, resp) in responses {
+            if !(status.starts_with('4')
+                && status.len() == 3
+                && status[1..].bytes().all(|b| b.is_ascii_digit()))
+            {
+                continue;
+            }
+            let at = format!("{}/responses/{status}", ctx.doc_at);
+            let resp = resolver.inline(resp, &at).map_err(err)?;
+            let description = resp
+                .get("description")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            errors.insert(status.clone(), error_code(description, status));
+        }
+    }
+    let mut input_schema = json!({
+        "type": "object",
+        "properties": properties,
+        "additionalProperties": false,
+    });
+    if !required.is_empty() {
+        input_schema["required"] = Value::Array(required);
+    }
+    to_json_schema(&mut input_schema, ctx.v30);
+    if let Some(s) = &mut output_schema {
+        to_json_schema(s, ctx.v30);
+    }
+    if holds_null(&input_schema) || output_schema.as_ref().is_some_and(holds_null) {
+        return Err(Skip(
+            "its schema holds a JSON null (e.g. `default: null`), which TOML cannot write".into(),
+        ));
+    }
+    let method = ctx.method.to_ascii_uppercase();
+    let read = matches!(ctx.method, "get" | "head" | "options");
+    let description = [op.get("summary"), op.get("description")]
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::trim)
+        .find(|s| !s.is_empty())
+        .map(str::to_owned)
+        .unwrap_or_else(|| format!("{method} {}", ctx.path));
+    Ok(Some(Capability {
+        id: String::new(),
+        description,
+        expose: Map::new(),
+        side_effect: if read { "read" } else { "write" },
+        risk: match ctx.method {
+            "get" | "head" | "options" => "low",
+            "delete" => "high",
+            _ => "medium",
+        },
+        idempotent: matches!(ctx.method, "get" | "head" | "options" | "put" | "delete"),
+        input_schema,
+        output_schema,
+        procedure: Procedure {
+            http: capgate_provider::HttpUpstreamConfig {
+                target: String::new(),
+                url: ctx.base_url.to_string(),
+                request: Some(capgate_provider::HttpRequestMapping {
+                    method,
+                    path: template_of(ctx.path),
+                    query,
+                    headers,
+                    body: body_field,
+                }),
+                errors,
+                ..Default::default()
+            },
+        },
+    }))
+}
+
+/// The document's path as a mapping template: the literal parts percent-encoded where
+/// they hold characters a path cannot carry as they are (`/a b/{id}` → `/a%20b/{id}`).
+fn template_of(path: &str) -> String {
+    let mut out = String::new();
+    let mut in_placeholder = false;
+    for c in path.chars() {
+        match c {
+            '{' => in_placeholder = true,
+            '}' => in_placeholder = false,
+            _ => {}
+        }
+        if in_placeholder
+            || c == '}'
+            || c.is_ascii_alphanumeric()
+            || "/-._~!$&'()*+,;=:@%".contains(c)
+        {
+            out.push(c);
+        } else {
+            let mut buf = [0u8; 4];
+            for b in c.encode_utf8(&mut buf).bytes() {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        }
+    }
+    out
+}
+
+/// The `{name}`s of a path template.
+fn placeholders(path: &str) -> Vec<String> {
+    path.split('{')
+        .skip(1)
+        .filter_map(|s| s.split_once('}').map(|(n, _)| n.to_string()))
+        .collect()
+}
+
+/// The entries as capgate.toml text: each `[[capabilities]]` preceded by a comment naming
+/// its operation, one key a line, schemas and the procedure as inline tables (the form the
+/// README's examples use).
+pub fn to_toml(imported: &Imported) -> Result<String, serde_json::Error> {
+    let mut text = String::new();
+    for entry in &imported.entries {
+        let c = &entry.capability;
+        text.push_str(&format!(
+            "# {}\n",
+            entry.operation.replace(['\n', '\r'], " ")
+        ));
+        text.push_str("[[capabilities]]\n");
+        text.push_str(&format!("id = {}\n", toml_string(&c.id)));
+        text.push_str(&format!("description = {}\n", toml_string(&c.description)));
+        text.push_str("expose = {}\n");
+        text.push_str(&format!("sideEffect = \"{}\"\n", c.side_effect));
+        text.push_str(&format!("risk = \"{}\"\n", c.risk));
+        text.push_str(&format!("idempotent = {}\n", c.idempotent));
+        text.push_str(&format!("inputSchema = {}\n", inline(&c.input_schema)));
+        if let Some(o) = &c.output_schema {
+            text.push_str(&format!("outputSchema = {}\n", inline(o)));
+        }
+        // The procedure's keys in the order a reader wants them, not serde's.
+        let http = &c.procedure.http;
+        let mut parts = vec![
+            format!("target = {}", toml_string(&http.target)),
+            format!("url = {}", toml_string(&http.url)),
+        ];
+        if let Some(r) = &http.request {
+            let mut req = vec![
+                format!("method = {}", toml_string(&r.method)),
+                format!("path = {}", toml_string(&r.path)),
+            ];
+            if !r.query.is_empty() {
+                req.push(format!(
+                    "query = {}",
+                    inline(&serde_json::to_value(&r.query)?)
+                ));
+            }
+            if !r.headers.is_empty() {
+                req.push(format!(
+                    "headers = {}",
+                    inline(&serde_json::to_value(&r.headers)?)
+                ));
+            }
+            if let Some(b) = &r.body {
+                req.push(format!("body = {}", toml_string(b)));
+            }
+            parts.push(format!("request = {{ {} }}", req.join(", ")));
+        }
+        if !http.errors.is_empty() {
+            parts.push(format!(
+                "errors = {}",
+                inline(&serde_json::to_value(&http.errors)?)
+            ));
+        }
+        text.push_str(&format!(
+            "procedure = {{ http = {{ {} }} }}\n\n",
+            parts.join(", ")
+        ));
+    }
+    Ok(text)
+}
+
+/// A JSON value as a TOML inline value (the caller has made sure it holds no null).
+fn inline(v: &Value) -> String {
+    match v {
+        Value::Null => "{}".into(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => {
+            let t = n.to_string();
+            // TOML floats need a digit after the point and spell exponents alike.
+            if n.is_f64() && !t.contains(['.', 'e', 'E']) {
+                format!("{t}.0")
+            } else {
+                t
+            }
+        }
+        Value::String(s) => toml_string(s),
+        Value::Array(items) => format!(
+            "[{}]",
+            items.iter().map(inline).collect::<Vec<_>>().join(", ")
+        ),
+        Value::Object(map) if map.is_empty() => "{}".into(),
+        Value::Object(map) => format!(
+            "{{ {} }}",
+            map.iter()
+                .map(|(k, v)| format!("{} = {}", toml_key(k), inline(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+fn toml_key(k: &str) -> String {
+    // Bare keys may be all digits, but `"404"` reads as the string it is.
+    if !k.is_empty()
+        && !k.bytes().all(|b| b.is_ascii_digit())
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        k.to_string()
+    } else {
+        toml_string(k)
+    }
+}
+
+/// A TOML basic string.
+fn toml_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc(paths: Value, components: Value) -> Value {
+        json!({
+            "openapi": "3.0.3",
+            "info": { "title": "Pet Store", "version": "1" },
+            "servers": [{ "url": "http://127.0.0.1:8080/v1" }],
+            "paths": paths,
+            "components": components,
+        })
+    }
+
+    #[test]
+    fn references_are_inlined_and_cycles_and_external_ones_refused() {
+        let d = doc(
+            json!({ "/pets": { "get": {
+                "operationId": "listPets",
+                "responses": { "200": { "description": "ok", "content": { "application/json": {
+                    "schema": { "type": "array", "items": { "$ref": "#/components/schemas/Pet" } } } } } }
+            } } }),
+            json!({ "schemas": {
+                "Pet": { "type": "object", "properties": { "id": { "type": "string" }, "tag": { "$ref": "#/components/schemas/Tag" } } },
+                "Tag": { "type": "string", "nullable": true },
+            } }),
+        );
+        let got = import(&d, &Options::default()).expect("imported");
+        assert!(got.warnings.is_empty(), "{:?}", got.warnings);
+        let cap = &got.entries[0].capability;
+        assert_eq!(cap.id, "pet_store.listPets");
+        assert_eq!(
+            cap.output_schema,
+            Some(
+                json!({ "type": "array", "items": { "type": "object", "properties": {
+                "id": { "type": "string" }, "tag": { "type": ["string", "null"] } } } })
+            )
+        );
+        // A cycle: an error naming the chain, not a hang.
+        let cyclic = doc(
+            json!({ "/pets": { "get": { "responses": { "200": { "description": "ok", "content": {
+                "application/json": { "schema": { "$ref": "#/components/schemas/Node" } } } } } } } }),
+            json!({ "schemas": { "Node": { "type": "object", "properties": {
+                "next": { "$ref": "#/components/schemas/Node" } } } } }),
+        );
+        let got = import(&cyclic, &Options::default()).expect("imported");
+        assert!(got.entries.is_empty());
+        assert!(
+            got.warnings[0].contains("cycle")
+                && got.warnings[0].contains("/components/schemas/Node"),
+            "{:?}",
+            got.warnings
+        );
+        // An external reference.
+        let external = doc(
+            json!({ "/pets": { "get": { "responses": { "200": { "description": "ok", "content": {
+                "application/json": { "schema": { "$ref": "pet.yaml#/Pet" } } } } } } } }),
+            json!({}),
+        );
+        let got = import(&external, &Options::default()).expect("imported");
+        assert!(got.warnings[0].contains("external"), "{:?}", got.warnings);
+        // A reference that multiplies without a cycle is bounded.
+        let mut schemas = Map::new();
+        schemas.insert("L0".into(), json!({ "type": "string" }));
+        for i in 1..40 {
+            let prev = format!("#/components/schemas/L{}", i - 1);
+            schemas.insert(
+                format!("L{i}"),
+                json!({ "allOf": [{ "$ref": prev }, { "$ref": prev }] }),
+            );
+        }
+        let bomb = doc(
+            json!({ "/x": { "get": { "responses": { "200": { "description": "ok", "content": {
+                "application/json": { "schema": { "$ref": "#/components/schemas/L39" } } } } } } } }),
+            json!({ "schemas": schemas }),
+        );
+        let got = import(&bomb, &Options::default()).expect("imported");
+        assert!(
+            got.warnings[0].contains("schema nodes"),
+            "{:?}",
+            got.warnings
+        );
+    }
+
+    #[test]
+    fn methods_decide_side_effect_idempotence_and_risk() {
+        let op = |id: &str| json!({ "operationId": id, "responses": { "204": { "description": "done" } } });
+        let d = doc(
+            json!({ "/things": { "get": op("a"), "head": op("b"), "post": op("c"), "put": op("d"),
+                                  "patch": op("e"), "delete": op("f") } }),
+            json!({}),
+        );
+        let got = import(&d, &Options::default()).expect("imported");
+        let seen: Vec<(&str, &str, bool, &str)> = got
+            .entries
+            .iter()
+            .map(|e| {
+                let c = &e.capability;
+                (
+                    e.operation.split(' ').next().unwrap_or_default(),
+                    c.side_effect,
+                    c.idempotent,
+                    c.risk,
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                ("GET", "read", true, "low"),
+                ("HEAD", "read", true, "low"),
+                ("POST", "write", false, "medium"),
+                ("PUT", "write", true, "medium"),
+                ("PATCH", "write", false, "medium"),
+                ("DELETE", "write", true, "high"),
+            ]
+        );
+        assert!(got.entries.iter().all(|e| e.capability.expose.is_empty()));
+    }
+
+    #[test]
+    fn parameters_body_and_errors_become_the_input_schema_and_mapping() {
+        let d = doc(
+            json!({ "/pets/{petId}": {
+                "parameters": [{ "name": "petId", "in": "path", "required": true, "schema": { "type": "string" } }],
+                "put": {
+                    "operationId": "update pet!",
+                    "parameters": [
+                        { "name": "verbose", "in": "query", "schema": { "type": "boolean" } },
+                        { "name": "X-Tenant", "in": "header", "required": true, "schema": { "type": "string" } },
+                        { "name": "Accept", "in": "header", "schema": { "type": "string" } },
+                    ],
+                    "requestBody": { "required": true, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Pet" } } } },
+                    "responses": {
+                        "200": { "description": "ok", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Pet" } } } },
+                        "404": { "description": "Pet not found" },
+                        "409": { "description": "" },
+                        "500": { "description": "Server error" },
+                    }
+                }
+            } }),
+            json!({ "schemas": { "Pet": { "type": "object", "properties": { "name": { "type": "string" } } } } }),
+        );
+        let got = import(
+            &d,
+            &Options {
+                prefix: Some("acme pets".into()),
+                ..Default::default()
+            },
+        )
+        .expect("imported");
+        let cap = &got.entries[0].capability;
+        assert_eq!(cap.id, "acme_pets.update_pet");
+        assert_eq!(cap.procedure.http.target, cap.id);
+        assert_eq!(
+            cap.input_schema,
+            json!({ "type": "object", "additionalProperties": false,
+                "properties": {
+                    "petId": { "type": "string" }, "verbose": { "type": "boolean" },
+                    "X-Tenant": { "type": "string" },
+                    "body": { "type": "object", "properties": { "name": { "type": "string" } } } },
+                "required": ["petId", "X-Tenant", "body"] })
+        );
+        let request = cap.procedure.http.request.as_ref().expect("mapping");
+        assert_eq!(request.method, "PUT");
+        assert_eq!(request.path, "/pets/{petId}");
+        assert_eq!(request.query, vec!["verbose".to_string()]);
+        assert_eq!(
+            request.headers.get("X-Tenant").map(String::as_str),
+            Some("X-Tenant")
+        );
+        assert_eq!(request.body.as_deref(), Some("body"));
+        assert_eq!(
+            cap.procedure.http.errors,
+            [
+                ("404".to_string(), "PET_NOT_FOUND".to_string()),
+                ("409".to_string(), "HTTP_409".to_string())
+            ]
+            .into()
+        );
+        // The TOML is what capgate.toml reads back.
+        let text = to_toml(&got).expect("toml");
+        assert!(
+            text.starts_with("# PUT /pets/{petId}\n[[capabilities]]\n"),
+            "{text}"
+        );
+        let back: Value = toml::from_str(&text).expect("TOML");
+        assert_eq!(
+            back["capabilities"][0]["procedure"]["http"]["request"]["method"],
+            "PUT"
+        );
+        assert_eq!(back["capabilities"][0]["expose"], json!({}));
+    }
+
+    #[test]
+    fn the_toml_reads_back_as_the_entry() {
+        let d = doc(
+            json!({ "/a b/{weird key}": { "get": {
+                "summary": "Say \"hi\"\\ then\nmore\u{7}",
+                "parameters": [{ "name": "weird key", "in": "path", "required": true,
+                    "schema": { "type": "number", "minimum": 1.5, "maximum": 1e300, "enum": [1, 2.0] } }],
+                "responses": { "200": { "description": "ok" } } } } }),
+            json!({}),
+        );
+        let got = import(&d, &Options::default()).expect("imported");
+        assert!(got.warnings.is_empty(), "{:?}", got.warnings);
+        let back: Value = toml::from_str(&to_toml(&got).expect("toml")).expect("TOML");
+        let cap = &got.entries[0].capability;
+        assert_eq!(
+            back["capabilities"][0]["description"],
+            json!(cap.description)
+        );
+        assert_eq!(
+            cap.procedure.http.request.as_ref().map(|r| r.path.as_str()),
+            Some("/a%20b/{weird key}")
+        );
+        assert_eq!(back["capabilities"][0]["inputSchema"], cap.input_schema);
+        assert_eq!(
+            back["capabilities"][0]["procedure"],
+            serde_json::to_value(&cap.procedure).expect("json")
+        );
+    }
+
+    #[test]
+    fn unmappable_operations_are_skipped_with_a_reason() {
+        let d = doc(
+            json!({
+                "/upload": { "post": { "operationId": "upload",
+                    "requestBody": { "content": { "multipart/form-data": { "schema": {} } } },
+                    "responses": { "200": { "description": "ok" } } } },
+                "/page": { "get": { "operationId": "page",
+                    "responses": { "200": { "description": "ok", "content": { "text/html": {} } } } } },
+                "/c": { "get": { "operationId": "cookie",
+                    "parameters": [{ "name": "s", "in": "cookie", "required": true }],
+                    "responses": { "200": { "description": "ok" } } } },
+                "/ok": { "get": { "operationId": "ok", "responses": { "200": { "description": "ok" } } } },
+            }),
+            json!({}),
+        );
+        let got = import(&d, &Options::default()).expect("imported");
+        assert_eq!(got.entries.len(), 1);
+        assert_eq!(got.warnings.len(), 3, "{:?}", got.warnings);
+        assert!(
+            got.warnings
+                .iter()
+                .any(|w| w.contains("upload") && w.contains("multipart/form-data"))
+        );
+        assert!(
+            got.warnings
+                .iter()
+                .any(|w| w.contains("page") && w.contains("text/html"))
+        );
+        assert!(got.warnings.iter().any(|w| w.contains("cookie")));
+        // Selecting operations.
+        let got = import(
+            &d,
+            &Options {
+                operations: vec!["ok".into(), "nope".into()],
+                ..Default::default()
+            },
+        )
+        .expect("imported");
+        assert_eq!(got.entries.len(), 1);
+        assert!(got.warnings.iter().any(|w| w.contains("nope")));
+    }
+
+    #[test]
+    fn documents_that_are_not_openapi_3_are_refused_with_their_place() {
+        assert!(matches!(
+            import(&json!({ "swagger": "2.0" }), &Options::default()),
+            Err(ImportError::Invalid { at, .. }) if at == "/openapi"
+        ));
+        assert!(matches!(
+            import(&json!({ "openapi": "3.0.0", "paths": {} }), &Options::default()),
+            Err(ImportError::Invalid { at, .. }) if at == "/servers"
+        ));
+        assert!(matches!(parse(b"{ nope"), Err(ImportError::Syntax(_))));
+        assert!(matches!(
+            parse(&vec![b' '; MAX_DOCUMENT_BYTES + 1]),
+            Err(ImportError::TooLarge(_))
+        ));
+        // YAML, with the integer-looking status keys of real documents.
+        let y = parse(b"openapi: 3.1.0\npaths:\n  /a:\n    get:\n      responses:\n        200:\n          description: ok\n")
+            .expect("YAML");
+        assert_eq!(
+            y["paths"]["/a"]["get"]["responses"]["200"]["description"],
+            "ok"
+        );
+    }
+}
