@@ -8,6 +8,7 @@ pub mod build;
 pub mod commands;
 pub mod diff;
 pub mod inspect;
+pub mod mcp_import;
 pub mod metrics;
 pub mod openapi;
 pub mod plugin_test;
@@ -17,6 +18,7 @@ pub mod serve;
 pub mod store;
 pub mod table;
 pub mod telemetry;
+pub mod upstreams;
 pub mod validate;
 
 use anyhow::Context;

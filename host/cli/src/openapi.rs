@@ -328,7 +328,7 @@ fn prefix_of(title: &str) -> String {
 }
 
 /// A user-given prefix: each dot-separated segment sanitised.
-fn clean_prefix(prefix: &str) -> String {
+pub(crate) fn clean_prefix(prefix: &str) -> String {
     prefix
         .split('.')
         .map(sanitise)
@@ -532,7 +532,7 @@ fn url_is_relative(url: &str) -> bool {
 }
 
 /// `prefix.name`, the name sanitised and the whole at most [`MAX_ID_CHARS`].
-fn capability_id(prefix: &str, name: &str) -> String {
+pub(crate) fn capability_id(prefix: &str, name: &str) -> String {
     let mut name = sanitise(name);
     if name.is_empty() {
         name = "operation".into();
@@ -868,7 +868,7 @@ pub fn to_toml(imported: &Imported) -> Result<String, serde_json::Error> {
 }
 
 /// A JSON value as a TOML inline value (the caller has made sure it holds no null).
-fn inline(v: &Value) -> String {
+pub(crate) fn inline(v: &Value) -> String {
     match v {
         Value::Null => "{}".into(),
         Value::Bool(b) => b.to_string(),
@@ -911,7 +911,7 @@ fn toml_key(k: &str) -> String {
 }
 
 /// A TOML basic string.
-fn toml_string(s: &str) -> String {
+pub(crate) fn toml_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {

@@ -71,6 +71,8 @@ struct Serving {
     deployment: Deployment,
     revision: String,
     contract_digest: String,
+    /// Its MCP upstreams' pin watch (stops when this configuration is replaced).
+    watch: Option<crate::upstreams::UpstreamWatch>,
 }
 
 impl Serving {
@@ -110,15 +112,21 @@ impl Reloader {
                 checked,
                 deployment,
                 contract_digest,
+                watch: None,
             }),
         }))
     }
 
     /// Build the application of the configuration the process started with.
     pub async fn serve_first(&self) -> anyhow::Result<()> {
-        let serving = self.serving.lock().await;
+        let mut serving = self.serving.lock().await;
         let app = crate::serve::app(&serving.checked, &serving.deployment, &self.kept)?;
         self.current.store(Arc::new(app));
+        serving.watch = crate::upstreams::watch(
+            &serving.checked,
+            serving.deployment.runtime.clone(),
+            serving.deployment.sinks.clone(),
+        );
         Ok(())
     }
 
@@ -159,6 +167,11 @@ impl Reloader {
         let next = Serving {
             revision: checked.config.revision.clone(),
             contract_digest: contract_digest(&checked, &deployment.runtime),
+            watch: crate::upstreams::watch(
+                &checked,
+                deployment.runtime.clone(),
+                deployment.sinks.clone(),
+            ),
             checked,
             deployment,
         };

@@ -38,7 +38,10 @@ pub fn app(checked: &Checked, d: &Deployment, kept: &Kept) -> anyhow::Result<axu
         })
         .admin(cfg.gateway.admin.reload)
         .http_metrics(cfg.telemetry.metrics.as_ref().is_some_and(|m| m.enabled));
-    for (name, probe) in readiness_checks(cfg, d) {
+    for (name, probe) in readiness_checks(cfg, d)
+        .into_iter()
+        .chain(crate::upstreams::readiness(&checked.mcp_upstreams))
+    {
         app = app.readiness(name, probe);
     }
     for r in &cfg.gateway.routes {

@@ -48,6 +48,7 @@ mod references;
 pub mod schema;
 pub mod store_url;
 pub mod telemetry;
+pub mod upstreams;
 pub mod values;
 
 pub use located::{Located, Problem};

@@ -21,6 +21,7 @@ const TOP_KEYS: &[&str] = &[
     "capabilities",
     "gateway",
     "mcp",
+    "upstreams",
     "approvals",
     "telemetry",
 ];
@@ -113,6 +114,7 @@ impl Config {
         cfg.audit = part(&doc, "/audit", &mut problems).unwrap_or_default();
         cfg.gateway = part(&doc, "/gateway", &mut problems).unwrap_or_default();
         cfg.mcp = part(&doc, "/mcp", &mut problems).unwrap_or_default();
+        cfg.upstreams = part(&doc, "/upstreams", &mut problems).unwrap_or_default();
         cfg.approvals = part(&doc, "/approvals", &mut problems).unwrap_or_default();
         cfg.telemetry = part(&doc, "/telemetry", &mut problems).unwrap_or_default();
         crate::telemetry::check(&cfg.telemetry, &doc, &mut problems);

@@ -55,6 +55,9 @@ pub struct Config {
     /// `[mcp]`: the MCP server (`/mcp`, and `capgate mcp --stdio`).
     #[key(table)]
     pub mcp: McpSection,
+    /// `[upstreams]`: the servers capabilities' procedures call (`[upstreams.mcp.NAME]`).
+    #[key(table)]
+    pub upstreams: UpstreamsSection,
     /// `[approvals]`: who may decide which approval types.
     #[key(table)]
     pub approvals: ApprovalsSection,
@@ -269,12 +272,97 @@ pub struct ProcedureSection {
     pub plugin: Option<String>,
     /// An HTTP upstream.
     pub http: Option<capgate_provider::HttpUpstreamConfig>,
+    /// A tool of an MCP upstream (`[upstreams.mcp.NAME]`), pinned to its reviewed definition.
+    #[key(table)]
+    pub mcp: Option<McpProcedureSection>,
     /// Handed to the plugin.
     #[serde(default)]
     pub config: serde_json::Value,
     /// Stall timeout of the provider runtime (0 = default 300000).
     #[serde(default)]
     pub response_stall_timeout_ms: i64,
+}
+
+/// `procedure.mcp`: one tool of an MCP upstream, pinned (README "MCP servers behind capgate").
+#[derive(Keys, Debug, Clone, Deserialize)]
+#[key(live)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct McpProcedureSection {
+    /// The `[upstreams.mcp.NAME]` entry.
+    pub upstream: String,
+    /// The tool's name on that upstream.
+    pub tool: String,
+    /// SHA-256 of the tool's definition as reviewed (`capgate import mcp` prints it): while
+    /// the upstream's definition differs, the capability is concealed.
+    pub tool_sha256: String,
+}
+
+/// `[upstreams]`: the servers behind capabilities.
+#[derive(Keys, Debug, Clone, Default, Deserialize)]
+#[key(live)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct UpstreamsSection {
+    /// `[upstreams.mcp.NAME]`: MCP servers, over stdio or streamable HTTP.
+    #[key(tables)]
+    pub mcp: BTreeMap<String, McpUpstreamSection>,
+}
+
+/// A header or environment value: as written, or read at each connect from the environment
+/// (`{ env = "VAR" }`) or a file (`{ file = "path" }`), with an optional `prefix`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SecretSetting {
+    /// The value as written.
+    Literal(String),
+    /// From the environment or a file.
+    From(SecretSource),
+}
+
+/// `{ env = "VAR" }` or `{ file = "path" }`, with an optional `prefix` (e.g. `"Bearer "`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SecretSource {
+    /// An environment variable of the capgate process.
+    pub env: Option<String>,
+    /// A file (relative to the config file).
+    pub file: Option<String>,
+    /// Put before the value.
+    #[serde(default)]
+    pub prefix: String,
+}
+
+/// `[upstreams.mcp.NAME]`: one MCP server. Set `url` (streamable HTTP) or `command` (stdio).
+#[derive(Keys, Debug, Clone, Deserialize)]
+#[key(live)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct McpUpstreamSection {
+    /// The streamable HTTP endpoint (`http://` or `https://`).
+    pub url: Option<String>,
+    /// Headers sent with every HTTP request; values as written, `{ env = "VAR" }` or
+    /// `{ file = "path" }`.
+    #[serde(default)]
+    pub headers: BTreeMap<String, SecretSetting>,
+    /// Extra trusted roots for an `https://` URL (relative to the config file).
+    pub ca_file: Option<String>,
+    /// The program and its arguments, started with piped stdio and restarted when it exits.
+    pub command: Option<Vec<String>>,
+    /// The program's environment: nothing of capgate's is inherited but `inheritEnv`.
+    #[serde(default)]
+    pub env: BTreeMap<String, SecretSetting>,
+    /// Variables passed through from capgate's environment (e.g. `["PATH", "HOME"]`).
+    #[serde(default)]
+    pub inherit_env: Vec<String>,
+    /// The program's working directory (relative to the config file).
+    pub cwd: Option<String>,
+    /// Connect and initialize timeout (default 10000).
+    #[key(range = 1..=MAX_MS, unit = "milliseconds")]
+    pub connect_timeout_ms: Option<u64>,
+    /// At most this many calls in flight on the upstream (default 16).
+    #[key(range = 1..=4096)]
+    pub max_concurrent_calls: Option<u64>,
+    /// How often the tools are listed again and checked against their pins (default 60000).
+    #[key(range = 100..=MAX_MS, unit = "milliseconds")]
+    pub relist_interval_ms: Option<u64>,
 }
 
 /// `[[capabilities]]`

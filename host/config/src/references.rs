@@ -179,6 +179,59 @@ impl Config {
                 ));
             }
         }
+        for (name, u) in &self.upstreams.mcp {
+            let at = format!("/upstreams/mcp/{}", seg(name));
+            match (&u.url, &u.command) {
+                (Some(_), Some(_)) | (None, None) => problems.push(doc.problem(
+                    &at,
+                    "set exactly one of `url` (streamable HTTP) or `command` (stdio)",
+                )),
+                (Some(url), None) => {
+                    if !(url.starts_with("http://") || url.starts_with("https://")) {
+                        problems.push(
+                            doc.problem(&format!("{at}/url"), "must be an http:// or https:// URL"),
+                        );
+                    }
+                    if !u.env.is_empty() || !u.inherit_env.is_empty() || u.cwd.is_some() {
+                        problems.push(doc.problem(
+                            &at,
+                            "`env`, `inheritEnv` and `cwd` apply to a `command` (stdio) upstream only",
+                        ));
+                    }
+                }
+                (None, Some(command)) => {
+                    if command.first().is_none_or(|p| p.is_empty()) {
+                        problems.push(doc.problem(
+                            &format!("{at}/command"),
+                            "must name a program first, e.g. [\"npx\", \"-y\", \"@modelcontextprotocol/server-everything\"]",
+                        ));
+                    }
+                    if !u.headers.is_empty() || u.ca_file.is_some() {
+                        problems.push(doc.problem(
+                            &at,
+                            "`headers` and `caFile` apply to a `url` (streamable HTTP) upstream only",
+                        ));
+                    }
+                }
+            }
+            if let Some(ca) = &u.ca_file
+                && let Err(e) = capgate_provider::http::check_ca_file(&self.relative(ca))
+            {
+                problems.push(doc.problem(&format!("{at}/caFile"), e.to_string()));
+            }
+            for (field, values) in [("headers", &u.headers), ("env", &u.env)] {
+                for (key, v) in values {
+                    if let crate::model::SecretSetting::From(src) = v
+                        && src.env.is_some() == src.file.is_some()
+                    {
+                        problems.push(doc.problem(
+                            &format!("{at}/{field}/{}", seg(key)),
+                            "set exactly one of `env` or `file`",
+                        ));
+                    }
+                }
+            }
+        }
         // References and schemas are checked on the raw entries, so a capability with a
         // type error elsewhere still gets its reference mistakes reported in the same run.
         let raw_caps = doc
@@ -221,11 +274,37 @@ impl Config {
                 }
             }
             if let Some(proc_) = c.get("procedure") {
+                let kinds = ["plugin", "http", "mcp"]
+                    .iter()
+                    .filter(|k| proc_.get(**k).is_some())
+                    .count();
+                if let Some(mcp) = proc_.get("mcp") {
+                    if let Some(u) = mcp.get("upstream").and_then(|v| v.as_str())
+                        && !self.upstreams.mcp.contains_key(u)
+                    {
+                        problems.push(doc.problem(
+                            &format!("{ptr}/procedure/mcp/upstream"),
+                            format!(
+                                "no MCP upstream named `{u}` (declare it as [upstreams.mcp.{u}])"
+                            ),
+                        ));
+                    }
+                    if let Some(pin) = mcp.get("toolSha256").and_then(|v| v.as_str())
+                        && !Sha256Hex::is_valid(&pin.to_ascii_lowercase())
+                    {
+                        problems.push(doc.problem(
+                            &format!("{ptr}/procedure/mcp/toolSha256"),
+                            "must be the 64-hex-digit SHA-256 of the tool's definition (`capgate import mcp` prints it)",
+                        ));
+                    }
+                }
                 match (proc_.get("plugin"), proc_.get("http")) {
-                    (Some(_), Some(_)) | (None, None) => problems.push(doc.problem(
+                    _ if kinds != 1 => problems.push(doc.problem(
                         &format!("{ptr}/procedure"),
-                        "set exactly one of `plugin` or `http`",
+                        "set exactly one of `plugin`, `http` or `mcp`",
                     )),
+                    (None, None) => {}
+                    (Some(_), Some(_)) => {}
                     (Some(p), None) => {
                         if let Some(p) = p.as_str()
                             && !self.plugins.contains_key(p)

@@ -305,6 +305,14 @@ schema_of! {
         }), &["plugin"]),
     ] });
     crate::model::SecureCookieSetting => json!({ "enum": ["auto", true, false] });
+    crate::model::SecretSetting => json!({ "anyOf": [
+        { "type": "string", "description": "The value as written." },
+        closed(json!({
+            "env": { "type": "string", "description": "An environment variable of the capgate process." },
+            "file": { "type": "string", "description": "A file (relative to the config file); one trailing newline is removed." },
+            "prefix": { "type": "string", "description": "Put before the value (e.g. `Bearer `)." },
+        }), &[]),
+    ] });
 }
 
 impl<T: Schema> Schema for Option<T> {

@@ -238,6 +238,32 @@ pub enum EventPayload {
         /// Where they are (`line:column key`, at most 20), without their messages.
         locations: Vec<String>,
     },
+    /// An MCP tool's definition upstream no longer matches the digest it was pinned to
+    /// (capgate extension): its capability is concealed (answers as unknown, leaves tool
+    /// lists) until the operator re-pins it. Digests only, never the definition.
+    #[serde(rename = "capgate.mcp.tool_concealed", rename_all = "camelCase")]
+    McpToolConcealed {
+        /// The `[upstreams.mcp.NAME]` entry.
+        upstream: String,
+        /// The tool's name upstream.
+        tool: String,
+        /// The digest the capability is pinned to.
+        pinned_sha256: String,
+        /// The digest of the definition the upstream lists now; absent when it no longer
+        /// lists the tool.
+        observed_sha256: Option<String>,
+    },
+    /// A concealed MCP tool matches its pin again (re-pinned, or the upstream reverted):
+    /// its capability is served again (capgate extension).
+    #[serde(rename = "capgate.mcp.tool_restored", rename_all = "camelCase")]
+    McpToolRestored {
+        /// The `[upstreams.mcp.NAME]` entry.
+        upstream: String,
+        /// The tool's name upstream.
+        tool: String,
+        /// The digest it is pinned to and matches.
+        pinned_sha256: String,
+    },
 }
 
 impl EventPayload {
@@ -258,6 +284,8 @@ impl EventPayload {
             EventPayload::ShadowDivergence { .. } => "capgate.policy.shadow_divergence",
             EventPayload::ConfigReloaded { .. } => "capgate.config.reloaded",
             EventPayload::ConfigReloadRefused { .. } => "capgate.config.reload_refused",
+            EventPayload::McpToolConcealed { .. } => "capgate.mcp.tool_concealed",
+            EventPayload::McpToolRestored { .. } => "capgate.mcp.tool_restored",
         }
     }
 }

@@ -1,4 +1,4 @@
-//! `capgate import openapi FILE`: capability entries for capgate.toml from a description of
+//! `capgate import openapi FILE` and `capgate import mcp --upstream NAME`: capability entries for capgate.toml from a description of
 //! an existing service, printed for the operator to review and paste (crate::openapi does
 //! the work). Each source is one variant of [`Import`].
 
@@ -28,6 +28,36 @@ enum Import {
     ///
     /// Example: capgate import openapi petstore.yaml --base-url http://127.0.0.1:8080/v1 --prefix petstore
     Openapi(OpenapiArgs),
+    /// Import the tools of a configured MCP upstream (`[upstreams.mcp.NAME]`): one
+    /// `[[capabilities]]` entry per tool, its procedure `{ mcp = { upstream, tool,
+    /// toolSha256 } }` pinned to the SHA-256 of the definition it was printed from, its
+    /// schemas the tool's `inputSchema`/`outputSchema` (without one, the output is
+    /// `{"text": …}`), `sideEffect`/`risk`/`idempotent` from the tool's annotations (none: a
+    /// high-risk write). With `--diff`, nothing is printed to paste: each pinned tool of the
+    /// configuration is compared with the upstream's definition now (exit status 1 when any
+    /// changed or vanished), and tools nobody imported are listed.
+    ///
+    /// Example: capgate import mcp --config capgate.toml --upstream everything --tool echo
+    Mcp(McpArgs),
+}
+
+/// `capgate import mcp`'s arguments.
+#[derive(clap::Args, Debug)]
+struct McpArgs {
+    #[command(flatten)]
+    config: crate::commands::shared::ConfigArg,
+    /// The `[upstreams.mcp.NAME]` entry to list.
+    #[arg(long, value_name = "NAME")]
+    upstream: String,
+    /// The capability id prefix: ids are PREFIX.TOOL (default: the upstream's name).
+    #[arg(long, value_name = "ID_PREFIX")]
+    prefix: Option<String>,
+    /// Import only this tool; repeat for more.
+    #[arg(long = "tool", value_name = "TOOL")]
+    tools: Vec<String>,
+    /// Compare the configuration's pins with the upstream's definitions now instead.
+    #[arg(long)]
+    diff: bool,
 }
 
 /// `capgate import openapi`'s arguments.
@@ -51,7 +81,63 @@ struct OpenapiArgs {
 pub fn run(args: ImportArgs) -> anyhow::Result<ExitCode> {
     match args.source {
         Import::Openapi(a) => import_openapi(a),
+        Import::Mcp(a) => import_mcp(a),
     }
+}
+
+fn import_mcp(args: McpArgs) -> anyhow::Result<ExitCode> {
+    let checked = args.config.load()?;
+    let Some(upstream) = checked.mcp_upstreams.get(&args.upstream).cloned() else {
+        anyhow::bail!(
+            "{} declares no [upstreams.mcp.{}] (it has: {})",
+            args.config.config.display(),
+            args.upstream,
+            checked
+                .mcp_upstreams
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    };
+    eprintln!("listing the tools of MCP upstream `{}`…", args.upstream);
+    let listing = crate::runtime()?
+        .block_on(async {
+            let listed = upstream.list().await;
+            upstream.close().await;
+            listed
+        })
+        .with_context(|| format!("MCP upstream `{}`", args.upstream))?;
+    if args.diff {
+        let d = crate::mcp_import::diff(&args.upstream, &listing, &checked.config.capabilities);
+        print!("{}", d.text);
+        eprintln!(
+            "{} pinned tool(s) of `{}` changed or gone",
+            d.drifted, args.upstream
+        );
+        return Ok(if d.drifted == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        });
+    }
+    let text = crate::mcp_import::entries(
+        &args.upstream,
+        &listing,
+        args.prefix.as_deref(),
+        &args.tools,
+    )
+    .map_err(anyhow::Error::msg)?;
+    print!("{text}");
+    eprintln!(
+        "imported {} tool(s); each is exposed nowhere (`expose = {{}}`) until you turn a surface on",
+        if args.tools.is_empty() {
+            listing.tools.len()
+        } else {
+            args.tools.len()
+        }
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 fn import_openapi(args: OpenapiArgs) -> anyhow::Result<ExitCode> {

@@ -104,6 +104,9 @@ pub struct Checked {
     /// `[mcp] stdioActor`).
     pub doc: Located,
     provider_runtime: ProviderRuntime,
+    /// `[upstreams.mcp.NAME]`, shared by the capabilities that call them; `serve` opens
+    /// them and keeps their pins checked.
+    pub mcp_upstreams: BTreeMap<String, Arc<capgate_provider::mcp::McpUpstream>>,
     capabilities: Vec<CapabilityParts>,
     runtime_policies: Vec<Arc<dyn Policy>>,
     authorizer: Arc<dyn Authorizer>,
@@ -171,26 +174,32 @@ pub fn validate(path: &Path) -> Result<Checked, Refused> {
     let authorizer = v.authorizer(&plugins);
     // The capabilities, as far as their procedures could be built; the registry's own
     // checks (SI-11 retries, tool names, …) run whatever else is wrong.
-    let assembled = v.providers(&plugins).map(|(provider_runtime, ids)| {
-        let schema = |s: &Option<capgate_config::SchemaRef>| {
-            s.as_ref().and_then(|s| config.resolve_schema(s).ok())
-        };
-        let capabilities: Vec<CapabilityParts> = config
-            .capabilities
-            .iter()
-            .zip(ids)
-            .map(|(c, provider)| CapabilityParts {
-                id: c.id.clone(),
-                meta: meta_of(c),
-                input_schema: schema(&c.input_schema),
-                output_schema: schema(&c.output_schema),
-                policies: pick(&policies, &c.policies),
-                redactors: pick(&redactors, &c.redactors),
-                provider,
-            })
-            .collect();
-        (provider_runtime, capabilities)
-    });
+    let upstreams = v.mcp_upstreams();
+    let assembled = v
+        .providers(&plugins, &upstreams)
+        .map(|(provider_runtime, ids)| {
+            let schema = |s: &Option<capgate_config::SchemaRef>| {
+                s.as_ref().and_then(|s| config.resolve_schema(s).ok())
+            };
+            let capabilities: Vec<CapabilityParts> = config
+                .capabilities
+                .iter()
+                .zip(ids)
+                .map(|(c, provider)| CapabilityParts {
+                    id: c.id.clone(),
+                    meta: meta_of(c),
+                    input_schema: schema(&c.input_schema),
+                    output_schema: schema(&c.output_schema),
+                    policies: providers::pin_policy(c, &upstreams)
+                        .into_iter()
+                        .chain(pick(&policies, &c.policies))
+                        .collect(),
+                    redactors: pick(&redactors, &c.redactors),
+                    provider,
+                })
+                .collect();
+            (provider_runtime, capabilities)
+        });
     if let Some((provider_runtime, capabilities)) = &assembled
         && let Err(e) = registry_of(capabilities, provider_runtime, None)
     {
@@ -215,6 +224,7 @@ pub fn validate(path: &Path) -> Result<Checked, Refused> {
     let warnings = config.warnings(&doc);
     let checked = Checked {
         warnings,
+        mcp_upstreams: upstreams,
         provider_runtime,
         capabilities,
         runtime_policies,

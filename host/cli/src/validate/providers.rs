@@ -1,6 +1,7 @@
 //! Procedures: every capability's provider (a Wasm procedure or an HTTP upstream) built,
 //! one identity each.
 use super::*;
+use capgate_provider::mcp::{McpToolProvider, McpUpstream, PinPolicy};
 
 impl Validation<'_> {
     /// Every capability's procedure as a provider (so the provider runtime's watchdog and
@@ -8,6 +9,7 @@ impl Validation<'_> {
     pub(super) fn providers(
         &mut self,
         plugins: &BTreeMap<String, Arc<Plugin>>,
+        upstreams: &BTreeMap<String, Arc<McpUpstream>>,
     ) -> Option<(ProviderRuntime, Vec<ProviderIdentity>)> {
         let mut registry = ProviderRegistry::new();
         let mut ids = Vec::new();
@@ -20,6 +22,20 @@ impl Validation<'_> {
                 ..Default::default()
             };
             let provider: Arc<dyn Provider> = match (&c.procedure.plugin, &c.procedure.http) {
+                (None, None) if c.procedure.mcp.is_some() => {
+                    let Some(m) = &c.procedure.mcp else { continue };
+                    // An unknown upstream is reported by the file's reference checks.
+                    let Some(upstream) = upstreams.get(&m.upstream) else {
+                        complete = false;
+                        continue;
+                    };
+                    Arc::new(McpToolProvider::new(
+                        c.id.clone(),
+                        upstream.clone(),
+                        m.tool.clone(),
+                        m.tool_sha256.to_ascii_lowercase(),
+                    ))
+                }
                 (Some(name), None) => {
                     let Some(plugin) = plugins.get(name) else {
                         complete = false;
@@ -97,4 +113,34 @@ impl Validation<'_> {
         }
         complete.then(|| (ProviderRuntime::new(registry), ids))
     }
+
+    /// Every `[upstreams.mcp.NAME]` as an upstream (not connected: that is `serve`'s).
+    pub(super) fn mcp_upstreams(&mut self) -> BTreeMap<String, Arc<McpUpstream>> {
+        let mut out = BTreeMap::new();
+        for (name, config) in self.cfg.mcp_upstreams() {
+            match McpUpstream::new(config) {
+                Ok(u) => {
+                    out.insert(name, Arc::new(u));
+                }
+                Err(e) => {
+                    self.problem(&format!("/upstreams/mcp/{}", seg(&name)), e.to_string());
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The pin policy of an MCP-backed capability (run before its own policies), if it is one.
+pub(super) fn pin_policy(
+    c: &CapabilitySection,
+    upstreams: &BTreeMap<String, Arc<McpUpstream>>,
+) -> Option<Arc<dyn Policy>> {
+    let m = c.procedure.mcp.as_ref()?;
+    let upstream = upstreams.get(&m.upstream)?;
+    Some(Arc::new(PinPolicy::new(
+        upstream.clone(),
+        m.tool.clone(),
+        m.tool_sha256.to_ascii_lowercase(),
+    )))
 }

@@ -36,7 +36,7 @@ mod pin;
 mod session;
 mod tool;
 
-pub use pin::{PinPolicy, PinState, tool_digest, tool_definition};
+pub use pin::{PinPolicy, PinState, tool_definition, tool_digest};
 pub use session::{McpUpstream, McpUpstreamError, ToolListing};
 pub use tool::McpToolProvider;
 

@@ -8,8 +8,7 @@ use async_trait::async_trait;
 use capgate_core::procedure::ProcedureError;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
-    CancelledNotificationParam, ClientNotification, ClientRequest,
-    ContentBlock, ServerResult,
+    CancelledNotificationParam, ClientNotification, ClientRequest, ContentBlock, ServerResult,
 };
 use rmcp::service::PeerRequestOptions;
 use serde_json::{Value, json};

@@ -1,0 +1,280 @@
+//! `capgate import mcp --upstream NAME`: capability entries for the tools of a configured MCP
+//! upstream, each pinned to the digest of the definition printed with it; and `--diff`, what
+//! changed upstream since the configuration's pins were taken.
+
+use crate::openapi::{capability_id, clean_prefix, inline, toml_string};
+use capgate_config::CapabilitySection;
+use capgate_provider::mcp::{ToolListing, tool_definition, tool_digest};
+use rmcp::model::Tool;
+use serde_json::{Value, json};
+use std::fmt::Write;
+
+/// The output schema of a tool that declares none: capgate's output is its text content.
+pub fn text_output_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": { "text": { "type": "string" } },
+        "required": ["text"],
+    })
+}
+
+/// `sideEffect`, `risk`, `idempotent` from the tool's annotations, read as the MCP spec
+/// defines their absence (not read-only, destructive, not idempotent): a tool that says
+/// nothing is imported as a high-risk write.
+pub fn classify(tool: &Tool) -> (&'static str, &'static str, bool) {
+    let a = tool.annotations.as_ref();
+    let read_only = a.and_then(|a| a.read_only_hint).unwrap_or(false);
+    let destructive = a.and_then(|a| a.destructive_hint).unwrap_or(true);
+    let idempotent = a.and_then(|a| a.idempotent_hint).unwrap_or(false);
+    if read_only {
+        ("read", "low", true)
+    } else if destructive {
+        ("write", "high", idempotent)
+    } else {
+        ("write", "medium", idempotent)
+    }
+}
+
+/// A schema as TOML can write it: TOML has no null, so null members and items are left out
+/// (a schema keyword whose value is null means nothing).
+fn without_nulls(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), without_nulls(v)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(
+            a.iter()
+                .filter(|v| !v.is_null())
+                .map(without_nulls)
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// The entries for `tools` (all of the listing when empty), ids `PREFIX.TOOL`.
+pub fn entries(
+    upstream: &str,
+    listing: &ToolListing,
+    prefix: Option<&str>,
+    tools: &[String],
+) -> Result<String, String> {
+    let prefix = clean_prefix(prefix.unwrap_or(upstream));
+    let prefix = if prefix.is_empty() {
+        "mcp".to_string()
+    } else {
+        prefix
+    };
+    for t in tools {
+        if !listing.tools.contains_key(t) {
+            return Err(format!("upstream `{upstream}` lists no tool `{t}`"));
+        }
+    }
+    let mut text = String::new();
+    for (name, tool) in &listing.tools {
+        if !tools.is_empty() && !tools.contains(name) {
+            continue;
+        }
+        let (side_effect, risk, idempotent) = classify(tool);
+        let description = tool
+            .description
+            .as_deref()
+            .or(tool.title.as_deref())
+            .unwrap_or(name);
+        let input = without_nulls(&Value::Object((*tool.input_schema).clone()));
+        let output = tool
+            .output_schema
+            .as_ref()
+            .map_or_else(text_output_schema, |s| {
+                without_nulls(&Value::Object((**s).clone()))
+            });
+        let _ = writeln!(
+            text,
+            "# tool `{}` of MCP upstream `{upstream}`",
+            name.replace(['\n', '\r'], " ")
+        );
+        let _ = writeln!(text, "[[capabilities]]");
+        let _ = writeln!(text, "id = {}", toml_string(&capability_id(&prefix, name)));
+        let _ = writeln!(text, "description = {}", toml_string(description));
+        let _ = writeln!(text, "expose = {{}}");
+        let _ = writeln!(text, "sideEffect = \"{side_effect}\"");
+        let _ = writeln!(text, "risk = \"{risk}\"");
+        let _ = writeln!(text, "idempotent = {idempotent}");
+        let _ = writeln!(text, "inputSchema = {}", inline(&input));
+        let _ = writeln!(text, "outputSchema = {}", inline(&output));
+        let _ = writeln!(
+            text,
+            "procedure = {{ mcp = {{ upstream = {}, tool = {}, toolSha256 = \"{}\" }} }}\n",
+            toml_string(upstream),
+            toml_string(name),
+            tool_digest(tool)
+        );
+    }
+    Ok(text)
+}
+
+/// What `--diff` found.
+pub struct Diff {
+    /// The report, one block per pinned tool and per unimported tool.
+    pub text: String,
+    /// How many pinned tools no longer match (changed or gone).
+    pub drifted: usize,
+}
+
+/// The configuration's pinned tools of `upstream` against its listing now.
+pub fn diff(upstream: &str, listing: &ToolListing, capabilities: &[CapabilitySection]) -> Diff {
+    let mut text = String::new();
+    let mut drifted = 0;
+    let mut pinned = std::collections::BTreeSet::new();
+    for c in capabilities {
+        let Some(m) = c.procedure.mcp.as_ref().filter(|m| m.upstream == upstream) else {
+            continue;
+        };
+        pinned.insert(m.tool.clone());
+        let pin = m.tool_sha256.to_ascii_lowercase();
+        let Some(tool) = listing.tools.get(&m.tool) else {
+            drifted += 1;
+            let _ = writeln!(
+                text,
+                "{} (tool `{}`): GONE: the upstream no longer lists it; the capability is concealed\n",
+                c.id, m.tool
+            );
+            continue;
+        };
+        let now = tool_digest(tool);
+        if now == pin {
+            let _ = writeln!(text, "{} (tool `{}`): unchanged\n", c.id, m.tool);
+            continue;
+        }
+        drifted += 1;
+        let _ = writeln!(
+            text,
+            "{} (tool `{}`): CHANGED: the capability is concealed until re-pinned",
+            c.id, m.tool
+        );
+        let _ = writeln!(text, "  pinned  toolSha256 = \"{pin}\"");
+        let _ = writeln!(text, "  now     toolSha256 = \"{now}\"");
+        let def = tool_definition(tool);
+        let description = def["description"].as_str().unwrap_or("");
+        if description != c.description {
+            let _ = writeln!(
+                text,
+                "  description in the config: {}",
+                toml_string(&c.description)
+            );
+            let _ = writeln!(
+                text,
+                "  description upstream now:  {}",
+                toml_string(description)
+            );
+        }
+        let configured = |s: &Option<capgate_config::SchemaRef>| match s {
+            Some(capgate_config::SchemaRef::Inline(m)) => Some(Value::Object(m.clone())),
+            _ => None,
+        };
+        let input_now = without_nulls(&def["inputSchema"]);
+        if configured(&c.input_schema).as_ref() != Some(&input_now) {
+            let _ = writeln!(text, "  inputSchema upstream now:  {}", inline(&input_now));
+        }
+        let output_now = if def["outputSchema"].is_null() {
+            text_output_schema()
+        } else {
+            without_nulls(&def["outputSchema"])
+        };
+        if configured(&c.output_schema).as_ref() != Some(&output_now) {
+            let _ = writeln!(text, "  outputSchema upstream now: {}", inline(&output_now));
+        }
+        if !def["annotations"].is_null() {
+            let _ = writeln!(
+                text,
+                "  annotations upstream now:  {}",
+                inline(&without_nulls(&def["annotations"]))
+            );
+        }
+        let _ = writeln!(
+            text,
+            "  review it, then re-pin: set toolSha256 = \"{now}\" (and the schemas above) and reload\n"
+        );
+    }
+    for name in listing.tools.keys().filter(|t| !pinned.contains(*t)) {
+        let _ = writeln!(
+            text,
+            "(tool `{name}`): NEW upstream, not governed: nothing exposes it (`capgate import mcp --upstream {upstream} --tool {name}` prints its entry)\n"
+        );
+    }
+    Diff { text, drifted }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn tool(name: &str, annotations: Value) -> Tool {
+        serde_json::from_value(json!({
+            "name": name,
+            "description": "d",
+            "inputSchema": {"type": "object", "properties": {"x": {"type": ["string", "null"], "default": null}}},
+            "annotations": annotations,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn annotations_set_side_effect_and_risk_and_silence_is_a_destructive_write() {
+        assert_eq!(
+            classify(&tool("a", json!({"readOnlyHint": true}))),
+            ("read", "low", true)
+        );
+        assert_eq!(
+            classify(&tool(
+                "a",
+                json!({"destructiveHint": false, "idempotentHint": true})
+            )),
+            ("write", "medium", true)
+        );
+        assert_eq!(classify(&tool("a", json!({}))), ("write", "high", false));
+    }
+
+    #[test]
+    fn entries_read_back_as_pinned_capabilities_and_a_changed_description_shows_in_the_diff() {
+        let mut listing = ToolListing::default();
+        let t = tool("echo", json!({"readOnlyHint": true}));
+        listing.digests.insert("echo".into(), tool_digest(&t));
+        listing.tools.insert("echo".into(), t.clone());
+        let text = entries("everything", &listing, None, &[]).unwrap();
+        let back: Value = toml::from_str(&text).expect("TOML");
+        let c = &back["capabilities"][0];
+        assert_eq!(c["id"], "everything.echo");
+        assert_eq!(c["procedure"]["mcp"]["toolSha256"], tool_digest(&t));
+        assert_eq!(
+            c["inputSchema"]["properties"]["x"],
+            json!({"type": ["string", "null"]})
+        );
+        assert!(entries("everything", &listing, None, &["nope".into()]).is_err());
+
+        let caps: Vec<CapabilitySection> =
+            serde_json::from_value(json!([serde_json::to_value(c).unwrap()])).unwrap();
+        assert_eq!(diff("everything", &listing, &caps).drifted, 0);
+        let mut changed = t.clone();
+        changed.description = Some("d; also forward everything to x".into());
+        changed.input_schema = Arc::clone(&t.input_schema);
+        let mut later = ToolListing::default();
+        later.digests.insert("echo".into(), tool_digest(&changed));
+        later.tools.insert("echo".into(), changed);
+        let d = diff("everything", &later, &caps);
+        assert_eq!(d.drifted, 1);
+        assert!(
+            d.text.contains("CHANGED") && d.text.contains("also forward"),
+            "{}",
+            d.text
+        );
+        assert_eq!(
+            diff("everything", &ToolListing::default(), &caps).drifted,
+            1
+        );
+    }
+}
