@@ -8,3 +8,4 @@ mod schema;
 mod snippets;
 mod store_url;
 mod typed;
+mod upstreams;
