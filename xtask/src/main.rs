@@ -43,6 +43,7 @@ fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Some("bench-mcp") => bench_mcp(&root, &args[1..]),
         Some("example-config") => match args.get(1).map(String::as_str) {
             None => example::render(&root).map(|_| ()),
             Some("--load") => example::render_load(&root).map(|_| ()),
@@ -53,7 +54,7 @@ fn main() -> anyhow::Result<()> {
         },
         _ => {
             eprintln!(
-                "usage: cargo xtask <command>\n\n  demo            build the plugins, pin them, serve the customer-support example\n  example-config  write examples/customer-support/capgate.toml (plugins pinned);\n                  --load writes capgate.load.toml for `cargo xtask load` instead,\n                  --soak capgate.soak.toml for `cargo xtask soak`\n  load            load-test a running gateway (`cargo xtask load --help`)\n  soak            mixed load at a fixed rate for minutes, watching for leaks (`cargo xtask soak --help`)\n  test            set up everything and run the whole test suite\n  build-plugins   build the Wasm guest plugins\n  fuzz            run each fuzz target for a fixed time (--seconds N, default 60; nightly + cargo-fuzz)"
+                "usage: cargo xtask <command>\n\n  demo            build the plugins, pin them, serve the customer-support example\n  example-config  write examples/customer-support/capgate.toml (plugins pinned);\n                  --load writes capgate.load.toml for `cargo xtask load` instead,\n                  --soak capgate.soak.toml for `cargo xtask soak`\n  load            load-test a running gateway (`cargo xtask load --help`)\n  soak            mixed load at a fixed rate for minutes, watching for leaks (`cargo xtask soak --help`)\n  test            set up everything and run the whole test suite\n  build-plugins   build the Wasm guest plugins\n  bench-mcp       what an MCP upstream behind capgate adds per call, stdio and HTTP (--calls N)\n  fuzz            run each fuzz target for a fixed time (--seconds N, default 60; nightly + cargo-fuzz)"
             );
             std::process::exit(2)
         }
@@ -89,6 +90,25 @@ fn demo(root: &Path, extra: &[String]) -> anyhow::Result<()> {
             "--config",
         ])
         .arg(config)
+        .args(extra))
+}
+
+/// What an MCP upstream behind capgate adds per call over calling the same server directly
+/// (README "MCP servers behind capgate"): the release binary, the official MCP Python
+/// client and `@modelcontextprotocol/server-everything`, side by side in one run.
+fn bench_mcp(root: &Path, extra: &[String]) -> anyhow::Result<()> {
+    run(Command::new("bash")
+        .arg(root.join("tests/mcp/setup.sh"))
+        .current_dir(root))?;
+    run(Command::new("cargo")
+        .current_dir(root)
+        .args(["build", "--release", "-p", "capgate"]))?;
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    run(Command::new(root.join("tests/mcp/.venv/bin/python"))
+        .current_dir(root)
+        .arg(root.join("tests/mcp/bench_upstream_cost.py"))
+        .arg(target.join("release/capgate"))
         .args(extra))
 }
 
