@@ -4,7 +4,10 @@
 #   tests/mcp/node_modules  the official TypeScript MCP SDK (npm `@modelcontextprotocol/sdk`),
 #                           from package-lock.json
 #
-#   bash tests/mcp/setup.sh [python|node|all]     (default: all)
+#   examples/mcp-upstream/node_modules  the MCP server the mcp-upstream example puts behind
+#                           capgate (npm `@modelcontextprotocol/server-everything`)
+#
+#   bash tests/mcp/setup.sh [python|node|example|all]     (default: all)
 #
 # Idempotent and quick when nothing changed (each install is redone only when its lock file
 # changes), and safe to run from several test processes at once (flock). Needs python3 >= 3.11
@@ -36,5 +39,15 @@ if [ "$what" = all ] || [ "$what" = node ]; then
     echo "mcp-setup: installing the TypeScript MCP SDK (npm ci in tests/mcp)" >&2
     npm ci --no-audit --no-fund --loglevel=error
     echo "$want" > node_modules/.capgate-lock
+  fi
+fi
+
+if [ "$what" = all ] || [ "$what" = example ]; then
+  example="$DIR/../../examples/mcp-upstream"
+  want="$(digest "$example/package.json" "$example/package-lock.json")"
+  if [ "$(cat "$example/node_modules/.capgate-lock" 2>/dev/null)" != "$want" ]; then
+    echo "mcp-setup: installing the mcp-upstream example's MCP server (npm ci in examples/mcp-upstream)" >&2
+    (cd "$example" && npm ci --no-audit --no-fund --loglevel=error)
+    echo "$want" > "$example/node_modules/.capgate-lock"
   fi
 fi

@@ -125,7 +125,12 @@ pub struct Diff {
 }
 
 /// The configuration's pinned tools of `upstream` against its listing now.
-pub fn diff(upstream: &str, listing: &ToolListing, capabilities: &[CapabilitySection]) -> Diff {
+pub fn diff(
+    config: &std::path::Path,
+    upstream: &str,
+    listing: &ToolListing,
+    capabilities: &[CapabilitySection],
+) -> Diff {
     let mut text = String::new();
     let mut drifted = 0;
     let mut pinned = std::collections::BTreeSet::new();
@@ -258,14 +263,28 @@ mod tests {
 
         let caps: Vec<CapabilitySection> =
             serde_json::from_value(json!([serde_json::to_value(c).unwrap()])).unwrap();
-        assert_eq!(diff("everything", &listing, &caps).drifted, 0);
+        assert_eq!(
+            diff(
+                std::path::Path::new("capgate.toml"),
+                "everything",
+                &listing,
+                &caps
+            )
+            .drifted,
+            0
+        );
         let mut changed = t.clone();
         changed.description = Some("d; also forward everything to x".into());
         changed.input_schema = Arc::clone(&t.input_schema);
         let mut later = ToolListing::default();
         later.digests.insert("echo".into(), tool_digest(&changed));
         later.tools.insert("echo".into(), changed);
-        let d = diff("everything", &later, &caps);
+        let d = diff(
+            std::path::Path::new("capgate.toml"),
+            "everything",
+            &later,
+            &caps,
+        );
         assert_eq!(d.drifted, 1);
         assert!(
             d.text.contains("CHANGED") && d.text.contains("also forward"),
@@ -273,7 +292,13 @@ mod tests {
             d.text
         );
         assert_eq!(
-            diff("everything", &ToolListing::default(), &caps).drifted,
+            diff(
+                std::path::Path::new("capgate.toml"),
+                "everything",
+                &ToolListing::default(),
+                &caps
+            )
+            .drifted,
             1
         );
     }

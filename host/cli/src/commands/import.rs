@@ -109,7 +109,12 @@ fn import_mcp(args: McpArgs) -> anyhow::Result<ExitCode> {
         })
         .with_context(|| format!("MCP upstream `{}`", args.upstream))?;
     if args.diff {
-        let d = crate::mcp_import::diff(&args.upstream, &listing, &checked.config.capabilities);
+        let d = crate::mcp_import::diff(
+            &args.config.config,
+            &args.upstream,
+            &listing,
+            &checked.config.capabilities,
+        );
         print!("{}", d.text);
         eprintln!(
             "{} pinned tool(s) of `{}` changed or gone",

@@ -16,6 +16,7 @@ mod edges_admission;
 mod edges_cliwasm;
 mod edges_identity;
 mod example_commands;
+mod example_mcp_upstream;
 mod example_tenancy;
 mod graceful_shutdown;
 mod hot_reload;

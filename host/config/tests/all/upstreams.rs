@@ -46,11 +46,20 @@ fn every_upstream_and_pin_mistake_is_reported_at_its_key_in_one_run() {
     at("upstreams.mcp.ftp.url", "http:// or https://");
     at("upstreams.mcp.empty.command", "must name a program");
     at("upstreams.mcp.empty", "apply to a `url`");
-    at("upstreams.mcp.secret.headers.Authorization", "exactly one of `env` or `file`");
+    at(
+        "upstreams.mcp.secret.headers.Authorization",
+        "exactly one of `env` or `file`",
+    );
     at("upstreams.mcp.slow.relistIntervalMs", "100");
-    at("capabilities.0.procedure.mcp.upstream", "no MCP upstream named `nowhere`");
+    at(
+        "capabilities.0.procedure.mcp.upstream",
+        "no MCP upstream named `nowhere`",
+    );
     at("capabilities.0.procedure.mcp.toolSha256", "64-hex-digit");
-    at("capabilities.1.procedure", "exactly one of `plugin`, `http` or `mcp`");
+    at(
+        "capabilities.1.procedure",
+        "exactly one of `plugin`, `http` or `mcp`",
+    );
 }
 
 #[test]
@@ -68,7 +77,9 @@ fn an_accepted_upstream_resolves_paths_secrets_and_defaults() {
         Ok(cfg) => cfg,
         Err(problems) => {
             assert!(
-                problems.iter().all(|p| p.key == "upstreams.mcp.remote.caFile"),
+                problems
+                    .iter()
+                    .all(|p| p.key == "upstreams.mcp.remote.caFile"),
                 "{problems:#?}"
             );
             parse(&text.replace("caFile = \"ca.pem\"\n", "")).expect("accepted")
@@ -77,7 +88,14 @@ fn an_accepted_upstream_resolves_paths_secrets_and_defaults() {
     let upstreams = cfg.mcp_upstreams();
     let files = &upstreams["files"];
     assert_eq!(files.relist_interval, Duration::from_secs(60));
-    let McpTransportConfig::Stdio { program, args, env, inherit, cwd } = &files.transport else {
+    let McpTransportConfig::Stdio {
+        program,
+        args,
+        env,
+        inherit,
+        cwd,
+    } = &files.transport
+    else {
         panic!("stdio expected: {files:?}")
     };
     assert_eq!((program.as_str(), args.len()), ("npx", 2));
@@ -92,7 +110,10 @@ fn an_accepted_upstream_resolves_paths_secrets_and_defaults() {
         }
     );
     let remote = &upstreams["remote"];
-    assert_eq!((remote.max_concurrent_calls, remote.relist_interval), (4, Duration::from_millis(500)));
+    assert_eq!(
+        (remote.max_concurrent_calls, remote.relist_interval),
+        (4, Duration::from_millis(500))
+    );
     let McpTransportConfig::Http { headers, .. } = &remote.transport else {
         panic!("http expected")
     };
@@ -104,6 +125,15 @@ fn an_accepted_upstream_resolves_paths_secrets_and_defaults() {
         }
     );
     // An unset variable is an error naming it, never an empty credential.
-    let unset = SecretValue::Env { name: "CAPGATE_TEST_SURELY_UNSET_VAR".into(), prefix: String::new() };
-    assert!(unset.resolve().unwrap_err().to_string().contains("CAPGATE_TEST_SURELY_UNSET_VAR"));
+    let unset = SecretValue::Env {
+        name: "CAPGATE_TEST_SURELY_UNSET_VAR".into(),
+        prefix: String::new(),
+    };
+    assert!(
+        unset
+            .resolve()
+            .unwrap_err()
+            .to_string()
+            .contains("CAPGATE_TEST_SURELY_UNSET_VAR")
+    );
 }
