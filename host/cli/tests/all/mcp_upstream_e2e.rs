@@ -272,6 +272,20 @@ fn audited(store: &str, event_type: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The audit events of one type once there are `n` of them (the pin watch writes its
+/// events just after the listing that conceals or restores: allow it up to 10 s).
+async fn audited_n(store: &str, event_type: &str, n: usize) -> Vec<Value> {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let events = audited(store, event_type);
+        if events.len() >= n || Instant::now() > until {
+            assert_eq!(events.len(), n, "{event_type}: {events:#?}");
+            return events;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The audit events of one type for one capability.
 fn audited_for(store: &str, event_type: &str, capability: &str) -> Vec<Value> {
     audited(store, event_type)
@@ -656,8 +670,7 @@ async fn a_tool_whose_description_changes_is_concealed_audited_and_restored_by_r
     let done = dana.call(&lookup, json!({"orderId": "ord_2"})).await;
     assert_eq!(done["structured"]["status"], "completed", "{done}");
 
-    let events = audited(&store, "capgate.mcp.tool_concealed");
-    assert_eq!(events.len(), 1, "{events:#?}");
+    let events = audited_n(&store, "capgate.mcp.tool_concealed", 1).await;
     assert_eq!(events[0]["capabilityId"], "shop.notes_read", "{events:#?}");
     assert_eq!(events[0]["data"]["upstream"], "shop", "{events:#?}");
     assert_eq!(events[0]["data"]["tool"], "notes_read", "{events:#?}");
@@ -704,14 +717,13 @@ async fn a_tool_whose_description_changes_is_concealed_audited_and_restored_by_r
     // The upstream reverts: the tool is served again, and that is audited too.
     std::fs::remove_file(state.join("drift")).expect("revert");
     dana.until_listed(&notes, true).await;
-    let restored = audited(&store, "capgate.mcp.tool_restored");
-    assert_eq!(restored.len(), 1, "{restored:#?}");
+    let restored = audited_n(&store, "capgate.mcp.tool_restored", 1).await;
     assert_eq!(restored[0]["data"]["pinnedSha256"], pinned.as_str());
 
     // It changes again; the operator reviews the new definition and re-pins it.
     std::fs::write(state.join("drift"), drift).expect("drift");
     dana.until_listed(&notes, false).await;
-    assert_eq!(audited(&store, "capgate.mcp.tool_concealed").len(), 2);
+    audited_n(&store, "capgate.mcp.tool_concealed", 2).await;
     std::fs::write(
         &config,
         format!("{head}\n{}", reviewed.replace(&pinned, &observed)).replace(
