@@ -21,6 +21,7 @@ mod example_tenancy;
 mod graceful_shutdown;
 mod hot_reload;
 mod http_upstream_e2e;
+mod mcp_upstream_e2e;
 mod oci_registry;
 mod openapi_import;
 mod otlp_traces;

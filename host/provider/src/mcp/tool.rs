@@ -8,9 +8,11 @@ use async_trait::async_trait;
 use capgate_core::procedure::ProcedureError;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
-    CancelledNotificationParam, ClientNotification, ClientRequest, ContentBlock, ServerResult,
+    CancelledNotificationParam, ClientNotification, ClientRequest, ContentBlock, ProgressToken,
+    RequestId, ServerResult,
 };
 use rmcp::service::PeerRequestOptions;
+use rmcp::service::{Peer, RoleClient};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
@@ -106,27 +108,27 @@ impl McpToolProvider {
             })?;
         let routes = self.upstream.routes().clone();
         let token = handle.progress_token.clone();
-        let id = handle.id.clone();
         routes.insert(&token, run.events.clone());
+        // Armed until the answer arrives: the deadline or the caller's abort may end this
+        // call by cancelling it or by dropping (aborting) this future, and either way the
+        // progress route goes and the upstream is told to stop, from a task of its own that
+        // the abort cannot reach.
+        let mut cancel_upstream = CancelOnDrop {
+            peer: Some(peer.clone()),
+            id: handle.id.clone(),
+            routes,
+            token,
+        };
         let answer = tokio::select! {
             biased;
             _ = run.cancel.cancelled() => None,
             r = handle.await_response() => Some(r),
         };
-        routes.remove(&token);
         let Some(answer) = answer else {
-            // The deadline or the caller: tell the upstream to stop (best effort, bounded).
-            let cancelled = CancelledNotification::new(CancelledNotificationParam::new(
-                Some(id),
-                Some("cancelled by capgate (deadline or caller)".into()),
-            ));
-            let _ = tokio::time::timeout(
-                CANCEL_SEND_TIMEOUT,
-                peer.send_notification(ClientNotification::CancelledNotification(cancelled)),
-            )
-            .await;
+            // Dropping `cancel_upstream` sends `notifications/cancelled`.
             return Err(ProcedureError::internal("upstream call cancelled"));
         };
+        cancel_upstream.disarm();
         match answer {
             Ok(ServerResult::CallToolResult(result)) => self.outcome(result),
             Ok(_) => {
@@ -177,6 +179,47 @@ impl McpToolProvider {
             None => json!({ "text": text() }),
         };
         Ok(ExecutionOutcome::new(output))
+    }
+}
+
+/// Sends `notifications/cancelled` for a `tools/call` still in flight when it is dropped
+/// (best effort, bounded by [`CANCEL_SEND_TIMEOUT`]), on a spawned task: the provider
+/// runtime aborts the procedure's task when the deadline passes or the caller goes, so a
+/// notification sent inline after the cancellation was seen would never leave.
+struct CancelOnDrop {
+    peer: Option<Peer<RoleClient>>,
+    id: RequestId,
+    routes: Arc<super::session::ProgressRoutes>,
+    token: ProgressToken,
+}
+
+impl CancelOnDrop {
+    /// The call was answered: nothing to cancel.
+    fn disarm(&mut self) {
+        self.peer = None;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.routes.remove(&self.token);
+        let Some(peer) = self.peer.take() else {
+            return;
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let cancelled = CancelledNotification::new(CancelledNotificationParam::new(
+            Some(self.id.clone()),
+            Some("cancelled by capgate (deadline or caller)".into()),
+        ));
+        rt.spawn(async move {
+            let _ = tokio::time::timeout(
+                CANCEL_SEND_TIMEOUT,
+                peer.send_notification(ClientNotification::CancelledNotification(cancelled)),
+            )
+            .await;
+        });
     }
 }
 
