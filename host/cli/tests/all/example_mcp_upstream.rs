@@ -21,7 +21,10 @@ fn install() {
         .arg("example")
         .status()
         .expect("run tests/mcp/setup.sh");
-    assert!(status.success(), "installing the example's MCP server failed");
+    assert!(
+        status.success(),
+        "installing the example's MCP server failed"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -79,7 +82,10 @@ async fn the_mcp_upstream_example_governs_a_real_mcp_server_with_a_held_write() 
         .await;
     assert_eq!(status, 200, "{held}");
     assert_eq!(held["status"], "approval-required", "{held}");
-    let approval_id = held["approval"]["id"].as_str().expect("approval id").to_string();
+    let approval_id = held["approval"]["id"]
+        .as_str()
+        .expect("approval id")
+        .to_string();
     let events = audit_events(&store).await;
     let started = |events: &[Value]| {
         events
@@ -105,9 +111,16 @@ async fn the_mcp_upstream_example_governs_a_real_mcp_server_with_a_held_write() 
     assert_eq!(status, 200, "{done}");
     assert_eq!(done["status"], "completed", "{done}");
     let text = done["output"]["text"].as_str().unwrap_or_default();
-    assert!(text.starts_with("Started simulated"), "the server's own answer: {done}");
+    assert!(
+        text.starts_with("Started simulated"),
+        "the server's own answer: {done}"
+    );
     // Resuming again replays the receipt; the server is not called a second time.
     let (_, again) = dana.post(&format!("{agent}/resumeApproval"), &resume).await;
     assert_eq!(again["output"], done["output"], "{again}");
-    assert_eq!(started(&audit_events(&store).await), 1, "executed exactly once");
+    assert_eq!(
+        started(&audit_events(&store).await),
+        1,
+        "executed exactly once"
+    );
 }
