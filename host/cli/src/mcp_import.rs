@@ -207,7 +207,8 @@ pub fn diff(
     for name in listing.tools.keys().filter(|t| !pinned.contains(*t)) {
         let _ = writeln!(
             text,
-            "(tool `{name}`): NEW upstream, not governed: nothing exposes it (`capgate import mcp --upstream {upstream} --tool {name}` prints its entry)\n"
+            "(tool `{name}`): not governed (nothing imports it, so no door offers it); `capgate import mcp --config {} --upstream {upstream} --tool {name}` prints its entry\n",
+            config.display()
         );
     }
     Diff { text, drifted }

@@ -760,3 +760,52 @@ async fn a_tool_whose_description_changes_is_concealed_audited_and_restored_by_r
     );
     dana.quit().await;
 }
+
+/// A stdio upstream's environment is what its entry spells out: the configured `env` (a
+/// literal and one read from capgate's own environment), the `inheritEnv` names, and nothing
+/// else of capgate's (a canary variable set on `capgate serve` never reaches the server).
+/// server-everything's `get-env` answers with its whole environment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stdio_upstream_gets_only_the_environment_its_entry_spells_out() {
+    let Some(node) = toolchain("a_stdio_upstream_gets_only_the_environment_its_entry_spells_out")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("capgate.toml");
+    let head = format!(
+        "revision = \"mcp-env\"\n\n[upstreams.mcp.everything]\ncommand = [{}, {}, \"stdio\"]\ninheritEnv = [\"PATH\"]\nenv = {{ UPSTREAM_MODE = \"read-only\", UPSTREAM_TOKEN = {{ env = \"CAPGATE_TEST_UPSTREAM_TOKEN\", prefix = \"tok-\" }} }}\n{}",
+        json!(node.display().to_string()),
+        json!(everything_js().display().to_string()),
+        gateway()
+    );
+    std::fs::write(&config, &head).expect("write config");
+    let entries = import(&config, "everything", "ev", &["get-env"])
+        .replace("expose = {}", "expose = { aiSdk = true }");
+    std::fs::write(&config, format!("{head}\n{entries}")).expect("write config");
+    let store = format!("sqlite://{}", dir.path().join("capgate.db").display());
+    let server = Server::start_with_env(
+        &config,
+        &store,
+        &[
+            ("CAPGATE_TEST_UPSTREAM_TOKEN", "s3cret"),
+            ("CAPGATE_TEST_LEAK_CANARY", "must-not-reach-the-upstream"),
+        ],
+    );
+    let (status, got) = Caller::new(DANA)
+        .post(
+            &format!("{}/agent/invoke", server.base),
+            &json!({"capabilityId": "ev.get-env", "input": {}, "invocationId": "env_1"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got["status"], "completed", "{got}");
+    let env: Value = serde_json::from_str(got["output"]["text"].as_str().expect("text"))
+        .expect("get-env answers with JSON");
+    assert_eq!(env["UPSTREAM_MODE"], "read-only", "{env}");
+    assert_eq!(env["UPSTREAM_TOKEN"], "tok-s3cret", "{env}");
+    assert!(env["PATH"].is_string(), "{env}");
+    for absent in ["CAPGATE_TEST_LEAK_CANARY", "CAPGATE_TEST_UPSTREAM_TOKEN", "CAPGATE_LOG", "HOME"] {
+        assert!(env.get(absent).is_none(), "{absent} leaked to the upstream: {env}");
+    }
+}
