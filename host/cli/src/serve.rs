@@ -290,7 +290,7 @@ pub struct Listen {
 pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> anyhow::Result<()> {
     let cfg = &checked.config;
     let traces = crate::telemetry::start_traces(&cfg.telemetry)?;
-    let url = StoreUrl::for_config(store.as_deref(), &cfg.store.url, &cfg.path)?;
+    let url = StoreUrl::for_config(store.as_deref(), cfg)?;
     let addr = listen.gateway.unwrap_or_else(|| cfg.gateway.listen.clone());
     if let Err(e) = capgate_config::values::check_listen(&addr) {
         anyhow::bail!("--listen: {e}");

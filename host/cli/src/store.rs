@@ -30,8 +30,9 @@ pub enum Access {
 enum Origin {
     /// `--store` or `CAPGATE_STORE`: the current directory.
     CommandLine { cwd: PathBuf },
-    /// `store.url` in this configuration file: the file's directory.
-    ConfigFile { file: PathBuf },
+    /// `store.url` in this configuration file: its state directory (`runtime.stateDir`,
+    /// by default the file's directory).
+    ConfigFile { file: PathBuf, state: PathBuf },
 }
 
 /// A store URL with its SQLite path resolved by the rule of this module.
@@ -58,29 +59,46 @@ impl StoreUrl {
     /// `store.url` of a configuration file: a relative SQLite path is relative to the file's
     /// directory.
     pub fn from_config_file(url: &str, file: &Path) -> anyhow::Result<StoreUrl> {
+        let state = file.parent().unwrap_or(Path::new(".")).to_path_buf();
+        StoreUrl::from_config_file_in(url, file, &state)
+    }
+
+    /// `store.url` of a configuration file whose state directory is `state`: a relative
+    /// SQLite path is relative to it (a Postgres URL's certificate files stay relative to
+    /// the file's directory: they are configuration, not state).
+    pub fn from_config_file_in(url: &str, file: &Path, state: &Path) -> anyhow::Result<StoreUrl> {
         let file = std::path::absolute(file)
             .with_context(|| format!("cannot resolve {}", file.display()))?;
-        StoreUrl::resolve(url, Origin::ConfigFile { file: file.clone() })
-            .map_err(|e| anyhow::anyhow!("{}: store.url: {e}", file.display()))
+        let state = std::path::absolute(state)
+            .with_context(|| format!("cannot resolve {}", state.display()))?;
+        StoreUrl::resolve(
+            url,
+            Origin::ConfigFile {
+                file: file.clone(),
+                state,
+            },
+        )
+        .map_err(|e| anyhow::anyhow!("{}: store.url: {e}", file.display()))
     }
 
     /// The store of a command with a configuration file: `--store` when given, else the
     /// file's `store.url`.
     pub fn for_config(
         command_line: Option<&str>,
-        config_url: &str,
-        config_file: &Path,
+        cfg: &capgate_config::Config,
     ) -> anyhow::Result<StoreUrl> {
         match command_line {
             Some(url) => StoreUrl::from_command_line(url),
-            None => StoreUrl::from_config_file(config_url, config_file),
+            None => StoreUrl::from_config_file_in(&cfg.store.url, &cfg.path, &cfg.state_dir()),
         }
     }
 
     fn resolve(url: &str, origin: Origin) -> Result<StoreUrl, String> {
-        let base = match &origin {
-            Origin::CommandLine { cwd } => cwd.as_path(),
-            Origin::ConfigFile { file } => file.parent().unwrap_or(Path::new("/")),
+        let (base, files) = match &origin {
+            Origin::CommandLine { cwd } => (cwd.as_path(), cwd.as_path()),
+            Origin::ConfigFile { file, state } => {
+                (state.as_path(), file.parent().unwrap_or(Path::new("/")))
+            }
         };
         let (resolved, file) = match kind(url)? {
             Kind::SqliteFile { path, query } => {
@@ -93,7 +111,7 @@ impl StoreUrl {
             }
             Kind::SqliteMemory => (url.to_string(), None),
             // `sslrootcert`, `sslcert` and `sslkey` by the same rule as a SQLite path.
-            Kind::Postgres => (resolve_postgres_files(url, base), None),
+            Kind::Postgres => (resolve_postgres_files(url, files), None),
         };
         Ok(StoreUrl {
             written: url.to_string(),
@@ -121,10 +139,11 @@ impl StoreUrl {
                 redact_url(&self.written),
                 cwd.display()
             ),
-            Origin::ConfigFile { file } => format!(
-                "store.url {} in {} is relative to that file's directory",
+            Origin::ConfigFile { file, state } => format!(
+                "store.url {} in {} is relative to its state directory ({}: runtime.stateDir, by default the file's directory)",
                 redact_url(&self.written),
-                file.display()
+                file.display(),
+                state.display()
             ),
         }
     }

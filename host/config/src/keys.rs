@@ -35,6 +35,9 @@ pub struct Key {
     pub restart: Option<&'static str>,
     /// Whether the class comes from an enclosing table (`/store/url` from `/store`).
     pub inherited: bool,
+    /// Whether the file may give it as `{ env = "VAR" }` or `{ file = "path" }` (a secret
+    /// kept out of the file), resolved when the file is loaded.
+    pub secret: bool,
 }
 
 /// What a key is when the file leaves it out, read from the same serde attributes that
@@ -201,7 +204,14 @@ pub fn reference() -> String {
             cell(&default),
             cell(&values),
             applies,
-            cell(k.doc)
+            cell(&if k.secret {
+                format!(
+                    "{} Secret: may be given as `{{ env = \"VAR\" }}` or `{{ file = \"path\" }}` instead.",
+                    k.doc
+                )
+            } else {
+                k.doc.to_string()
+            })
         ));
     }
     out

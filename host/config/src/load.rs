@@ -88,8 +88,9 @@ impl Config {
     /// it in the problems and anchors relative paths; nothing is read): the fuzz target of
     /// the configuration loader drives this.
     pub fn parse(path: &Path, text: String) -> Result<(Config, Located), Vec<Problem>> {
-        let doc = Located::parse(path, text).map_err(|p| vec![p])?;
+        let mut doc = Located::parse(path, text).map_err(|p| vec![p])?;
         let mut problems = doc.overflow_problems();
+        problems.extend(resolve_secrets(path, &mut doc));
         let mut cfg = Config {
             path: path.to_path_buf(),
             ..Default::default()
@@ -165,4 +166,92 @@ impl Config {
             Err(problems)
         }
     }
+}
+
+/// Every `#[key(secret)]` value the file gives as `{ env = "VAR" }` or `{ file = "path" }`,
+/// replaced in the document by the variable's value or the file's contents (one trailing
+/// newline removed) before anything reads it; a variable that is unset or a file that cannot
+/// be read is a problem at the key, and the value is left out. Values are never put in a
+/// message.
+fn resolve_secrets(path: &Path, doc: &mut Located) -> Vec<Problem> {
+    let base = path.parent().unwrap_or(Path::new("."));
+    let mut problems = Vec::new();
+    let mut resolved: Vec<(String, Option<String>)> = Vec::new();
+    for key in crate::keys::all().into_iter().filter(|k| k.secret) {
+        for pointer in expand(&doc.json, &key.pointer) {
+            let Some(source) = doc.json.pointer(&pointer).and_then(|v| v.as_object()) else {
+                continue;
+            };
+            let value = match (source.get("env"), source.get("file"), source.len()) {
+                (Some(serde_json::Value::String(var)), None, 1) => match std::env::var(var) {
+                    Ok(v) => Ok(v),
+                    Err(_) => Err(format!(
+                        "the environment variable `{var}` this key names is not set"
+                    )),
+                },
+                (None, Some(serde_json::Value::String(file)), 1) => {
+                    let at = base.join(file);
+                    match std::fs::read_to_string(&at) {
+                        Ok(text) => {
+                            let text = text.strip_suffix('\n').unwrap_or(&text);
+                            Ok(text.strip_suffix('\r').unwrap_or(text).to_string())
+                        }
+                        Err(e) => Err(format!(
+                            "cannot read `{}`, the file this key names: {e}",
+                            at.display()
+                        )),
+                    }
+                }
+                _ => Err(
+                    "a secret is written as a string, `{ env = \"VAR\" }` or `{ file = \"path\" }`"
+                        .to_string(),
+                ),
+            };
+            match value {
+                Ok(v) => resolved.push((pointer, Some(v))),
+                Err(message) => {
+                    problems.push(doc.problem(&pointer, message));
+                    resolved.push((pointer, None));
+                }
+            }
+        }
+    }
+    for (pointer, value) in resolved {
+        let Some(slot) = doc.json.pointer_mut(&pointer) else {
+            continue;
+        };
+        // A problem is already reported; an empty string keeps the rest of the file's
+        // checks going without a second, confusing type error at the same key.
+        *slot = serde_json::Value::String(value.unwrap_or_default());
+    }
+    problems
+}
+
+/// The concrete pointers a key pointer with `*` segments names in this document.
+fn expand(json: &serde_json::Value, pointer: &str) -> Vec<String> {
+    let mut out = vec![(String::new(), json)];
+    for segment in pointer.split('/').skip(1) {
+        let mut next = Vec::new();
+        for (at, value) in out {
+            if segment == "*" {
+                match value {
+                    serde_json::Value::Array(items) => {
+                        for (i, v) in items.iter().enumerate() {
+                            next.push((format!("{at}/{i}"), v));
+                        }
+                    }
+                    serde_json::Value::Object(map) => {
+                        for (k, v) in map {
+                            next.push((format!("{at}/{}", seg(k)), v));
+                        }
+                    }
+                    _ => {}
+                }
+            } else if let Some(v) = value.get(segment) {
+                next.push((format!("{at}/{segment}"), v));
+            }
+        }
+        out = next;
+    }
+    out.into_iter().map(|(at, _)| at).collect()
 }

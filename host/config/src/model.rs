@@ -80,6 +80,7 @@ pub struct MetricsSection {
     pub path: String,
     /// Hex SHA-256 of a bearer token scrapes must send (`capgate keys hash` prints it, the
     /// token on standard input); absent: no authentication (bind `listen` to a private address).
+    #[key(secret)]
     pub bearer_token_sha256: Option<String>,
 }
 
@@ -117,9 +118,15 @@ pub struct RuntimeSection {
     /// The directory plugin files are opened from (relative to the config file); no
     /// plugin path may escape it.
     pub plugin_dir: String,
-    /// Where compiled plugin code is cached, keyed by digest and engine (relative to the
-    /// config file), so a restart does not recompile.
+    /// Where compiled plugin code is cached, keyed by digest and engine (relative to
+    /// `stateDir`), so a restart does not recompile.
     pub compile_cache: String,
+    /// The directory capgate writes to: the compile cache and a relative SQLite
+    /// `store.url` are taken relative to it (itself relative to the config file). Absent:
+    /// the config file's directory. Set it (e.g. `/var/lib/capgate`) to keep the config
+    /// directory read-only.
+    #[key(restart = "the store and the compile cache are opened at start")]
+    pub state_dir: Option<String>,
     /// `[runtime.oci]`: plugins from an OCI registry (cache, plain-HTTP registries,
     /// signature policy).
     #[key(table)]
@@ -138,6 +145,7 @@ impl Default for RuntimeSection {
             policies: Vec::new(),
             plugin_dir: ".".into(),
             compile_cache: ".capgate-cache".into(),
+            state_dir: None,
             oci: OciSection::default(),
         }
     }
@@ -148,7 +156,9 @@ impl Default for RuntimeSection {
 #[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct StoreSection {
-    /// `sqlite://capgate.db` (relative to the config file) or `postgres://…`.
+    /// `sqlite://capgate.db` (relative to `runtime.stateDir`, by default the config file's
+    /// directory) or `postgres://…`.
+    #[key(secret)]
     pub url: String,
     /// How long a statement waits for a pooled connection (on Postgres, that includes
     /// connecting while the server is away) before the request fails with a `503`. Bounds
@@ -493,6 +503,7 @@ pub struct GatewaySection {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct OperatorKeySection {
     /// SHA-256 hex of the key (`capgate keys hash` prints it).
+    #[key(secret)]
     pub sha256: String,
     /// The operator (recorded in logs and handed to the authorizer).
     #[key(table)]
@@ -724,6 +735,7 @@ pub struct ActorSection {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ApiKeySection {
     /// SHA-256 hex of the key (`capgate keys hash`, the key on standard input, prints it).
+    #[key(secret)]
     pub sha256: String,
     /// The actor.
     #[key(table)]
@@ -886,6 +898,20 @@ impl Config {
     pub fn relative(&self, p: impl AsRef<Path>) -> PathBuf {
         let base = self.path.parent().unwrap_or(Path::new("."));
         base.join(p)
+    }
+
+    /// `runtime.stateDir` (relative to the config file), or the config file's directory.
+    pub fn state_dir(&self) -> PathBuf {
+        match &self.runtime.state_dir {
+            Some(dir) => self.relative(dir),
+            None => self.relative(""),
+        }
+    }
+
+    /// A path relative to [`Config::state_dir`] (an absolute path stays as it is): where
+    /// what capgate writes goes.
+    pub fn state_path(&self, p: impl AsRef<Path>) -> PathBuf {
+        self.state_dir().join(p)
     }
 
     /// The plugin directory.

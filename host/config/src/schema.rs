@@ -205,6 +205,18 @@ pub fn values(schema: &Value) -> Option<String> {
     )
 }
 
+/// A secret key's schema: its own, or `{ env = "VAR" }` / `{ file = "path" }` in its place.
+pub fn secret_or(schema: Value, secret: bool) -> Value {
+    if !secret {
+        return schema;
+    }
+    json!({ "anyOf": [
+        schema,
+        closed(json!({ "env": { "type": "string", "description": "The environment variable of the capgate process holding the value." } }), &["env"]),
+        closed(json!({ "file": { "type": "string", "description": "The file holding the value (relative to the config file; one trailing newline is removed)." } }), &["file"]),
+    ] })
+}
+
 /// An enum of wire spellings.
 fn spellings<'a>(words: impl IntoIterator<Item = &'a str>) -> Value {
     json!({ "type": "string", "enum": words.into_iter().collect::<Vec<_>>() })

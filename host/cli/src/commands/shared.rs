@@ -48,7 +48,7 @@ impl StoreOverride {
         access: Access,
     ) -> anyhow::Result<Deployment> {
         let cfg = &checked.config;
-        let url = StoreUrl::for_config(self.store.as_deref(), &cfg.store.url, &cfg.path)?;
+        let url = StoreUrl::for_config(self.store.as_deref(), cfg)?;
         build(checked, url.open(access).await?, &url.display()).await
     }
 }

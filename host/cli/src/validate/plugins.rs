@@ -86,7 +86,7 @@ impl Validation<'_> {
         };
         // Created (0700) and checked by `with_cache` below: a cache another user, or the
         // group, could write is refused.
-        let cache = self.cfg.relative(&self.cfg.runtime.compile_cache);
+        let cache = self.cfg.state_path(&self.cfg.runtime.compile_cache);
         let dir = match PluginDir::open(self.cfg.plugin_dir()) {
             Ok(d) => d,
             Err(e) => {

@@ -6,6 +6,7 @@
 
 use crate::common;
 
+use common::lifecycle::audit_events;
 use common::*;
 use serde_json::{Value, json};
 use std::process::Command;
@@ -72,7 +73,7 @@ async fn the_mcp_upstream_example_governs_a_real_mcp_server_with_a_held_write() 
             &json!({"capabilityId": "everything.get-sum", "input": {"a": "two", "b": 40}, "invocationId": "sum_2"}),
         )
         .await;
-    assert_eq!(bad["error"]["code"], "INVALID_INPUT", "{bad}");
+    assert_eq!(bad["error"]["code"], "INPUT_INVALID", "{bad}");
 
     let (status, held) = dana
         .post(

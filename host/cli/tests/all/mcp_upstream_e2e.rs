@@ -779,7 +779,11 @@ async fn a_stdio_upstream_gets_only_the_environment_its_entry_spells_out() {
         json!(everything_js().display().to_string()),
         gateway()
     );
-    std::fs::write(&config, &head).expect("write config");
+    // Importing needs no credential: list the tools with the entry's environment left out
+    // (an unset variable it names is refused, never sent empty).
+    let env_line = "env = { UPSTREAM_MODE = \"read-only\", UPSTREAM_TOKEN = { env = \"CAPGATE_TEST_UPSTREAM_TOKEN\", prefix = \"tok-\" } }\n";
+    assert!(head.contains(env_line), "{head}");
+    std::fs::write(&config, head.replace(env_line, "")).expect("write config");
     let entries = import(&config, "everything", "ev", &["get-env"])
         .replace("expose = {}", "expose = { aiSdk = true }");
     std::fs::write(&config, format!("{head}\n{entries}")).expect("write config");
@@ -805,7 +809,15 @@ async fn a_stdio_upstream_gets_only_the_environment_its_entry_spells_out() {
     assert_eq!(env["UPSTREAM_MODE"], "read-only", "{env}");
     assert_eq!(env["UPSTREAM_TOKEN"], "tok-s3cret", "{env}");
     assert!(env["PATH"].is_string(), "{env}");
-    for absent in ["CAPGATE_TEST_LEAK_CANARY", "CAPGATE_TEST_UPSTREAM_TOKEN", "CAPGATE_LOG", "HOME"] {
-        assert!(env.get(absent).is_none(), "{absent} leaked to the upstream: {env}");
+    for absent in [
+        "CAPGATE_TEST_LEAK_CANARY",
+        "CAPGATE_TEST_UPSTREAM_TOKEN",
+        "CAPGATE_LOG",
+        "HOME",
+    ] {
+        assert!(
+            env.get(absent).is_none(),
+            "{absent} leaked to the upstream: {env}"
+        );
     }
 }

@@ -21,6 +21,11 @@
 //! reports every value outside its range, in nested tables too, so `capgate check` names
 //! each one with the others.
 //!
+//! A string that may hold a secret says `#[key(secret)]`: the file may then give it as
+//! `{ env = "VAR" }` or `{ file = "path" }` instead of writing it, and the loader puts the
+//! variable's value or the file's contents in its place before anything reads it (a missing
+//! one is a problem located at the key).
+//!
 //! The default of each key is read from the serde attributes serde itself obeys: a field's
 //! `#[serde(default)]` / `#[serde(default = "f")]`, else the table's `#[serde(default)]`
 //! (the value in the table's `Default`), else `Option`'s absence; a key with none of these
@@ -156,6 +161,7 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
         let mut field_default = SerdeDefault::None;
         let mut range: Option<syn::Expr> = None;
         let mut unit: Option<LitStr> = None;
+        let mut secret = false;
         for attr in &field.attrs {
             if attr.path().is_ident("doc") {
                 if let syn::Meta::NameValue(nv) = &attr.meta
@@ -198,9 +204,12 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
                     } else if meta.path.is_ident("unit") {
                         unit = Some(meta.value()?.parse()?);
                         Ok(())
+                    } else if meta.path.is_ident("secret") {
+                        secret = true;
+                        Ok(())
                     } else {
                         Err(meta.error(
-                            "expected live, restart = \"why\", skip, table, tables, range = A..=B or unit = \"…\"",
+                            "expected live, restart = \"why\", skip, table, tables, range = A..=B, unit = \"…\" or secret",
                         ))
                     }
                 })?;
@@ -345,13 +354,14 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
                     pointer: pointer.clone(),
                     doc: #doc,
                     ty: #ty_name,
-                    schema: <#ty as crate::schema::Schema>::schema(),
+                    schema: crate::schema::secret_or(<#ty as crate::schema::Schema>::schema(), #secret),
                     default: #default,
                     range: #range_text,
                     minimum,
                     maximum,
                     restart,
                     inherited: inherited.is_some(),
+                    secret: #secret,
                 });
                 #nested
             }

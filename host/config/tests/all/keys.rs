@@ -101,13 +101,14 @@ fn the_keys_a_reload_refuses_are_the_ones_fixed_at_start() {
         "/telemetry",
         "/gateway/shutdownUnreadyDelayMs",
         "/gateway/shutdownDrainMs",
+        "/runtime/stateDir",
     ] {
         assert!(
             restart.iter().any(|p| p == expected),
             "{expected} is not a restart key: {restart:?}"
         );
     }
-    assert_eq!(restart.len(), 7, "{restart:?}");
+    assert_eq!(restart.len(), 8, "{restart:?}");
     // A key inside a fixed table shares its class without being compared on its own.
     let all = keys::all();
     let url = declared(&all, "/store/url").expect("store.url");

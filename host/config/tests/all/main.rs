@@ -5,6 +5,7 @@
 mod keys;
 mod ranges;
 mod schema;
+mod secrets;
 mod snippets;
 mod store_url;
 mod typed;
