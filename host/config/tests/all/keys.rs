@@ -121,6 +121,8 @@ fn every_key_the_shipped_files_write_is_declared() {
     for file in [
         "examples/customer-support/capgate.toml",
         "examples/customer-support/capgate.template.toml",
+        // The ConfigMap of the Kubernetes manifests.
+        "deploy/kubernetes/base/capgate.toml",
     ] {
         let path = repo().join(file);
         let text = std::fs::read_to_string(&path).expect("read the example");

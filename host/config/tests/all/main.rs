@@ -1,8 +1,9 @@
 //! capgate-config's integration tests: the key declarations against the files capgate
 //! ships and the reference and JSON Schema generated from them, the configuration
-//! snippets of the READMEs, the ranges declared on keys, and the checks of store URLs.
+//! snippets of the READMEs, the Kubernetes manifests as kubectl renders them, the ranges declared on keys, and the checks of store URLs.
 
 mod keys;
+mod manifests;
 mod ranges;
 mod schema;
 mod secrets;

@@ -40,6 +40,8 @@ fn the_shipped_configurations_validate() {
         "examples/customer-support/capgate.template.toml",
         // Generated from the template by `cargo xtask demo`; absent in a fresh checkout.
         "examples/customer-support/capgate.toml",
+        // The ConfigMap of the Kubernetes manifests.
+        "deploy/kubernetes/base/capgate.toml",
     ] {
         let path = repo().join(file);
         let Ok(text) = std::fs::read_to_string(&path) else {
