@@ -139,8 +139,15 @@ impl StoreUrl {
                 redact_url(&self.written),
                 cwd.display()
             ),
+            Origin::ConfigFile { file, state } if Some(state.as_path()) == file.parent() => {
+                format!(
+                    "store.url {} in {} is relative to that file's directory",
+                    redact_url(&self.written),
+                    file.display()
+                )
+            }
             Origin::ConfigFile { file, state } => format!(
-                "store.url {} in {} is relative to its state directory ({}: runtime.stateDir, by default the file's directory)",
+                "store.url {} in {} is relative to its runtime.stateDir ({})",
                 redact_url(&self.written),
                 file.display(),
                 state.display()

@@ -904,7 +904,7 @@ impl Config {
     pub fn state_dir(&self) -> PathBuf {
         match &self.runtime.state_dir {
             Some(dir) => self.relative(dir),
-            None => self.relative(""),
+            None => self.path.parent().unwrap_or(Path::new(".")).to_path_buf(),
         }
     }
 
