@@ -424,20 +424,23 @@ fn check(docs: Vec<Value>) -> Checked {
         })
         .map(|m| PathBuf::from(text(&m["mountPath"], "mountPath")))
         .collect();
-    let on_writable = |what: &str, relative: &str| {
-        let full = Path::new(config_dir).join(relative);
+    let on_writable = |what: &str, full: PathBuf| {
         assert!(
             writable.iter().any(|w| full.starts_with(w)),
             "{what} ({}) is on no writable volume (writable: {writable:?})",
             full.display()
         );
     };
-    on_writable("runtime.compileCache", &config.runtime.compile_cache);
+    // What capgate writes: relative paths are taken from runtime.stateDir.
+    on_writable(
+        "runtime.compileCache",
+        config.state_path(&config.runtime.compile_cache),
+    );
     if let Some(cache) = &config.runtime.oci.cache {
-        on_writable("runtime.oci.cache", cache);
+        on_writable("runtime.oci.cache", config.relative(cache));
     }
     if let Some(jsonl) = &config.audit.jsonl {
-        on_writable("audit.jsonl", jsonl);
+        on_writable("audit.jsonl", config.relative(jsonl));
     }
     // The store: CAPGATE_STORE (serve's --store) from the Secret when set, else store.url.
     match env_secret(&container, "CAPGATE_STORE") {
@@ -447,7 +450,7 @@ fn check(docs: Vec<Value>) -> Checked {
         }
         None => {
             if let Ok(Kind::SqliteFile { path, .. }) = kind(&config.store.url) {
-                on_writable("store.url's SQLite file", &path.to_string_lossy());
+                on_writable("store.url's SQLite file", config.state_path(path));
             }
         }
     }
