@@ -535,17 +535,7 @@ impl HttpUpstream {
         if let Some(body) = &planned.body {
             builder = builder.json(body);
         }
-        if let Some(agent) = &req.agent
-            && let Ok(v) = HeaderValue::from_str(&agent.idempotency_key)
-        {
-            builder = builder.header("idempotency-key", v);
-        }
-        let _ = run.events.emit(RuntimeEvent::start());
-        let sent = builder.send().instrument(span.clone()).await;
-        crate::trace_context::record_status(&span, sent.as_ref().ok().map(|r| r.status().as_u16()));
-        let mut resp = sent.map_err(|e| {
-            ProcedureError::internal(format!("upstream request failed: {}", with_causes(&e)))
-        })?;
+        let mut resp = send(builder, run, &span).await?;
         let status = resp.status();
         if !status.is_success() {
             if let Some(declared) = self.declared(status) {
@@ -579,24 +569,14 @@ impl HttpUpstream {
             agent: req.agent.as_deref(),
         };
         let span = crate::trace_context::upstream_span(&self.url);
-        let mut builder = self
+        let builder = self
             .client
             .post(self.url.clone())
             .headers(self.headers.clone())
             .headers(crate::trace_context::headers_for(&span))
             .header(ACCEPT, "application/x-ndjson, application/json")
             .json(&body);
-        if let Some(agent) = &req.agent
-            && let Ok(v) = HeaderValue::from_str(&agent.idempotency_key)
-        {
-            builder = builder.header("idempotency-key", v);
-        }
-        let _ = run.events.emit(RuntimeEvent::start());
-        let sent = builder.send().instrument(span.clone()).await;
-        crate::trace_context::record_status(&span, sent.as_ref().ok().map(|r| r.status().as_u16()));
-        let mut resp = sent.map_err(|e| {
-            ProcedureError::internal(format!("upstream request failed: {}", with_causes(&e)))
-        })?;
+        let mut resp = send(builder, run, &span).await?;
         let status = resp.status();
         if !status.is_success() {
             if let Some(declared) = self.declared(status) {
@@ -635,6 +615,26 @@ impl HttpUpstream {
         }
         read_stream(&mut resp, &run.events).await
     }
+}
+
+/// Send one attempt's request, whatever its format: the call's idempotency key, the `start`
+/// event, the span's status; a request that fails to send is an internal failure.
+async fn send(
+    mut builder: reqwest::RequestBuilder,
+    run: &ProviderRun,
+    span: &tracing::Span,
+) -> Result<reqwest::Response, ProcedureError> {
+    if let Some(agent) = &run.request.agent
+        && let Ok(v) = HeaderValue::from_str(&agent.idempotency_key)
+    {
+        builder = builder.header("idempotency-key", v);
+    }
+    let _ = run.events.emit(RuntimeEvent::start());
+    let sent = builder.send().instrument(span.clone()).await;
+    crate::trace_context::record_status(span, sent.as_ref().ok().map(|r| r.status().as_u16()));
+    sent.map_err(|e| {
+        ProcedureError::internal(format!("upstream request failed: {}", with_causes(&e)))
+    })
 }
 
 #[serde_with::skip_serializing_none]
