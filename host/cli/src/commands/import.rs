@@ -1,6 +1,6 @@
 //! `capgate import openapi FILE` and `capgate import mcp --upstream NAME`: capability entries for capgate.toml from a description of
 //! an existing service, printed for the operator to review and paste (crate::openapi does
-//! the work). Each source is one variant of [`Import`].
+//! the work). Each source is one variant of `Import`.
 
 use crate::openapi;
 use anyhow::Context;
