@@ -16,16 +16,16 @@ use arc_swap::ArcSwap;
 use axum::extract::Request;
 use capgate_config::RateLimitScope;
 use capgate_gateway::app::{AppBuilder, AppError, Kept};
-use capgate_gateway::door::{Doorkeeper, Quotas};
-use capgate_gateway::mcp::{McpSessions, SharedMcpSession, SharedMcpSessions};
-use rmcp::transport::streamable_http_server::session::SessionStoreError as McpStoreError;
 use capgate_gateway::approvals_api::{ApprovalsOptions, ExecutionHistory, ExecutionOutcome};
 use capgate_gateway::console::{
     ConsoleOptions, ConsoleSessions, SessionCredential, SessionStore, SessionStoreError,
     StoredSession,
 };
+use capgate_gateway::door::{Doorkeeper, Quotas};
 use capgate_gateway::health::{FnProbe, ReadinessError, ReadinessProbe, ShutdownProbe};
+use capgate_gateway::mcp::{McpSessions, SharedMcpSession, SharedMcpSessions};
 use capgate_gateway::throttle::PerMinute;
+use rmcp::transport::streamable_http_server::session::SessionStoreError as McpStoreError;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

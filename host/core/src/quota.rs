@@ -108,7 +108,10 @@ impl InMemoryQuotaStore {
 pub fn gcra(tat_us: Option<i64>, now_us: i64, rate: BucketRate) -> Result<i64, Duration> {
     let interval = rate.interval_us();
     let tolerance = rate.tolerance_us();
-    let new_tat = tat_us.unwrap_or(now_us).max(now_us).saturating_add(interval);
+    let new_tat = tat_us
+        .unwrap_or(now_us)
+        .max(now_us)
+        .saturating_add(interval);
     let ahead = new_tat.saturating_sub(now_us);
     if ahead <= tolerance {
         Ok(new_tat)

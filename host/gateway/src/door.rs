@@ -220,8 +220,7 @@ impl Quotas {
                 Ok(Admission::Admitted) => {}
                 Ok(Admission::Limited { retry_after }) => {
                     self.refused.fetch_add(1, Ordering::Relaxed);
-                    let secs =
-                        retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+                    let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
                     return Err(Refusal::Limited(secs));
                 }
                 Err(e) => {

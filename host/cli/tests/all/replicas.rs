@@ -6,6 +6,7 @@
 
 use crate::common;
 
+use common::walkthrough::DANA;
 use common::*;
 use serde_json::json;
 
@@ -24,7 +25,10 @@ async fn three_replicas_on_one_postgres_share_rate_limits_and_mcp_sessions() {
         dir.path(),
         |text| {
             text.replace("principalPerSecond = 1000", "principalPerSecond = 1")
-                .replace("principalBurst = 2000", &format!("principalBurst = {BURST}"))
+                .replace(
+                    "principalBurst = 2000",
+                    &format!("principalBurst = {BURST}"),
+                )
         },
         "",
     );
@@ -53,7 +57,11 @@ async fn three_replicas_on_one_postgres_share_rate_limits_and_mcp_sessions() {
         called["result"]["structuredContent"].is_object(),
         "replica 2: {called}"
     );
-    assert_eq!(eve.session(), Some(session.as_str()), "one session throughout");
+    assert_eq!(
+        eve.session(),
+        Some(session.as_str()),
+        "one session throughout"
+    );
     // Another principal presenting Eve's session id on a replica that did not open it:
     // the session is not hers (404, as an unknown session).
     let hijack = reqwest::Client::new()
@@ -75,7 +83,10 @@ async fn three_replicas_on_one_postgres_share_rate_limits_and_mcp_sessions() {
     let mut statuses = Vec::new();
     for i in 0..(3 * BURST) {
         let (status, body) = dana
-            .post(&format!("{}/agent/describe", servers[i % 3].base), &json!({}))
+            .post(
+                &format!("{}/agent/describe", servers[i % 3].base),
+                &json!({}),
+            )
             .await;
         assert!(
             status == 200 || (status == 429 && body["error"]["code"] == "RATE_LIMITED"),

@@ -76,7 +76,11 @@ struct SharedSessionStore(Arc<dyn SharedMcpSessions>);
 #[async_trait::async_trait]
 impl SessionStore for SharedSessionStore {
     async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
-        let Some(row) = self.0.get(&capgate_core::digest::sha256_hex(session_id)).await? else {
+        let Some(row) = self
+            .0
+            .get(&capgate_core::digest::sha256_hex(session_id))
+            .await?
+        else {
             return Ok(None);
         };
         Ok(Some(serde_json::from_str(&row.state)?))
@@ -88,7 +92,11 @@ impl SessionStore for SharedSessionStore {
             .map_err(|_| "an MCP session stored outside a request")?;
         let state = serde_json::to_string(state)?;
         self.0
-            .put(&capgate_core::digest::sha256_hex(session_id), &opener, &state)
+            .put(
+                &capgate_core::digest::sha256_hex(session_id),
+                &opener,
+                &state,
+            )
             .await
     }
 

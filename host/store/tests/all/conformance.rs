@@ -35,6 +35,7 @@ use capgate_core::journal::{
     InvocationState, JournalError, ObservedClaim, ResumeClaim, Settlement,
 };
 use capgate_core::meta::{Risk, SideEffect};
+use capgate_core::quota::{Admission, BucketRate, InMemoryQuotaStore, QuotaStore};
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use common::TestDb;
 use futures::future::BoxFuture;
@@ -44,7 +45,6 @@ use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
-use capgate_core::quota::{Admission, BucketRate, InMemoryQuotaStore, QuotaStore};
 
 // ---------------------------------------------------------------------------------------
 // The three implementations.
@@ -1729,7 +1729,10 @@ fn rate_limit_buckets_admit_their_burst_then_refuse_and_are_independent(
         for _ in 0..8 {
             answers.push(s.quotas.take(&a, slow(5)).await.expect("take"));
         }
-        let admitted = answers.iter().filter(|a| **a == Admission::Admitted).count();
+        let admitted = answers
+            .iter()
+            .filter(|a| **a == Admission::Admitted)
+            .count();
         assert!(
             (5..=refill_bound(5, start)).contains(&admitted),
             "{:?}: {answers:?}",
@@ -1744,7 +1747,9 @@ fn rate_limit_buckets_admit_their_burst_then_refuse_and_are_independent(
                     "{:?}: {retry_after:?}",
                     s.backend
                 ),
-                Admission::Admitted => panic!("{:?}: admitted after a refusal: {answers:?}", s.backend),
+                Admission::Admitted => {
+                    panic!("{:?}: admitted after a refusal: {answers:?}", s.backend)
+                }
             }
         }
         // Another bucket is full.

@@ -90,7 +90,9 @@ async fn mcp_sessions_read_back_as_written_keep_their_first_opener_and_are_purge
         .await
         .expect("insert");
     assert_eq!(
-        rows.purge_before(t0 + Duration::hours(1)).await.expect("purge"),
+        rows.purge_before(t0 + Duration::hours(1))
+            .await
+            .expect("purge"),
         1
     );
     assert_eq!(rows.get("m1").await.expect("get"), None, "purged");
