@@ -69,14 +69,17 @@ struct Subject {
     _db: Option<TestDb>,
 }
 
+/// The journal, coordinator and buckets of one backend, and its database.
+type Implementations = (
+    Arc<dyn InvocationJournal>,
+    Arc<dyn ApprovalCoordinator>,
+    Arc<dyn QuotaStore>,
+    Option<TestDb>,
+);
+
 impl Subject {
     async fn open(backend: Backend) -> Option<Subject> {
-        let (journal, approvals, quotas, db): (
-            Arc<dyn InvocationJournal>,
-            Arc<dyn ApprovalCoordinator>,
-            Arc<dyn QuotaStore>,
-            Option<TestDb>,
-        ) = match backend {
+        let (journal, approvals, quotas, db): Implementations = match backend {
             Backend::InMemory => (
                 Arc::new(InMemoryInvocationJournal::new()),
                 Arc::new(InMemoryApprovalCoordinator::new()),
