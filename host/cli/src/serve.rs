@@ -14,14 +14,18 @@ use crate::validate::Checked;
 use anyhow::Context;
 use arc_swap::ArcSwap;
 use axum::extract::Request;
+use capgate_config::RateLimitScope;
 use capgate_gateway::app::{AppBuilder, AppError, Kept};
 use capgate_gateway::approvals_api::{ApprovalsOptions, ExecutionHistory, ExecutionOutcome};
 use capgate_gateway::console::{
     ConsoleOptions, ConsoleSessions, SessionCredential, SessionStore, SessionStoreError,
     StoredSession,
 };
+use capgate_gateway::door::{Doorkeeper, Quotas};
 use capgate_gateway::health::{FnProbe, ReadinessError, ReadinessProbe, ShutdownProbe};
+use capgate_gateway::mcp::{McpSessions, SharedMcpSession, SharedMcpSessions};
 use capgate_gateway::throttle::PerMinute;
+use rmcp::transport::streamable_http_server::session::SessionStoreError as McpStoreError;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -30,7 +34,7 @@ use std::time::Duration;
 /// application builder mounts and layers them, over what `kept` keeps across reloads.
 pub fn app(checked: &Checked, d: &Deployment, kept: &Kept) -> anyhow::Result<axum::Router> {
     let cfg = &checked.config;
-    let mut app = AppBuilder::new(kept, d.runtime.clone(), checked.doorkeeper(&d.runtime))
+    let mut app = AppBuilder::new(kept, d.runtime.clone(), doorkeeper(checked, d))
         .mcp(checked.mcp_options())
         .approvals(ApprovalsOptions {
             role: APPROVER_ROLE.into(),
@@ -60,6 +64,35 @@ pub fn app(checked: &Checked, d: &Deployment, kept: &Kept) -> anyhow::Result<axu
         AppError::Console(e) => anyhow::Error::new(e).context("[gateway.console]"),
         other => other.into(),
     })
+}
+
+/// Where `gateway.rateLimit`'s buckets live: as configured, else in the store when it is
+/// Postgres (replicas share it, and the quota is the deployment's) and in this process on
+/// SQLite (one process; a write per request would queue behind the journal's).
+pub(crate) fn rate_limit_scope(
+    cfg: &capgate_config::Config,
+    store: &capgate_store::Store,
+) -> RateLimitScope {
+    cfg.gateway
+        .rate_limit
+        .scope
+        .unwrap_or(match store.backend() {
+            capgate_store::Backend::Postgres => RateLimitScope::Store,
+            capgate_store::Backend::Sqlite => RateLimitScope::Replica,
+        })
+}
+
+/// The deployment's doorkeeper, its rate-limit buckets where [`rate_limit_scope`] says.
+fn doorkeeper(checked: &Checked, d: &Deployment) -> Doorkeeper {
+    let keeper = checked.doorkeeper(&d.runtime);
+    match rate_limit_scope(&checked.config, &d.store) {
+        RateLimitScope::Replica => keeper,
+        RateLimitScope::Store => {
+            let (principal, namespace) = keeper.quotas.rates();
+            let shared = Quotas::shared(principal, namespace, Arc::new(d.store.quotas()));
+            keeper.quotas(Arc::new(shared))
+        }
+    }
 }
 
 /// The outer service of `serve`: each request runs on a clone of the application current
@@ -180,6 +213,43 @@ fn session_store_error(e: capgate_store::SessionRowError) -> SessionStoreError {
         other => SessionStoreError::Unavailable(other.to_string()),
     }
 }
+
+/// MCP sessions as rows of the deployment's store (the gateway knows the seam, the store
+/// the rows; they meet here), so any replica serves a session another opened.
+struct StoredMcpSessions(capgate_store::McpSessionRows);
+
+#[async_trait::async_trait]
+impl SharedMcpSessions for StoredMcpSessions {
+    async fn put(
+        &self,
+        id_sha256: &str,
+        principal_sha256: &str,
+        state: &str,
+    ) -> Result<(), McpStoreError> {
+        let row = capgate_store::McpSessionRow {
+            id_sha256: id_sha256.to_owned(),
+            principal_sha256: principal_sha256.to_owned(),
+            state: state.to_owned(),
+            created_at: chrono::Utc::now(),
+        };
+        Ok(self.0.insert(&row).await?)
+    }
+
+    async fn get(&self, id_sha256: &str) -> Result<Option<SharedMcpSession>, McpStoreError> {
+        Ok(self.0.get(id_sha256).await?.map(|row| SharedMcpSession {
+            principal_sha256: row.principal_sha256,
+            state: row.state,
+        }))
+    }
+
+    async fn delete(&self, id_sha256: &str) -> Result<(), McpStoreError> {
+        Ok(self.0.delete(id_sha256).await?)
+    }
+}
+
+/// How long a stored MCP session can be restored by a replica that does not hold it. Past
+/// it, such a replica answers `404` and the client starts a new session, as MCP prescribes.
+const MCP_SESSION_HORIZON: chrono::TimeDelta = chrono::TimeDelta::hours(24);
 
 /// The approvals API's view of how a resumed call ended, read from the deployment's audit
 /// log (the gateway knows the seam, the store the rows; they meet here).
@@ -352,9 +422,14 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
     let console = cfg.gateway.console.clone();
     let admin_reload = cfg.gateway.admin.reload;
     let metrics_section = cfg.telemetry.metrics.clone();
-    let kept = Arc::new(Kept::new(ConsoleSessions::new(Arc::new(StoredSessions(
-        deployment.store.console_sessions(),
-    )))));
+    let kept = Arc::new(
+        Kept::new(ConsoleSessions::new(Arc::new(StoredSessions(
+            deployment.store.console_sessions(),
+        ))))
+        .with_mcp_sessions(McpSessions::shared(Arc::new(StoredMcpSessions(
+            deployment.store.mcp_sessions(),
+        )))),
+    );
     let current = Arc::new(ArcSwap::from_pointee(axum::Router::new()));
     let reloader = Reloader::new(checked, deployment, kept.clone(), current.clone())?;
     let _ = kept.set_reloader(reloader.clone());
@@ -446,6 +521,7 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
         shutdown.drain.as_millis()
     );
     let purger = tokio::spawn(purge_receipts(journal));
+    let shared_purger = tokio::spawn(purge_shared(store_handle.clone()));
     let reloads = tokio::spawn(reload_on_hangup(hangups, reloader));
     let (stop_accepting, accepting_stopped) = tokio::sync::oneshot::channel::<()>();
     let served = axum::serve(
@@ -458,6 +534,7 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
     .into_future();
     let served = shutdown.run(served, stop_accepting, &mut stops).await;
     purger.abort();
+    shared_purger.abort();
     reloads.abort();
     if let Some(m) = metrics_server {
         m.abort();
@@ -589,6 +666,26 @@ const PURGE_EVERY: Duration = Duration::from_secs(3600);
 
 /// Keep the journal within its replay horizon: at start, then every [`PURGE_EVERY`]. Every
 /// replica may run it; the DELETE is idempotent and never touches pending receipts.
+/// Forget what replicas share and no longer need: rate-limit buckets that are full again
+/// (the same as no bucket) and MCP sessions past [`MCP_SESSION_HORIZON`].
+async fn purge_shared(store: capgate_store::Store) {
+    let mut every = tokio::time::interval(PURGE_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        if let Err(e) = store.quotas().purge_idle().await {
+            tracing::warn!("purging idle rate-limit buckets failed: {e}");
+        }
+        if let Err(e) = store
+            .mcp_sessions()
+            .purge_before(chrono::Utc::now() - MCP_SESSION_HORIZON)
+            .await
+        {
+            tracing::warn!("purging old MCP sessions failed: {e}");
+        }
+    }
+}
+
 async fn purge_receipts(journal: capgate_store::SqlInvocationJournal) {
     let mut every = tokio::time::interval(PURGE_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -816,6 +816,35 @@ pub struct RateLimitSection {
     pub unauthenticated_per_minute: u32,
     /// Burst of unauthenticated requests per client address.
     pub unauthenticated_burst: u32,
+    /// Where the per-principal and per-namespace buckets live: `store` (the default on a
+    /// Postgres store) keeps them in the store, shared by every replica, so N replicas
+    /// together admit the quota above (one conditional write per limit per request);
+    /// `replica` (the default on SQLite) keeps them in each process's memory, so N replicas
+    /// admit N times it. The unauthenticated throttle is always per replica.
+    pub scope: Option<RateLimitScope>,
+}
+
+/// `gateway.rateLimit.scope`: where rate-limit buckets live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RateLimitScope {
+    /// In each replica's memory: every replica admits the whole quota.
+    Replica,
+    /// In the store, shared by every replica: the deployment admits the quota once.
+    Store,
+}
+
+impl RateLimitScope {
+    /// Every scope, for the file's schema.
+    pub const ALL: [RateLimitScope; 2] = [RateLimitScope::Replica, RateLimitScope::Store];
+
+    /// The spelling in the file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RateLimitScope::Replica => "replica",
+            RateLimitScope::Store => "store",
+        }
+    }
 }
 
 impl Default for RateLimitSection {
@@ -829,6 +858,7 @@ impl Default for RateLimitSection {
             unauthenticated_per_minute:
                 capgate_gateway::throttle::DEFAULT_UNAUTHENTICATED_PER_MINUTE,
             unauthenticated_burst: capgate_gateway::throttle::DEFAULT_UNAUTHENTICATED_BURST,
+            scope: None,
         }
     }
 }

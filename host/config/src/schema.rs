@@ -261,6 +261,7 @@ schema_of! {
     capgate_core::policy::Phase => spellings(capgate_core::policy::Phase::ALL.map(|s| s.as_str()));
     crate::model::IsolationMode => spellings(crate::model::IsolationMode::ALL.map(|m| m.as_str()));
     crate::model::PolicyMode => spellings(crate::model::PolicyMode::ALL.map(|m| m.as_str()));
+    crate::model::RateLimitScope => spellings(crate::model::RateLimitScope::ALL.map(|m| m.as_str()));
     // The fields of capgate-core's and capgate-provider's own settings, which they
     // deserialize with `deny_unknown_fields`; a test validates a fully written value of
     // each against these, so a field added there without its place here fails it.

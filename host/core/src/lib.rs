@@ -105,6 +105,7 @@ mod pipeline;
 pub mod policy;
 pub mod procedure;
 pub mod progress;
+pub mod quota;
 pub mod redact;
 pub mod registry;
 pub mod result;

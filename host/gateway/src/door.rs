@@ -12,7 +12,9 @@
 //!    API; anything else is refused exactly like a bad credential (`401`), so a key cannot
 //!    find out which doors exist for others;
 //! 3. **rate-limit** the principal and its namespace (token buckets, [`Quotas`]): `429`
-//!    with `Retry-After`;
+//!    with `Retry-After`. The buckets are this process's, or a store every replica shares
+//!    ([`Quotas::shared`]); a shared store that does not answer refuses the request
+//!    (`503`, retryable) rather than letting it through unlimited;
 //! 4. **authorize** each operation ([`Authorizer`], told the door's surface): `403`.
 //!
 //! In axum terms the first three are the crate's `Caller` extractor and the fourth is
@@ -28,6 +30,7 @@ use capgate_core::actor::Surface;
 use capgate_core::authz::{AuthorizeRequest, Authorizer, Operation};
 use capgate_core::clock::Clock;
 use capgate_core::id::BoundedId;
+use capgate_core::quota::{Admission, BucketRate, QuotaStore};
 use governor::clock::{Clock as _, DefaultClock};
 use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota, RateLimiter};
@@ -81,6 +84,21 @@ impl Rate {
     fn quota(self) -> Quota {
         Quota::per_second(self.per_second).allow_burst(self.burst)
     }
+    fn bucket(self) -> BucketRate {
+        BucketRate {
+            per_second: self.per_second,
+            burst: self.burst,
+        }
+    }
+}
+
+/// Why [`Quotas::take`] refused a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Over quota: retry after this many seconds (`429`).
+    Limited(u64),
+    /// The shared store of buckets did not answer: refused, fail closed (`503`).
+    Unavailable,
 }
 
 /// Default sustained rate per principal (requests per second, every door together).
@@ -94,11 +112,15 @@ pub const DEFAULT_NAMESPACE_BURST: u32 = 10_000;
 
 type Keyed = RateLimiter<String, DefaultKeyedStateStore<String>, DefaultClock>;
 
-/// Per-principal and per-namespace token buckets, shared by every door of a process (each
-/// replica limits on its own). `None` rates switch that limit off.
+/// Per-principal and per-namespace token buckets, shared by every door of a process: in
+/// this process's memory ([`Quotas::new`]: each replica limits on its own) or in a store
+/// every replica reaches ([`Quotas::shared`]: the deployment as a whole limits). `None`
+/// rates switch that limit off.
 pub struct Quotas {
     /// The rates the buckets were built for (per principal, per namespace).
     rates: (Option<Rate>, Option<Rate>),
+    /// Where the buckets live when replicas share them (then the governors are unused).
+    shared: Option<Arc<dyn QuotaStore>>,
     principal: Option<Keyed>,
     namespace: Option<Keyed>,
     clock: DefaultClock,
@@ -111,6 +133,7 @@ impl std::fmt::Debug for Quotas {
         f.debug_struct("Quotas")
             .field("principal", &self.principal.is_some())
             .field("namespace", &self.namespace.is_some())
+            .field("shared", &self.shared.is_some())
             .field("refused", &self.refused())
             .finish()
     }
@@ -132,12 +155,34 @@ impl Quotas {
     pub fn new(principal: Option<Rate>, namespace: Option<Rate>) -> Self {
         Quotas {
             rates: (principal, namespace),
+            shared: None,
             principal: principal.map(|r| RateLimiter::keyed(r.quota())),
             namespace: namespace.map(|r| RateLimiter::keyed(r.quota())),
             clock: DefaultClock::default(),
             checks: AtomicU64::new(0),
             refused: AtomicU64::new(0),
         }
+    }
+
+    /// Limits per principal and per namespace whose buckets live in `store`, which every
+    /// replica of the deployment shares: N replicas together admit the configured quota,
+    /// not N times it. Each request then costs one round trip to the store per limit.
+    pub fn shared(
+        principal: Option<Rate>,
+        namespace: Option<Rate>,
+        store: Arc<dyn QuotaStore>,
+    ) -> Self {
+        Quotas {
+            shared: Some(store),
+            principal: None,
+            namespace: None,
+            ..Quotas::new(principal, namespace)
+        }
+    }
+
+    /// Whether the buckets live in a shared store ([`Quotas::shared`]).
+    pub fn is_shared(&self) -> bool {
+        self.shared.is_some()
     }
 
     /// No limits at all.
@@ -157,8 +202,39 @@ impl Quotas {
         self.refused.load(Ordering::Relaxed)
     }
 
-    /// Take one token for this principal and its namespace; `Err` carries the seconds to
-    /// wait.
+    /// Take one token for this principal and its namespace, wherever the buckets live.
+    pub async fn take(&self, who: &Authenticated) -> Result<(), Refusal> {
+        let Some(store) = &self.shared else {
+            return self.check(who).map_err(Refusal::Limited);
+        };
+        let (principal, namespace) = self.rates;
+        let buckets = [
+            (principal, "p", principal_key(who)),
+            (namespace, "n", who.principal.namespace.clone()),
+        ];
+        for (rate, kind, name) in buckets {
+            let Some(rate) = rate else { continue };
+            // A digest: bounded whatever the name, and no tenant's name in the table.
+            let key = format!("{kind}:{}", capgate_core::digest::sha256_hex(&name));
+            match store.take(&key, rate.bucket()).await {
+                Ok(Admission::Admitted) => {}
+                Ok(Admission::Limited { retry_after }) => {
+                    self.refused.fetch_add(1, Ordering::Relaxed);
+                    let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+                    return Err(Refusal::Limited(secs));
+                }
+                Err(e) => {
+                    tracing::warn!(target: LOG, error = %e, "the shared rate-limit store did not answer; request refused");
+                    return Err(Refusal::Unavailable);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Take one token for this principal and its namespace from this process's buckets;
+    /// `Err` carries the seconds to wait. (With [`Quotas::shared`] buckets, use
+    /// [`Quotas::take`]: these are not consulted and always admit.)
     pub fn check(&self, who: &Authenticated) -> Result<(), u64> {
         let n = self.checks.fetch_add(1, Ordering::Relaxed);
         if n % 4096 == 4095 {
@@ -168,14 +244,8 @@ impl Quotas {
                 l.shrink_to_fit();
             }
         }
-        let principal_key = format!(
-            "{}\u{0}{}\u{0}{}",
-            who.principal.namespace,
-            who.principal.actor.kind.as_str(),
-            who.principal.actor.id
-        );
         let checks = [
-            (&self.principal, principal_key),
+            (&self.principal, principal_key(who)),
             (&self.namespace, who.principal.namespace.clone()),
         ];
         for (limiter, key) in checks {
@@ -189,6 +259,16 @@ impl Quotas {
         }
         Ok(())
     }
+}
+
+/// The key naming a principal's bucket: namespace, actor kind and id.
+fn principal_key(who: &Authenticated) -> String {
+    format!(
+        "{}\u{0}{}\u{0}{}",
+        who.principal.namespace,
+        who.principal.actor.kind.as_str(),
+        who.principal.actor.id
+    )
 }
 
 /// The authenticate → bind → rate-limit → authorize chain every door runs. Cheap to clone.
@@ -281,7 +361,7 @@ impl Doorkeeper {
             .await
             .map_err(|e| refused(&e))?;
         check_principal(&who, self.clock.now()).map_err(|e| refused(&e))?;
-        self.admit_principal(who, door)
+        self.admit_principal(who, door).await
     }
 
     /// The client address of a request (see [`ClientAddresses`]).
@@ -295,7 +375,7 @@ impl Doorkeeper {
 
     /// Steps 2–3 (and the principal checks of step 1) for a principal established
     /// otherwise: a console session re-admitted from the store.
-    pub(crate) fn admit_principal(
+    pub(crate) async fn admit_principal(
         &self,
         who: Authenticated,
         door: Door,
@@ -313,9 +393,13 @@ impl Doorkeeper {
             tracing::info!(target: LOG, actor = %who.principal.actor.id, door = ?door, "credential not bound to this door");
             return Err(Reject::unauthenticated());
         }
-        if let Err(secs) = self.quotas.check(&who) {
-            tracing::info!(target: LOG, actor = %who.principal.actor.id, namespace = %who.principal.namespace, "rate limited");
-            return Err(Reject::too_many_requests(secs));
+        match self.quotas.take(&who).await {
+            Ok(()) => {}
+            Err(Refusal::Limited(secs)) => {
+                tracing::info!(target: LOG, actor = %who.principal.actor.id, namespace = %who.principal.namespace, "rate limited");
+                return Err(Reject::too_many_requests(secs));
+            }
+            Err(Refusal::Unavailable) => return Err(Reject::unavailable("rate-limit store")),
         }
         Ok(who)
     }
@@ -507,6 +591,26 @@ mod tests {
         assert!(matches!(refused, Err(secs) if secs >= 1));
         assert!(q.check(&who("u_b", "org_1")).is_ok());
         assert_eq!(q.refused(), 1);
+    }
+
+    #[tokio::test]
+    async fn shared_buckets_span_every_quotas_over_one_store() {
+        // Two processes' Quotas over one store: the burst is the deployment's, not each one's.
+        let store: Arc<dyn QuotaStore> = Arc::new(capgate_core::quota::InMemoryQuotaStore::new());
+        let a = Quotas::shared(Rate::new(1, 4), None, store.clone());
+        let b = Quotas::shared(Rate::new(1, 4), None, store);
+        let mut admitted = 0;
+        for i in 0..10 {
+            let q = if i % 2 == 0 { &a } else { &b };
+            if q.take(&who("u_a", "org_1")).await.is_ok() {
+                admitted += 1;
+            }
+        }
+        assert!((4..=5).contains(&admitted), "{admitted} admitted");
+        assert!(matches!(
+            a.take(&who("u_a", "org_1")).await,
+            Err(Refusal::Limited(s)) if s >= 1
+        ));
     }
 
     #[test]

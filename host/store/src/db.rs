@@ -46,6 +46,11 @@ const SQLITE_FILES: &[(i64, &str, &str)] = &[
         "0005_journal_budget.sql",
         include_str!("../migrations/sqlite/0005_journal_budget.sql"),
     ),
+    (
+        6,
+        "0006_shared_limits_and_mcp_sessions.sql",
+        include_str!("../migrations/sqlite/0006_shared_limits_and_mcp_sessions.sql"),
+    ),
 ];
 
 /// The Postgres migrations, embedded (see [`SQLITE_FILES`]).
@@ -74,6 +79,11 @@ const POSTGRES_FILES: &[(i64, &str, &str)] = &[
         5,
         "0005_journal_budget.sql",
         include_str!("../migrations/postgres/0005_journal_budget.sql"),
+    ),
+    (
+        6,
+        "0006_shared_limits_and_mcp_sessions.sql",
+        include_str!("../migrations/postgres/0006_shared_limits_and_mcp_sessions.sql"),
     ),
 ];
 
@@ -723,7 +733,8 @@ mod migration_tests {
                 (2, "approval tenancy"),
                 (3, "approval policies"),
                 (4, "console sessions"),
-                (5, "journal budget")
+                (5, "journal budget"),
+                (6, "shared limits and mcp sessions")
             ]
         );
         // sqlx's checksum is SHA-384 of the file's text: a database migrated with

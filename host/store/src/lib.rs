@@ -67,7 +67,10 @@
 //!   `capability.started`; [`AuditLog`] reads events back.
 //! - [`SqlInvocationJournal`] implements `capgate_core::journal::InvocationJournal`.
 //! - [`ConsoleSessionRows`] keeps the approval console's sessions (hashed ids, no raw
-//!   credentials), so restarts and replicas keep them.
+//!   credentials), so restarts and replicas keep them; [`McpSessionRows`] the same for MCP
+//!   sessions over streamable HTTP (hashed ids and principals).
+//! - [`SqlQuotaStore`] implements `capgate_core::quota::QuotaStore`: rate-limit buckets every
+//!   replica shares, one conditional upsert per request.
 //!
 //! SQLite has one writer, so concurrent writes are committed in groups: the journal's and
 //! the approvals' statements go to one task that runs whatever is waiting in one
@@ -85,6 +88,8 @@ mod columns;
 mod db;
 mod group;
 mod journal;
+mod limits;
+mod mcp_sessions;
 pub mod metrics;
 mod params;
 mod sessions;
@@ -102,6 +107,8 @@ pub use db::{
     migration_status_url,
 };
 pub use journal::{DEFAULT_REPLAY_HORIZON, SqlInvocationJournal};
+pub use limits::SqlQuotaStore;
+pub use mcp_sessions::{McpSessionRow, McpSessionRows};
 pub use sessions::{
     ConsoleSessionRow, ConsoleSessionRows, MAX_SESSION_FIELD_BYTES, SessionRowError,
 };

@@ -26,6 +26,7 @@ mod oci_registry;
 mod openapi_import;
 mod otlp_traces;
 mod prometheus_e2e;
+mod replicas;
 mod scenario_test;
 mod serve_e2e;
 mod shadow_rollout;

@@ -26,8 +26,9 @@ pub struct Kept {
 }
 
 /// The limits a rate limiter and an unauthenticated throttle were built for: per
-/// principal, per namespace, unauthenticated per client address.
-type Limits = (Option<Rate>, Option<Rate>, Option<PerMinute>);
+/// principal, per namespace, whether the buckets are shared through the store,
+/// unauthenticated per client address.
+type Limits = (Option<Rate>, Option<Rate>, bool, Option<PerMinute>);
 
 /// The rate limiter and the unauthenticated throttle, with the limits they were built for.
 struct Limiters {
@@ -57,7 +58,8 @@ impl std::fmt::Debug for Kept {
 }
 
 impl Kept {
-    /// Nothing kept yet but where console sessions live (MCP sessions in memory).
+    /// Nothing kept yet but where console sessions live (MCP sessions in memory until
+    /// [`Kept::with_mcp_sessions`]).
     pub fn new(console_sessions: ConsoleSessions) -> Self {
         Kept {
             console_sessions,
@@ -66,6 +68,13 @@ impl Kept {
             reloader: OnceLock::new(),
             shutdown: ShutdownProbe::default(),
         }
+    }
+
+    /// Builder: where MCP sessions live ([`McpSessions::shared`]: in a store every replica
+    /// reaches, so any replica serves any session).
+    pub fn with_mcp_sessions(mut self, sessions: McpSessions) -> Self {
+        self.mcp_sessions = sessions;
+        self
     }
 
     /// What `POST /admin/reload` calls, once the process has it (the reloader itself holds
@@ -88,6 +97,7 @@ impl Kept {
         let limits = (
             principal,
             namespace,
+            keeper.quotas.is_shared(),
             keeper.unauthenticated.as_ref().map(|t| t.rate()),
         );
         let mut kept = self.limiters.lock().unwrap_or_else(|p| p.into_inner());

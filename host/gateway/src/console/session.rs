@@ -131,7 +131,7 @@ impl Console {
             self.end(&key).await;
             return Err(unauthenticated());
         }
-        match self.doorkeeper.admit_principal(who, Door::Approvals) {
+        match self.doorkeeper.admit_principal(who, Door::Approvals).await {
             Ok(who) => Ok(Live {
                 id,
                 who,

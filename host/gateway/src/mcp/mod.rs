@@ -37,5 +37,8 @@ mod stdio;
 
 pub use handlers::{CapgateMcp, McpIdentity, RESUME_TOOL};
 pub use options::McpOptions;
-pub use router::{McpSessions, PREFIX, streamable_http_router, streamable_http_router_with};
+pub use router::{
+    McpSessions, PREFIX, SharedMcpSession, SharedMcpSessions, streamable_http_router,
+    streamable_http_router_with,
+};
 pub use stdio::{McpServeError, serve_io, serve_stdio};

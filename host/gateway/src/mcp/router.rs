@@ -32,6 +32,79 @@ struct McpHttpState {
     service: StreamableHttpService<CapgateMcp, LocalSessionManager>,
     doorkeeper: Doorkeeper,
     bindings: Arc<SessionBindings>,
+    /// The shared session rows, to learn who opened a session another replica opened.
+    shared: Option<Arc<dyn SharedMcpSessions>>,
+}
+
+tokio::task_local! {
+    /// The digest of the principal of the request rmcp is handling: what a shared session
+    /// row records as its opener when rmcp stores the handshake.
+    static OPENER: String;
+}
+
+/// A stored MCP session as the store hands it back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedMcpSession {
+    /// SHA-256 hex of the key naming the principal that opened it.
+    pub principal_sha256: String,
+    /// The client's `initialize` parameters, JSON text as [`SharedMcpSessions::put`] got it.
+    pub state: String,
+}
+
+/// Where MCP sessions live when replicas share them: the seam `capgate serve` implements
+/// over its store (this crate does not know the store). Session ids and principals arrive
+/// as SHA-256 hex digests, never as themselves.
+#[async_trait::async_trait]
+pub trait SharedMcpSessions: Send + Sync + 'static {
+    /// Keep a session opened by `principal_sha256` (the same id twice: the first stays).
+    async fn put(
+        &self,
+        id_sha256: &str,
+        principal_sha256: &str,
+        state: &str,
+    ) -> Result<(), SessionStoreError>;
+    /// The session with this id digest, if stored.
+    async fn get(&self, id_sha256: &str) -> Result<Option<SharedMcpSession>, SessionStoreError>;
+    /// Forget a session (the client ended it).
+    async fn delete(&self, id_sha256: &str) -> Result<(), SessionStoreError>;
+}
+
+/// rmcp's session store over [`SharedMcpSessions`]: the handshake kept under the digest of
+/// its id, with the digest of the principal whose request opened it.
+struct SharedSessionStore(Arc<dyn SharedMcpSessions>);
+
+#[async_trait::async_trait]
+impl SessionStore for SharedSessionStore {
+    async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
+        let Some(row) = self
+            .0
+            .get(&capgate_core::digest::sha256_hex(session_id))
+            .await?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(serde_json::from_str(&row.state)?))
+    }
+
+    async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
+        let opener = OPENER
+            .try_with(Clone::clone)
+            .map_err(|_| "an MCP session stored outside a request")?;
+        let state = serde_json::to_string(state)?;
+        self.0
+            .put(
+                &capgate_core::digest::sha256_hex(session_id),
+                &opener,
+                &state,
+            )
+            .await
+    }
+
+    async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
+        self.0
+            .delete(&capgate_core::digest::sha256_hex(session_id))
+            .await
+    }
 }
 
 /// The streamable HTTP MCP endpoint as an axum router with a fallback only, so it can be
@@ -59,9 +132,10 @@ pub fn streamable_http_router(
 pub struct McpSessions {
     bindings: Arc<SessionBindings>,
     store: Option<Arc<dyn SessionStore>>,
+    shared: Option<Arc<dyn SharedMcpSessions>>,
 }
 
-crate::debug::debug_fields! { McpSessions { store: Option::is_some } }
+crate::debug::debug_fields! { McpSessions { store: Option::is_some, shared: Option::is_some } }
 
 impl McpSessions {
     /// Bindings plus an in-process store of handshakes (at most 65 536, the
@@ -71,6 +145,19 @@ impl McpSessions {
         McpSessions {
             bindings: Arc::new(SessionBindings::default()),
             store: Some(Arc::new(MemorySessionStore::default())),
+            shared: None,
+        }
+    }
+
+    /// Sessions in a store every replica reaches: a session opened on one replica is
+    /// restored by any other from its stored handshake (no sticky routing), and still
+    /// belongs to the principal that opened it there (another principal's request with its
+    /// id is answered `404`, as an unknown session would be).
+    pub fn shared(rows: Arc<dyn SharedMcpSessions>) -> Self {
+        McpSessions {
+            bindings: Arc::new(SessionBindings::default()),
+            store: Some(Arc::new(SharedSessionStore(rows.clone()))),
+            shared: Some(rows),
         }
     }
 }
@@ -108,6 +195,7 @@ pub fn streamable_http_router_with(
         service,
         doorkeeper,
         bindings: sessions.bindings,
+        shared: sessions.shared,
     };
     axum::Router::new().fallback(mcp_entry).with_state(state)
 }
@@ -135,6 +223,24 @@ async fn mcp_entry(State(state): State<McpHttpState>, mut request: Request) -> R
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
+    let opener = capgate_core::digest::sha256_hex(&principal);
+    // A session this replica never saw: whoever opened it elsewhere holds it.
+    if let Some(id) = &session
+        && let Some(shared) = &state.shared
+        && !state.bindings.knows(id)
+    {
+        match shared.get(&capgate_core::digest::sha256_hex(id)).await {
+            Ok(Some(row)) if row.principal_sha256 != opener => {
+                tracing::info!(target: "capgate::mcp", "MCP session used by another principal; refused");
+                return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(target: "capgate::mcp", error = %e, "the MCP session store did not answer");
+                return crate::reject::Reject::unavailable("MCP session store").into_response();
+            }
+        }
+    }
     if let Some(id) = &session
         && !state.bindings.check_or_bind(id, &principal)
     {
@@ -143,7 +249,7 @@ async fn mcp_entry(State(state): State<McpHttpState>, mut request: Request) -> R
     }
     let is_delete = request.method() == axum::http::Method::DELETE;
     request.extensions_mut().insert(authenticated);
-    let response = state.service.handle(request).await;
+    let response = OPENER.scope(opener, state.service.handle(request)).await;
     if let Some(id) = response
         .headers()
         .get(SESSION_HEADER)
@@ -190,6 +296,12 @@ impl SessionBindings {
                 true
             }
         }
+    }
+
+    /// Whether this process has seen the session.
+    fn knows(&self, session: &str) -> bool {
+        let b = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        b.by_session.contains_key(session)
     }
 
     fn forget(&self, session: &str) {

@@ -1,4 +1,4 @@
-//! One conformance suite for `InvocationJournal` and `ApprovalCoordinator`,
+//! One conformance suite for `InvocationJournal`, `ApprovalCoordinator` and `QuotaStore`,
 //! run alike against the in-memory implementations of capgate-core and the SQL ones of
 //! capgate-store on SQLite and on Postgres (`name::in_memory`, `name::sqlite`,
 //! `name::postgres`).
@@ -13,7 +13,9 @@
 //! only if some serial order of them explains every answer and the final state
 //! (linearizability against the model); the fixed races (8 claims, 8 resume-claims, 8
 //! settles, 8 consumes, 8 decisions, decisions racing expiry) check the same plus their
-//! exact winner counts.
+//! exact winner counts. Rate-limit buckets (`QuotaStore`) admit exactly their burst,
+//! alone and under sixteen concurrent takes, refuse with a wait of at most one interval,
+//! and are independent of each other; refill during a test is bounded by its elapsed time.
 //!
 //! Isolation inside one database per test: every proptest case uses its own scopes,
 //! approval ids and namespace, and a clock epoch one day *earlier* than the previous case's,
@@ -33,6 +35,7 @@ use capgate_core::journal::{
     InvocationState, JournalError, ObservedClaim, ResumeClaim, Settlement,
 };
 use capgate_core::meta::{Risk, SideEffect};
+use capgate_core::quota::{Admission, BucketRate, InMemoryQuotaStore, QuotaStore};
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use common::TestDb;
 use futures::future::BoxFuture;
@@ -59,22 +62,28 @@ enum Backend {
 struct Subject {
     journal: Arc<dyn InvocationJournal>,
     approvals: Arc<dyn ApprovalCoordinator>,
+    quotas: Arc<dyn QuotaStore>,
     backend: Backend,
     /// Epochs handed to proptest cases: each one a day before the last.
     epochs: AtomicI64,
     _db: Option<TestDb>,
 }
 
+/// The journal, coordinator and buckets of one backend, and its database.
+type Implementations = (
+    Arc<dyn InvocationJournal>,
+    Arc<dyn ApprovalCoordinator>,
+    Arc<dyn QuotaStore>,
+    Option<TestDb>,
+);
+
 impl Subject {
     async fn open(backend: Backend) -> Option<Subject> {
-        let (journal, approvals, db): (
-            Arc<dyn InvocationJournal>,
-            Arc<dyn ApprovalCoordinator>,
-            Option<TestDb>,
-        ) = match backend {
+        let (journal, approvals, quotas, db): Implementations = match backend {
             Backend::InMemory => (
                 Arc::new(InMemoryInvocationJournal::new()),
                 Arc::new(InMemoryApprovalCoordinator::new()),
+                Arc::new(InMemoryQuotaStore::new()),
                 None,
             ),
             Backend::Sqlite | Backend::Postgres => {
@@ -88,6 +97,7 @@ impl Subject {
                 (
                     Arc::new(store.journal()),
                     Arc::new(store.approvals()),
+                    Arc::new(store.quotas()),
                     Some(db),
                 )
             }
@@ -95,6 +105,7 @@ impl Subject {
         Some(Subject {
             journal,
             approvals,
+            quotas,
             backend,
             epochs: AtomicI64::new(0),
             _db: db,
@@ -164,10 +175,11 @@ fn run(backend: Backend, test: fn(&Subject, &tokio::runtime::Runtime)) {
     let Subject {
         journal,
         approvals,
+        quotas,
         _db,
         ..
     } = subject;
-    drop((journal, approvals));
+    drop((journal, approvals, quotas));
     drop(rt);
     drop(_db);
 }
@@ -228,6 +240,8 @@ on_every_backend!(
     eight_concurrent_consumes_of_one_approval_succeed_exactly_once,
     eight_concurrent_decisions_record_exactly_one,
     decisions_racing_expiry_never_land_after_it,
+    rate_limit_buckets_admit_their_burst_then_refuse_and_are_independent,
+    sixteen_concurrent_takes_of_one_bucket_admit_exactly_its_burst,
 );
 
 // ---------------------------------------------------------------------------------------
@@ -1682,6 +1696,98 @@ fn decisions_racing_expiry_never_land_after_it(s: &Subject, rt: &tokio::runtime:
         assert_eq!(
             won, 1,
             "{:?}: exactly one timely decision lands: {answers:#?}",
+            s.backend
+        );
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// Rate-limit buckets: exactly the burst, then refusals, on every backend.
+// ---------------------------------------------------------------------------------------
+
+/// 1 request per second, `burst` at once: refill during a test is one token per elapsed
+/// second, which the bounds below allow for (a correctness bound, not a timing one).
+fn slow(burst: u32) -> BucketRate {
+    BucketRate {
+        per_second: std::num::NonZeroU32::MIN,
+        burst: std::num::NonZeroU32::new(burst).expect("a burst"),
+    }
+}
+
+/// At most `burst` plus one token per whole second elapsed since `since`.
+fn refill_bound(burst: u32, since: std::time::Instant) -> usize {
+    usize::try_from(burst).unwrap_or(0)
+        + usize::try_from(since.elapsed().as_secs()).unwrap_or(usize::MAX)
+}
+
+fn rate_limit_buckets_admit_their_burst_then_refuse_and_are_independent(
+    s: &Subject,
+    rt: &tokio::runtime::Runtime,
+) {
+    rt.block_on(async {
+        let case = s.next_case();
+        let (a, b) = (format!("p:case{}_a", case.n), format!("p:case{}_b", case.n));
+        let start = std::time::Instant::now();
+        let mut answers = Vec::new();
+        for _ in 0..8 {
+            answers.push(s.quotas.take(&a, slow(5)).await.expect("take"));
+        }
+        let admitted = answers
+            .iter()
+            .filter(|a| **a == Admission::Admitted)
+            .count();
+        assert!(
+            (5..=refill_bound(5, start)).contains(&admitted),
+            "{:?}: {answers:?}",
+            s.backend
+        );
+        assert_eq!(answers[..5], [Admission::Admitted; 5], "{:?}", s.backend);
+        for answer in &answers[admitted..] {
+            match answer {
+                Admission::Limited { retry_after } => assert!(
+                    *retry_after > std::time::Duration::ZERO
+                        && *retry_after <= std::time::Duration::from_secs(1),
+                    "{:?}: {retry_after:?}",
+                    s.backend
+                ),
+                Admission::Admitted => {
+                    panic!("{:?}: admitted after a refusal: {answers:?}", s.backend)
+                }
+            }
+        }
+        // Another bucket is full.
+        assert_eq!(
+            s.quotas.take(&b, slow(5)).await.expect("take"),
+            Admission::Admitted,
+            "{:?}",
+            s.backend
+        );
+    });
+}
+
+fn sixteen_concurrent_takes_of_one_bucket_admit_exactly_its_burst(
+    s: &Subject,
+    rt: &tokio::runtime::Runtime,
+) {
+    rt.block_on(async {
+        let case = s.next_case();
+        let key = format!("n:case{}", case.n);
+        let start = std::time::Instant::now();
+        let tasks: Vec<_> = (0..16)
+            .map(|_| {
+                let (q, key) = (s.quotas.clone(), key.clone());
+                tokio::spawn(async move { q.take(&key, slow(8)).await })
+            })
+            .collect();
+        let mut admitted = 0;
+        for t in tasks {
+            if t.await.expect("task").expect("take") == Admission::Admitted {
+                admitted += 1;
+            }
+        }
+        assert!(
+            (8..=refill_bound(8, start)).contains(&admitted),
+            "{:?}: {admitted} of 16 admitted",
             s.backend
         );
     });

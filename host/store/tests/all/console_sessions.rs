@@ -62,3 +62,50 @@ async fn a_principal_keeps_its_newest_sessions_and_expired_ones_are_gone(db: &Te
         Err(SessionRowError::Malformed(_))
     ));
 }
+
+on_both_backends!(mcp_sessions_read_back_as_written_keep_their_first_opener_and_are_purged);
+
+/// MCP session rows (`McpSessionRows`): a row reads back as written, a second write of the
+/// same id keeps the first (its opener stays), a deleted row is gone, rows stored before
+/// the purge horizon go and later ones stay, oversized fields are refused.
+async fn mcp_sessions_read_back_as_written_keep_their_first_opener_and_are_purged(db: &TestDb) {
+    use capgate_store::McpSessionRow;
+    let store = db.open().await;
+    let rows = store.mcp_sessions();
+    let t0 = DateTime::from_timestamp(1_700_000_000, 0).unwrap_or_default();
+    let row = |id: &str, principal: &str, at| McpSessionRow {
+        id_sha256: id.into(),
+        principal_sha256: principal.into(),
+        state: r#"{"initialize_params":{"protocolVersion":"2025-06-18"}}"#.into(),
+        created_at: at,
+    };
+    let first = row("m1", "alice", t0);
+    rows.insert(&first).await.expect("insert");
+    rows.insert(&row("m1", "mallory", t0 + Duration::seconds(1)))
+        .await
+        .expect("a second write is not an error");
+    assert_eq!(rows.get("m1").await.expect("get"), Some(first));
+    assert_eq!(rows.get("m0").await.expect("get"), None);
+    rows.insert(&row("m2", "bob", t0 + Duration::hours(2)))
+        .await
+        .expect("insert");
+    assert_eq!(
+        rows.purge_before(t0 + Duration::hours(1))
+            .await
+            .expect("purge"),
+        1
+    );
+    assert_eq!(rows.get("m1").await.expect("get"), None, "purged");
+    assert!(rows.get("m2").await.expect("get").is_some(), "kept");
+    rows.delete("m2").await.expect("delete");
+    assert_eq!(rows.get("m2").await.expect("get"), None, "deleted");
+    let huge = McpSessionRow {
+        state: "x".repeat(MAX_SESSION_FIELD_BYTES + 1),
+        ..row("m3", "alice", t0)
+    };
+    assert!(matches!(
+        rows.insert(&huge).await,
+        Err(SessionRowError::Malformed(_))
+    ));
+    assert_eq!(rows.get("m3").await.expect("get"), None);
+}

@@ -416,6 +416,16 @@ impl Mcp {
         m
     }
 
+    /// Send the next requests to another replica (`base`), with the same session.
+    pub fn at(&mut self, base: &str) {
+        self.url = format!("{base}/mcp");
+    }
+
+    /// The session id the server handed out at `initialize`.
+    pub fn session(&self) -> Option<&str> {
+        self.session.as_deref()
+    }
+
     pub async fn send(&mut self, body: Value) -> Option<Value> {
         let mut req = self
             .http
