@@ -27,6 +27,7 @@ mod openapi_import;
 mod otlp_traces;
 mod prometheus_e2e;
 mod scenario_test;
+mod scripting;
 mod serve_e2e;
 mod shadow_rollout;
 mod spec_fidelity;
