@@ -84,11 +84,11 @@ async fn require_migrated(store: &Store, what: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The store's audit sink (for its loss counters) and every audit sink of a deployment.
+type Sinks = (Arc<SqlAuditSink>, Vec<Arc<dyn AuditSink>>);
+
 /// The store's audit sink and every sink of `cfg` (the store's, plus `[audit] jsonl`).
-fn audit_sinks(
-    cfg: &capgate_config::Config,
-    store: &Store,
-) -> anyhow::Result<(Arc<SqlAuditSink>, Vec<Arc<dyn AuditSink>>)> {
+fn audit_sinks(cfg: &capgate_config::Config, store: &Store) -> anyhow::Result<Sinks> {
     let audit = Arc::new(
         store
             .audit_sink(AuditSinkOptions {

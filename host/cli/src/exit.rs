@@ -100,7 +100,7 @@ mod tests {
     #[test]
     fn an_error_keeps_its_status_under_context_and_anything_else_is_a_runtime_error() {
         let refused: anyhow::Result<()> = Err(Exit::refusal("SI-4"));
-        let e = refused.context("could not decide").err().expect("error");
+        let e = refused.context("could not decide").expect_err("an error");
         assert_eq!(status_of(&e), Status::Failed);
         assert_eq!(status_of(&Exit::usage("--store: bad")), Status::Usage);
         let io = anyhow::Error::from(std::io::Error::other("disk"));

@@ -69,63 +69,82 @@ const KEY_VAR: &str = "CAPGATE_SCRIPTING_TEST_KEY_SHA256";
 const STORE_VAR: &str = "CAPGATE_SCRIPTING_TEST_STORE_URL";
 
 /// A deployment `check` accepts without any plugin or secret.
-const SOUND: &str = r#"
+fn sound() -> String {
+    format!(
+        r#"
 revision = "r1"
 
 [[capabilities]]
 id = "orders.refund"
 description = "Refund an order"
-expose = { aiSdk = true }
+expose = {{ aiSdk = true }}
 sideEffect = "write"
 risk = "high"
-procedure = { http = { target = "orders", url = "http://127.0.0.1:9/refund" } }
+procedure = {{ http = {{ target = "orders", url = "http://127.0.0.1:9/refund" }} }}
 
 [[capabilities]]
 id = "customers.search"
 description = "Find a customer"
-expose = { aiSdk = true }
+expose = {{ aiSdk = true }}
 sideEffect = "read"
 risk = "low"
-procedure = { http = { target = "orders", url = "http://127.0.0.1:9/search" } }
+procedure = {{ http = {{ target = "customers", url = "http://127.0.0.1:9/search" }} }}
 
 [approvals.types.manager]
 roles = ["manager"]
-"#;
 
-/// [`SOUND`] with what only `serve` needs and this machine lacks: a redactor whose plugin
-/// file is missing, a JWT secret and an API key hash in unset variables. `check` refuses it;
-/// the approvals commands need none of it.
+[gateway]
+authorize = "authenticated"
+routes = [{{ path = "/agent", surface = "aiSdk" }}]
+
+[[gateway.apiKeys]]
+sha256 = "{hash}"
+actor = {{ id = "u_dana", kind = "user" }}
+namespace = "org_1"
+"#,
+        hash = key_hash("dana-dev-key")
+    )
+}
+
+/// [`sound`] with what only `serve` needs and this machine lacks: a redactor whose plugin
+/// file is missing and a JWT secret in an unset variable. `check` refuses it; the approvals
+/// commands need none of it.
 fn without_plugins_or_secrets() -> String {
-    let mut text = SOUND.replace(
+    let sound = sound();
+    let mut text = sound.replace(
         "risk = \"low\"\n",
         "risk = \"low\"\nredactors = [\"maskContact\"]\n",
     );
+    assert_ne!(text, sound);
     text.push_str(&format!(
         r#"
+[gateway.jwt]
+hs256SecretEnv = "{JWT_VAR}"
+audience = "capgate"
+issuer = "https://idp.example"
+
 [plugins.pii]
 path = "missing.wasm"
 sha256 = "{zeros}"
 
 [redactors.maskContact]
 plugin = "pii"
-
-[gateway]
-authorize = "authenticated"
-routes = [{{ path = "/agent", surface = "aiSdk" }}]
-
-[gateway.jwt]
-hs256SecretEnv = "{JWT_VAR}"
-audience = "capgate"
-issuer = "https://idp.example"
-
-[[gateway.apiKeys]]
-sha256 = {{ env = "{KEY_VAR}" }}
-actor = {{ id = "u_dana", kind = "user" }}
-namespace = "org_1"
 "#,
         zeros = "0".repeat(64)
     ));
     text
+}
+
+/// [`without_plugins_or_secrets`] with the API key's hash in an unset variable too: a
+/// problem of the file itself for `check` (which then goes no further).
+fn without_key_hash() -> String {
+    let text = without_plugins_or_secrets();
+    let unset = text.replace(
+        &format!("sha256 = \"{}\"", key_hash("dana-dev-key")),
+        &format!("sha256 = {{ env = \"{KEY_VAR}\" }}"),
+    );
+    assert_ne!(unset, text);
+    unset
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> String {
@@ -204,7 +223,7 @@ async fn store_with_approvals(dir: &Path) -> String {
 #[test]
 fn the_exit_status_tells_done_refused_usage_and_runtime_errors_apart() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let sound = write(dir.path(), "sound.toml", SOUND);
+    let sound = write(dir.path(), "sound.toml", &sound());
     let refused = write(dir.path(), "refused.toml", &without_plugins_or_secrets());
 
     let ok = run(&["check", "--config", &sound]);
@@ -214,8 +233,12 @@ fn the_exit_status_tells_done_refused_usage_and_runtime_errors_apart() {
     let r = run(&["check", "--config", &refused]);
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(r.stderr.contains(JWT_VAR), "{}", r.stderr);
-    let r = run(&["inspect", "--config", &refused]);
+    assert!(r.stderr.contains("missing.wasm"), "{}", r.stderr);
+    // `inspect` reads the file as `check` does (no plugin): refused for the file itself.
+    let unset = write(dir.path(), "unset.toml", &without_key_hash());
+    let r = run(&["inspect", "--config", &unset]);
     assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains(KEY_VAR), "{}", r.stderr);
 
     // 2: the command line.
     for args in [
@@ -255,7 +278,7 @@ fn the_exit_status_tells_done_refused_usage_and_runtime_errors_apart() {
 #[test]
 fn check_json_locates_every_problem_and_nothing_else_is_on_stdout() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let sound = write(dir.path(), "sound.toml", SOUND);
+    let sound = write(dir.path(), "sound.toml", &sound());
     let refused = write(dir.path(), "refused.toml", &without_plugins_or_secrets());
 
     let ok = run(&["check", "--config", &sound, "--output", "json"]);
@@ -278,7 +301,22 @@ fn check_json_locates_every_problem_and_nothing_else_is_on_stdout() {
     }
     let keyed = |key: &str| problems.iter().any(|p| p["key"] == key);
     assert!(keyed("gateway.jwt.hs256SecretEnv"), "{doc}");
-    assert!(keyed("gateway.apiKeys.0.sha256"), "{doc}");
+    assert!(
+        problems.iter().any(|p| p["key"]
+            .as_str()
+            .is_some_and(|k| k.starts_with("plugins.pii"))),
+        "{doc}"
+    );
+    let unset = write(dir.path(), "unset.toml", &without_key_hash());
+    let r2 = run(&["check", "--config", &unset, "--output", "json"]);
+    assert_eq!(r2.code, 1, "{}", r2.stderr);
+    let doc2 = one_json(&r2);
+    assert!(
+        doc2["problems"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|p| p["key"] == "gateway.apiKeys.0.sha256")),
+        "{doc2}"
+    );
     // The summary is prose: stderr.
     assert!(r.stderr.contains("problem(s)"), "{}", r.stderr);
 }
@@ -286,8 +324,11 @@ fn check_json_locates_every_problem_and_nothing_else_is_on_stdout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approvals_commands_need_the_store_but_no_plugin_and_no_secret() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = write(dir.path(), "capgate.toml", &without_plugins_or_secrets());
+    let config = write(dir.path(), "capgate.toml", &without_key_hash());
     let store = store_with_approvals(dir.path()).await;
+    // `check` refuses it (and would compile the plugin, read the JWT secret); the
+    // approvals commands read none of it.
+    assert_eq!(run(&["check", "--config", &config]).code, 1);
     let with_store = |args: &[&str]| {
         let mut all = args.to_vec();
         all.extend(["--config", config.as_str(), "--store", store.as_str()]);
@@ -323,7 +364,9 @@ async fn approvals_commands_need_the_store_but_no_plugin_and_no_secret() {
     // show: one document.
     let shown = with_store(&["approvals", "show", "apr_refund", "--output", "json"]);
     assert_eq!(shown.code, 0, "{}", shown.stderr);
-    assert_eq!(one_json(&shown)["request"]["capabilityId"], "orders.refund");
+    let record = one_json(&shown);
+    assert_eq!(record["capabilityId"], "orders.refund", "{record}");
+    assert_eq!(record["input"]["amount"], 649, "{record}");
     let missing = with_store(&["approvals", "show", "apr_nope", "--output", "json"]);
     assert_eq!(missing.code, 1, "{}", missing.stderr);
     assert!(missing.stdout.is_empty(), "{}", missing.stdout);
