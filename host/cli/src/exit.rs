@@ -4,7 +4,7 @@
 //! | status | meaning |
 //! |---|---|
 //! | 0 | done |
-//! | 1 | a refusal or a failed check: a configuration refused by validation, a failing scenario or plugin case, a breaking contract change, `import --diff` finding changes, an approval decision the rules refuse |
+//! | 1 | a refusal or a failed check: a configuration refused by validation, a failing scenario or plugin case, a breaking contract change, `import mcp --diff` finding changes, an approval decision the rules refuse |
 //! | 2 | usage: the command line (clap's own errors) or an input it names cannot be used as given (`test`'s scenario files, `contract diff`'s inputs, `keys hash` without a key) |
 //! | 3 | a runtime error: the store unreachable or missing, a file that cannot be read or written, anything else that failed |
 //!

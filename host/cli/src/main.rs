@@ -31,7 +31,7 @@ use std::process::ExitCode;
     version,
     about = "A governed capability runtime for AI agents",
     after_help = "Exit status: 0 done; 1 a refusal or a failed check (a refused configuration, a failing \
-scenario or plugin case, a breaking contract change, `import --diff` finding changes, an approval \
+scenario or plugin case, a breaking contract change, `import mcp --diff` finding changes, an approval \
 decision the rules refuse); 2 usage (the command line, or an input it names, cannot be used); \
 3 a runtime error (the store unreachable or missing, I/O, anything else).\n\n\
 `--output json` (check, test, plugin test, inspect, approvals, invocations): stdout carries \
