@@ -1,8 +1,9 @@
-//! From a [`Checked`] configuration and an open store to a running deployment. Everything
-//! the configuration can get wrong was refused by [`crate::validate`]; what can still fail
-//! here is the store (migrations) and the audit file.
+//! From a [`Checked`] configuration and an open store to a running deployment (and from a
+//! [`StoreOnly`] one to what the operator commands over approvals run). Everything the
+//! configuration can get wrong was refused by [`crate::validate`]; what can still fail here
+//! is the store (migrations) and the audit file.
 
-use crate::validate::Checked;
+use crate::validate::{Checked, StoreOnly};
 use anyhow::{Context, bail};
 use capgate_core::approval::ApprovalCoordinator;
 use capgate_core::audit::{AuditConfig, AuditSink, JsonLinesSink};
@@ -63,10 +64,9 @@ fn runtime_over(
         .context("the capability registry")
 }
 
-/// Build the deployment a checked configuration describes, over `store` (`what` names the
-/// store in messages).
-pub async fn build(checked: &Checked, store: Store, what: &str) -> anyhow::Result<Deployment> {
-    let cfg = &checked.config;
+/// Refuse a store that is missing migrations, saying how to apply them (`what` names the
+/// store).
+async fn require_migrated(store: &Store, what: &str) -> anyhow::Result<()> {
     let pending: Vec<String> = store
         .migration_status()
         .await
@@ -81,6 +81,14 @@ pub async fn build(checked: &Checked, store: Store, what: &str) -> anyhow::Resul
             pending.join(", "),
         );
     }
+    Ok(())
+}
+
+/// The store's audit sink (for its loss counters) and every audit sink of a deployment.
+type Sinks = (Arc<SqlAuditSink>, Vec<Arc<dyn AuditSink>>);
+
+/// The store's audit sink and every sink of `cfg` (the store's, plus `[audit] jsonl`).
+fn audit_sinks(cfg: &capgate_config::Config, store: &Store) -> anyhow::Result<Sinks> {
     let audit = Arc::new(
         store
             .audit_sink(AuditSinkOptions {
@@ -101,6 +109,15 @@ pub async fn build(checked: &Checked, store: Store, what: &str) -> anyhow::Resul
             .with_context(|| format!("cannot open the audit file {}", path.display()))?;
         sinks.push(Arc::new(JsonLinesSink::new(file)));
     }
+    Ok((audit, sinks))
+}
+
+/// Build the deployment a checked configuration describes, over `store` (`what` names the
+/// store in messages).
+pub async fn build(checked: &Checked, store: Store, what: &str) -> anyhow::Result<Deployment> {
+    let cfg = &checked.config;
+    require_migrated(&store, what).await?;
+    let (audit, sinks) = audit_sinks(cfg, &store)?;
     let approvals: Arc<dyn ApprovalCoordinator> =
         Arc::new(Traced::new(store.approvals(), store.backend()));
     let runtime = runtime_over(checked, approvals.clone(), sinks.clone())?;
@@ -123,5 +140,48 @@ pub async fn build(checked: &Checked, store: Store, what: &str) -> anyhow::Resul
         audit,
         approvals,
         sinks,
+    })
+}
+
+/// What the operator commands over approvals run: the deployment's rules of who may decide
+/// what over its store, its approvals and its audit sinks, with no plugin, upstream or
+/// secret (see [`crate::validate::StoreOnly`]).
+pub struct OperatorDeployment {
+    /// The runtime that reads and decides approvals (it invokes nothing).
+    pub runtime: Runtime,
+    /// The store.
+    pub store: Store,
+    /// The file it was built from (which capabilities' approval input is withheld:
+    /// [`StoreOnly::withholds_input`]).
+    pub config: StoreOnly,
+}
+
+/// Build the operator commands' deployment of `config` over `store` (`what` names the
+/// store in messages).
+pub async fn build_operator(
+    config: StoreOnly,
+    store: Store,
+    what: &str,
+) -> anyhow::Result<OperatorDeployment> {
+    let cfg = &config.config;
+    require_migrated(&store, what).await?;
+    let (_, sinks) = audit_sinks(cfg, &store)?;
+    let approvals: Arc<dyn ApprovalCoordinator> =
+        Arc::new(Traced::new(store.approvals(), store.backend()));
+    let runtime = config
+        .runtime(
+            approvals,
+            AuditConfig {
+                sinks,
+                strict: cfg.audit.strict,
+                verbose: cfg.audit.verbose,
+                on_sink_error: None,
+            },
+        )
+        .context("the capability registry")?;
+    Ok(OperatorDeployment {
+        runtime,
+        store,
+        config,
     })
 }

@@ -7,6 +7,7 @@ pub mod args;
 pub mod build;
 pub mod commands;
 pub mod diff;
+pub mod exit;
 pub mod inspect;
 pub mod mcp_import;
 pub mod metrics;

@@ -20,6 +20,7 @@ use capgate::commands::{
     approvals, audit, check, contract, import, inspect, invocations, keys, mcp, migrate, plugin,
     serve, test,
 };
+use capgate::exit::{self, Status};
 use capgate::{telemetry, validate};
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -28,7 +29,13 @@ use std::process::ExitCode;
 #[command(
     name = "capgate",
     version,
-    about = "A governed capability runtime for AI agents"
+    about = "A governed capability runtime for AI agents",
+    after_help = "Exit status: 0 done; 1 a refusal or a failed check (a refused configuration, a failing \
+scenario or plugin case, a breaking contract change, `import mcp --diff` finding changes, an approval \
+decision the rules refuse); 2 usage (the command line, or an input it names, cannot be used); \
+3 a runtime error (the store unreachable or missing, I/O, anything else).\n\n\
+`--output json` (check, test, plugin test, inspect, approvals, invocations): stdout carries \
+only JSON, every message goes to stderr."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -59,17 +66,20 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli.command) {
         Ok(code) => code,
-        Err(e) => match e.downcast_ref::<validate::Refused>() {
-            // The same lines and the same exit status as `capgate check`.
-            Some(refused) => {
-                refused.report();
-                ExitCode::from(1)
+        // The one place an error becomes an exit status (the table: src/exit.rs).
+        Err(e) => {
+            let status = exit::status_of(&e);
+            match e
+                .chain()
+                .find_map(|c| c.downcast_ref::<validate::Refused>())
+            {
+                // The same lines and the same exit status as `capgate check`.
+                Some(refused) => refused.report(),
+                None => eprintln!("error: {e:#}"),
             }
-            None => {
-                eprintln!("error: {e:#}");
-                ExitCode::from(2)
-            }
-        },
+            debug_assert_ne!(status, Status::Ok);
+            status.code()
+        }
     }
 }
 

@@ -109,6 +109,34 @@ impl TestReport {
     }
 }
 
+impl TestReport {
+    /// `capgate plugin test --output json`: `{"ok", "plugin", "sha256", "passed", "failed",
+    /// "cases"}`, each case `{"name", "passed", "detail", "durationMs"}` in file order.
+    pub fn to_json(&self) -> Value {
+        let passed = self.cases.iter().filter(|c| c.passed).count();
+        let cases: Vec<Value> = self
+            .cases
+            .iter()
+            .map(|c| {
+                serde_json::json!({
+                    "name": c.name,
+                    "passed": c.passed,
+                    "detail": c.detail,
+                    "durationMs": c.duration.as_secs_f64() * 1e3,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "ok": self.all_passed(),
+            "plugin": self.plugin,
+            "sha256": self.digest,
+            "passed": passed,
+            "failed": self.cases.len() - passed,
+            "cases": cases,
+        })
+    }
+}
+
 fn fmt_duration(d: Duration) -> String {
     let us = d.as_secs_f64() * 1e6;
     if us < 1_000.0 {

@@ -51,5 +51,6 @@ pub mod telemetry;
 pub mod upstreams;
 pub mod values;
 
+pub use load::Secrets;
 pub use located::{Located, Problem};
 pub use model::*;

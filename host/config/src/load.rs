@@ -67,11 +67,46 @@ pub fn part<T: DeserializeOwned>(
     }
 }
 
+/// Which `#[key(secret)]` values [`Config::load_with`] reads from their variable or file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Secrets {
+    /// Every one; an unset variable or unreadable file is a problem at its key. What
+    /// `check`, `serve` and every command that runs the deployment need.
+    All,
+    /// Only `store.url`: the other secrets (API key and operator key hashes, the metrics
+    /// token) are left unread, as empty strings, and no problem of their values is
+    /// reported. For the operator commands, which use the store and nothing those secrets
+    /// guard; such a config must never serve.
+    StoreOnly,
+    /// None, `store.url` included (the command line names the store): as
+    /// [`Secrets::StoreOnly`] for `store.url` too.
+    None,
+}
+
+impl Secrets {
+    /// Whether the secret at `pointer` is read.
+    fn reads(self, pointer: &str) -> bool {
+        match self {
+            Secrets::All => true,
+            Secrets::StoreOnly => pointer == STORE_URL,
+            Secrets::None => false,
+        }
+    }
+}
+
+/// The pointer of `store.url`, the one secret [`Secrets::StoreOnly`] reads.
+const STORE_URL: &str = "/store/url";
+
 impl Config {
     /// Read and check a configuration file (syntax, types, references, value ranges):
     /// every problem, located, or the config with its located document (for the checks of
     /// the assembly's checks, which locate their problems in it too).
     pub fn load(path: &Path) -> Result<(Config, Located), Vec<Problem>> {
+        Config::load_with(path, Secrets::All)
+    }
+
+    /// [`Config::load`], reading only the secrets `secrets` names.
+    pub fn load_with(path: &Path, secrets: Secrets) -> Result<(Config, Located), Vec<Problem>> {
         let text = std::fs::read_to_string(path).map_err(|e| {
             vec![Problem {
                 file: path.to_path_buf(),
@@ -81,16 +116,27 @@ impl Config {
                 message: format!("cannot read the configuration file: {e}"),
             }]
         })?;
-        Config::parse(path, text)
+        Config::parse_with(path, text, secrets)
     }
 
     /// Check a configuration's text as [`Config::load`] does its file (`path` only names
     /// it in the problems and anchors relative paths; nothing is read): the fuzz target of
     /// the configuration loader drives this.
     pub fn parse(path: &Path, text: String) -> Result<(Config, Located), Vec<Problem>> {
+        Config::parse_with(path, text, Secrets::All)
+    }
+
+    /// [`Config::parse`], reading only the secrets `secrets` names: a problem at a secret
+    /// left unread (its value is an empty string) is not reported.
+    pub fn parse_with(
+        path: &Path,
+        text: String,
+        secrets: Secrets,
+    ) -> Result<(Config, Located), Vec<Problem>> {
         let mut doc = Located::parse(path, text).map_err(|p| vec![p])?;
         let mut problems = doc.overflow_problems();
-        problems.extend(resolve_secrets(path, &mut doc));
+        let (resolve_problems, unread) = resolve_secrets(path, &mut doc, secrets);
+        problems.extend(resolve_problems);
         let mut cfg = Config {
             path: path.to_path_buf(),
             ..Default::default()
@@ -160,6 +206,8 @@ impl Config {
         }
         cfg.check_references(&doc, &mut problems);
         cfg.check_values(&doc, &mut problems);
+        let unread: Vec<String> = unread.iter().map(|p| crate::located::dotted(p)).collect();
+        problems.retain(|p| !unread.contains(&p.key));
         if problems.is_empty() {
             Ok((cfg, doc))
         } else {
@@ -172,13 +220,24 @@ impl Config {
 /// replaced in the document by the variable's value or the file's contents (one trailing
 /// newline removed) before anything reads it; a variable that is unset or a file that cannot
 /// be read is a problem at the key, and the value is left out. Values are never put in a
-/// message.
-fn resolve_secrets(path: &Path, doc: &mut Located) -> Vec<Problem> {
+/// message. A secret `secrets` does not read is left out whatever its form; its pointer is
+/// returned beside the problems.
+fn resolve_secrets(
+    path: &Path,
+    doc: &mut Located,
+    secrets: Secrets,
+) -> (Vec<Problem>, Vec<String>) {
     let base = path.parent().unwrap_or(Path::new("."));
     let mut problems = Vec::new();
+    let mut unread = Vec::new();
     let mut resolved: Vec<(String, Option<String>)> = Vec::new();
     for key in crate::keys::all().into_iter().filter(|k| k.secret) {
         for pointer in expand(&doc.json, &key.pointer) {
+            if !secrets.reads(&pointer) {
+                resolved.push((pointer.clone(), None));
+                unread.push(pointer);
+                continue;
+            }
             let Some(source) = doc.json.pointer(&pointer).and_then(|v| v.as_object()) else {
                 continue;
             };
@@ -224,7 +283,7 @@ fn resolve_secrets(path: &Path, doc: &mut Located) -> Vec<Problem> {
         // checks going without a second, confusing type error at the same key.
         *slot = serde_json::Value::String(value.unwrap_or_default());
     }
-    problems
+    (problems, unread)
 }
 
 /// The concrete pointers a key pointer with `*` segments names in this document.

@@ -1,7 +1,7 @@
 //! `capgate inspect`: print a deployment's inventory for review (the inventory itself is
 //! crate::inspect).
 
-use super::shared::ConfigArg;
+use super::shared::{ConfigArg, OutputArg};
 use crate::table;
 use std::process::ExitCode;
 
@@ -15,17 +15,22 @@ use std::process::ExitCode;
 pub struct InspectArgs {
     #[command(flatten)]
     config: ConfigArg,
-    /// `table` for people, `json` for programs (shape: README "Reviewing a change").
+    /// `table` for people, `json` for programs (shape: README "Reviewing a change");
+    /// `--output json` is the same JSON.
     #[arg(long, value_enum, default_value = "table")]
     format: table::Format,
+    #[command(flatten)]
+    output: OutputArg,
 }
 
 /// `capgate inspect`: 0 with the inventory printed.
 pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     let inventory = crate::inspect::inspect(&args.config.config)?;
-    match args.format {
-        table::Format::Table => print!("{}", inventory.render_table()),
-        table::Format::Json => println!("{}", serde_json::to_string_pretty(&inventory)?),
+    match (args.format, args.output.json()) {
+        (table::Format::Table, false) => print!("{}", inventory.render_table()),
+        (table::Format::Json, _) | (_, true) => {
+            println!("{}", serde_json::to_string_pretty(&inventory)?)
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

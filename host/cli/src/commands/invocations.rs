@@ -1,14 +1,16 @@
 //! `capgate invocations show|reconcile|purge`: the invocation receipts of the gateway
 //! journal, for the operator who settles what a crash left pending.
 
-use super::shared::StoreArg;
+use super::shared::{OutputArg, StoreArg, print_json};
+use crate::exit::{Exit, Status};
 use crate::runtime;
-use anyhow::{Context, anyhow, bail};
+use anyhow::Context;
 use capgate_core::actor::{ActorRef, Surface};
 use capgate_core::journal::{InvocationJournal, ObservedClaim, Settlement, scope_hash};
 use std::process::ExitCode;
 
-/// Invocation receipts of the gateway journal.
+/// Invocation receipts of the gateway journal. With `--output json`, each subcommand prints
+/// one JSON document on stdout.
 #[derive(clap::Args, Debug)]
 pub struct InvocationsArgs {
     #[command(subcommand)]
@@ -25,6 +27,8 @@ enum InvocationsCommand {
         id: String,
         #[command(flatten)]
         scope: ScopeArgs,
+        #[command(flatten)]
+        output: OutputArg,
     },
     /// Settle an orphaned pending receipt, after you verified what the domain effect did.
     /// Marks it reconciled; never run while the original execution may still be running.
@@ -41,6 +45,8 @@ enum InvocationsCommand {
         outcome: String,
         #[command(flatten)]
         scope: ScopeArgs,
+        #[command(flatten)]
+        output: OutputArg,
     },
     /// Delete settled receipts older than the replay horizon; pending receipts are kept.
     /// `capgate serve` does this every hour with `gateway.replayHorizonHours`.
@@ -53,6 +59,8 @@ enum InvocationsCommand {
         older_than_hours: u64,
         #[command(flatten)]
         store: StoreArg,
+        #[command(flatten)]
+        output: OutputArg,
     },
 }
 
@@ -82,40 +90,41 @@ impl ScopeArgs {
     }
 }
 
-/// `capgate invocations …`: 0 when done.
+/// `capgate invocations …`: 0 when done, 1 when `show` finds no such receipt, 2 for an
+/// unusable `--outcome`.
 pub fn run(args: InvocationsArgs) -> anyhow::Result<ExitCode> {
     let rt = runtime()?;
     match args.command {
-        InvocationsCommand::Show { id, scope } => rt.block_on(show(&scope, &id))?,
+        InvocationsCommand::Show { id, scope, output } => rt.block_on(show(&scope, &id, output))?,
         InvocationsCommand::Reconcile {
             id,
             claim,
             outcome,
             scope,
-        } => rt.block_on(reconcile(&scope, &id, &claim, &outcome))?,
+            output,
+        } => rt.block_on(reconcile(&scope, &id, &claim, &outcome, output))?,
         InvocationsCommand::Purge {
             older_than_hours,
             store,
-        } => rt.block_on(purge(&store, older_than_hours))?,
+            output,
+        } => rt.block_on(purge(&store, older_than_hours, output))?,
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Status::Ok.code())
 }
 
 /// `capgate invocations show`.
-async fn show(scope: &ScopeArgs, id: &str) -> anyhow::Result<()> {
+async fn show(scope: &ScopeArgs, id: &str, output: OutputArg) -> anyhow::Result<()> {
     let (store, hash) = scope.journal().await?;
     let record = store.journal().get(&hash, id).await?.ok_or_else(|| {
-        anyhow!(
+        Exit::refusal(format!(
             "no invocation `{id}` for {}:{} in {} on {}",
             scope.actor.kind.as_str(),
             scope.actor.id,
             scope.namespace,
             scope.surface
-        )
+        ))
     })?;
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&serde_json::json!({
+    let receipt = serde_json::json!({
             "invocationId": record.invocation_id,
             "capabilityId": record.capability_id,
             "state": record.state.as_str(),
@@ -127,29 +136,44 @@ async fn show(scope: &ScopeArgs, id: &str) -> anyhow::Result<()> {
             "outcome": record.outcome,
             "createdAt": record.created_at,
             "updatedAt": record.updated_at,
-        }))?
-    );
+    });
+    if output.json() {
+        print_json(&receipt)?;
+    } else {
+        println!("{}", serde_json::to_string_pretty(&receipt)?);
+    }
     store.close().await;
     Ok(())
 }
 
 /// `capgate invocations reconcile`.
-async fn reconcile(scope: &ScopeArgs, id: &str, claim: &str, outcome: &str) -> anyhow::Result<()> {
-    let outcome: capgate_gateway::wire::CapabilityOutcome = serde_json::from_str(outcome).context(
-        "--outcome must be a CapabilityOutcome JSON object (status completed, failed or cancelled)",
-    )?;
+async fn reconcile(
+    scope: &ScopeArgs,
+    id: &str,
+    claim: &str,
+    outcome: &str,
+    output: OutputArg,
+) -> anyhow::Result<()> {
+    let outcome: capgate_gateway::wire::CapabilityOutcome = serde_json::from_str(outcome)
+        .map_err(|e| {
+            Exit::usage(format!(
+                "--outcome must be a CapabilityOutcome JSON object (status completed, failed or cancelled): {e}"
+            ))
+        })?;
     if outcome.invocation_id() != id {
-        bail!(
+        return Err(Exit::usage(format!(
             "--outcome carries invocationId `{}`, not `{id}`",
             outcome.invocation_id()
-        );
+        )));
     }
     if matches!(
         outcome,
         capgate_gateway::wire::CapabilityOutcome::OutcomeUnknown { .. }
             | capgate_gateway::wire::CapabilityOutcome::ApprovalRequired { .. }
     ) {
-        bail!("reconcile records what happened: completed, failed or cancelled");
+        return Err(Exit::usage(
+            "reconcile records what happened: completed, failed or cancelled",
+        ));
     }
     let (store, hash) = scope.journal().await?;
     let record = store
@@ -169,13 +193,20 @@ async fn reconcile(scope: &ScopeArgs, id: &str, claim: &str, outcome: &str) -> a
                 "could not reconcile `{id}` (run `capgate invocations show` for its current claim)"
             )
         })?;
-    println!("reconciled {} ({})", record.invocation_id, outcome.status());
+    if output.json() {
+        print_json(&serde_json::json!({
+            "reconciled": record.invocation_id,
+            "status": outcome.status(),
+        }))?;
+    } else {
+        println!("reconciled {} ({})", record.invocation_id, outcome.status());
+    }
     store.close().await;
     Ok(())
 }
 
 /// `capgate invocations purge`.
-async fn purge(store: &StoreArg, older_than_hours: u64) -> anyhow::Result<()> {
+async fn purge(store: &StoreArg, older_than_hours: u64, output: OutputArg) -> anyhow::Result<()> {
     let store = store.open_existing().await?;
     let horizon = std::time::Duration::from_secs(older_than_hours.saturating_mul(3600));
     let purged = store
@@ -184,9 +215,16 @@ async fn purge(store: &StoreArg, older_than_hours: u64) -> anyhow::Result<()> {
         .purge_expired(chrono::Utc::now())
         .await
         .context("could not purge receipts")?;
-    println!(
-        "purged {purged} settled receipt(s) older than {older_than_hours} h; pending receipts are kept"
-    );
+    if output.json() {
+        print_json(&serde_json::json!({
+            "purged": purged,
+            "olderThanHours": older_than_hours,
+        }))?;
+    } else {
+        println!(
+            "purged {purged} settled receipt(s) older than {older_than_hours} h; pending receipts are kept"
+        );
+    }
     store.close().await;
     Ok(())
 }

@@ -3,9 +3,9 @@
 //! `--help` text) and the `run` function src/main.rs dispatches to. The flags several
 //! commands take (`--config`, `--store`) are declared once in [`shared`] and flattened in.
 //!
-//! Every `run` returns the process's exit status; an error is printed by src/main.rs (a
-//! refused configuration with every located problem and status 1, anything else with
-//! status 2).
+//! Every `run` returns the process's exit status; an error is printed by src/main.rs, which
+//! maps it to a status by the one table of [`crate::exit`] (a refused configuration with
+//! every located problem and status 1, a usage error 2, anything else 3).
 
 pub mod approvals;
 pub mod audit;

@@ -1,6 +1,8 @@
 //! `capgate plugin test|push`: a plugin author's inner loop (its cases, crate::plugin_test)
 //! and publishing a component to an OCI registry (`capgate_oci`).
 
+use super::shared::{OutputArg, print_json};
+use crate::exit::Status;
 use crate::runtime;
 use anyhow::Context;
 use capgate_oci as oci;
@@ -17,7 +19,8 @@ pub struct PluginArgs {
 #[derive(clap::Subcommand, Debug)]
 enum PluginCommand {
     /// Run a plugin against request → expected decision/output cases; prints a pass/fail
-    /// table with the plugin's time per case and exits non-zero on any failure.
+    /// table with the plugin's time per case and exits 1 on any failure (`--output json`:
+    /// one document, `{"ok", "plugin", "sha256", "passed", "failed", "cases"}`).
     ///
     /// Example: capgate plugin test plugins/js/dist/refund-limit.wasm --cases plugins/conformance/refund-limit.toml
     Test {
@@ -26,6 +29,8 @@ enum PluginCommand {
         /// The case file (format: plugins/conformance/README.md).
         #[arg(long)]
         cases: PathBuf,
+        #[command(flatten)]
+        output: OutputArg,
     },
     /// Publish a Wasm component to an OCI registry as a Wasm artifact (an OCI image
     /// manifest with config `application/vnd.wasm.config.v0+json` and one
@@ -52,7 +57,11 @@ enum PluginCommand {
 /// `capgate plugin …`.
 pub fn run(args: PluginArgs) -> anyhow::Result<ExitCode> {
     match args.command {
-        PluginCommand::Test { plugin, cases } => test(&plugin, &cases),
+        PluginCommand::Test {
+            plugin,
+            cases,
+            output,
+        } => test(&plugin, &cases, output),
         PluginCommand::Push {
             plugin,
             target,
@@ -63,17 +72,21 @@ pub fn run(args: PluginArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `capgate plugin test`: 0 when every case passed, 1 otherwise.
-fn test(plugin: &Path, cases: &Path) -> anyhow::Result<ExitCode> {
+fn test(plugin: &Path, cases: &Path, output: OutputArg) -> anyhow::Result<ExitCode> {
     let text = std::fs::read_to_string(cases)
         .with_context(|| format!("cannot read the case file {}", cases.display()))?;
     let host = capgate_wasm::WasmHost::shared().context("could not start the Wasm engine")?;
     let report = crate::plugin_test::run_file(&host, plugin, &text)
         .with_context(|| format!("cannot test {}", plugin.display()))?;
-    print!("{}", report.render());
-    Ok(if report.all_passed() {
-        ExitCode::SUCCESS
+    if output.json() {
+        print_json(&report.to_json())?;
     } else {
-        ExitCode::from(1)
+        print!("{}", report.render());
+    }
+    Ok(if report.all_passed() {
+        Status::Ok.code()
+    } else {
+        Status::Failed.code()
     })
 }
 

@@ -1,13 +1,14 @@
 //! The flags several commands take, declared once and flattened into each command's
-//! arguments with `#[command(flatten)]`: `--config`/`-c` and the two shapes of `--store`
-//! (an override of the file's `store.url`, or the store of a command without a file).
+//! arguments with `#[command(flatten)]`: `--config`/`-c`, the two shapes of `--store`
+//! (an override of the file's `store.url`, or the store of a command without a file) and
+//! `--output text|json`.
 //!
 //! Their doc comments are the help text; a command whose `--store` means something more
 //! (created if missing, say) rewords it with [`reword`], keeping the flag's name, env var
 //! and type declared here only. The structs set no `about` of their own (their doc comment
 //! would otherwise become the about of the command that flattens them).
 
-use crate::build::{Deployment, build};
+use crate::build::{Deployment, OperatorDeployment, build, build_operator};
 use crate::store::{Access, StoreUrl};
 use crate::validate::{self, Checked};
 use std::path::PathBuf;
@@ -51,6 +52,20 @@ impl StoreOverride {
         let url = StoreUrl::for_config(self.store.as_deref(), cfg)?;
         build(checked, url.open(access).await?, &url.display()).await
     }
+
+    /// The operator commands' deployment of `config` over its store (`--store` when given,
+    /// else `store.url`, the one secret read then): no plugin, upstream or other secret
+    /// (see [`validate::StoreOnly`]). The database must exist.
+    pub async fn operator(&self, config: &ConfigArg) -> anyhow::Result<OperatorDeployment> {
+        let secrets = match self.store {
+            Some(_) => capgate_config::Secrets::None,
+            None => capgate_config::Secrets::StoreOnly,
+        };
+        let store_only = validate::validate_store_only(&config.config, secrets)?;
+        let url = StoreUrl::for_config(self.store.as_deref(), &store_only.config)?;
+        let store = url.open(Access::Existing).await?;
+        build_operator(store_only, store, &url.display()).await
+    }
 }
 
 /// `--store` of a command over a store alone (no configuration file): required.
@@ -81,4 +96,49 @@ impl StoreArg {
 /// what clap shows: one paragraph, without its final period.
 pub fn reword(help: &'static str) -> impl FnOnce(clap::Arg) -> clap::Arg {
     move |arg| arg.help(help)
+}
+
+/// What `--output` asks for.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Output {
+    /// For people (each command's usual output).
+    #[default]
+    Text,
+    /// For programs: stdout carries only JSON, every message goes to stderr.
+    Json,
+}
+
+/// `--output text|json` of every command a script reads the result of.
+#[derive(clap::Args, Debug, Clone, Copy)]
+#[command(about = None, long_about = None)]
+pub struct OutputArg {
+    /// `json`: stdout carries only JSON (one document, or one per line for lists: README
+    /// "Exit codes and JSON output"); every message goes to stderr.
+    #[arg(long, value_enum, default_value = "text")]
+    pub output: Output,
+}
+
+impl OutputArg {
+    /// Whether stdout is JSON only.
+    pub fn json(self) -> bool {
+        self.output == Output::Json
+    }
+}
+
+/// A located problem (or warning) of a configuration or scenario file as `--output json`
+/// prints it: `{file, line, column, key, message}`.
+pub fn problem_json(p: &capgate_config::located::Problem) -> serde_json::Value {
+    serde_json::json!({
+        "file": p.file.display().to_string(),
+        "line": p.line,
+        "column": p.column,
+        "key": p.key,
+        "message": p.message,
+    })
+}
+
+/// Print one JSON document on stdout (compact, one line).
+pub fn print_json(value: &serde_json::Value) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string(value)?);
+    Ok(())
 }

@@ -1,7 +1,7 @@
 //! `capgate test`: governance scenarios against a deployment, without a model (the runner
 //! is crate::scenario).
 
-use super::shared::ConfigArg;
+use super::shared::{ConfigArg, OutputArg};
 use crate::scenario;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -14,7 +14,9 @@ use std::process::ExitCode;
 /// Every scenario runs the deployment's real pipeline and Wasm plugins on a fresh
 /// in-memory store, in parallel; no configured procedure runs unless `--live`. Exit status: 0 all passed, 1 some failed, 2 the
 /// configuration or a scenario file was refused (every problem located) or nothing ran.
-/// Format: README "Testing a deployment".
+/// Format: README "Testing a deployment". `--output json` prints one document instead:
+/// `{"ok", "passed", "failed", "durationMs", "scenarios", "problems"}` (README "Exit codes
+/// and JSON output").
 ///
 /// Example: capgate test --config examples/customer-support/capgate.toml examples/customer-support/scenarios
 #[derive(clap::Args, Debug)]
@@ -29,8 +31,10 @@ pub struct TestArgs {
     filter: Option<String>,
     /// `text` for people; `junit` writes JUnit XML to stdout for CI (the summary line
     /// goes to stderr).
-    #[arg(long, value_enum, default_value = "text")]
+    #[arg(long, value_enum, default_value = "text", conflicts_with = "output")]
     format: scenario::Format,
+    #[command(flatten)]
+    output: OutputArg,
     /// How many scenarios run at once.
     #[arg(long, default_value_t = 8)]
     jobs: usize,
@@ -48,7 +52,11 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
         config: args.config.config,
         paths: args.paths,
         filter: args.filter,
-        format: args.format,
+        format: if args.output.json() {
+            scenario::Format::Json
+        } else {
+            args.format
+        },
         jobs: args.jobs,
         live: args.live,
     })

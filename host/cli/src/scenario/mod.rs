@@ -9,12 +9,13 @@
 //!
 //! Exit status: 0 every scenario passed, 1 some failed, 2 the configuration or a scenario
 //! file was refused (every problem located, `file:line:column: key: message`) or nothing
-//! was run.
+//! was run (bad input, as a usage error: crate::exit).
 
 mod file;
 mod report;
 mod run;
 
+use crate::exit::Status;
 use capgate_config::located::Problem;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -28,6 +29,10 @@ pub enum Format {
     Text,
     /// JUnit XML on stdout (the summary line goes to stderr), for CI.
     Junit,
+    /// One JSON document on stdout (`--output json`, not a `--format`; the summary line
+    /// goes to stderr).
+    #[value(skip)]
+    Json,
 }
 
 /// What `capgate test` was asked.
@@ -63,8 +68,13 @@ pub fn main(opts: Options) -> anyhow::Result<ExitCode> {
     let checked = match crate::validate::validate(&opts.config) {
         Ok(c) => Arc::new(c),
         Err(refused) => {
-            refused.report();
-            return Ok(ExitCode::from(2));
+            if opts.format == Format::Json {
+                crate::commands::shared::print_json(&report::json_refused(&refused.problems))?;
+                eprintln!("{refused}");
+            } else {
+                refused.report();
+            }
+            return Ok(Status::Usage.code());
         }
     };
     let paths = if opts.paths.is_empty() {
@@ -80,14 +90,18 @@ pub fn main(opts: Options) -> anyhow::Result<ExitCode> {
     let scenarios = match load_all(&paths, &checked) {
         Ok(s) => s,
         Err(problems) => {
-            for p in &problems {
-                eprintln!("{p}");
+            if opts.format == Format::Json {
+                crate::commands::shared::print_json(&report::json_refused(&problems))?;
+            } else {
+                for p in &problems {
+                    eprintln!("{p}");
+                }
             }
             eprintln!(
                 "\n{} problem(s) in the scenario files; nothing was run.",
                 problems.len()
             );
-            return Ok(ExitCode::from(2));
+            return Ok(Status::Usage.code());
         }
     };
     let selected: Vec<file::Scenario> = match &opts.filter {
@@ -108,7 +122,10 @@ pub fn main(opts: Options) -> anyhow::Result<ExitCode> {
                 .map(|f| format!(" (none matches --filter {f:?})"))
                 .unwrap_or_default()
         );
-        return Ok(ExitCode::from(2));
+        if opts.format == Format::Json {
+            crate::commands::shared::print_json(&report::json_refused(&[]))?;
+        }
+        return Ok(Status::Usage.code());
     }
     let started = Instant::now();
     let outcomes =
@@ -125,11 +142,15 @@ pub fn main(opts: Options) -> anyhow::Result<ExitCode> {
             print!("{}", report::junit(&outcomes, elapsed));
             eprintln!("{summary}");
         }
+        Format::Json => {
+            crate::commands::shared::print_json(&report::json(&outcomes, elapsed))?;
+            eprintln!("{summary}");
+        }
     }
     Ok(if failed == 0 {
-        ExitCode::SUCCESS
+        Status::Ok.code()
     } else {
-        ExitCode::from(1)
+        Status::Failed.code()
     })
 }
 

@@ -113,6 +113,70 @@ fn sequence_diff(a: &[String], b: &[String]) -> Vec<String> {
     out
 }
 
+/// `--output json`: one document, `{"ok", "passed", "failed", "durationMs", "scenarios",
+/// "problems"}`, each scenario `{"name", "file", "line", "passed", "durationMs",
+/// "mismatches"}` and each mismatch tagged by `kind` (`field`, `events` or `error`).
+pub fn json(outcomes: &[Outcome], elapsed: Duration) -> serde_json::Value {
+    let failed = outcomes.iter().filter(|o| !o.mismatches.is_empty()).count();
+    let scenarios: Vec<serde_json::Value> = outcomes
+        .iter()
+        .map(|o| {
+            serde_json::json!({
+                "name": o.scenario.name,
+                "file": o.scenario.file.display().to_string(),
+                "line": o.scenario.line,
+                "passed": o.mismatches.is_empty(),
+                "durationMs": o.duration.as_secs_f64() * 1e3,
+                "mismatches": o.mismatches.iter().map(mismatch_json).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "ok": failed == 0,
+        "passed": outcomes.len() - failed,
+        "failed": failed,
+        "durationMs": elapsed.as_secs_f64() * 1e3,
+        "scenarios": scenarios,
+        "problems": [],
+    })
+}
+
+/// `--output json` of a run refused before anything ran: its located problems (none when
+/// nothing was selected).
+pub fn json_refused(problems: &[capgate_config::located::Problem]) -> serde_json::Value {
+    serde_json::json!({
+        "ok": false,
+        "passed": 0,
+        "failed": 0,
+        "durationMs": 0.0,
+        "scenarios": [],
+        "problems": problems
+            .iter()
+            .map(crate::commands::shared::problem_json)
+            .collect::<Vec<_>>(),
+    })
+}
+
+fn mismatch_json(m: &Mismatch) -> serde_json::Value {
+    match m {
+        Mismatch::Field {
+            place,
+            field,
+            expected,
+            actual,
+        } => serde_json::json!({
+            "kind": "field", "place": place, "field": field,
+            "expected": expected, "actual": actual,
+        }),
+        Mismatch::Events { expected, actual } => serde_json::json!({
+            "kind": "events", "expected": expected, "actual": actual,
+        }),
+        Mismatch::Error { place, message } => serde_json::json!({
+            "kind": "error", "place": place, "message": message,
+        }),
+    }
+}
+
 /// JUnit XML: one `<testsuite>` per scenario file, one `<testcase>` per scenario, each
 /// failure's diff as the `<failure>` text.
 pub fn junit(outcomes: &[Outcome], elapsed: Duration) -> String {

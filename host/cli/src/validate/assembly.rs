@@ -16,6 +16,32 @@ pub(super) fn meta_of(c: &CapabilitySection) -> CapabilityMeta {
     m
 }
 
+/// A runtime builder over `registry` with the rules of `cfg` every runtime of it shares:
+/// its approvals and audit, who may decide what (SI-4, self-confirmable types, the types'
+/// roles) and its defaults. The one place those rules are set, for [`Checked`] and for the
+/// operator commands' [`StoreOnly`] alike.
+pub(super) fn runtime_builder(
+    cfg: &Config,
+    registry: Registry,
+    approvals: Arc<dyn ApprovalCoordinator>,
+    audit: AuditConfig,
+) -> capgate_core::runtime::RuntimeBuilder {
+    let defaults = Defaults {
+        timeout_ms: cfg.runtime.timeout_ms,
+        policy_timeout_ms: cfg.runtime.policy_timeout_ms,
+        approval_expires_in_ms: cfg.runtime.approval_expires_in_ms,
+        ..Defaults::default()
+    };
+    let mut builder = Runtime::builder(registry)
+        .approvals(approvals)
+        .reject_self_approval(cfg.runtime.reject_self_approval)
+        .self_confirmable_types(cfg.runtime.self_confirmable_types.clone());
+    for (approval_type, t) in &cfg.approvals.types {
+        builder = builder.approval_type_roles(approval_type.clone(), t.roles.clone());
+    }
+    builder.audit(audit).defaults(defaults)
+}
+
 impl Checked {
     /// The capability registry of the deployment.
     pub fn registry(&self) -> Result<Registry, RegistryError> {
@@ -50,22 +76,8 @@ impl Checked {
         audit: AuditConfig,
         hooks: Option<&TestHooks>,
     ) -> Result<Runtime, AssemblyError> {
-        let cfg = &self.config;
-        let defaults = Defaults {
-            timeout_ms: cfg.runtime.timeout_ms,
-            policy_timeout_ms: cfg.runtime.policy_timeout_ms,
-            approval_expires_in_ms: cfg.runtime.approval_expires_in_ms,
-            ..Defaults::default()
-        };
         let registry = registry_of(&self.capabilities, &self.provider_runtime, hooks)?;
-        let mut builder = Runtime::builder(registry)
-            .approvals(approvals)
-            .reject_self_approval(cfg.runtime.reject_self_approval)
-            .self_confirmable_types(cfg.runtime.self_confirmable_types.clone());
-        for (approval_type, t) in &cfg.approvals.types {
-            builder = builder.approval_type_roles(approval_type.clone(), t.roles.clone());
-        }
-        builder = builder.audit(audit).defaults(defaults);
+        let mut builder = runtime_builder(&self.config, registry, approvals, audit);
         for p in &self.runtime_policies {
             builder = builder.policy_arc(observed(p, hooks));
         }

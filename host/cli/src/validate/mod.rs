@@ -54,12 +54,14 @@ use std::time::Duration;
 mod assembly;
 mod budget;
 mod identity;
+mod operator;
 mod plugins;
 mod providers;
 
 use assembly::*;
 pub use assembly::{AssemblyError, TestHooks};
 pub use budget::{WorstCase, worst_case_ms};
+pub use operator::{StoreOnly, validate_store_only};
 use plugins::*;
 
 /// A configuration that was refused: its located problems, printed one per line by every

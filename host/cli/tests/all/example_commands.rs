@@ -309,7 +309,7 @@ async fn every_documented_operator_command_runs_against_the_example() {
     assert!(list.contains(&approval), "{list}");
     let show = ok(&["approvals", "show", &approval, "--config", EXAMPLE], &env);
     assert!(show.contains(&approval), "{show}");
-    let approved = ok(
+    let approved = run(
         &[
             "approvals",
             "approve",
@@ -322,8 +322,18 @@ async fn every_documented_operator_command_runs_against_the_example() {
             EXAMPLE,
         ],
         &env,
+        "",
+        120,
     );
-    assert!(approved.contains("nothing ran"), "{approved}");
+    assert_eq!(approved.code, Some(0), "{}", approved.stderr);
+    // The decided approval on stdout, what happens next on stderr.
+    let summary: Value = serde_json::from_str(approved.stdout.trim_end()).expect("one JSON line");
+    assert_eq!(summary["status"], "approved", "{summary}");
+    assert!(
+        approved.stderr.contains("nothing ran"),
+        "{}",
+        approved.stderr
+    );
     let receipt: Value = serde_json::from_str(&ok(
         &[
             "invocations",

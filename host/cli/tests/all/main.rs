@@ -28,6 +28,7 @@ mod otlp_traces;
 mod prometheus_e2e;
 mod replicas;
 mod scenario_test;
+mod scripting;
 mod serve_e2e;
 mod shadow_rollout;
 mod spec_fidelity;

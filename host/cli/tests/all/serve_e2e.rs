@@ -40,8 +40,9 @@ async fn the_walkthrough_over_http_on_sqlite() {
     let agent = format!("{}/agent", server.base);
 
     let approval_id = request_and_approve(&agent, &server.base, "call_1").await;
-    // The operator's view of the same approval, from the shell.
-    let listed = capgate(&[
+    // The operator's view of the same approval, from the shell: it loads no plugin, so the
+    // input of orders.refund (which has a redactor, a plugin) is withheld, and says so.
+    let listed = capgate_output(&[
         "approvals",
         "list",
         "--status",
@@ -51,8 +52,17 @@ async fn the_walkthrough_over_http_on_sqlite() {
         "--store",
         &store,
     ]);
-    assert!(listed.contains(&approval_id), "{listed}");
-    assert!(listed.contains("\"amount\":649"), "{listed}");
+    let (out, err) = (
+        String::from_utf8_lossy(&listed.stdout),
+        String::from_utf8_lossy(&listed.stderr),
+    );
+    assert!(listed.status.success(), "{err}");
+    assert!(out.contains(&approval_id), "{out}");
+    assert!(out.contains("\"input\":null"), "{out}");
+    assert!(
+        err.contains("`orders.refund` approvals is withheld"),
+        "{err}"
+    );
 
     // Act 4–5: Dana's host resumes with the original invocation id.
     let dana = Caller::new(DANA);

@@ -107,3 +107,40 @@ fn the_state_directory_holds_what_capgate_writes() {
     let cfg = parse(dir.path(), "[runtime]\nstateDir = \"state\"\n").expect("accepted");
     assert_eq!(cfg.state_dir(), dir.path().join("state"));
 }
+
+/// `Secrets::StoreOnly` (the approvals commands): `store.url` is read as always, every other
+/// secret is left unread, unset or not, and no problem of its value is reported; a problem
+/// of the file itself still is. `Secrets::None` leaves `store.url` unread too.
+#[test]
+fn the_operator_modes_read_only_the_store_url_or_no_secret_at_all() {
+    use capgate_config::Secrets;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("capgate.toml");
+    // SAFETY: the variable's name is this test's own; nothing else reads or writes it.
+    unsafe { std::env::set_var("CAPGATE_TEST_SECRETS_OPERATOR_STORE", "sqlite://ops.db") };
+    let text = "[store]\nurl = { env = \"CAPGATE_TEST_SECRETS_OPERATOR_STORE\" }\n\
+         [[gateway.apiKeys]]\nsha256 = { env = \"CAPGATE_TEST_SECRETS_SURELY_UNSET\" }\nnamespace = \"n\"\nactor = { id = \"u\", kind = \"user\" }\n\
+         [telemetry.metrics]\nbearerTokenSha256 = { file = \"no-such-file\" }\n";
+    let load = |secrets| Config::parse_with(&path, text.to_string(), secrets).map(|(c, _)| c);
+    let all = load(Secrets::All).expect_err("every secret is read");
+    assert!(
+        all.iter().any(|p| p.key == "gateway.apiKeys.0.sha256"),
+        "{all:#?}"
+    );
+    let cfg = load(Secrets::StoreOnly).expect("only store.url is read");
+    assert_eq!(cfg.store.url, "sqlite://ops.db");
+    assert_eq!(cfg.gateway.api_keys[0].sha256, "", "left unread");
+    let cfg = load(Secrets::None).expect("nothing is read");
+    assert_eq!(cfg.store.url, "", "left unread");
+    // A problem of the file itself is still one.
+    let broken = text.replace("namespace = \"n\"", "namespace = 7");
+    let problems = Config::parse_with(&path, broken, Secrets::None)
+        .map(|(c, _)| c)
+        .expect_err("refused");
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.key.starts_with("gateway.apiKeys.0")),
+        "{problems:#?}"
+    );
+}
