@@ -115,6 +115,8 @@ fn stage(d: &Dist, rootfs: &Path) -> anyhow::Result<()> {
         format!("root:x:0:\ncapgate:x:{UID}:\n").as_bytes(),
     )?;
     write(&rootfs.join("etc/nsswitch.conf"), b"hosts: files dns\n")?;
+    // /var/lib belongs to root; only the state volume's mount point is the user's.
+    mkdir(&rootfs.join("var/lib"))?;
     mkdir(&rootfs.join("tmp"))?;
     set_mode(&rootfs.join("tmp"), 0o1777)
 }

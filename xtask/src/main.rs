@@ -210,11 +210,18 @@ fn test(root: &Path, extra: &[String]) -> anyhow::Result<()> {
 fn packages(root: &Path) -> anyhow::Result<()> {
     let d = dist::build(root, &dist::Binary::Debug)?;
     smoke::check_archive(&d.archive)?;
-    if !tools::on_path("buildah") {
+    let missing = if !tools::on_path("buildah") {
+        Some("buildah is not installed")
+    } else if !tools::is_root() {
+        Some("not root (the check gives the state directory to user 10001)")
+    } else {
+        None
+    };
+    if let Some(why) = missing {
         if tools::ci() {
-            bail!("CI: buildah is not installed; the container image cannot be checked");
+            bail!("CI: {why}; the container image cannot be checked");
         }
-        eprintln!("xtask: buildah is not installed: the container image is not built or checked");
+        eprintln!("xtask: {why}: the container image is not built or checked");
         return Ok(());
     }
     let tag = image::default_tag(&dist::Binary::Debug);
