@@ -33,6 +33,7 @@ fn main() -> anyhow::Result<()> {
         Some("test") => test(&root, &args[1..]),
         Some("demo") => demo(&root, &args[1..]),
         Some("fuzz") => fuzz::fuzz(&root, &args[1..]),
+        Some("tools") => tools::ensure(),
         Some("dist") => dist::dist(&root, &args[1..]),
         Some("dist-check") => smoke::dist_check(&root, &args[1..]),
         Some("image") => image::image(&root, &args[1..]),
@@ -64,7 +65,7 @@ fn main() -> anyhow::Result<()> {
         },
         _ => {
             eprintln!(
-                "usage: cargo xtask <command>\n\n  demo            build the plugins, pin them, serve the customer-support example\n  example-config  write examples/customer-support/capgate.toml (plugins pinned);\n                  --load writes capgate.load.toml for `cargo xtask load` instead,\n                  --soak capgate.soak.toml for `cargo xtask soak`\n  load            load-test a running gateway (`cargo xtask load --help`)\n  soak            mixed load at a fixed rate for minutes, watching for leaks (`cargo xtask soak --help`)\n  test            set up everything and run the whole test suite\n  build-plugins   build the Wasm guest plugins\n  bench-mcp       what an MCP upstream behind capgate adds per call, stdio and HTTP (--calls N)\n  fuzz            run each fuzz target for a fixed time (--seconds N, default 60; nightly + cargo-fuzz)\n  dist            the release archive in target/dist/ (--debug: from target/debug/capgate, no release build)\n  dist-check      unpack an archive, serve its example read-only, check /healthz and a governed call (--debug, or ARCHIVE)\n  image           the container image with buildah, from the dist tree (--debug; --tag NAME)\n  image-check     run the image's example with `buildah run`, check /healthz and a governed call (--debug, or IMAGE)"
+                "usage: cargo xtask <command>\n\n  demo            build the plugins, pin them, serve the customer-support example\n  example-config  write examples/customer-support/capgate.toml (plugins pinned);\n                  --load writes capgate.load.toml for `cargo xtask load` instead,\n                  --soak capgate.soak.toml for `cargo xtask soak`\n  load            load-test a running gateway (`cargo xtask load --help`)\n  soak            mixed load at a fixed rate for minutes, watching for leaks (`cargo xtask soak --help`)\n  test            set up everything and run the whole test suite\n  build-plugins   build the Wasm guest plugins\n  tools           install the system tools the tests drive (as root, with apt-get), or name them\n  bench-mcp       what an MCP upstream behind capgate adds per call, stdio and HTTP (--calls N)\n  fuzz            run each fuzz target for a fixed time (--seconds N, default 60; nightly + cargo-fuzz)\n  dist            the release archive in target/dist/ (--debug: from target/debug/capgate, no release build)\n  dist-check      unpack an archive, serve its example read-only, check /healthz and a governed call (--debug, or ARCHIVE)\n  image           the container image with buildah, from the dist tree (--debug; --tag NAME)\n  image-check     run the image's example with `buildah run`, check /healthz and a governed call (--debug, or IMAGE)"
             );
             std::process::exit(2)
         }

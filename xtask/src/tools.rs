@@ -89,6 +89,7 @@ pub fn ensure() -> anyhow::Result<()> {
             let _ = Command::new("apt-get")
                 .args(["update", "-qq"])
                 .env("DEBIAN_FRONTEND", "noninteractive")
+                .stdout(std::process::Stdio::null())
                 .status();
             apt_install(&packages);
         }
@@ -126,6 +127,8 @@ fn apt_install(packages: &[&str]) -> bool {
         .args(["install", "-y", "-qq", "--no-install-recommends"])
         .args(packages)
         .env("DEBIAN_FRONTEND", "noninteractive")
+        // dpkg's progress; errors stay on stderr.
+        .stdout(std::process::Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
 }
