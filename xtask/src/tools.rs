@@ -149,6 +149,7 @@ const LOCAL_POSTGRES: &str = "postgres://postgres:postgres@127.0.0.1:5432/postgr
 /// is installed), else none (the Postgres tests then fail under `CI` and skip otherwise).
 pub fn postgres_url() -> Option<String> {
     if let Ok(url) = std::env::var("CAPGATE_TEST_POSTGRES_URL") {
+        eprintln!("xtask: CAPGATE_TEST_POSTGRES_URL from the environment");
         return Some(url);
     }
     let addr = SocketAddr::from(([127, 0, 0, 1], 5432));
