@@ -320,3 +320,47 @@ fn commit_time(root: &Path) -> Option<String> {
     (out.status.success() && !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()))
         .then(|| text.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `SHA256SUMS` is what `sha256sum -c` reads, nested paths included, and a changed file
+    /// fails it.
+    #[test]
+    fn sums_are_what_sha256sum_checks() {
+        let tmp = tempfile::tempdir().expect("a temporary directory");
+        let tree = tmp.path();
+        write(&tree.join("a.txt"), b"a\n").expect("write");
+        mkdir(&tree.join("etc/capgate")).expect("mkdir");
+        write(
+            &tree.join("etc/capgate/capgate.toml"),
+            b"revision = \"x\"\n",
+        )
+        .expect("write");
+        write(
+            &tree.join("SHA256SUMS"),
+            sums(tree).expect("sums").as_bytes(),
+        )
+        .expect("write");
+        let text = std::fs::read_to_string(tree.join("SHA256SUMS")).expect("read");
+        assert_eq!(text.lines().count(), 2, "{text}");
+        if !crate::tools::on_path("sha256sum") {
+            eprintln!("sha256sum is not installed: the digests are not cross-checked");
+            return;
+        }
+        let check = |tree: &Path| {
+            Command::new("sha256sum")
+                .args(["-c", "--quiet", "SHA256SUMS"])
+                .current_dir(tree)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .expect("sha256sum runs")
+                .success()
+        };
+        assert!(check(tree));
+        write(&tree.join("a.txt"), b"b\n").expect("write");
+        assert!(!check(tree));
+    }
+}

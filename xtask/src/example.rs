@@ -262,3 +262,13 @@ pub fn plugin_files(text: &str) -> Vec<String> {
     }
     files
 }
+
+#[cfg(test)]
+mod tests {
+    /// The plugin files are read from `[plugins.*]` tables only.
+    #[test]
+    fn plugin_files_are_the_plugin_tables_paths() {
+        let text = "[runtime]\npluginDir = \"x\"\n[plugins.a]\npath = \"a.wasm\"\nsha256 = \"0\"\n[plugins.b]\npath = \"b.wasm\"\n[other]\npath = \"not-a-plugin.wasm\"\n";
+        assert_eq!(super::plugin_files(text), ["a.wasm", "b.wasm"]);
+    }
+}
