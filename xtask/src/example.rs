@@ -178,3 +178,97 @@ fn fill(root: &Path, text: &str, origin: &str) -> anyhow::Result<String> {
     out.push_str(rest);
     Ok(out)
 }
+
+/// The environment variable the packaged example reads Dana's agent key hash from.
+pub const DANA_KEY_ENV: &str = "CAPGATE_DANA_KEY_SHA256";
+
+/// The example as `cargo xtask dist` and `cargo xtask image` ship it, in `etc/capgate/` of
+/// the archive and `/etc/capgate/` of the image: the rendered deployment with its plugins in
+/// `plugins/` beside it, everything it writes in `../../var/lib/capgate` (the archive's
+/// `var/lib/capgate`, the image's state volume `/var/lib/capgate`), so the configuration
+/// directory can be read-only, and Dana's agent key (`dana-dev-key`) read from the
+/// environment variable [`DANA_KEY_ENV`] as a secret of a real deployment would be.
+pub fn packaged(root: &Path) -> anyhow::Result<String> {
+    let text = rendered(root)?;
+    let dana = format!(
+        "sha256 = \"{}\"",
+        hex::encode(Sha256::digest(b"dana-dev-key"))
+    );
+    let mut out = String::new();
+    let (mut plugin_dir, mut runtime, mut key) = (0, 0, 0);
+    for (i, line) in text.lines().enumerate() {
+        let trimmed = line.trim();
+        // The header goes below a `#:schema` directive, which editors read on line 1 only.
+        if i == 0 && !trimmed.starts_with("#:schema") {
+            out.push_str(PACKAGED_HEADER);
+        }
+        if trimmed.starts_with("pluginDir = ") {
+            out.push_str("pluginDir = \"plugins\"\n");
+            plugin_dir += 1;
+            continue;
+        }
+        if trimmed == dana {
+            out.push_str(&format!(
+                "# Read from the environment when the file is loaded: `export {DANA_KEY_ENV}=$(printf %s dana-dev-key | capgate keys hash)`.\nsha256 = {{ env = \"{DANA_KEY_ENV}\" }}\n"
+            ));
+            key += 1;
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+        if i == 0 && trimmed.starts_with("#:schema") {
+            out.push_str(PACKAGED_HEADER);
+        }
+        if trimmed == "[runtime]" {
+            out.push_str(
+                "# Everything capgate writes (the compile cache, the SQLite store) goes to the state\n# directory: the archive's var/lib/capgate, the image's volume /var/lib/capgate. This\n# directory itself may be read-only.\nstateDir = \"../../var/lib/capgate\"\n",
+            );
+            runtime += 1;
+        }
+    }
+    if (plugin_dir, runtime, key) != (1, 1, 1) {
+        bail!(
+            "examples/customer-support/capgate.template.toml: expected one `pluginDir`, one [runtime] table and Dana's `@keyhash:dana-dev-key@` (found {plugin_dir}, {runtime}, {key}); update xtask/src/example.rs (packaged) with the template"
+        );
+    }
+    Ok(out)
+}
+
+/// What the packaged example says about itself, above the template's own comments.
+const PACKAGED_HEADER: &str = "\
+# The customer-support example as packaged by `cargo xtask dist` (etc/capgate/ of the archive)
+# and `cargo xtask image` (/etc/capgate/ of the image). Differences from
+# examples/customer-support/capgate.template.toml: the plugins are in plugins/ beside this
+# file, runtime.stateDir points outside this directory, and Dana's agent key is a secret
+# from the environment (CAPGATE_DANA_KEY_SHA256).
+#
+";
+
+/// The plugin files the rendered example names (`path = \"…\"` under `[plugins.*]`).
+pub fn plugin_files(text: &str) -> Vec<String> {
+    let mut files = Vec::new();
+    let mut in_plugin = false;
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with('[') {
+            in_plugin = trimmed.starts_with("[plugins.");
+        }
+        if in_plugin
+            && let Some(rest) = trimmed.strip_prefix("path = \"")
+            && let Some(file) = rest.strip_suffix('"')
+        {
+            files.push(file.to_string());
+        }
+    }
+    files
+}
+
+#[cfg(test)]
+mod tests {
+    /// The plugin files are read from `[plugins.*]` tables only.
+    #[test]
+    fn plugin_files_are_the_plugin_tables_paths() {
+        let text = "[runtime]\npluginDir = \"x\"\n[plugins.a]\npath = \"a.wasm\"\nsha256 = \"0\"\n[plugins.b]\npath = \"b.wasm\"\n[other]\npath = \"not-a-plugin.wasm\"\n";
+        assert_eq!(super::plugin_files(text), ["a.wasm", "b.wasm"]);
+    }
+}

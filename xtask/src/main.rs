@@ -4,13 +4,19 @@
 //! - `cargo xtask test`: install what the tests need, build the guest plugins, run every test.
 //! - `cargo xtask build-plugins`: build the Wasm plugins only.
 //! - `cargo xtask fuzz [--seconds N] [TARGET…]`: run the libFuzzer targets for a fixed time.
+//! - `cargo xtask dist [--debug]`, `cargo xtask image [--debug]`: the release archive and the
+//!   container image; `dist-check` and `image-check` serve the example from them.
 
 mod client;
+mod dist;
 mod example;
 mod fuzz;
+mod image;
 mod load;
 mod plugins;
+mod smoke;
 mod soak;
+mod tools;
 
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
@@ -27,6 +33,11 @@ fn main() -> anyhow::Result<()> {
         Some("test") => test(&root, &args[1..]),
         Some("demo") => demo(&root, &args[1..]),
         Some("fuzz") => fuzz::fuzz(&root, &args[1..]),
+        Some("tools") => tools::ensure(),
+        Some("dist") => dist::dist(&root, &args[1..]),
+        Some("dist-check") => smoke::dist_check(&root, &args[1..]),
+        Some("image") => image::image(&root, &args[1..]),
+        Some("image-check") => smoke::image_check(&args[1..]),
         Some("load") => {
             // A plain `error: …` like cargo's, without anyhow's backtrace: these are
             // usage and connection errors, each saying what to do next.
@@ -54,7 +65,7 @@ fn main() -> anyhow::Result<()> {
         },
         _ => {
             eprintln!(
-                "usage: cargo xtask <command>\n\n  demo            build the plugins, pin them, serve the customer-support example\n  example-config  write examples/customer-support/capgate.toml (plugins pinned);\n                  --load writes capgate.load.toml for `cargo xtask load` instead,\n                  --soak capgate.soak.toml for `cargo xtask soak`\n  load            load-test a running gateway (`cargo xtask load --help`)\n  soak            mixed load at a fixed rate for minutes, watching for leaks (`cargo xtask soak --help`)\n  test            set up everything and run the whole test suite\n  build-plugins   build the Wasm guest plugins\n  bench-mcp       what an MCP upstream behind capgate adds per call, stdio and HTTP (--calls N)\n  fuzz            run each fuzz target for a fixed time (--seconds N, default 60; nightly + cargo-fuzz)"
+                "usage: cargo xtask <command>\n\n  demo            build the plugins, pin them, serve the customer-support example\n  example-config  write examples/customer-support/capgate.toml (plugins pinned);\n                  --load writes capgate.load.toml for `cargo xtask load` instead,\n                  --soak capgate.soak.toml for `cargo xtask soak`\n  load            load-test a running gateway (`cargo xtask load --help`)\n  soak            mixed load at a fixed rate for minutes, watching for leaks (`cargo xtask soak --help`)\n  test            set up everything and run the whole test suite\n  build-plugins   build the Wasm guest plugins\n  tools           install the system tools the tests drive (as root, with apt-get), or name them\n  bench-mcp       what an MCP upstream behind capgate adds per call, stdio and HTTP (--calls N)\n  fuzz            run each fuzz target for a fixed time (--seconds N, default 60; nightly + cargo-fuzz)\n  dist            the release archive in target/dist/ (--debug: from target/debug/capgate, no release build)\n  dist-check      unpack an archive, serve its example read-only, check /healthz and a governed call (--debug, or ARCHIVE)\n  image           the container image with buildah, from the dist tree (--debug; --tag NAME)\n  image-check     run the image's example with `buildah run`, check /healthz and a governed call (--debug, or IMAGE)"
             );
             std::process::exit(2)
         }
@@ -113,6 +124,22 @@ fn bench_mcp(root: &Path, extra: &[String]) -> anyhow::Result<()> {
 }
 
 fn test(root: &Path, extra: &[String]) -> anyhow::Result<()> {
+    // The system tools some tests drive (installed as root on Debian, else named).
+    tools::ensure()?;
+    // The example alerting rules and Prometheus configuration, with their rule unit tests.
+    if tools::on_path("promtool") {
+        let observability = root.join("examples/observability");
+        for args in [
+            &["check", "rules", "capgate.rules.yml"][..],
+            &["check", "config", "prometheus.yml"],
+            &["test", "rules", "capgate.rules.test.yml"],
+        ] {
+            run(Command::new("promtool")
+                .args(args)
+                .current_dir(&observability))?;
+        }
+    }
+    let postgres = tools::postgres_url();
     plugins::build_plugins(root)?;
     // The end-to-end tests serve the example exactly as `cargo xtask demo` does.
     example::render(root)?;
@@ -139,20 +166,15 @@ fn test(root: &Path, extra: &[String]) -> anyhow::Result<()> {
     run(Command::new("bash")
         .arg(root.join("tests/mcp/setup.sh"))
         .current_dir(root))?;
-    if std::env::var_os("CAPGATE_TEST_POSTGRES_URL").is_none() {
-        eprintln!(
-            "xtask: CAPGATE_TEST_POSTGRES_URL is not set; Postgres tests will {}",
-            if std::env::var_os("CI").is_some() {
-                "fail"
-            } else {
-                "be skipped"
-            }
-        );
-    }
-    run(Command::new("cargo")
+    let mut cargo_test = Command::new("cargo");
+    cargo_test
         .current_dir(root)
         .args(["test", "--workspace", "--no-fail-fast"])
-        .args(extra))?;
+        .args(extra);
+    if let Some(url) = postgres {
+        cargo_test.env("CAPGATE_TEST_POSTGRES_URL", url);
+    }
+    run(&mut cargo_test)?;
     // The example's governance scenarios (README "Testing a deployment"), on the `capgate`
     // binary the tests just built (`cargo run -p capgate` would resolve features for one
     // package instead of the workspace and build half the dependencies again). Only after
@@ -180,5 +202,33 @@ fn test(root: &Path, extra: &[String]) -> anyhow::Result<()> {
             "--config",
             "examples/customer-support/capgate.toml",
             "examples/customer-support/scenarios/live",
-        ]))
+        ]))?;
+    packages(root)
+}
+
+/// The release archive and the container image, made from the debug binary the tests just
+/// built (CI builds no second profile), each serving the example (README "Installing").
+fn packages(root: &Path) -> anyhow::Result<()> {
+    let d = dist::build(root, &dist::Binary::Debug)?;
+    smoke::check_archive(&d.archive)?;
+    let missing = if !tools::on_path("buildah") {
+        Some("buildah is not installed")
+    } else if !tools::is_root() {
+        Some("not root (the check gives the state directory to user 10001)")
+    } else {
+        None
+    };
+    if let Some(why) = missing {
+        if tools::ci() {
+            bail!("CI: {why}; the container image cannot be checked");
+        }
+        eprintln!("xtask: {why}: the container image is not built or checked");
+        return Ok(());
+    }
+    let tag = image::default_tag(&dist::Binary::Debug);
+    image::build(root, &d, &tag)?;
+    eprintln!("xtask: built {tag} ({})", image::size(&tag)?);
+    let checked = smoke::check_image(&tag);
+    let removed = image::remove(&tag);
+    checked.and(removed)
 }

@@ -84,7 +84,7 @@ fn kubectl(test: &str) -> Option<PathBuf> {
     };
     assert!(
         !ci(),
-        "CI=true but kubectl (Debian's kubernetes-client) is missing: {why}. {test} must run in CI (.ci/run installs it)."
+        "CI=true but kubectl (Debian's kubernetes-client) is missing: {why}. {test} must run in CI (`cargo xtask test` installs it)."
     );
     eprintln!(
         "\n\n**********************************************************************\n\

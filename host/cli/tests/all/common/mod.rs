@@ -102,7 +102,7 @@ pub fn debian_tools(packages: &[&str], present: impl Fn() -> bool, test: &str) -
     };
     assert!(
         !ci(),
-        "CI=true but Debian's {list} are missing: {why}. {test} must run in CI (.ci/run installs them)."
+        "CI=true but Debian's {list} are missing: {why}. {test} must run in CI (`cargo xtask test` installs them)."
     );
     let _ = std::io::Write::write_fmt(
         &mut std::io::stderr(),
