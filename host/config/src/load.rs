@@ -216,7 +216,12 @@ impl Config {
     }
 }
 
-/// Every `#[key(secret)]` value the file gives as `{ env = "VAR" }` or `{ file = "path" }`,
+/// Values that may be secrets inside tables whose keys a foreign type declares (the
+/// provider's `HttpUpstreamConfig`, whose schema is written in schema.rs): an HTTP upstream's
+/// static headers, which typically carry a service credential.
+pub const FOREIGN_SECRETS: &[&str] = &["/capabilities/*/procedure/http/headers/*"];
+
+/// Every `#[key(secret)]` value (and every [`FOREIGN_SECRETS`] value) the file gives as `{ env = "VAR" }` or `{ file = "path" }`,
 /// replaced in the document by the variable's value or the file's contents (one trailing
 /// newline removed) before anything reads it; a variable that is unset or a file that cannot
 /// be read is a problem at the key, and the value is left out. Values are never put in a
@@ -231,8 +236,13 @@ fn resolve_secrets(
     let mut problems = Vec::new();
     let mut unread = Vec::new();
     let mut resolved: Vec<(String, Option<String>)> = Vec::new();
-    for key in crate::keys::all().into_iter().filter(|k| k.secret) {
-        for pointer in expand(&doc.json, &key.pointer) {
+    let declared = crate::keys::all()
+        .into_iter()
+        .filter(|k| k.secret)
+        .map(|k| k.pointer);
+    let foreign = FOREIGN_SECRETS.iter().map(|p| p.to_string());
+    for key_pointer in declared.chain(foreign) {
+        for pointer in expand(&doc.json, &key_pointer) {
             if !secrets.reads(&pointer) {
                 resolved.push((pointer.clone(), None));
                 unread.push(pointer);
@@ -241,14 +251,20 @@ fn resolve_secrets(
             let Some(source) = doc.json.pointer(&pointer).and_then(|v| v.as_object()) else {
                 continue;
             };
-            let value = match (source.get("env"), source.get("file"), source.len()) {
-                (Some(serde_json::Value::String(var)), None, 1) => match std::env::var(var) {
+            let prefix = match source.get("prefix") {
+                None => Some(""),
+                Some(serde_json::Value::String(p)) => Some(p.as_str()),
+                Some(_) => None,
+            };
+            let named = source.len() - usize::from(source.contains_key("prefix"));
+            let value = match (source.get("env"), source.get("file"), named, prefix) {
+                (Some(serde_json::Value::String(var)), None, 1, Some(_)) => match std::env::var(var) {
                     Ok(v) => Ok(v),
                     Err(_) => Err(format!(
                         "the environment variable `{var}` this key names is not set"
                     )),
                 },
-                (None, Some(serde_json::Value::String(file)), 1) => {
+                (None, Some(serde_json::Value::String(file)), 1, Some(_)) => {
                     let at = base.join(file);
                     match std::fs::read_to_string(&at) {
                         Ok(text) => {
@@ -262,12 +278,12 @@ fn resolve_secrets(
                     }
                 }
                 _ => Err(
-                    "a secret is written as a string, `{ env = \"VAR\" }` or `{ file = \"path\" }`"
+                    "a secret is written as a string, `{ env = \"VAR\" }` or `{ file = \"path\" }` (with an optional string `prefix`)"
                         .to_string(),
                 ),
             };
             match value {
-                Ok(v) => resolved.push((pointer, Some(v))),
+                Ok(v) => resolved.push((pointer, Some(format!("{}{v}", prefix.unwrap_or(""))))),
                 Err(message) => {
                     problems.push(doc.problem(&pointer, message));
                     resolved.push((pointer, None));

@@ -212,8 +212,14 @@ pub fn secret_or(schema: Value, secret: bool) -> Value {
     }
     json!({ "anyOf": [
         schema,
-        closed(json!({ "env": { "type": "string", "description": "The environment variable of the capgate process holding the value." } }), &["env"]),
-        closed(json!({ "file": { "type": "string", "description": "The file holding the value (relative to the config file; one trailing newline is removed)." } }), &["file"]),
+        closed(json!({
+            "env": { "type": "string", "description": "The environment variable of the capgate process holding the value." },
+            "prefix": { "type": "string", "description": "Put before the value (e.g. `Bearer `)." },
+        }), &["env"]),
+        closed(json!({
+            "file": { "type": "string", "description": "The file holding the value (relative to the config file; one trailing newline is removed)." },
+            "prefix": { "type": "string", "description": "Put before the value." },
+        }), &["file"]),
     ] })
 }
 
@@ -294,7 +300,7 @@ schema_of! {
         "target": { "type": "string", "description": "The exact target name (the provider identity is `http:<target>`)." },
         "url": { "type": "string", "description": "Where calls are POSTed; with `request`, the service's base URL the mapping's path is appended to." },
         "healthUrl": { "type": "string", "description": "The health endpoint; without one, probes fail closed to `health_unknown`." },
-        "headers": { "type": "object", "additionalProperties": { "type": "string" }, "description": "Static headers sent with every call (e.g. a service credential)." },
+        "headers": { "type": "object", "additionalProperties": secret_or(json!({ "type": "string" }), true), "description": "Static headers sent with every call (e.g. a service credential); a value may be `{ env = \"VAR\" }` or `{ file = \"path\" }`, with an optional `prefix`." },
         "connectTimeoutMs": { "type": "integer", "minimum": 0, "description": "Connect timeout (default 10000)." },
         "caFile": { "type": "string", "description": "A PEM bundle of extra trusted root certificates for `https://` (relative to the config file)." },
         "request": closed(json!({

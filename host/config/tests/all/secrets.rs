@@ -144,3 +144,57 @@ fn the_operator_modes_read_only_the_store_url_or_no_secret_at_all() {
         "{problems:#?}"
     );
 }
+
+#[test]
+fn an_http_upstreams_static_headers_may_be_secrets_with_a_prefix() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("tenant.txt"), "acme\n").expect("write");
+    // SAFETY: the variable's name is this test's own; nothing else reads or writes it.
+    unsafe { std::env::set_var("CAPGATE_TEST_SECRETS_ORDERS_TOKEN", "tok-123") };
+    let capability = |headers: &str| {
+        format!(
+            "[[capabilities]]\nid = \"orders.get\"\ndescription = \"d\"\nexpose = {{}}\nsideEffect = \"read\"\nrisk = \"low\"\n\
+             procedure = {{ http = {{ target = \"orders\", url = \"http://127.0.0.1:9/get\", headers = {headers} }} }}\n"
+        )
+    };
+    let cfg = parse(
+        dir.path(),
+        &capability(
+            "{ Authorization = { env = \"CAPGATE_TEST_SECRETS_ORDERS_TOKEN\", prefix = \"Bearer \" }, X-Tenant = { file = \"tenant.txt\" }, X-Plain = \"p\" }",
+        ),
+    )
+    .expect("accepted");
+    let http = cfg.capabilities[0]
+        .procedure
+        .http
+        .as_ref()
+        .expect("an http procedure");
+    assert_eq!(http.headers["Authorization"], "Bearer tok-123");
+    assert_eq!(http.headers["X-Tenant"], "acme");
+    assert_eq!(http.headers["X-Plain"], "p");
+
+    // An unset variable is a problem at the header, and a prefix must be a string.
+    let problems = parse(
+        dir.path(),
+        &capability(
+            "{ Authorization = { env = \"CAPGATE_TEST_SECRETS_SURELY_UNSET_TOKEN\" }, X-Bad = { file = \"tenant.txt\", prefix = 1 } }",
+        ),
+    )
+    .expect_err("refused");
+    let at = |key: &str, says: &str| {
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.key == key && p.message.contains(says)),
+            "no `{says}` at {key}: {problems:#?}"
+        );
+    };
+    at(
+        "capabilities.0.procedure.http.headers.Authorization",
+        "`CAPGATE_TEST_SECRETS_SURELY_UNSET_TOKEN` this key names is not set",
+    );
+    at(
+        "capabilities.0.procedure.http.headers.X-Bad",
+        "optional string `prefix`",
+    );
+}

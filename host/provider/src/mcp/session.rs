@@ -492,10 +492,3 @@ async fn copy_stderr(name: String, stderr: tokio::process::ChildStderr) {
         tracing::info!(target: LOG, upstream = %name, "stderr: {line}");
     }
 }
-
-impl SecretValue {
-    /// A value written in the file.
-    pub fn literal(value: impl Into<String>) -> Self {
-        SecretValue::Literal(value.into())
-    }
-}
