@@ -2,7 +2,7 @@
 //! closes, with a backoff while the upstream is down.
 
 use super::pin::{PinState, tool_digest};
-use super::{MAX_MESSAGE_BYTES, McpTransportConfig, McpUpstreamConfig, SecretValue};
+use super::{MAX_MESSAGE_BYTES, McpTransportConfig, McpUpstreamConfig};
 use crate::events::RuntimeEvent;
 use crate::runtime::Sink;
 use rmcp::model::{
