@@ -50,18 +50,19 @@ fn runtime_over(
     approvals: Arc<dyn ApprovalCoordinator>,
     sinks: Vec<Arc<dyn AuditSink>>,
 ) -> anyhow::Result<Runtime> {
-    let cfg = &checked.config;
     checked
-        .runtime(
-            approvals,
-            AuditConfig {
-                sinks,
-                strict: cfg.audit.strict,
-                verbose: cfg.audit.verbose,
-                on_sink_error: None,
-            },
-        )
+        .runtime(approvals, audit_config(&checked.config, sinks))
         .context("the capability registry")
+}
+
+/// The audit settings every runtime of this binary runs with: `[audit]` over these sinks.
+fn audit_config(cfg: &capgate_config::Config, sinks: Vec<Arc<dyn AuditSink>>) -> AuditConfig {
+    AuditConfig {
+        sinks,
+        strict: cfg.audit.strict,
+        verbose: cfg.audit.verbose,
+        on_sink_error: None,
+    }
 }
 
 /// Refuse a store that is missing migrations, saying how to apply them (`what` names the
@@ -169,15 +170,7 @@ pub async fn build_operator(
     let approvals: Arc<dyn ApprovalCoordinator> =
         Arc::new(Traced::new(store.approvals(), store.backend()));
     let runtime = config
-        .runtime(
-            approvals,
-            AuditConfig {
-                sinks,
-                strict: cfg.audit.strict,
-                verbose: cfg.audit.verbose,
-                on_sink_error: None,
-            },
-        )
+        .runtime(approvals, audit_config(cfg, sinks))
         .context("the capability registry")?;
     Ok(OperatorDeployment {
         runtime,
