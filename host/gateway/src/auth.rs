@@ -2,11 +2,14 @@
 //! "Doors"): built-in API keys (stored hashed) and JWT bearer tokens, behind one trait that
 //! embedders implement for their own sessions.
 
+pub use crate::identity::claims::{AttributeMap, ClaimMap, ClaimPointer};
+use crate::identity::jwks::{KeySet, KeySetError, PROVIDER_ALGORITHMS, RemoteKeys, VerifyKey};
 use async_trait::async_trait;
 use axum::http::HeaderMap;
 use capgate_core::actor::{Actor, ActorKind, Surface};
 use capgate_core::authz::Principal;
 use chrono::{DateTime, Utc};
+pub use jsonwebtoken::Algorithm;
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -208,15 +211,18 @@ impl ApiKeys {
 }
 
 /// Where a JWT's verification key comes from. Parsed once, when the authenticator is
-/// built ([`JwtKey::hs256`], [`JwtKey::rs256_pem`], [`JwtKey::jwks`]), never per request.
+/// built ([`JwtKey::hs256`], [`JwtKey::rs256_pem`], [`JwtKey::jwks`]), or fetched from the
+/// identity provider and kept fresh ([`JwtKey::Remote`]), never per request.
 #[derive(Clone)]
 pub enum JwtKey {
     /// HS256 shared secret.
     Hs256(jsonwebtoken::DecodingKey),
     /// RS256 public key.
     Rs256(jsonwebtoken::DecodingKey),
-    /// RS256 keys from a JWKS document, by `kid`.
-    Jwks(HashMap<String, jsonwebtoken::DecodingKey>),
+    /// Keys from a JWKS file, by `kid`.
+    Jwks(Arc<KeySet>),
+    /// The identity provider's published keys, refreshed on rotation.
+    Remote(Arc<RemoteKeys>),
 }
 
 /// Why a JWT verification key could not be loaded.
@@ -232,9 +238,9 @@ pub enum JwtKeyError {
     /// The PEM is not an RSA public key (the JWT library's error).
     #[error("not an RSA public key in PEM form: {0}")]
     Pem(#[source] Arc<jsonwebtoken::errors::Error>),
-    /// The JWKS document does not parse or holds no usable RS256 key.
+    /// The JWKS document does not parse or holds no usable key.
     #[error("JWKS: {0}")]
-    Jwks(String),
+    Jwks(#[from] KeySetError),
 }
 
 impl JwtKey {
@@ -255,211 +261,184 @@ impl JwtKey {
             .map_err(|e| JwtKeyError::Pem(Arc::new(e)))
     }
 
-    /// Every RS256 key with a `kid` in a JWKS document (JSON).
+    /// The signing keys of a JWKS document (JSON).
     pub fn jwks(document: &[u8]) -> Result<JwtKey, JwtKeyError> {
-        let set: jsonwebtoken::jwk::JwkSet =
-            serde_json::from_slice(document).map_err(|e| JwtKeyError::Jwks(e.to_string()))?;
-        let mut keys = HashMap::new();
-        for jwk in &set.keys {
-            let Some(kid) = jwk.common.key_id.clone() else {
-                continue;
-            };
-            let key = jsonwebtoken::DecodingKey::from_jwk(jwk)
-                .map_err(|e| JwtKeyError::Jwks(format!("key `{kid}`: {e}")))?;
-            keys.insert(kid, key);
-        }
-        if keys.is_empty() {
-            return Err(JwtKeyError::Jwks("no key with a `kid`".into()));
-        }
-        Ok(JwtKey::Jwks(keys))
+        Ok(JwtKey::Jwks(Arc::new(KeySet::parse(document)?)))
     }
 
-    fn algorithm(&self) -> jsonwebtoken::Algorithm {
+    /// The key that verifies a token with this header, if any may.
+    async fn for_header(
+        &self,
+        header: &jsonwebtoken::Header,
+        algorithms: &[Algorithm],
+    ) -> Result<jsonwebtoken::DecodingKey, AuthError> {
+        let refused = || AuthError::Invalid(format!("algorithm {:?} is not accepted", header.alg));
+        let unknown = || match header.kid.as_deref() {
+            Some(kid) => AuthError::Invalid(format!("unknown kid `{kid}`")),
+            None => AuthError::Invalid("token has no kid".into()),
+        };
+        let pick = |key: Option<&VerifyKey>| {
+            let key = key.ok_or_else(unknown)?;
+            if !algorithms.contains(&header.alg) || !key.verifies(header.alg) {
+                return Err(refused());
+            }
+            Ok(key.decoding_key().clone())
+        };
         match self {
-            JwtKey::Hs256(_) => jsonwebtoken::Algorithm::HS256,
-            JwtKey::Rs256(_) | JwtKey::Jwks(_) => jsonwebtoken::Algorithm::RS256,
+            JwtKey::Hs256(k) if header.alg == Algorithm::HS256 => Ok(k.clone()),
+            JwtKey::Rs256(k) if header.alg == Algorithm::RS256 => Ok(k.clone()),
+            JwtKey::Hs256(_) | JwtKey::Rs256(_) => Err(refused()),
+            JwtKey::Jwks(set) => pick(set.get(header.kid.as_deref())),
+            JwtKey::Remote(remote) => {
+                if !algorithms.contains(&header.alg) {
+                    // Refused before any key is looked up: no fetch for a token that
+                    // could never verify.
+                    return Err(refused());
+                }
+                pick(remote.key(header.kid.as_deref()).await.as_ref())
+            }
         }
     }
 }
 
 impl std::fmt::Debug for JwtKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            JwtKey::Hs256(_) => "JwtKey::Hs256(<secret>)",
-            JwtKey::Rs256(_) => "JwtKey::Rs256",
-            JwtKey::Jwks(_) => "JwtKey::Jwks",
-        })
+        match self {
+            JwtKey::Hs256(_) => f.write_str("JwtKey::Hs256(<secret>)"),
+            JwtKey::Rs256(_) => f.write_str("JwtKey::Rs256"),
+            JwtKey::Jwks(set) => write!(f, "JwtKey::Jwks({:?})", set.kids()),
+            JwtKey::Remote(remote) => write!(f, "JwtKey::Remote({})", remote.url()),
+        }
     }
 }
 
-/// How JWT claims map to the principal.
+/// How a token is verified: its key, the issuer and audiences it must name, the
+/// algorithms accepted. `exp` is always required; `nbf` is checked when present; `iss`
+/// and `aud` are required when configured. No leeway.
 #[derive(Debug, Clone)]
-pub struct JwtConfig {
-    /// The verification key.
+pub struct TokenCheck {
+    /// The verification key(s).
     pub key: JwtKey,
     /// When set, `iss` is a required claim and must equal it.
     pub issuer: Option<String>,
-    /// When set, `aud` is a required claim and must contain it.
-    pub audience: Option<String>,
-    /// Claim holding the actor id (default `sub`).
-    pub actor_id_claim: String,
-    /// Claim holding the actor kind (default: `user`).
-    pub actor_kind_claim: Option<String>,
-    /// Claim holding the namespace (default `org`).
-    pub namespace_claim: String,
-    /// Claim holding actor attributes (default `attributes`).
-    pub attributes_claim: String,
-    /// Claim holding roles (default `roles`).
-    pub roles_claim: String,
-    /// Claim holding the surfaces the token may use (default `surfaces`); a token without
-    /// it gets no model surface.
-    pub surfaces_claim: String,
-    /// Boolean claim saying whether the token opens the requester door (default
-    /// `requesterDoor`); without it, a token opens it exactly when it opens no model door.
-    pub requester_door_claim: String,
+    /// When not empty, `aud` is a required claim and must contain one of them.
+    pub audiences: Vec<String>,
+    /// The algorithms a JWKS key may verify (default: [`PROVIDER_ALGORITHMS`]); an HS256
+    /// secret or an RS256 PEM verifies only its own.
+    pub algorithms: Vec<Algorithm>,
 }
 
-/// Verifies bearer JWTs (HS256 or RS256) and maps their claims. `exp` is always required;
-/// `nbf` is checked when present; `iss` and `aud` are required when configured. No leeway.
-pub struct JwtAuthenticator {
-    config: JwtConfig,
-    validation: jsonwebtoken::Validation,
-}
+impl TokenCheck {
+    /// A check of tokens signed with `key`, every provider algorithm accepted, no `iss`
+    /// or `aud` required (set them).
+    pub fn new(key: JwtKey) -> TokenCheck {
+        TokenCheck {
+            key,
+            issuer: None,
+            audiences: Vec::new(),
+            algorithms: PROVIDER_ALGORITHMS.to_vec(),
+        }
+    }
 
-impl JwtAuthenticator {
-    /// From a configuration (the key is already parsed).
-    pub fn new(config: JwtConfig) -> Self {
-        let mut validation = jsonwebtoken::Validation::new(config.key.algorithm());
+    /// Verify a token's signature and registered claims; its claims.
+    pub async fn verify(&self, token: &str) -> Result<serde_json::Value, AuthError> {
+        let bad = |e| AuthError::Token(Arc::new(e));
+        let header = jsonwebtoken::decode_header(token).map_err(bad)?;
+        let key = self.key.for_header(&header, &self.algorithms).await?;
+        let mut validation = jsonwebtoken::Validation::new(header.alg);
         let mut required = vec!["exp"];
         validation.leeway = 0;
         validation.validate_nbf = true;
-        if let Some(iss) = &config.issuer {
+        if let Some(iss) = &self.issuer {
             validation.set_issuer(&[iss]);
             required.push("iss");
         }
-        match &config.audience {
-            Some(aud) => {
-                validation.set_audience(&[aud]);
-                required.push("aud");
-            }
-            None => validation.validate_aud = false,
+        if self.audiences.is_empty() {
+            validation.validate_aud = false;
+        } else {
+            validation.set_audience(&self.audiences);
+            required.push("aud");
         }
         validation.set_required_spec_claims(&required);
-        JwtAuthenticator { config, validation }
+        let data =
+            jsonwebtoken::decode::<serde_json::Value>(token, &key, &validation).map_err(bad)?;
+        Ok(data.claims)
+    }
+}
+
+/// How JWT bearer tokens are verified and their claims mapped to the principal.
+#[derive(Debug, Clone)]
+pub struct JwtConfig {
+    /// The verification.
+    pub check: TokenCheck,
+    /// Where each part of the principal is read.
+    pub claims: ClaimMap,
+}
+
+/// Verifies bearer JWTs and maps their claims ([`TokenCheck`], [`ClaimMap`]).
+#[derive(Debug, Clone)]
+pub struct JwtAuthenticator {
+    config: JwtConfig,
+}
+
+impl JwtAuthenticator {
+    /// From a configuration (the key is already parsed or fetched).
+    pub fn new(config: JwtConfig) -> Self {
+        JwtAuthenticator { config }
     }
 
-    fn verify(&self, token: &str) -> Result<Authenticated, AuthError> {
-        use jsonwebtoken::{decode, decode_header};
-        let bad = |e| AuthError::Token(Arc::new(e));
-        let header = decode_header(token).map_err(bad)?;
-        if header.alg != self.config.key.algorithm() {
-            return Err(AuthError::Invalid(format!(
-                "algorithm {:?} is not accepted",
-                header.alg
-            )));
-        }
-        let key = match &self.config.key {
-            JwtKey::Hs256(k) | JwtKey::Rs256(k) => k,
-            JwtKey::Jwks(keys) => {
-                let kid = header
-                    .kid
-                    .as_deref()
-                    .ok_or_else(|| AuthError::Invalid("token has no kid".into()))?;
-                keys.get(kid)
-                    .ok_or_else(|| AuthError::Invalid(format!("unknown kid `{kid}`")))?
-            }
-        };
-        let data =
-            decode::<serde_json::Map<String, serde_json::Value>>(token, key, &self.validation)
-                .map_err(bad)?;
-        let claims = data.claims;
-        let str_claim = |name: &str| {
-            claims
-                .get(name)
-                .and_then(|v| v.as_str())
-                .map(str::to_string)
-        };
-        let id = str_claim(&self.config.actor_id_claim).ok_or_else(|| {
-            AuthError::Invalid(format!("claim `{}` missing", self.config.actor_id_claim))
-        })?;
-        let kind = match &self.config.actor_kind_claim {
-            Some(c) => str_claim(c)
-                .as_deref()
-                .unwrap_or("user")
-                .parse::<ActorKind>()
-                .map_err(AuthError::Invalid)?,
-            None => ActorKind::User,
-        };
-        let namespace = str_claim(&self.config.namespace_claim).ok_or_else(|| {
-            AuthError::Invalid(format!("claim `{}` missing", self.config.namespace_claim))
-        })?;
-        let attributes = claims
-            .get(&self.config.attributes_claim)
-            .cloned()
-            .unwrap_or(serde_json::Value::Null);
-        let roles = claims
-            .get(&self.config.roles_claim)
-            .and_then(|v| v.as_array())
-            .map(|a| {
-                a.iter()
-                    .filter_map(|r| r.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let surfaces = match claims.get(&self.config.surfaces_claim) {
-            None => Vec::new(),
-            Some(serde_json::Value::Array(items)) => items
-                .iter()
-                .map(|v| {
-                    v.as_str()
-                        .and_then(|s| s.parse::<Surface>().ok())
-                        .ok_or_else(|| {
-                            AuthError::Invalid(format!(
-                                "claim `{}` holds an unknown surface",
-                                self.config.surfaces_claim
-                            ))
-                        })
-                })
-                .collect::<Result<_, _>>()?,
-            Some(_) => {
-                return Err(AuthError::Invalid(format!(
-                    "claim `{}` must be a list of surfaces",
-                    self.config.surfaces_claim
-                )));
-            }
-        };
-        let requester_door = match claims.get(&self.config.requester_door_claim) {
-            None => surfaces.is_empty(),
-            Some(serde_json::Value::Bool(b)) => *b,
-            Some(_) => {
-                return Err(AuthError::Invalid(format!(
-                    "claim `{}` must be a boolean",
-                    self.config.requester_door_claim
-                )));
-            }
-        };
-        let expires_at = claims
-            .get("exp")
-            .and_then(|v| v.as_i64())
-            .and_then(|s| DateTime::from_timestamp(s, 0));
-        Ok(Authenticated {
-            principal: Principal {
-                actor: Actor {
-                    id,
-                    kind,
-                    attributes: attributes.clone(),
-                },
-                namespace: namespace.clone(),
-            },
-            context: serde_json::json!({ "namespace": namespace, "orgId": attributes.get("orgId").cloned().unwrap_or(serde_json::Value::Null) }),
-            roles,
-            surfaces,
-            expires_at,
-            requester_door,
-            operator: false,
-            credential: Credential::Token,
-        })
+    /// The verification (the console's sign-in verifies ID tokens with the same keys).
+    pub fn check(&self) -> &TokenCheck {
+        &self.config.check
     }
+
+    /// The claim mapping.
+    pub fn claims(&self) -> &ClaimMap {
+        &self.config.claims
+    }
+
+    /// Verify a bearer token and map its claims to the principal.
+    pub async fn verify(&self, token: &str) -> Result<Authenticated, AuthError> {
+        let claims = self.config.check.verify(token).await?;
+        principal_of(&self.config.claims, &claims)
+    }
+}
+
+/// The principal verified claims map to (a self-contained token's: [`Credential::Token`],
+/// ending with its `exp`).
+pub fn principal_of(
+    map: &ClaimMap,
+    claims: &serde_json::Value,
+) -> Result<Authenticated, AuthError> {
+    let m = map
+        .map(claims)
+        .map_err(|e| AuthError::Invalid(e.to_string()))?;
+    let expires_at = claims
+        .get("exp")
+        .and_then(|v| v.as_i64())
+        .and_then(|s| DateTime::from_timestamp(s, 0));
+    let org_id = m
+        .attributes
+        .get("orgId")
+        .cloned()
+        .unwrap_or(serde_json::Value::Null);
+    Ok(Authenticated {
+        context: serde_json::json!({ "namespace": m.namespace, "orgId": org_id }),
+        principal: Principal {
+            actor: Actor {
+                id: m.actor_id,
+                kind: m.kind,
+                attributes: m.attributes,
+            },
+            namespace: m.namespace,
+        },
+        roles: m.roles,
+        surfaces: m.surfaces,
+        expires_at,
+        requester_door: m.requester_door,
+        operator: false,
+        credential: Credential::Token,
+    })
 }
 
 /// JWT claims a token may carry; used by tests and tools that mint tokens.
@@ -498,7 +477,7 @@ impl Authenticator for BuiltinAuthenticator {
             return Ok(who);
         }
         match &self.jwt {
-            Some(jwt) if token.matches('.').count() == 2 => jwt.verify(token),
+            Some(jwt) if token.matches('.').count() == 2 => jwt.verify(token).await,
             _ => Err(AuthError::Invalid("unknown API key".into())),
         }
     }

@@ -118,6 +118,8 @@
 //!   to its surfaces, rate-limit, authorize), as axum extractors.
 //! - [`auth`]: authenticators — API keys stored as SHA-256, JWT bearer tokens — and the
 //!   checks every principal must pass.
+//! - [`identity`]: an OpenID Provider's keys (JWKS by URL or discovery, refreshed on
+//!   rotation), claim mapping by JSON pointer, and the console's OIDC sign-in.
 //! - [`wire`]: the camelCase request and answer shapes of the capability gateway
 //!   (re-exported from `capgate-client`, the Rust client agent hosts use, so the two cannot
 //!   drift).
@@ -136,6 +138,7 @@ pub mod console;
 pub mod door;
 pub mod gateway;
 pub mod health;
+pub mod identity;
 pub mod mcp;
 pub mod metrics;
 pub mod throttle;

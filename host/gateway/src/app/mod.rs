@@ -11,6 +11,7 @@
 //! | the console's prefix (`/console`) | the approval console, over its own approvals API under `P/api` ([`crate::console`]) | with [`AppBuilder::console`] |
 //! | `/admin` ([`crate::admin::PREFIX`]) | the operator API, `POST /admin/reload` ([`crate::admin`]) | with [`AppBuilder::admin`], once [`Kept::set_reloader`] was called |
 //! | `/healthz`, `/readyz` ([`crate::health`]) | liveness and readiness | always |
+//! | `/.well-known/oauth-protected-resource[/mcp]` ([`crate::mcp::oauth`]) | MCP's OAuth protected-resource metadata | with [`McpOptions::protected_resource`] |
 //!
 //! Every door goes through one [`Doorkeeper`], whose rate limiter
 //! and unauthenticated throttle are [`Kept`] while their limits do not change.
@@ -186,6 +187,9 @@ impl<'k> AppBuilder<'k> {
             ApprovalsRouter::with_options(runtime.clone(), keeper.clone(), approvals.clone())
                 .build()
         };
+        if let Some(resource) = &mcp.protected_resource {
+            app = app.merge(resource.router());
+        }
         app = app
             .nest_service(
                 crate::mcp::PREFIX,

@@ -37,6 +37,10 @@ pub const RESERVED: &[Reserved] = &[
         path: health::READINESS,
         door: "health checks",
     },
+    Reserved {
+        path: mcp::oauth::WELL_KNOWN,
+        door: "MCP's OAuth metadata",
+    },
 ];
 
 impl Reserved {

@@ -133,6 +133,21 @@ pub(super) async fn sign_in_inner(
     }
     let auth = bearer_headers(&credential).ok_or_else(Reject::unauthenticated)?;
     let who = c.doorkeeper.admit(&auth, client, Door::Approvals).await?;
+    let (live, cookie) = open_session(c, headers, who).await?;
+    let mut response = Json(c.view(&live)).into_response();
+    response.headers_mut().insert(header::SET_COOKIE, cookie);
+    Ok(response)
+}
+
+/// Open a session for an admitted principal (a pasted credential's, or the identity
+/// provider's ID token's): refused unless it can decide something, throttled per
+/// principal, ending with the credential or the session lifetime, whichever is first. The
+/// live session and its cookie.
+pub(super) async fn open_session(
+    c: &Console,
+    headers: &HeaderMap,
+    who: crate::auth::Authenticated,
+) -> Result<(Live, HeaderValue), Reject> {
     if !c.may_decide_something(&who) {
         tracing::info!(target: LOG, actor = %who.principal.actor.id, "console sign-in refused: the credential can decide nothing (an agent's key?)");
         return Err(forbidden(
@@ -182,14 +197,10 @@ pub(super) async fn sign_in_inner(
         who,
         expires_at,
     };
-    let view = c.view(&live);
-    tracing::info!(target: LOG, actor = %view.actor.id, namespace = %view.namespace, "console session opened");
+    tracing::info!(target: LOG, actor = %live.who.principal.actor.id, namespace = %live.who.principal.namespace, "console session opened");
     let max_age = (expires_at - now).to_std().unwrap_or(Duration::ZERO);
-    let mut response = Json(view).into_response();
-    response
-        .headers_mut()
-        .insert(header::SET_COOKIE, c.cookie(headers, &live.id, max_age));
-    Ok(response)
+    let cookie = c.cookie(headers, &live.id, max_age);
+    Ok((live, cookie))
 }
 
 pub(super) async fn current(State(c): St, headers: HeaderMap) -> Response {

@@ -8,6 +8,7 @@
 //! | `POST P/session` `{"credential": "…"}` | sign in: a [`SessionView`] and the session cookie |
 //! | `GET P/session` | the current [`SessionView`] (`401` without a live session) |
 //! | `DELETE P/session` | sign out (CSRF token required) |
+//! | `GET P/oidc/login`, `P/oidc/callback` | single sign-on with the identity provider ([`SignOn`]) |
 //! | `P/api/approvals…` | the human approvals API ([`crate::approvals_api`]), authenticated by the session |
 //!
 //! **One principal, one door.** Signing in runs the credential (an API key or a JWT, the
@@ -62,6 +63,7 @@ mod options;
 mod page;
 mod router;
 mod session;
+mod sign_on;
 mod store;
 
 pub use options::{
@@ -72,6 +74,7 @@ pub use options::{
 };
 pub use router::{console_router, console_router_with};
 pub use session::SessionView;
+pub use sign_on::{SIGN_ON_COOKIE, SignOn};
 pub use store::{
     ConsoleSessions, InMemorySessionStore, SessionCredential, SessionStore, SessionStoreError,
     StoredSession, principal_key,

@@ -60,6 +60,8 @@ pub struct ConsoleOptions {
     pub sign_in_per_address: Option<PerMinute>,
     /// The role an approver holds (the approvals API's).
     pub approver_role: String,
+    /// Single sign-on with the identity provider (`None`: paste a key or token only).
+    pub sign_on: Option<super::SignOn>,
 }
 
 impl Default for ConsoleOptions {
@@ -75,6 +77,7 @@ impl Default for ConsoleOptions {
             sign_in_per_principal: PerMinute::new(pp, pb),
             sign_in_per_address: PerMinute::new(ap, ab),
             approver_role: APPROVER_ROLE.into(),
+            sign_on: None,
         }
     }
 }

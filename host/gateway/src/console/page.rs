@@ -9,3 +9,5 @@ pub(super) const CONSOLE_JS: &str = include_str!("assets/console.js");
 pub(super) const CONSOLE_CSS: &str = include_str!("assets/console.css");
 /// What index.html says where the prefix goes.
 pub(super) const PREFIX_PLACEHOLDER: &str = "__CONSOLE_PREFIX__";
+/// What index.html says where the single sign-on button goes (empty without one).
+pub(super) const SIGN_ON_PLACEHOLDER: &str = "__CONSOLE_SIGN_ON__";

@@ -3,7 +3,8 @@
 
 use super::csrf::{csrf_ok, forbidden, same_origin, session_id};
 use super::handlers;
-use super::page::{INDEX_HTML, PREFIX_PLACEHOLDER};
+use super::page::{INDEX_HTML, PREFIX_PLACEHOLDER, SIGN_ON_PLACEHOLDER};
+use super::sign_on;
 use super::{
     CONTENT_SECURITY_POLICY, CSRF_HEADER, ConsoleError, ConsoleOptions, ConsoleSessions, LOG,
     MAX_SIGN_IN_BODY_BYTES, SessionStore, check_prefix,
@@ -62,7 +63,12 @@ pub fn console_router_with(
     }
     let prefix = options.prefix.clone();
     let console = Arc::new(Console {
-        index: INDEX_HTML.replace(PREFIX_PLACEHOLDER, &prefix),
+        index: INDEX_HTML
+            .replace(
+                SIGN_ON_PLACEHOLDER,
+                &sign_on::button_html(&prefix, options.sign_on.as_ref()),
+            )
+            .replace(PREFIX_PLACEHOLDER, &prefix),
         sessions: sessions.0,
         per_principal: options.sign_in_per_principal.map(Throttle::new),
         per_address: options.sign_in_per_address.map(Throttle::new),
@@ -92,6 +98,8 @@ pub fn console_router_with(
                 .post(handlers::sign_in)
                 .delete(handlers::sign_out),
         )
+        .route(&format!("{prefix}/oidc/login"), get(sign_on::login))
+        .route(&format!("{prefix}/oidc/callback"), get(sign_on::callback))
         // Anything else under the prefix: a JSON 404 that carries the console's headers.
         .route(
             &format!("{prefix}/{{*rest}}"),

@@ -28,9 +28,11 @@
 //!
 //! The shape of every door: `options` ([`McpOptions`]), `router` (streamable HTTP at
 //! [`PREFIX`]), `handlers` (the MCP server itself, [`CapgateMcp`]), plus `stdio` (one session
-//! over a byte stream).
+//! over a byte stream), and `oauth` (OAuth protected-resource metadata, so MCP clients
+//! find the identity provider themselves).
 
 mod handlers;
+pub mod oauth;
 mod options;
 mod router;
 mod stdio;

@@ -36,6 +36,9 @@ pub struct McpOptions {
     /// Streamable HTTP only: accepted `Host` header values (DNS-rebinding protection).
     /// `None` keeps rmcp's default (loopback names only); an empty list accepts any host.
     pub allowed_hosts: Option<Vec<String>>,
+    /// Streamable HTTP only: `/mcp` as an OAuth protected resource (its metadata served,
+    /// and named in every `401`'s `WWW-Authenticate`). `None`: a plain `401`.
+    pub protected_resource: Option<super::oauth::ProtectedResource>,
 }
 
 impl Default for McpOptions {
@@ -50,13 +53,14 @@ impl Default for McpOptions {
             stateful_sessions: true,
             session_store: None,
             allowed_hosts: None,
+            protected_resource: None,
         }
     }
 }
 
 crate::debug::debug_fields! {
     McpOptions { server_name, server_version, approval_url, resume_tool, stateful_sessions,
-        session_store: Option::is_some, allowed_hosts }
+        session_store: Option::is_some, allowed_hosts, protected_resource }
 }
 
 impl McpOptions {

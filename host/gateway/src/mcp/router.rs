@@ -34,6 +34,8 @@ struct McpHttpState {
     bindings: Arc<SessionBindings>,
     /// The shared session rows, to learn who opened a session another replica opened.
     shared: Option<Arc<dyn SharedMcpSessions>>,
+    /// The `WWW-Authenticate` of a `401`, naming the protected-resource metadata.
+    challenge: Option<axum::http::HeaderValue>,
 }
 
 tokio::task_local! {
@@ -180,6 +182,10 @@ pub fn streamable_http_router_with(
         };
     }
     config.session_store = options.session_store.clone().or(sessions.store);
+    let challenge = options
+        .protected_resource
+        .as_ref()
+        .and_then(|p| p.challenge());
     let handler = CapgateMcp::new(
         runtime,
         McpIdentity::PerRequest,
@@ -196,6 +202,7 @@ pub fn streamable_http_router_with(
         doorkeeper,
         bindings: sessions.bindings,
         shared: sessions.shared,
+        challenge,
     };
     axum::Router::new().fallback(mcp_entry).with_state(state)
 }
@@ -210,7 +217,16 @@ async fn mcp_entry(State(state): State<McpHttpState>, mut request: Request) -> R
         .await
     {
         Ok(a) => a,
-        Err(reject) => return reject.into_response(),
+        Err(reject) => {
+            let unauthenticated = reject.status == StatusCode::UNAUTHORIZED;
+            let mut response = reject.into_response();
+            if unauthenticated && let Some(challenge) = &state.challenge {
+                response
+                    .headers_mut()
+                    .insert(axum::http::header::WWW_AUTHENTICATE, challenge.clone());
+            }
+            return response;
+        }
     };
     let principal = format!(
         "{}\u{0}{}\u{0}{}",

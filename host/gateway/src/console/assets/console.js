@@ -263,13 +263,37 @@
     $('detail-back').href = `${base}/`;
     wire();
     state.route = parseRoute();
+    const ssoError = signOnError();
     const r = await api('GET', '/session');
     if (r.status === 200 && r.data) {
       signedIn(r.data);
     } else {
       if (r.status === 0) banner(r.message);
       showSignIn();
+      if (ssoError) {
+        const error = $('signin-error');
+        error.textContent = ssoError;
+        show(error, true);
+      }
     }
+  }
+
+  // What the single sign-on callback said went wrong (`?signInError=CODE`), taken off the
+  // address bar so a reload does not say it again.
+  function signOnError() {
+    const params = new URLSearchParams(location.search);
+    const code = params.get('signInError');
+    if (!code) return '';
+    params.delete('signInError');
+    const query = params.toString();
+    history.replaceState(null, '', location.pathname + (query ? `?${query}` : ''));
+    const messages = {
+      denied: 'The sign-in was cancelled or refused at your identity provider.',
+      expired: 'That sign-in took too long or was started elsewhere. Try again.',
+      refused: 'Your account was signed in, but it cannot decide approvals here (no approver role, or no namespace). Ask your administrator.',
+      unavailable: 'Your identity provider could not be reached. Try again in a moment.',
+    };
+    return messages[code] || 'The sign-in did not complete. Try again.';
   }
 
   function showSignIn(info) {
