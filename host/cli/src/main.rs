@@ -18,7 +18,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use capgate::commands::{
     approvals, audit, check, contract, import, inspect, invocations, keys, mcp, migrate, plugin,
-    serve, test,
+    serve, test, whoami,
 };
 use capgate::exit::{self, Status};
 use capgate::{telemetry, validate};
@@ -58,6 +58,7 @@ enum Command {
     Migrate(migrate::MigrateArgs),
     Audit(audit::AuditArgs),
     Keys(keys::KeysArgs),
+    Whoami(whoami::WhoamiArgs),
     Import(import::ImportArgs),
 }
 
@@ -97,6 +98,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Migrate(args) => migrate::run(args),
         Command::Audit(args) => audit::run(args),
         Command::Keys(args) => keys::run(args),
+        Command::Whoami(args) => whoami::run(args),
         Command::Import(args) => import::run(args),
     }
 }

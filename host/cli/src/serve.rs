@@ -58,7 +58,9 @@ pub fn app(checked: &Checked, d: &Deployment, kept: &Kept) -> anyhow::Result<axu
         app = app.route(&r.path, config);
     }
     if cfg.gateway.console.enabled {
-        app = app.console(console_options(&cfg.gateway.console)?);
+        let mut options = console_options(&cfg.gateway.console)?;
+        options.sign_on = checked.sign_on.clone();
+        app = app.console(options);
     }
     app.build().map_err(|e| match e {
         AppError::Console(e) => anyhow::Error::new(e).context("[gateway.console]"),

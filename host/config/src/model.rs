@@ -545,6 +545,9 @@ pub struct ConsoleSection {
     pub sign_in_per_address_per_minute: u32,
     /// Burst of sign-ins per client address.
     pub sign_in_per_address_burst: u32,
+    /// Single sign-on with the identity provider.
+    #[key(table)]
+    pub oidc: Option<ConsoleOidcSection>,
 }
 
 impl Default for ConsoleSection {
@@ -560,6 +563,7 @@ impl Default for ConsoleSection {
             sign_in_burst: DEFAULT_SIGN_IN_PER_PRINCIPAL.1,
             sign_in_per_address_per_minute: DEFAULT_SIGN_IN_PER_ADDRESS.0,
             sign_in_per_address_burst: DEFAULT_SIGN_IN_PER_ADDRESS.1,
+            oidc: None,
         }
     }
 }
@@ -766,7 +770,9 @@ impl ApiKeySection {
     }
 }
 
-/// `[gateway.jwt]`
+/// `[gateway.jwt]`: bearer JWTs, verified with a key given here or with the identity
+/// provider's published keys (`discovery` or `jwksUrl`), their claims mapped by
+/// `[gateway.jwt.claims]`.
 #[derive(Keys, Debug, Clone, Deserialize)]
 #[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -775,26 +781,179 @@ pub struct JwtSection {
     pub hs256_secret_env: Option<String>,
     /// RS256 public key PEM file.
     pub rs256_public_key: Option<String>,
-    /// JWKS file.
+    /// JWKS file (relative to the config file).
     pub jwks: Option<String>,
+    /// The identity provider's JWKS URL (`https://`; `http://` only on loopback), fetched at
+    /// start and kept fresh.
+    pub jwks_url: Option<String>,
+    /// Find the JWKS (and, for the console's sign-in, the endpoints) in the issuer's
+    /// OpenID configuration (`<issuer>/.well-known/openid-configuration`) at start.
+    #[serde(default)]
+    pub discovery: bool,
     /// Required issuer (`iss`); required unless `allowMissingIssuer = true`.
     pub issuer: Option<String>,
-    /// Required audience (`aud`); required unless `allowMissingAudience = true`.
-    pub audience: Option<String>,
+    /// Required audience (`aud`), or a list of which a token must name one; required unless
+    /// `allowMissingAudience = true`.
+    pub audience: Option<StringOrList>,
     /// Accept tokens for any audience (no `audience`): the explicit opt-out.
     #[serde(default)]
     pub allow_missing_audience: bool,
     /// Accept tokens from any issuer the key signs for (no `issuer`): the explicit opt-out.
     #[serde(default)]
     pub allow_missing_issuer: bool,
-    /// Boolean claim saying whether a token opens the requester door (default
-    /// `requesterDoor`; absent: exactly when the token names no model surface).
-    pub requester_door_claim: Option<String>,
-    /// Namespace claim (default `org`).
-    pub namespace_claim: Option<String>,
-    /// Claim listing the surfaces a token may use (default `surfaces`); a token without it
+    /// Algorithms accepted with JWKS keys (default all four: `RS256`, `PS256`, `ES256`,
+    /// `EdDSA`); a key verifies only the algorithms of its type.
+    pub algorithms: Option<Vec<JwtAlgorithm>>,
+    /// How often the provider's keys are fetched again, in seconds.
+    #[serde(default = "default_jwks_refresh_seconds")]
+    #[key(range = 1..=86_400, unit = "seconds")]
+    pub refresh_seconds: u64,
+    /// The least time between two fetches of the provider's keys, in seconds, whatever asks
+    /// (a token with an unknown `kid`): a flood of forged `kid`s costs the provider at most
+    /// one request per this.
+    #[serde(default = "default_jwks_min_refresh_seconds")]
+    #[key(range = 1..=3_600, unit = "seconds")]
+    pub min_refresh_seconds: u64,
+    /// Which claims give the principal.
+    #[key(table)]
+    #[serde(default)]
+    pub claims: ClaimsSection,
+}
+
+fn default_jwks_refresh_seconds() -> u64 {
+    600
+}
+
+fn default_jwks_min_refresh_seconds() -> u64 {
+    30
+}
+
+/// `[gateway.jwt.claims]`: where each part of the principal is read in a token's claims,
+/// as a JSON pointer (`/realm_access/roles`; `~1` stands for `/` in a claim name,
+/// `/https:~1~1corp.example~1tenant`).
+#[derive(Keys, Debug, Clone, PartialEq, Deserialize)]
+#[key(live)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ClaimsSection {
+    /// The actor id.
+    pub actor_id: String,
+    /// The actor kind (`user`, `service` or `agent`); absent, or the claim absent:
+    /// `defaultKind`.
+    pub actor_kind: Option<String>,
+    /// The kind of an actor whose token says none.
+    pub default_kind: ActorKind,
+    /// The tenant namespace. A token without it is refused.
+    pub namespace: String,
+    /// Roles: a list of strings, or one space-separated string.
+    pub roles: String,
+    /// The surfaces the token may use (`aiSdk`, `workflow`, `mcp`); a token without them
     /// gets no model surface.
-    pub surfaces_claim: Option<String>,
+    pub surfaces: String,
+    /// The actor's attributes: a pointer to an object, or a table of attribute name →
+    /// pointer (`{ email = "/email", department = "/org/dept" }`).
+    pub attributes: AttributesSetting,
+    /// Whether the token opens the requester door (a boolean; absent: exactly when it names
+    /// no model surface).
+    pub requester_door: String,
+}
+
+impl Default for ClaimsSection {
+    fn default() -> Self {
+        ClaimsSection {
+            actor_id: "/sub".into(),
+            actor_kind: None,
+            default_kind: ActorKind::User,
+            namespace: "/org".into(),
+            roles: "/roles".into(),
+            surfaces: "/surfaces".into(),
+            attributes: AttributesSetting::Object("/attributes".into()),
+            requester_door: "/requesterDoor".into(),
+        }
+    }
+}
+
+/// `gateway.jwt.claims.attributes`: one pointer to an object, or one pointer per attribute.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum AttributesSetting {
+    /// The object at this pointer is the attributes.
+    Object(String),
+    /// Each attribute from its own pointer.
+    Each(BTreeMap<String, String>),
+}
+
+/// A string, or a list of strings (`audience`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum StringOrList {
+    /// One.
+    One(String),
+    /// Several.
+    Many(Vec<String>),
+}
+
+impl StringOrList {
+    /// The strings.
+    pub fn to_vec(&self) -> Vec<String> {
+        match self {
+            StringOrList::One(s) => vec![s.clone()],
+            StringOrList::Many(v) => v.clone(),
+        }
+    }
+}
+
+/// `gateway.jwt.algorithms`: the JWS algorithms capgate verifies with JWKS keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JwtAlgorithm {
+    /// RSASSA-PKCS1-v1_5 with SHA-256.
+    RS256,
+    /// RSASSA-PSS with SHA-256.
+    PS256,
+    /// ECDSA on P-256 with SHA-256.
+    ES256,
+    /// Ed25519.
+    EdDSA,
+}
+
+impl JwtAlgorithm {
+    /// Every algorithm, for the file's schema.
+    pub const ALL: [JwtAlgorithm; 4] = [
+        JwtAlgorithm::RS256,
+        JwtAlgorithm::PS256,
+        JwtAlgorithm::ES256,
+        JwtAlgorithm::EdDSA,
+    ];
+
+    /// The spelling in the file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JwtAlgorithm::RS256 => "RS256",
+            JwtAlgorithm::PS256 => "PS256",
+            JwtAlgorithm::ES256 => "ES256",
+            JwtAlgorithm::EdDSA => "EdDSA",
+        }
+    }
+}
+
+/// `[gateway.console.oidc]`: "Sign in with …" on the console, the authorization-code flow
+/// with PKCE against `[gateway.jwt]`'s issuer (which needs `discovery = true`).
+#[derive(Keys, Debug, Clone, Deserialize)]
+#[key(live)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ConsoleOidcSection {
+    /// The client id registered at the identity provider.
+    pub client_id: String,
+    /// The client secret (a confidential client); absent: a public client, PKCE only.
+    #[key(secret)]
+    pub client_secret: Option<String>,
+    /// The redirect URL registered at the provider: this console's `…/oidc/callback`, as
+    /// the browser reaches it (`https://capgate.example.com/console/oidc/callback`).
+    pub redirect_url: String,
+    /// The name on the button ("Sign in with Acme SSO"; default `your identity provider`).
+    pub display_name: Option<String>,
+    /// Scopes asked for besides `openid` (e.g. `["profile", "email"]`).
+    #[serde(default)]
+    pub scopes: Vec<String>,
 }
 
 /// `[gateway.rateLimit]`: token buckets per principal and per namespace, every door
@@ -900,6 +1059,13 @@ pub struct McpSection {
     /// Accepted `Host` header values at `/mcp` (DNS-rebinding protection). Absent: loopback
     /// names only; an empty list accepts any host.
     pub allowed_hosts: Option<Vec<String>>,
+    /// The public URL of `/mcp` (`https://capgate.example.com/mcp`): with it, `/mcp` is an
+    /// OAuth protected resource whose metadata names `[gateway.jwt]`'s issuer, so MCP
+    /// clients find the identity provider themselves (RFC 9728). Tokens must be issued for
+    /// it: list it in `gateway.jwt.audience`.
+    pub resource: Option<String>,
+    /// Scopes published in that metadata and asked for in a `401`'s challenge.
+    pub scopes: Vec<String>,
 }
 
 /// `[runtime.oci]`: where registry plugins are cached, which registries may be spoken to

@@ -68,6 +68,40 @@ impl Config {
                 }
             }
         }
+        if let Some(j) = &self.gateway.jwt {
+            identity_provider(j, doc, problems);
+        }
+        if let Some(o) = &self.gateway.console.oidc {
+            let discovered = self.gateway.jwt.as_ref().is_some_and(|j| j.discovery);
+            if !discovered {
+                problems.push(doc.problem(
+                    "/gateway/console/oidc",
+                    "single sign-on needs the identity provider's endpoints: set `issuer` and `discovery = true` in [gateway.jwt]",
+                ));
+            }
+            if o.client_id.trim().is_empty() {
+                problems.push(doc.problem("/gateway/console/oidc/clientId", "must not be empty"));
+            }
+            let callback = format!("{}/oidc/callback", self.gateway.console.path);
+            let path_ok = reqwest_like_path(&o.redirect_url).is_some_and(|p| p == callback);
+            if !path_ok {
+                problems.push(doc.problem(
+                    "/gateway/console/oidc/redirectUrl",
+                    format!(
+                        "must be the absolute URL at which browsers reach this console's `{callback}` (e.g. `https://capgate.example.com{callback}`), as registered at the provider"
+                    ),
+                ));
+            }
+        }
+        if self.mcp.resource.is_some() {
+            let issuer = self.gateway.jwt.as_ref().and_then(|j| j.issuer.as_ref());
+            if issuer.is_none() {
+                problems.push(doc.problem(
+                    "/mcp/resource",
+                    "names the identity provider MCP clients get tokens from, which is [gateway.jwt]'s `issuer`: set it",
+                ));
+            }
+        }
         for (i, k) in self.gateway.operator_keys.iter().enumerate() {
             credential(
                 doc,
@@ -447,5 +481,99 @@ fn credential(
     }
     if actor.kind == ActorKind::Anonymous {
         problems.push(doc.problem(&format!("{at}/actor/kind"), "anonymous actors are rejected"));
+    }
+}
+
+/// The path of an absolute `http(s)://` URL (`None` for anything else).
+fn reqwest_like_path(url: &str) -> Option<&str> {
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))?;
+    let slash = rest.find('/')?;
+    let path = &rest[slash..];
+    (!rest[..slash].is_empty() && !path.contains(['?', '#'])).then_some(path)
+}
+
+/// `[gateway.jwt]`'s key source and claim mapping: one source, an issuer to discover
+/// from, pointers that parse.
+fn identity_provider(
+    j: &crate::model::JwtSection,
+    doc: &crate::located::Located,
+    problems: &mut Vec<crate::located::Problem>,
+) {
+    use capgate_gateway::auth::ClaimPointer;
+    let sources = [
+        j.hs256_secret_env.is_some(),
+        j.rs256_public_key.is_some(),
+        j.jwks.is_some(),
+        j.jwks_url.is_some(),
+        j.discovery,
+    ]
+    .into_iter()
+    .filter(|s| *s)
+    .count();
+    if sources != 1 {
+        problems.push(doc.problem(
+            "/gateway/jwt",
+            "set exactly one key source: `discovery = true` (with `issuer`), `jwksUrl`, `jwks` (a file), `rs256PublicKey` or `hs256SecretEnv`",
+        ));
+    }
+    if j.discovery && j.issuer.is_none() {
+        problems.push(doc.problem(
+            "/gateway/jwt/discovery",
+            "discovery reads `<issuer>/.well-known/openid-configuration`: set `issuer`",
+        ));
+    }
+    for (key, url) in [
+        ("jwksUrl", j.jwks_url.as_deref()),
+        ("issuer", j.issuer.as_deref().filter(|_| j.discovery)),
+    ] {
+        if let Some(url) = url
+            && let Err(e) = capgate_gateway::identity::fetch::check_url(url)
+        {
+            problems.push(doc.problem(&format!("/gateway/jwt/{key}"), e.to_string()));
+        }
+    }
+    if matches!(&j.audience, Some(crate::model::StringOrList::Many(v)) if v.is_empty()) {
+        problems.push(doc.problem(
+            "/gateway/jwt/audience",
+            "an empty list accepts no token: name the audience(s), or write `allowMissingAudience = true`",
+        ));
+    }
+    if j.algorithms.as_ref().is_some_and(Vec::is_empty) {
+        problems.push(doc.problem(
+            "/gateway/jwt/algorithms",
+            "an empty list accepts no token: leave it out for all four",
+        ));
+    }
+    let c = &j.claims;
+    let mut pointers: Vec<(String, &str)> = vec![
+        ("actorId".into(), &c.actor_id),
+        ("namespace".into(), &c.namespace),
+        ("roles".into(), &c.roles),
+        ("surfaces".into(), &c.surfaces),
+        ("requesterDoor".into(), &c.requester_door),
+    ];
+    if let Some(k) = &c.actor_kind {
+        pointers.push(("actorKind".into(), k));
+    }
+    match &c.attributes {
+        crate::model::AttributesSetting::Object(p) => pointers.push(("attributes".into(), p)),
+        crate::model::AttributesSetting::Each(each) => {
+            for (name, p) in each {
+                pointers.push((format!("attributes/{name}"), p));
+            }
+        }
+    }
+    for (key, pointer) in pointers {
+        if let Err(e) = ClaimPointer::parse(pointer) {
+            problems.push(doc.problem(&format!("/gateway/jwt/claims/{key}"), e.to_string()));
+        }
+    }
+    if matches!(c.default_kind, capgate_core::actor::ActorKind::Anonymous) {
+        problems.push(doc.problem(
+            "/gateway/jwt/claims/defaultKind",
+            "a token never makes an anonymous actor: `user`, `service` or `agent`",
+        ));
     }
 }

@@ -268,6 +268,15 @@ schema_of! {
     crate::model::IsolationMode => spellings(crate::model::IsolationMode::ALL.map(|m| m.as_str()));
     crate::model::PolicyMode => spellings(crate::model::PolicyMode::ALL.map(|m| m.as_str()));
     crate::model::RateLimitScope => spellings(crate::model::RateLimitScope::ALL.map(|m| m.as_str()));
+    crate::model::JwtAlgorithm => spellings(crate::model::JwtAlgorithm::ALL.map(|m| m.as_str()));
+    crate::model::StringOrList => json!({ "anyOf": [
+        { "type": "string" },
+        { "type": "array", "items": { "type": "string" } },
+    ] });
+    crate::model::AttributesSetting => json!({ "anyOf": [
+        { "type": "string", "description": "A JSON pointer to an object of attributes." },
+        { "type": "object", "additionalProperties": { "type": "string" }, "description": "Attribute name → JSON pointer." },
+    ] });
     // The fields of capgate-core's and capgate-provider's own settings, which they
     // deserialize with `deny_unknown_fields`; a test validates a fully written value of
     // each against these, so a field added there without its place here fails it.

@@ -21,3 +21,4 @@ pub mod plugin;
 pub mod serve;
 pub mod shared;
 pub mod test;
+pub mod whoami;

@@ -98,6 +98,11 @@ impl Checked {
         })
     }
 
+    /// The authenticator every door shares (`capgate whoami` asks it directly).
+    pub fn authenticator(&self) -> SharedAuthenticator {
+        self.authenticator.clone()
+    }
+
     /// The configured authorizer of every door (and of `mcp --stdio`).
     pub fn authorizer(&self) -> Arc<dyn Authorizer> {
         self.authorizer.clone()
@@ -157,6 +162,7 @@ impl Checked {
             approval_url: self.config.gateway.approval_console_url.clone(),
             resume_tool: self.config.mcp.resume_tool,
             allowed_hosts: self.config.mcp.allowed_hosts.clone(),
+            protected_resource: self.protected_resource.clone(),
             ..Default::default()
         }
     }

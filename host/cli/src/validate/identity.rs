@@ -1,6 +1,14 @@
 //! The gateway's identity checks: the authorizer it names and the authenticators (API
 //! keys, JWT keys) it builds, each refusal located at its key.
 use super::*;
+use capgate_config::JwtAlgorithm;
+use capgate_gateway::auth::{Algorithm, AttributeMap, ClaimMap, ClaimPointer, TokenCheck};
+use capgate_gateway::console::SignOn;
+use capgate_gateway::identity::KeysAt;
+use capgate_gateway::identity::fetch::ProviderMetadata;
+use capgate_gateway::identity::jwks::Refresh;
+use capgate_gateway::identity::oidc::{OidcClient, OidcSettings};
+use capgate_gateway::mcp::oauth::ProtectedResource;
 
 impl Validation<'_> {
     /// The configured authorizer: `"authenticated"`, or the plugin bound as an authorizer.
@@ -37,8 +45,9 @@ impl Validation<'_> {
         }
     }
 
-    /// API keys and JWT, as configured: at least one way to authenticate.
-    pub(super) fn authenticator(&mut self) -> Option<SharedAuthenticator> {
+    /// API keys and JWT, as configured (at least one way to authenticate), the console's
+    /// single sign-on and `/mcp`'s OAuth metadata.
+    pub(super) fn identity(&mut self) -> Option<Identity> {
         let mut keys = ApiKeys::new();
         for k in &self.cfg.gateway.api_keys {
             let attributes = if k.actor.attributes.is_null() {
@@ -76,9 +85,12 @@ impl Validation<'_> {
             entry.requester_door = false;
             keys.insert_hashed(k.sha256.clone(), entry);
         }
-        let jwt = match &self.cfg.gateway.jwt {
-            None => None,
-            Some(j) => Some(self.jwt(j)?),
+        let (jwt, provider) = match &self.cfg.gateway.jwt {
+            None => (None, None),
+            Some(j) => {
+                let (jwt, provider) = self.jwt(j)?;
+                (Some(jwt), provider)
+            }
         };
         if keys.is_empty() && jwt.is_none() {
             self.problem(
@@ -87,15 +99,72 @@ impl Validation<'_> {
             );
             return None;
         }
-        Some(Arc::new(BuiltinAuthenticator {
-            api_keys: keys,
+        let sign_on = match (&self.cfg.gateway.console.oidc, &jwt, &provider) {
+            (Some(o), Some(jwt), Some(meta)) => {
+                let settings = OidcSettings {
+                    display_name: o
+                        .display_name
+                        .clone()
+                        .unwrap_or_else(|| "your identity provider".into()),
+                    client_id: o.client_id.clone(),
+                    client_secret: o.client_secret.clone(),
+                    redirect_url: o.redirect_url.clone(),
+                    scopes: o.scopes.clone(),
+                };
+                match OidcClient::new(settings, meta, jwt.check()) {
+                    Ok(client) => Some(SignOn {
+                        client: Arc::new(client),
+                        claims: jwt.claims().clone(),
+                    }),
+                    Err(e) => {
+                        self.problem("/gateway/console/oidc", e.to_string());
+                        return None;
+                    }
+                }
+            }
+            _ => None,
+        };
+        let protected_resource = match (&self.cfg.mcp.resource, &self.cfg.gateway.jwt) {
+            (Some(resource), Some(j)) => {
+                let issuer = j.issuer.clone().unwrap_or_default();
+                match ProtectedResource::new(resource.clone(), issuer, self.cfg.mcp.scopes.clone())
+                {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        self.problem("/mcp/resource", e.to_string());
+                        return None;
+                    }
+                }
+            }
+            _ => None,
+        };
+        Some(Identity {
+            authenticator: Arc::new(BuiltinAuthenticator {
+                api_keys: keys,
+                jwt: jwt.clone(),
+            }),
             jwt,
-        }))
+            sign_on,
+            protected_resource,
+        })
     }
 
-    pub(super) fn jwt(&mut self, j: &JwtSection) -> Option<JwtAuthenticator> {
-        let key = match (&j.hs256_secret_env, &j.rs256_public_key, &j.jwks) {
-            (Some(var), None, None) => {
+    /// `[gateway.jwt]`: its key (fetched from the identity provider at start, a located
+    /// problem when it cannot be reached) and claim mapping; the provider's OpenID
+    /// configuration when discovered.
+    pub(super) fn jwt(
+        &mut self,
+        j: &JwtSection,
+    ) -> Option<(JwtAuthenticator, Option<ProviderMetadata>)> {
+        let mut metadata = None;
+        let key = match (
+            &j.hs256_secret_env,
+            &j.rs256_public_key,
+            &j.jwks,
+            &j.jwks_url,
+            j.discovery,
+        ) {
+            (Some(var), None, None, None, false) => {
                 let at = "/gateway/jwt/hs256SecretEnv";
                 let Ok(secret) = std::env::var(var) else {
                     self.problem(at, format!("the environment variable {var} is not set"));
@@ -113,7 +182,7 @@ impl Validation<'_> {
                     }
                 }
             }
-            (None, Some(pem), None) => {
+            (None, Some(pem), None, None, false) => {
                 let at = "/gateway/jwt/rs256PublicKey";
                 let path = self.cfg.relative(pem);
                 let key = std::fs::read(&path)
@@ -134,7 +203,7 @@ impl Validation<'_> {
                     }
                 }
             }
-            (None, None, Some(jwks)) => {
+            (None, None, Some(jwks), None, false) => {
                 let at = "/gateway/jwt/jwks";
                 let path = self.cfg.relative(jwks);
                 let key = std::fs::read(&path)
@@ -150,31 +219,120 @@ impl Validation<'_> {
                     }
                 }
             }
-            _ => {
-                self.problem(
-                    "/gateway/jwt",
-                    "set exactly one of hs256SecretEnv, rs256PublicKey or jwks",
-                );
+            (None, None, None, url, discovery) if url.is_some() != discovery => {
+                let (at, keys_at) = match url {
+                    Some(url) => ("/gateway/jwt/jwksUrl", KeysAt::Url(url.clone())),
+                    None => ("/gateway/jwt/discovery", KeysAt::Discovery),
+                };
+                let issuer = j.issuer.clone().unwrap_or_default();
+                let refresh = Refresh {
+                    every: Duration::from_secs(j.refresh_seconds),
+                    min_gap: Duration::from_secs(j.min_refresh_seconds),
+                };
+                match connect_provider(issuer, keys_at, refresh) {
+                    Ok(provider) => {
+                        metadata = provider.metadata;
+                        JwtKey::Remote(provider.keys)
+                    }
+                    Err(e) => {
+                        self.problem(
+                            at,
+                            format!(
+                                "{e}; capgate does not start without its identity provider's keys (check the URL, the network, and that the provider is up)"
+                            ),
+                        );
+                        return None;
+                    }
+                }
+            }
+            // More than one source: the file's checks located it already.
+            _ => return None,
+        };
+        let claims = match claim_map(&j.claims) {
+            Ok(c) => c,
+            Err((at, e)) => {
+                self.problem(&format!("/gateway/jwt/claims/{at}"), e);
                 return None;
             }
         };
-        Some(JwtAuthenticator::new(JwtConfig {
-            key,
-            issuer: j.issuer.clone(),
-            audience: j.audience.clone(),
-            actor_id_claim: "sub".into(),
-            actor_kind_claim: None,
-            namespace_claim: j.namespace_claim.clone().unwrap_or_else(|| "org".into()),
-            attributes_claim: "attributes".into(),
-            roles_claim: "roles".into(),
-            surfaces_claim: j
-                .surfaces_claim
-                .clone()
-                .unwrap_or_else(|| "surfaces".into()),
-            requester_door_claim: j
-                .requester_door_claim
-                .clone()
-                .unwrap_or_else(|| "requesterDoor".into()),
-        }))
+        let mut check = TokenCheck::new(key);
+        check.issuer = j.issuer.clone();
+        check.audiences = j.audience.as_ref().map(|a| a.to_vec()).unwrap_or_default();
+        if let Some(algorithms) = &j.algorithms {
+            check.algorithms = algorithms
+                .iter()
+                .map(|a| match a {
+                    JwtAlgorithm::RS256 => Algorithm::RS256,
+                    JwtAlgorithm::PS256 => Algorithm::PS256,
+                    JwtAlgorithm::ES256 => Algorithm::ES256,
+                    JwtAlgorithm::EdDSA => Algorithm::EdDSA,
+                })
+                .collect();
+        }
+        Some((JwtAuthenticator::new(JwtConfig { check, claims }), metadata))
     }
+}
+
+/// What the file's identity settings build.
+pub(super) struct Identity {
+    pub(super) authenticator: SharedAuthenticator,
+    pub(super) jwt: Option<JwtAuthenticator>,
+    pub(super) sign_on: Option<SignOn>,
+    pub(super) protected_resource: Option<ProtectedResource>,
+}
+
+/// `[gateway.jwt.claims]` as the authenticator reads it (the pointers were checked with
+/// the file; a bad one here is named by its key).
+pub(crate) fn claim_map(c: &capgate_config::ClaimsSection) -> Result<ClaimMap, (String, String)> {
+    let parse =
+        |key: &str, p: &str| ClaimPointer::parse(p).map_err(|e| (key.to_owned(), e.to_string()));
+    Ok(ClaimMap {
+        actor_id: parse("actorId", &c.actor_id)?,
+        actor_kind: c
+            .actor_kind
+            .as_deref()
+            .map(|p| parse("actorKind", p))
+            .transpose()?,
+        default_kind: c.default_kind,
+        namespace: parse("namespace", &c.namespace)?,
+        roles: parse("roles", &c.roles)?,
+        surfaces: parse("surfaces", &c.surfaces)?,
+        attributes: match &c.attributes {
+            capgate_config::AttributesSetting::Object(p) => {
+                AttributeMap::Object(parse("attributes", p)?)
+            }
+            capgate_config::AttributesSetting::Each(each) => AttributeMap::Each(
+                each.iter()
+                    .map(|(name, p)| Ok((name.clone(), parse(&format!("attributes/{name}"), p)?)))
+                    .collect::<Result<_, (String, String)>>()?,
+            ),
+        },
+        requester_door: parse("requesterDoor", &c.requester_door)?,
+    })
+}
+
+/// Connect to the identity provider from validation, which is synchronous and may run on a
+/// runtime's blocking thread or on none: on a thread of its own with a runtime of its own,
+/// so it never blocks a runtime's worker. The provider's keys are then refreshed on the
+/// serving runtime (the HTTP client keeps no connection across).
+fn connect_provider(
+    issuer: String,
+    at: KeysAt,
+    refresh: Refresh,
+) -> Result<capgate_gateway::identity::Provider, String> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("no runtime to reach the identity provider: {e}"))?;
+            runtime
+                .block_on(capgate_gateway::identity::Provider::connect(
+                    &issuer, &at, refresh,
+                ))
+                .map_err(|e| e.to_string())
+        })
+        .join()
+        .unwrap_or_else(|_| Err("the identity provider check panicked".into()))
+    })
 }

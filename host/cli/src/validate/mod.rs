@@ -113,6 +113,12 @@ pub struct Checked {
     runtime_policies: Vec<Arc<dyn Policy>>,
     authorizer: Arc<dyn Authorizer>,
     authenticator: SharedAuthenticator,
+    /// `[gateway.jwt]`'s verification and claim mapping (`capgate whoami`).
+    pub jwt: Option<JwtAuthenticator>,
+    /// The console's single sign-on (`[gateway.console.oidc]`).
+    pub sign_on: Option<capgate_gateway::console::SignOn>,
+    /// `/mcp` as an OAuth protected resource (`[mcp] resource`).
+    pub protected_resource: Option<capgate_gateway::mcp::oauth::ProtectedResource>,
     /// What the file allows but `check` and `serve` warn about, located.
     pub warnings: Vec<Problem>,
 }
@@ -151,7 +157,7 @@ pub fn validate(path: &Path) -> Result<Checked, Refused> {
         doc: &doc,
         problems: Vec::new(),
     };
-    let authenticator = v.authenticator();
+    let identity = v.identity();
     let plugins = v.plugins();
     let policies = v.bindings("policies", &config.policies, &plugins, |plugin, b, name| {
         let mut p = plugin.policy(binding_of(name, b, plugins_section(&config, &b.plugin)))?;
@@ -210,8 +216,8 @@ pub fn validate(path: &Path) -> Result<Checked, Refused> {
             v.problems.push(problem);
         }
     }
-    let (Some(authenticator), Some(authorizer), Some((provider_runtime, capabilities))) =
-        (authenticator, authorizer, assembled)
+    let (Some(identity), Some(authorizer), Some((provider_runtime, capabilities))) =
+        (identity, authorizer, assembled)
     else {
         // Whatever could not be built has its problem; never refuse with none.
         if v.problems.is_empty() {
@@ -231,7 +237,10 @@ pub fn validate(path: &Path) -> Result<Checked, Refused> {
         capabilities,
         runtime_policies,
         authorizer,
-        authenticator,
+        authenticator: identity.authenticator,
+        jwt: identity.jwt,
+        sign_on: identity.sign_on,
+        protected_resource: identity.protected_resource,
         config,
         doc,
     };
