@@ -166,6 +166,11 @@ fn test(root: &Path, extra: &[String]) -> anyhow::Result<()> {
     run(Command::new("bash")
         .arg(root.join("tests/mcp/setup.sh"))
         .current_dir(root))?;
+    // The OpenID Provider (npm `oidc-provider`) the OIDC tests start on loopback
+    // (tests/oidc/provider.mjs, driven by capgate-testkit's `oidc` module).
+    run(Command::new("bash")
+        .arg(root.join("tests/oidc/setup.sh"))
+        .current_dir(root))?;
     let mut cargo_test = Command::new("cargo");
     cargo_test
         .current_dir(root)

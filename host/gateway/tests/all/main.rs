@@ -11,4 +11,5 @@ mod http_api;
 mod identity_edges;
 mod mcp_python;
 mod mcp_typescript;
+mod oidc_harness;
 mod replicas_postgres;
