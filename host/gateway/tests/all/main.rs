@@ -12,4 +12,5 @@ mod identity_edges;
 mod mcp_python;
 mod mcp_typescript;
 mod oidc_harness;
+mod oidc_identity;
 mod replicas_postgres;
