@@ -1068,3 +1068,197 @@ async fn the_approval_console_in_a_real_browser() {
         started.elapsed().as_secs_f64()
     );
 }
+
+/// Single sign-on in a real browser against a real OpenID Provider (npm `oidc-provider`,
+/// started on loopback by `capgate_testkit::oidc`): the console offers "Sign in with
+/// Corp SSO"; Priya signs in at the provider's login page (the authorization-code flow with
+/// PKCE), comes back signed in as the principal her ID token's nested claims map to, and
+/// approves Dana's held $649 refund as that approver; the session ends no later than the
+/// ID token, and signing out ends it (the old cookie replayed is 401). An account whose
+/// token opens a model door (an agent's identity) is sent back with an explanation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_console_signs_an_approver_in_with_the_identity_provider() {
+    use capgate_testkit::oidc::{OidcProvider, require_node};
+    if !browser_available() || !require_node() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let callback = format!("{base}/console/oidc/callback");
+    let id_token_ttl = 900;
+    let idp = OidcProvider::start(json!({
+        "clients": [{
+            "client_id": "capgate-console",
+            "client_secret": "console-secret-0123456789abcdef",
+            "redirect_uris": [callback],
+            "grant_types": ["authorization_code"],
+            "response_types": ["code"],
+        }],
+        "accounts": {
+            "priya": {
+                "name": "Priya",
+                "corp": { "tenant": "org_1", "groups": ["approver", "manager"] },
+            },
+            "agent-bot": {
+                "corp": { "tenant": "org_1", "groups": [], "surfaces": ["aiSdk"] },
+            },
+        },
+        "ttl": { "IdToken": id_token_ttl },
+    }))
+    .await;
+    let extra = format!(
+        r#"
+[gateway.jwt]
+discovery = true
+issuer = "{issuer}"
+audience = "capgate-api"
+
+[gateway.jwt.claims]
+namespace = "/corp/tenant"
+roles = "/corp/groups"
+surfaces = "/corp/surfaces"
+attributes = {{ name = "/name" }}
+
+[gateway.console.oidc]
+clientId = "capgate-console"
+clientSecret = {{ env = "CAPGATE_TEST_OIDC_SECRET" }}
+redirectUrl = "{callback}"
+displayName = "Corp SSO"
+"#,
+        issuer = idp.issuer()
+    );
+    let config = deployment(dir.path(), |text| text, &extra);
+    let store = format!("sqlite://{}", dir.path().join("capgate.db").display());
+    let server = Server::start_at(
+        &config,
+        &store,
+        &format!("127.0.0.1:{port}"),
+        &[(
+            "CAPGATE_TEST_OIDC_SECRET",
+            "console-secret-0123456789abcdef",
+        )],
+    );
+    assert_eq!(server.base, base);
+    let console = format!("{base}/console");
+    let agent = format!("{base}/agent");
+    let dana = Caller::new(DANA);
+    let priya_api = Caller::new(PRIYA);
+    let refund_1 = held(
+        &dana,
+        &agent,
+        invoke(
+            "orders.refund",
+            refund("ord_42", 649, "damaged item"),
+            "sso_1",
+        ),
+    )
+    .await;
+
+    let driver = Chromedriver::start().await;
+    let priya = Browser::open(&driver, "priya-sso").await;
+    priya.goto(&console).await;
+    priya
+        .wait_text(&tid("signin-oidc"), "the SSO button", |t| {
+            t == "Sign in with Corp SSO"
+        })
+        .await;
+    // Pasting a key stays available beside it.
+    priya
+        .wait_displayed(&tid("signin-form"), "the key form")
+        .await;
+    priya.click(&tid("signin-oidc")).await;
+    // The provider's own login page.
+    priya
+        .wait_displayed("input[name=login]", "the provider's login form")
+        .await;
+    let at = priya.js("return location.origin;").await;
+    assert_eq!(at, json!(idp.issuer()), "the browser is at the provider");
+    priya.type_into("input[name=login]", "priya").await;
+    priya
+        .type_into("input[name=password]", "any password")
+        .await;
+    priya.click("button[type=submit]").await;
+    // Back on the console, signed in as the mapped principal.
+    priya.wait_contains(&tid("whoami"), "priya").await;
+    priya.wait_contains(&tid("whoami"), "org_1").await;
+    let session = priya
+        .js_async(
+            "const done = arguments[arguments.length - 1]; \
+             fetch('/console/session').then(r => r.json()).then(done, e => done(String(e)));",
+        )
+        .await;
+    assert_eq!(session["actor"]["id"], "priya", "{session}");
+    assert_eq!(
+        session["roles"],
+        json!(["approver", "manager"]),
+        "{session}"
+    );
+    assert_eq!(session["approver"], true, "{session}");
+    let expires =
+        chrono::DateTime::parse_from_rfc3339(session["expiresAt"].as_str().expect("expiresAt"))
+            .expect("RFC 3339");
+    let latest = chrono::Utc::now() + chrono::Duration::seconds(id_token_ttl + 5);
+    assert!(
+        expires <= latest,
+        "the session ends with the ID token ({expires} > {latest})"
+    );
+    // She decides Dana's refund as the signed-in approver (high risk: confirmed).
+    priya
+        .wait_contains(&in_card(&refund_1, "card-requester"), "u_dana")
+        .await;
+    priya.click(&in_card(&refund_1, "card-approve")).await;
+    priya
+        .wait_displayed(&tid("confirm-dialog"), "the confirmation dialog")
+        .await;
+    priya.click(&tid("confirm-yes")).await;
+    priya
+        .wait_contains(&in_card(&refund_1, "card-result"), "Approved by priya")
+        .await;
+    let (status, decided) = priya_api.get(&format!("{base}/approvals/{refund_1}")).await;
+    assert_eq!(status, 200, "{decided}");
+    assert_eq!(decided["status"], "approved", "{decided}");
+    assert_eq!(decided["decision"]["approver"]["id"], "priya", "{decided}");
+    let (status, done) = dana
+        .post(
+            &format!("{agent}/resumeApproval"),
+            &json!({"approvalId": refund_1, "invocationId": "sso_1"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["status"], "completed", "{done}");
+    // Signing out ends the session: the old cookie replayed is refused.
+    let cookie = priya
+        .client
+        .get_named_cookie("capgate_console")
+        .await
+        .expect("the session cookie")
+        .value()
+        .to_owned();
+    priya.sign_out().await;
+    let replay = reqwest::Client::new()
+        .get(format!("{console}/session"))
+        .header("cookie", format!("capgate_console={cookie}"))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(replay.status(), 401, "the signed-out session still works");
+
+    // An identity whose token opens a model door cannot sign in here.
+    let bot = Browser::open(&driver, "agent-bot-sso").await;
+    bot.goto(&console).await;
+    bot.click(&tid("signin-oidc")).await;
+    bot.wait_displayed("input[name=login]", "the provider's login form")
+        .await;
+    bot.type_into("input[name=login]", "agent-bot").await;
+    bot.type_into("input[name=password]", "x").await;
+    bot.click("button[type=submit]").await;
+    bot.wait_contains(&tid("signin-error"), "cannot decide approvals")
+        .await;
+    let path = bot.js("return location.pathname + location.search;").await;
+    assert_eq!(
+        path,
+        json!("/console/"),
+        "the error code is taken off the address"
+    );
+}

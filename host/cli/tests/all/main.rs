@@ -23,6 +23,7 @@ mod hot_reload;
 mod http_upstream_e2e;
 mod mcp_upstream_e2e;
 mod oci_registry;
+mod oidc_cli;
 mod openapi_import;
 mod otlp_traces;
 mod prometheus_e2e;

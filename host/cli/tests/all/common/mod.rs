@@ -150,6 +150,17 @@ impl Server {
 
     /// [`Server::start`] with extra environment variables for the server process.
     pub fn start_with_env(config: &std::path::Path, store: &str, env: &[(&str, &str)]) -> Server {
+        Server::start_at(config, store, "127.0.0.1:0", env)
+    }
+
+    /// [`Server::start_with_env`] on a given listen address (a test that must know the
+    /// port before the server starts: an OIDC redirect URL registered at the provider).
+    pub fn start_at(
+        config: &std::path::Path,
+        store: &str,
+        listen: &str,
+        env: &[(&str, &str)],
+    ) -> Server {
         let text = std::fs::read_to_string(config).expect("read the config");
         let metrics_listen: &[&str] = if text.contains("[telemetry.metrics]") {
             &["--metrics-listen", "127.0.0.1:0"]
@@ -157,7 +168,7 @@ impl Server {
             &[]
         };
         let mut child = Command::new(env!("CARGO_BIN_EXE_capgate"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--store", store])
+            .args(["serve", "--listen", listen, "--store", store])
             .args(metrics_listen)
             .arg("--config")
             .arg(config)

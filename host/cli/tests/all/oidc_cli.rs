@@ -1,0 +1,174 @@
+//! The command line's side of corporate identity, against a real OpenID Provider
+//! (`capgate_testkit::oidc`): `capgate whoami` shows the principal a provider's token maps
+//! to (and why a token is refused), and `capgate check` refuses a claim pointer that is not
+//! one and a provider it cannot reach, each at its key.
+
+use crate::common::*;
+use capgate_testkit::oidc::{OidcProvider, require_node};
+use serde_json::{Value, json};
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+const RESOURCE: &str = "https://capgate.test/api";
+
+fn jwt_section(issuer: &str, extra: &str) -> String {
+    format!(
+        "[gateway.jwt]\ndiscovery = true\nissuer = \"{issuer}\"\naudience = \"{RESOURCE}\"\n\n\
+         [gateway.jwt.claims]\nactorKind = \"/corp/kind\"\nnamespace = \"/corp/tenant\"\n\
+         roles = \"/corp/groups\"\nsurfaces = \"/corp/surfaces\"\n{extra}\n"
+    )
+}
+
+/// `capgate whoami --config CONFIG --token - --output json`, the token on stdin.
+fn whoami(config: &std::path::Path, token: &str) -> (i32, Value, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_capgate"))
+        .args(["whoami", "--token", "-", "--output", "json", "--config"])
+        .arg(config)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run capgate whoami");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(token.as_bytes())
+        .expect("write the token");
+    let out = child.wait_with_output().expect("capgate whoami");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let json = serde_json::from_str(stdout.trim()).unwrap_or(Value::Null);
+    (
+        out.status.code().unwrap_or(-1),
+        json,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whoami_shows_the_principal_a_providers_token_maps_to() {
+    if !require_node() {
+        return;
+    }
+    let idp = OidcProvider::start(json!({
+        "algs": ["ES256"],
+        "clients": [{
+            "client_id": "reporting-service", "client_secret": "a-secret-0123456789abcdef",
+            "grant_types": ["client_credentials"], "redirect_uris": [], "response_types": [],
+        }],
+        "clientClaims": { "reporting-service": {
+            "corp": { "tenant": "org_2", "groups": ["reader"], "surfaces": ["workflow"], "kind": "service" },
+        }},
+        "resources": { RESOURCE: { "scope": "capgate", "alg": "ES256" } },
+    }))
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = deployment(dir.path(), |t| t, &jwt_section(idp.issuer(), ""));
+    let token = idp
+        .client_credentials(
+            "reporting-service",
+            "a-secret-0123456789abcdef",
+            RESOURCE,
+            None,
+        )
+        .await;
+    let (code, shown, stderr) = whoami(&config, &token);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(shown["ok"], true);
+    let p = &shown["principal"];
+    assert_eq!(
+        p["actor"],
+        json!({"id": "reporting-service", "kind": "service"}),
+        "{shown}"
+    );
+    assert_eq!(p["namespace"], "org_2");
+    assert_eq!(p["roles"], json!(["reader"]));
+    assert_eq!(p["surfaces"], json!(["workflow"]));
+    assert_eq!(
+        p["doors"],
+        json!(["workflow"]),
+        "no approvals door for a service with a model surface"
+    );
+    assert_eq!(p["credential"], "token");
+    assert!(p["expiresAt"].is_string());
+    // An expired token, signed with the provider's own key: refused, with the reason.
+    let expired = idp
+        .mint(
+            json!({"iss": idp.issuer(), "aud": RESOURCE, "sub": "x", "exp": chrono::Utc::now().timestamp() - 10,
+                   "corp": {"tenant": "org_2"}}),
+            "ES256",
+            None,
+        )
+        .await;
+    let (code, shown, _) = whoami(&config, &expired);
+    assert_eq!(code, 1, "{shown}");
+    assert_eq!(shown["ok"], false);
+    assert!(
+        shown["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("xpired")),
+        "{shown}"
+    );
+    // The example's API keys map too (the same authenticator).
+    let (code, shown, stderr) = whoami(&config, "dana-dev-key");
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(shown["principal"]["credential"], "apiKey");
+    assert_eq!(shown["principal"]["actor"]["id"], "u_dana");
+}
+
+#[test]
+fn check_refuses_a_claim_pointer_that_is_not_one_and_an_unreachable_provider() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let issuer = format!("http://{}", dead.local_addr().expect("addr"));
+    drop(dead);
+    let config = deployment(
+        dir.path(),
+        |t| t,
+        &jwt_section(
+            &issuer,
+            "actorId = \"sub\"\nattributes = { email = \"/email~2\" }\n",
+        ),
+    );
+    let out = capgate_output(&[
+        "check",
+        "--output",
+        "json",
+        "--config",
+        config.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let problems = report["problems"].as_array().expect("problems");
+    let at = |key: &str| {
+        problems
+            .iter()
+            .find(|p| p["key"] == key)
+            .unwrap_or_else(|| panic!("no problem at {key}: {report}"))["message"]
+            .as_str()
+            .expect("a message")
+            .to_owned()
+    };
+    assert!(at("gateway.jwt.claims.actorId").contains("must start with `/`"));
+    assert!(at("gateway.jwt.claims.attributes.email").contains("~"));
+    // A sound file whose provider does not answer: a start-up error naming it.
+    let config = deployment(dir.path(), |t| t, &jwt_section(&issuer, ""));
+    let out = capgate_output(&[
+        "check",
+        "--output",
+        "json",
+        "--config",
+        config.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let message = report["problems"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["key"] == "gateway.jwt.discovery"))
+        .unwrap_or_else(|| panic!("no problem at gateway.jwt.discovery: {report}"))["message"]
+        .to_string();
+    assert!(
+        message.contains("unreachable") && message.contains(&issuer),
+        "{message}"
+    );
+}
