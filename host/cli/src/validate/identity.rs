@@ -141,9 +141,8 @@ impl Validation<'_> {
         Some(Identity {
             authenticator: Arc::new(BuiltinAuthenticator {
                 api_keys: keys,
-                jwt: jwt.clone(),
+                jwt,
             }),
-            jwt,
             sign_on,
             protected_resource,
         })
@@ -276,7 +275,6 @@ impl Validation<'_> {
 /// What the file's identity settings build.
 pub(super) struct Identity {
     pub(super) authenticator: SharedAuthenticator,
-    pub(super) jwt: Option<JwtAuthenticator>,
     pub(super) sign_on: Option<SignOn>,
     pub(super) protected_resource: Option<ProtectedResource>,
 }

@@ -113,8 +113,6 @@ pub struct Checked {
     runtime_policies: Vec<Arc<dyn Policy>>,
     authorizer: Arc<dyn Authorizer>,
     authenticator: SharedAuthenticator,
-    /// `[gateway.jwt]`'s verification and claim mapping (`capgate whoami`).
-    pub jwt: Option<JwtAuthenticator>,
     /// The console's single sign-on (`[gateway.console.oidc]`).
     pub sign_on: Option<capgate_gateway::console::SignOn>,
     /// `/mcp` as an OAuth protected resource (`[mcp] resource`).
@@ -238,7 +236,6 @@ pub fn validate(path: &Path) -> Result<Checked, Refused> {
         runtime_policies,
         authorizer,
         authenticator: identity.authenticator,
-        jwt: identity.jwt,
         sign_on: identity.sign_on,
         protected_resource: identity.protected_resource,
         config,

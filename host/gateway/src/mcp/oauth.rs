@@ -94,7 +94,7 @@ impl ProtectedResource {
     pub fn router(&self) -> axum::Router {
         let doc = self.clone();
         let suffixed = match reqwest::Url::parse(&self.resource) {
-            Ok(u) if u.path().trim_end_matches('/').len() > 0 => {
+            Ok(u) if !u.path().trim_end_matches('/').is_empty() => {
                 Some(format!("{WELL_KNOWN}{}", u.path().trim_end_matches('/')))
             }
             _ => None,

@@ -23,6 +23,8 @@ const DOOR_REQUESTS: &[(&str, &str)] = &[
     ("POST", "/admin/reload"),
     ("GET", "/healthz"),
     ("GET", "/readyz"),
+    ("GET", "/.well-known/oauth-protected-resource"),
+    ("GET", "/.well-known/oauth-protected-resource/mcp"),
 ];
 
 /// A reloader that is never called here.
@@ -77,8 +79,20 @@ async fn every_door_mounted_at_a_fixed_path_is_reserved() {
     let kept = Kept::default();
     assert!(kept.set_reloader(Arc::new(NoReload)).is_ok());
     let rt = runtime();
+    let mcp = capgate_gateway::mcp::McpOptions {
+        protected_resource: Some(
+            capgate_gateway::mcp::oauth::ProtectedResource::new(
+                "https://capgate.test/mcp",
+                "https://idp.test",
+                vec![],
+            )
+            .unwrap_or_else(|e| panic!("a resource: {e}")),
+        ),
+        ..Default::default()
+    };
     let app = AppBuilder::new(&kept, rt.clone(), keeper())
         .route("/agent", route(&rt))
+        .mcp(mcp)
         .console(ConsoleOptions::default())
         .admin(true)
         .http_metrics(true)
