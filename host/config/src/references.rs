@@ -93,12 +93,30 @@ impl Config {
                 ));
             }
         }
-        if self.mcp.resource.is_some() {
+        if let Some(resource) = &self.mcp.resource {
             let issuer = self.gateway.jwt.as_ref().and_then(|j| j.issuer.as_ref());
             if issuer.is_none() {
                 problems.push(doc.problem(
                     "/mcp/resource",
                     "names the identity provider MCP clients get tokens from, which is [gateway.jwt]'s `issuer`: set it",
+                ));
+            }
+            // MCP clients ask for tokens issued for this resource (RFC 8707): a gateway
+            // that did not accept that audience would refuse every token they get.
+            let audiences = self
+                .gateway
+                .jwt
+                .as_ref()
+                .and_then(|j| j.audience.as_ref())
+                .map(StringOrList::to_vec);
+            if let Some(audiences) = audiences
+                && !audiences.iter().any(|a| a == resource)
+            {
+                problems.push(doc.problem(
+                    "/mcp/resource",
+                    format!(
+                        "MCP clients get tokens for `{resource}`, which [gateway.jwt] `audience` does not list: add it (`audience = [\"…\", \"{resource}\"]`)"
+                    ),
                 ));
             }
         }

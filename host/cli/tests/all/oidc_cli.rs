@@ -172,3 +172,128 @@ fn check_refuses_a_claim_pointer_that_is_not_one_and_an_unreachable_provider() {
         "{message}"
     );
 }
+
+/// `capgate serve` with `[mcp] resource`: the metadata at both well-known places names the
+/// provider, `/mcp` without a token answers `401` naming it, and a token the provider
+/// issued for the resource opens `/mcp`; `check` refuses a resource the audience does not
+/// list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_publishes_mcp_oauth_metadata_and_takes_the_providers_tokens() {
+    if !require_node() {
+        return;
+    }
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let resource = format!("{base}/mcp");
+    let idp = OidcProvider::start(json!({
+        "clients": [{
+            "client_id": "desk-agent", "client_secret": "a-secret-0123456789abcdef",
+            "grant_types": ["client_credentials"], "redirect_uris": [], "response_types": [],
+        }],
+        "clientClaims": { "desk-agent": {
+            "corp": { "tenant": "org_1", "surfaces": ["mcp"], "kind": "service" },
+        }},
+        "resources": { resource.clone(): { "scope": "capgate" } },
+    }))
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let jwt = jwt_section(idp.issuer(), "").replace(
+        &format!("audience = \"{RESOURCE}\""),
+        &format!("audience = [\"{RESOURCE}\", \"{resource}\"]"),
+    );
+    // The example already has an [mcp] table: its keys go there.
+    let config = deployment(
+        dir.path(),
+        |t| {
+            t.replacen(
+                "[mcp]\n",
+                &format!("[mcp]\nresource = \"{resource}\"\nscopes = [\"capgate\"]\n"),
+                1,
+            )
+        },
+        &jwt,
+    );
+    let store = format!("sqlite://{}", dir.path().join("capgate.db").display());
+    let server = Server::start_at(&config, &store, &format!("127.0.0.1:{port}"), &[]);
+    assert_eq!(server.base, base);
+    let http = reqwest::Client::new();
+    for path in [
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/oauth-protected-resource",
+    ] {
+        let metadata: Value = http
+            .get(format!("{base}{path}"))
+            .send()
+            .await
+            .expect("metadata")
+            .json()
+            .await
+            .expect("JSON");
+        assert_eq!(
+            metadata["resource"],
+            resource.as_str(),
+            "{path}: {metadata}"
+        );
+        assert_eq!(
+            metadata["authorization_servers"],
+            json!([idp.issuer()]),
+            "{path}"
+        );
+        assert_eq!(metadata["scopes_supported"], json!(["capgate"]), "{path}");
+    }
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "oidc-cli-test", "version": "1"}}});
+    let post = |token: Option<String>| {
+        let mut r = http
+            .post(&resource)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(initialize.to_string());
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        r.send()
+    };
+    let refused = post(None).await.expect("an answer");
+    assert_eq!(refused.status(), 401);
+    assert_eq!(
+        refused.headers()["www-authenticate"],
+        format!("Bearer resource_metadata=\"{base}/.well-known/oauth-protected-resource/mcp\", scope=\"capgate\"").as_str()
+    );
+    let token = idp
+        .client_credentials(
+            "desk-agent",
+            "a-secret-0123456789abcdef",
+            &resource,
+            Some("capgate"),
+        )
+        .await;
+    let admitted = post(Some(token)).await.expect("an answer");
+    assert_eq!(admitted.status(), 200, "{:?}", admitted.text().await);
+    // A resource the audience leaves out would refuse every token MCP clients get.
+    drop(server);
+    let config = deployment(
+        dir.path(),
+        |t| t.replacen("[mcp]\n", &format!("[mcp]\nresource = \"{resource}\"\n"), 1),
+        &jwt_section(idp.issuer(), ""),
+    );
+    let out = capgate_output(&[
+        "check",
+        "--output",
+        "json",
+        "--config",
+        config.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert!(
+        report["problems"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|p| p["key"] == "mcp.resource"
+                && p["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("audience")))),
+        "{report}"
+    );
+}
