@@ -7,7 +7,10 @@
 //! instances reused). Workloads of the customer-support example:
 //! - `policy`: one `refundLimit` policy evaluation; for `fresh`, each timed call waits
 //!   (untimed) until the reserve holds a ready instance: the request-path cost when warm;
-//! - `invoke`: one governed invoke (2 policies + output redactor + audit) that completes;
+//! - `invoke`: one governed invoke that completes — the workload of the spec's reference
+//!   runtime comparison: policies `orgIsolation` + `refundLimit`, a redactor dropping
+//!   `/gatewayRef` (native and Wasm doing the same), input and output schemas, every audit
+//!   event collected ([`support::CollectingSink`]), the input varying per call;
 //! - `approval`: invoke → approval-required, a human decides, resume → completed.
 //!
 //! Back to back, a call's background work (refilling the reserve, retiring instances)
@@ -105,35 +108,37 @@ impl Plan {
 const WORKLOADS: [&str; 3] = ["policy", "invoke", "approval"];
 const PLUGINS: [&str; 4] = ["native", "fresh", "fresh-inline", "pooled"];
 
-fn small_refund() -> InvokeRequest {
+/// The `i`th refund under the limit (the input varies per call, as the reference's does).
+fn small_refund(i: usize) -> InvokeRequest {
     InvokeRequest::new(
         Surface::AiSdk,
         "orders.refund",
-        json!({"orderId": "ord_1", "amount": 20}),
+        json!({"orderId": format!("ord_{i}"), "amount": 1 + (i % 499)}),
         Actor::user("u_dana", json!({"orgId": "org_1"})),
     )
     .context(json!({"orgId": "org_1"}))
 }
 
-fn big_refund() -> InvokeRequest {
+/// The `i`th refund over the limit.
+fn big_refund(i: usize) -> InvokeRequest {
     InvokeRequest::new(
         Surface::AiSdk,
         "orders.refund",
-        json!({"orderId": "ord_42", "amount": 649}),
+        json!({"orderId": format!("ord_{i}"), "amount": 501 + (i % 1000)}),
         Actor::user("u_dana", json!({"orgId": "org_1"})),
     )
     .context(json!({"orgId": "org_1"}))
 }
 
 /// One governed invoke that must complete.
-async fn invoke(rt: &Runtime) {
-    let r = rt.invoke(small_refund()).await;
+async fn invoke(rt: &Runtime, i: usize) {
+    let r = rt.invoke(small_refund(i)).await;
     assert_eq!(r.status(), "completed", "{r:?}");
 }
 
 /// Invoke → approval-required → a manager approves → resume → completed.
-async fn approval_round_trip(rt: &Runtime) {
-    let held = rt.invoke(big_refund()).await;
+async fn approval_round_trip(rt: &Runtime, i: usize) {
+    let held = rt.invoke(big_refund(i)).await;
     let Some(approval) = held.approval() else {
         panic!("expected approval-required: {held:?}")
     };
@@ -169,19 +174,27 @@ async fn approval_round_trip(rt: &Runtime) {
 }
 
 /// Warm up, then time each call; `before` runs untimed before every call.
-async fn measure<T>(plan: &Plan, on: &T, before: impl Fn(), call: impl AsyncFn(&T)) -> Summary {
-    for _ in 0..plan.warmup {
+async fn measure<T>(
+    plan: &Plan,
+    on: &T,
+    before: impl Fn(),
+    call: impl AsyncFn(&T, usize),
+) -> Summary {
+    let audit = collect_audit();
+    for i in 0..plan.warmup {
         before();
-        call(on).await;
+        audit.trim();
+        call(on, i).await;
     }
     let mut samples = Vec::with_capacity(plan.calls);
-    for _ in 0..plan.calls {
+    for i in 0..plan.calls {
         if !plan.think.is_zero() {
             std::thread::sleep(plan.think);
         }
         before();
+        audit.trim();
         let start = Instant::now();
-        call(on).await;
+        call(on, plan.warmup + i).await;
         samples.push(start.elapsed());
     }
     summarize(samples)
@@ -252,6 +265,8 @@ fn wait_warm(policy: &Option<Arc<capgate_wasm::WasmPolicy>>) {
 }
 
 fn main() {
+    // Every audit event is collected, as the reference runtime's harness does.
+    let _ = collect_audit();
     let plan = match Plan::from_args() {
         Ok(p) => p,
         Err(e) => {
@@ -301,7 +316,7 @@ fn main() {
                         &plan,
                         &call,
                         || wait_warm(&warm),
-                        async |c: &PolicyCall| c.evaluate(&*policy).await,
+                        async |c: &PolicyCall, _| c.evaluate(&*policy).await,
                     )
                     .await;
                     return (s, wasm.map(|w| w.reserve_stats()));

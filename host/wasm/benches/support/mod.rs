@@ -54,12 +54,51 @@ impl AuditSink for NullSink {
     }
 }
 
+/// An audit sink that keeps every event it receives (as the spec's reference runtime's
+/// collecting sink does): the per-call harness audits into it, and empties it between
+/// calls, untimed, so memory stays flat over 120 000 calls.
+#[derive(Default)]
+pub struct CollectingSink(std::sync::Mutex<Vec<AuditEvent>>);
+
+impl CollectingSink {
+    /// Forget what was collected (untimed, between calls).
+    pub fn trim(&self) {
+        let mut events = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if events.len() >= 4096 {
+            events.clear();
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl AuditSink for CollectingSink {
+    fn name(&self) -> &str {
+        "collecting"
+    }
+    async fn emit(&self, event: &AuditEvent) -> Result<(), AuditSinkError> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(event.clone());
+        Ok(())
+    }
+}
+
+static COLLECTING: std::sync::OnceLock<Arc<CollectingSink>> = std::sync::OnceLock::new();
+
+/// From now on, every runtime these helpers build audits into one [`CollectingSink`]
+/// (instead of [`NullSink`]); that sink.
+pub fn collect_audit() -> Arc<CollectingSink> {
+    COLLECTING.get_or_init(Default::default).clone()
+}
+
 /// The refund-limit policy written natively.
 pub fn refund_limit_native() -> impl Policy {
     capgate_testkit::walkthrough::refund_limit("refundLimit", None)
 }
 
-/// `orders.refund` with these policies and redactor, audited to [`NullSink`].
+/// `orders.refund` with these policies and redactor, an input and an output schema,
+/// audited to [`NullSink`] (or, after [`collect_audit`], to the collecting sink).
 pub fn runtime(policies: Vec<Arc<dyn Policy>>, redactor: Arc<dyn Redactor>) -> Runtime {
     let mut def = CapabilityDef::new(
         "orders.refund",
@@ -69,6 +108,16 @@ pub fn runtime(policies: Vec<Arc<dyn Policy>>, redactor: Arc<dyn Redactor>) -> R
         "type": "object",
         "properties": {"orderId": {"type": "string"}, "amount": {"type": "number"}},
         "required": ["orderId", "amount"]
+    }))
+    .output_schema(json!({
+        "type": "object",
+        "properties": {
+            "refundId": {"type": "string"},
+            "amount": {"type": "number"},
+            "gatewayRef": {"type": "string"},
+            "email": {"type": "string"}
+        },
+        "required": ["refundId", "amount"]
     }))
     .redactor_arc(redactor)
     .procedure(handler(|call| async move {
@@ -83,7 +132,10 @@ pub fn runtime(policies: Vec<Arc<dyn Policy>>, redactor: Arc<dyn Redactor>) -> R
             .build()
             .expect("registry"),
     )
-    .audit_sink(Arc::new(NullSink))
+    .audit_sink(match COLLECTING.get() {
+        Some(sink) => sink.clone() as Arc<dyn AuditSink>,
+        None => Arc::new(NullSink),
+    })
     .build()
     .expect("a valid runtime")
 }
@@ -154,8 +206,10 @@ pub fn wasm_runtime_probed(
     let red = Arc::new(
         plugin("pii_redactor")
             .redactor(
+                // The example's `stripGatewayRef`: the same redaction as the native one
+                // (drop `/gatewayRef`, no pattern scanning).
                 Binding::new("pii")
-                    .config(json!({"paths": ["/gatewayRef"]}))
+                    .config(json!({"paths": ["/gatewayRef"], "emails": false, "phones": false, "cards": false}))
                     .isolation(isolation)
                     .reserve(reserve),
             )
