@@ -19,6 +19,19 @@ fn jwt_section(issuer: &str, extra: &str) -> String {
     )
 }
 
+/// `capgate check --output json` of a file it must refuse: its report.
+fn refused_by_check(config: &std::path::Path) -> Value {
+    let out = capgate_output(&[
+        "check",
+        "--output",
+        "json",
+        "--config",
+        config.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
 /// `capgate whoami --config CONFIG --token - --output json`, the token on stdin.
 fn whoami(config: &std::path::Path, token: &str) -> (i32, Value, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_capgate"))
@@ -130,15 +143,7 @@ fn check_refuses_a_claim_pointer_that_is_not_one_and_an_unreachable_provider() {
             "actorId = \"sub\"\nattributes = { email = \"/email~2\" }\n",
         ),
     );
-    let out = capgate_output(&[
-        "check",
-        "--output",
-        "json",
-        "--config",
-        config.to_str().expect("utf-8"),
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let report = refused_by_check(&config);
     let problems = report["problems"].as_array().expect("problems");
     let at = |key: &str| {
         problems
@@ -153,15 +158,7 @@ fn check_refuses_a_claim_pointer_that_is_not_one_and_an_unreachable_provider() {
     assert!(at("gateway.jwt.claims.attributes.email").contains("~"));
     // A sound file whose provider does not answer: a start-up error naming it.
     let config = deployment(dir.path(), |t| t, &jwt_section(&issuer, ""));
-    let out = capgate_output(&[
-        "check",
-        "--output",
-        "json",
-        "--config",
-        config.to_str().expect("utf-8"),
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let report = refused_by_check(&config);
     let message = report["problems"]
         .as_array()
         .and_then(|p| p.iter().find(|p| p["key"] == "gateway.jwt.discovery"))
@@ -278,15 +275,7 @@ async fn serve_publishes_mcp_oauth_metadata_and_takes_the_providers_tokens() {
         |t| t.replacen("[mcp]\n", &format!("[mcp]\nresource = \"{resource}\"\n"), 1),
         &jwt_section(idp.issuer(), ""),
     );
-    let out = capgate_output(&[
-        "check",
-        "--output",
-        "json",
-        "--config",
-        config.to_str().expect("utf-8"),
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let report = refused_by_check(&config);
     assert!(
         report["problems"]
             .as_array()

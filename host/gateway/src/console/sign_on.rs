@@ -110,15 +110,20 @@ fn pending_of(headers: &HeaderMap) -> Option<PendingSignIn> {
     serde_json::from_slice(&bytes).ok()
 }
 
+/// Both routes of a console without single sign-on: a 404 like any unknown page.
+fn not_configured() -> Response {
+    Reject::new(
+        StatusCode::NOT_FOUND,
+        "NOT_FOUND",
+        "Single sign-on is not configured.",
+    )
+    .into_response()
+}
+
 /// `GET P/oidc/login`: start a sign-in and send the browser to the provider.
 pub(super) async fn login(axum::extract::State(c): St, request: Request) -> Response {
     let Some(sign_on) = &c.options.sign_on else {
-        return Reject::new(
-            StatusCode::NOT_FOUND,
-            "NOT_FOUND",
-            "Single sign-on is not configured.",
-        )
-        .into_response();
+        return not_configured();
     };
     let (parts, _) = request.into_parts();
     let client = c.doorkeeper.client(&parts.extensions, &parts.headers);
@@ -153,12 +158,7 @@ pub(super) async fn callback(
     request: Request,
 ) -> Response {
     let Some(sign_on) = c.options.sign_on.clone() else {
-        return Reject::new(
-            StatusCode::NOT_FOUND,
-            "NOT_FOUND",
-            "Single sign-on is not configured.",
-        )
-        .into_response();
+        return not_configured();
     };
     let (parts, _) = request.into_parts();
     let headers = &parts.headers;
