@@ -343,3 +343,163 @@ async fn signing_out_ends_the_session_for_every_copy_of_the_cookie() {
     assert_eq!(priya.get("/console/session").await.0, 401);
     assert_eq!(priya.get("/console/api/approvals").await.0, 401);
 }
+
+/// Single sign-on's server side (the full flow against a real provider is
+/// `console_browser::the_console_signs_an_approver_in_with_the_identity_provider`): the
+/// button names the provider HTML-escaped; the login redirect carries PKCE, `state` and
+/// `nonce` and keeps them in an `HttpOnly`, `SameSite=Lax` cookie scoped to `P/oidc`; a
+/// callback without that cookie, with another `state`, or with the provider's `error` opens
+/// no session; a provider that does not answer says so; a console without it answers 404.
+#[tokio::test]
+async fn single_sign_on_binds_the_callback_to_the_browser_that_started_it() {
+    use axum::body::Body;
+    use axum::http::Request;
+    use capgate_gateway::auth::{ClaimMap, JwtKey, TokenCheck};
+    use capgate_gateway::console::{ConsoleOptions, SignOn, console_router};
+    use capgate_gateway::identity::fetch::ProviderMetadata;
+    use capgate_gateway::identity::oidc::{OidcClient, OidcSettings};
+    use std::sync::Arc;
+    use tower::ServiceExt;
+
+    // Endpoints on a loopback port nobody listens on.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let idp = format!("http://{}", dead.local_addr().expect("addr"));
+    drop(dead);
+    let metadata = ProviderMetadata {
+        issuer: idp.clone(),
+        jwks_uri: format!("{idp}/jwks"),
+        authorization_endpoint: Some(format!("{idp}/auth")),
+        token_endpoint: Some(format!("{idp}/token")),
+        end_session_endpoint: None,
+        code_challenge_methods_supported: vec!["S256".into()],
+    };
+    let check = TokenCheck::new(ok(JwtKey::hs256(&[7u8; 32])));
+    let client = ok(OidcClient::new(
+        OidcSettings {
+            display_name: "<Acme & Co>".into(),
+            client_id: "capgate-console".into(),
+            client_secret: None,
+            redirect_url: "http://127.0.0.1/console/oidc/callback".into(),
+            scopes: vec!["email".into()],
+        },
+        &metadata,
+        &check,
+    ));
+    let s = TestServer::sqlite().await;
+    let keeper = capgate_gateway::door::Doorkeeper::new(
+        gateway_support::authenticator(),
+        s.authorizer.clone(),
+    );
+    let app = ok(console_router(
+        capgate_gateway::approvals_api::ApprovalsRouter::new(s.runtime.clone(), keeper.clone())
+            .build(),
+        keeper,
+        ConsoleOptions {
+            sign_on: Some(SignOn {
+                client: Arc::new(client),
+                claims: ClaimMap::default(),
+            }),
+            ..ConsoleOptions::default()
+        },
+    ));
+    let get = |path: String, cookie: Option<String>| {
+        let app = app.clone();
+        async move {
+            let mut r = Request::get(path).header("host", "127.0.0.1");
+            if let Some(c) = cookie {
+                r = r.header("cookie", c);
+            }
+            ok(app.oneshot(ok(r.body(Body::empty()))).await)
+        }
+    };
+    let header = |r: &axum::response::Response, name: &str| -> Vec<String> {
+        r.headers()
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok().map(str::to_owned))
+            .collect()
+    };
+
+    let page = get("/console".into(), None).await;
+    let html = String::from_utf8_lossy(&ok(axum::body::to_bytes(page.into_body(), 1 << 20).await))
+        .into_owned();
+    assert!(
+        html.contains("data-testid=\"signin-oidc\" href=\"/console/oidc/login\""),
+        "{html}"
+    );
+    assert!(
+        html.contains("Sign in with &lt;Acme &amp; Co&gt;"),
+        "escaped: {html}"
+    );
+
+    let login = get("/console/oidc/login".into(), None).await;
+    assert_eq!(login.status(), 303);
+    let location = header(&login, "location").remove(0);
+    let url = ok(url::Url::parse(&location));
+    assert!(location.starts_with(&format!("{idp}/auth?")), "{location}");
+    let q: std::collections::HashMap<String, String> = url.query_pairs().into_owned().collect();
+    assert_eq!(q["response_type"], "code");
+    assert_eq!(q["client_id"], "capgate-console");
+    assert_eq!(q["scope"], "openid email");
+    assert_eq!(q["code_challenge_method"], "S256");
+    assert_eq!(q["code_challenge"].len(), 43);
+    assert!(q["state"].len() >= 43 && q["nonce"].len() >= 43 && q["state"] != q["nonce"]);
+    let set = header(&login, "set-cookie").remove(0);
+    for attribute in [
+        "HttpOnly",
+        "SameSite=Lax",
+        "Path=/console/oidc",
+        "Max-Age=600",
+    ] {
+        assert!(set.contains(attribute), "{attribute} missing: {set}");
+    }
+    let cookie = set.split(';').next().expect("a cookie").to_owned();
+    let state = q["state"].clone();
+
+    let callback = |query: String, cookie: Option<String>| {
+        get(format!("/console/oidc/callback?{query}"), cookie)
+    };
+    let refused = |r: &axum::response::Response, code: &str| {
+        assert_eq!(r.status(), 303);
+        assert_eq!(
+            header(r, "location"),
+            [format!("/console/?signInError={code}")]
+        );
+        let cookies = header(r, "set-cookie");
+        assert!(
+            !cookies
+                .iter()
+                .any(|c| c.starts_with("capgate_console=") && !c.contains("Max-Age=0")),
+            "a session cookie was set: {cookies:?}"
+        );
+    };
+    // Another browser (no cookie), another state, the provider's refusal.
+    refused(
+        &callback(format!("code=c&state={state}"), None).await,
+        "expired",
+    );
+    refused(
+        &callback("code=c&state=forged".into(), Some(cookie.clone())).await,
+        "expired",
+    );
+    refused(
+        &callback(
+            format!("error=access_denied&state={state}"),
+            Some(cookie.clone()),
+        )
+        .await,
+        "denied",
+    );
+    // The right browser and state, but the token endpoint does not answer.
+    refused(
+        &callback(format!("code=c&state={state}"), Some(cookie.clone())).await,
+        "unavailable",
+    );
+
+    // A console without single sign-on has no such routes.
+    let plain = reqwest::Client::new()
+        .get(format!("{}/console/oidc/login", s.origin))
+        .send()
+        .await;
+    assert_eq!(ok(plain).status(), 404);
+}
