@@ -172,6 +172,21 @@ pub struct SharedJson {
     input: std::sync::OnceLock<Option<String>>,
     context: std::sync::OnceLock<String>,
     attributes: std::sync::OnceLock<String>,
+    values: std::sync::OnceLock<std::sync::Arc<SharedValues>>,
+}
+
+/// Owned copies of a request's input, context and actor attributes, made at most once per
+/// batch, for sandboxed policies that read them one field at a time while their call runs
+/// (a Wasm guest asking the host for `/amount` instead of parsing the whole input): the call
+/// may outlive the request's borrow, so it holds these instead.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SharedValues {
+    /// The validated input; `None` in discovery.
+    pub input: Option<serde_json::Value>,
+    /// The context projection.
+    pub context: serde_json::Value,
+    /// The actor's attributes.
+    pub attributes: serde_json::Value,
 }
 
 impl PolicyRequest<'_> {
@@ -193,6 +208,21 @@ impl PolicyRequest<'_> {
         self.shared
             .attributes
             .get_or_init(|| self.actor.attributes.to_string())
+    }
+
+    /// Owned copies of the input, context and attributes, cloned once per request however
+    /// many sandboxed policies read them field by field.
+    pub fn shared_values(&self) -> std::sync::Arc<SharedValues> {
+        self.shared
+            .values
+            .get_or_init(|| {
+                std::sync::Arc::new(SharedValues {
+                    input: self.input.cloned(),
+                    context: self.context.clone(),
+                    attributes: self.actor.attributes.clone(),
+                })
+            })
+            .clone()
     }
 }
 

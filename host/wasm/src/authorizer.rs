@@ -18,6 +18,7 @@ use crate::wit::{names, wit_authorizer, wit_authorizer_v1};
 use async_trait::async_trait;
 use capgate_core::authz::{AuthorizeError, AuthorizeRequest, Authorizer, Operation};
 use capgate_core::error::NamedFailure;
+use capgate_core::policy::SharedValues;
 use std::sync::Arc;
 
 /// An authorizer plugin binding, to whichever authorizer interface version the component
@@ -168,6 +169,16 @@ impl Authorizer for WasmAuthorizer {
                     capability_id,
                     input,
                     config: sb.config.clone(),
+                };
+                let opts = CallOpts {
+                    values: sb.reads_lazily.then(|| {
+                        Arc::new(SharedValues {
+                            input: request.input.cloned(),
+                            context: serde_json::Value::Null,
+                            attributes: principal.actor.attributes.clone(),
+                        })
+                    }),
+                    ..opts
                 };
                 sb.call(opts, move |store, guest| {
                     Box::pin(async move {

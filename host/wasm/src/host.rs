@@ -210,6 +210,8 @@ impl WasmHost {
             |d| d,
         )
         .map_err(|e| LoadError::Engine(e.into()))?;
+        wit::wit_request::add_to_linker::<StoreData, HasSelf<StoreData>>(&mut linker, |d| d)
+            .map_err(|e| LoadError::Engine(e.into()))?;
         let compat = compatibility_hash(&engine);
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();

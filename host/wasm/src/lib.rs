@@ -88,6 +88,7 @@ pub mod decode;
 mod error;
 mod host;
 mod idle;
+mod lazy;
 mod limits;
 pub mod metrics;
 mod plugin;

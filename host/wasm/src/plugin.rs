@@ -236,6 +236,10 @@ pub struct Plugin {
     pub(crate) digest: String,
     pub(crate) pre: InstancePre<StoreData>,
     pub(crate) exports: Vec<String>,
+    /// The names it imports.
+    pub(crate) imports: Vec<String>,
+    /// Whether it imports `capgate:plugin/request@0.3.0` (reads the request lazily).
+    pub(crate) reads_lazily: bool,
     pub(crate) source: LoadSource,
     pub(crate) load_time: Duration,
 }
@@ -371,6 +375,14 @@ impl WasmHost {
             .exports(engine)
             .map(|(name, _)| name.to_string())
             .collect();
+        let imports: Vec<String> = component
+            .component_type()
+            .imports(engine)
+            .map(|(name, _)| name.to_string())
+            .collect();
+        let reads_lazily = imports
+            .iter()
+            .any(|name| name == crate::wit::names::REQUEST);
         let pre = self
             .inner
             .linker
@@ -382,6 +394,8 @@ impl WasmHost {
             digest,
             pre,
             exports,
+            imports,
+            reads_lazily,
             source,
             load_time: started.elapsed(),
         }))
@@ -400,6 +414,11 @@ impl Plugin {
     /// The names it exports, e.g. `capgate:plugin/policy@0.1.0`.
     pub fn exports(&self) -> &[String] {
         &self.exports
+    }
+    /// The names it imports, e.g. `capgate:plugin/request@0.3.0` for a guest that reads the
+    /// request lazily, or the WASI interfaces its toolchain left in.
+    pub fn imports(&self) -> &[String] {
+        &self.imports
     }
     /// Whether it was compiled now or read from the cache.
     pub fn load_source(&self) -> LoadSource {

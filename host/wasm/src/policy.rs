@@ -94,6 +94,7 @@ impl WasmPolicy {
             CallOpts {
                 namespace: pool_key(&self.namespace, request.namespace),
                 deadline,
+                values: sb.reads_lazily.then(|| request.shared_values()),
                 ..CallOpts::default()
             },
             move |store, guest| {

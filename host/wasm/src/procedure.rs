@@ -82,6 +82,7 @@ impl Inner {
                     deadline: None,
                     progress: call.progress.clone(),
                     cancel: Some(call.cancel.clone()),
+                    ..CallOpts::default()
                 },
                 move |store, (guest, _)| {
                     Box::pin(async move { Ok(Ok(guest.call_invoke(store, &wit_call).await?)) })

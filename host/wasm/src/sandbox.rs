@@ -29,6 +29,11 @@ pub(crate) struct Sandbox<I: Exports> {
     pub(crate) indices: I,
     /// The binding's `config`, serialized once.
     pub(crate) config: String,
+    /// The binding's `config` as the value a guest reads through `request.get`.
+    config_value: Arc<serde_json::Value>,
+    /// Whether the component imports `capgate:plugin/request` (0.3.0): only then does a call
+    /// lend it the request's values.
+    pub(crate) reads_lazily: bool,
     bucket: Arc<LogBucket>,
     pool: Mutex<HashMap<String, Vec<Warm<I::Guest>>>>,
     reserve: Reserve<I::Guest>,
@@ -133,6 +138,9 @@ pub(crate) struct CallOpts<'a> {
     pub(crate) progress: Option<ProgressFn>,
     /// The caller's cancellation (checked every epoch tick).
     pub(crate) cancel: Option<CancellationToken>,
+    /// The request's input, context and attributes, lent to the guest for this call only
+    /// (`request.get`); set only when the component reads lazily.
+    pub(crate) values: Option<Arc<capgate_core::policy::SharedValues>>,
 }
 
 /// Marker error raised from the epoch callback when the caller cancels.
@@ -208,6 +216,7 @@ impl<I: Exports> Sandbox<I> {
     pub(crate) fn new(plugin: Arc<Plugin>, binding: &Binding, indices: I) -> Arc<Self> {
         let (name, config) = (binding.name.as_str(), &binding.config);
         let (limits, isolation) = (binding.limits.clone(), binding.isolation);
+        let plugin_reads_lazily = plugin.reads_lazily;
         let reserve = match isolation {
             Isolation::Fresh => binding.reserve,
             Isolation::Pooled { .. } => ReserveOptions::disabled(),
@@ -220,6 +229,8 @@ impl<I: Exports> Sandbox<I> {
             isolation,
             indices,
             config: config.to_string(),
+            config_value: Arc::new(config.clone()),
+            reads_lazily: plugin_reads_lazily,
             pool: Mutex::new(HashMap::new()),
             reserve: Reserve {
                 ready: Mutex::new(Vec::new()),
@@ -252,7 +263,7 @@ impl<I: Exports> Sandbox<I> {
         };
         let mut store = Store::new(
             &self.plugin.host.inner.engine,
-            StoreData::new(&self.limits, log),
+            StoreData::new(&self.limits, log, self.config_value.clone()),
         );
         store.limiter(|d| &mut d.limiter);
         store
@@ -410,6 +421,7 @@ impl<I: Exports> Sandbox<I> {
         let mut store = store.unwrap_or_else(|| self.new_store());
         store.data_mut().begin_call();
         store.data_mut().progress = opts.progress;
+        store.data_mut().docs.values = opts.values;
         if let Err(e) = store.set_fuel(fuel) {
             host.reap(Box::new(store));
             return Err(CallError::Instantiate(e.to_string()));
@@ -454,6 +466,8 @@ impl<I: Exports> Sandbox<I> {
                 }
             };
             let outcome = body(&mut store, &guest).await;
+            // The request's values are lent for this call only.
+            store.data_mut().docs.values = None;
             Ran::Done(store, guest, outcome)
         };
         let ran = host.run_off_worker(work).await?;

@@ -1,6 +1,7 @@
 //! Per-store state: the (empty) WASI context, the resource limiter, and the host imports
 //! `log` (capped in size and rate) and `progress`.
 
+use crate::lazy::CallDocs;
 use crate::limits::Limits;
 use crate::wit::{self, LogLevel};
 use capgate_core::procedure::ProgressFn;
@@ -17,16 +18,22 @@ pub(crate) struct StoreData {
     pub(crate) limiter: Limiter,
     pub(crate) log: LogCtx,
     pub(crate) progress: Option<ProgressFn>,
+    /// What the guest may read through `capgate:plugin/request` (see [`crate::lazy`]).
+    pub(crate) docs: CallDocs,
 }
 
 impl StoreData {
-    pub(crate) fn new(limits: &Limits, log: LogCtx) -> Self {
+    pub(crate) fn new(limits: &Limits, log: LogCtx, config: Arc<serde_json::Value>) -> Self {
         StoreData {
             wasi: empty_wasi(),
             table: ResourceTable::new(),
             limiter: Limiter::new(limits),
             log,
             progress: None,
+            docs: CallDocs {
+                values: None,
+                config,
+            },
         }
     }
 
@@ -36,6 +43,7 @@ impl StoreData {
         self.log.lines_this_call = 0;
         self.log.last_error = None;
         self.progress = None;
+        self.docs.values = None;
     }
 }
 

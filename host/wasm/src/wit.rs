@@ -1,13 +1,14 @@
-//! Host-side bindings of the WIT contract (`wit/capgate.wit`, `capgate:plugin@0.2.0`, with the
-//! frozen 0.1.0 package in `wit/deps/`), generated for one union world that imports the host
-//! functions and exports every plugin interface of every version the host serves. A component
+//! Host-side bindings of the WIT contract (`wit/capgate.wit`, `capgate:plugin@0.3.0`, with the
+//! frozen 0.1.0 and 0.2.0 packages in `wit/deps/`), generated for one union world that imports
+//! the host functions and exports every plugin interface of every version the host serves. A component
 //! is bound per interface (`*Indices::new` fails when that export is absent), so a policy
 //! component never needs to export anything else.
 //!
-//! Two versions of `capgate:plugin` are in scope, so the generator mangles the version into
-//! the package module (`plugin0_1_0`, `plugin0_2_0`). The rest of the crate sees the stable
-//! 0.1.0 interfaces as `wit::capgate::plugin::…` and the versioned authorizers through
-//! [`wit_authorizer`] (0.2.0) and [`wit_authorizer_v1`] (0.1.0).
+//! Three versions of `capgate:plugin` are in scope, so the generator mangles the version into
+//! the package module (`plugin0_1_0`, `plugin0_2_0`, `plugin0_3_0`). The rest of the crate
+//! sees the stable 0.1.0 interfaces as `wit::capgate::plugin::…`, the versioned authorizers
+//! through [`wit_authorizer`] (0.2.0) and [`wit_authorizer_v1`] (0.1.0), and 0.3.0's lazy
+//! `request` import as [`wit_request`].
 
 mod generated {
     wasmtime::component::bindgen!({
@@ -18,6 +19,7 @@ mod generated {
             world all {
                 import capgate:plugin/host@0.1.0;
                 import capgate:plugin/progress@0.1.0;
+                import capgate:plugin/request@0.3.0;
                 export capgate:plugin/policy@0.1.0;
                 export capgate:plugin/redactor@0.1.0;
                 export capgate:plugin/procedure@0.1.0;
@@ -49,6 +51,9 @@ pub(crate) use generated::exports::capgate::plugin0_1_0::redactor as wit_redacto
 /// `capgate:plugin/authorizer@0.2.0`: told the surface, asked about the approvals API too.
 pub(crate) use generated::exports::capgate::plugin0_2_0::authorizer as wit_authorizer;
 
+/// `capgate:plugin/request@0.3.0`: one pointer of the call's parsed documents at a time.
+pub(crate) use generated::capgate::plugin0_3_0::request as wit_request;
+
 /// The export names a binding may ask for, as the component model spells them.
 pub(crate) mod names {
     /// The policy interface, which policies bind to.
@@ -63,4 +68,7 @@ pub(crate) mod names {
     pub const AUTHORIZER: &str = "capgate:plugin/authorizer@0.2.0";
     /// `authorizer` as first published (tried when the component has no 0.2.0 export).
     pub const AUTHORIZER_V1: &str = "capgate:plugin/authorizer@0.1.0";
+    /// The lazy request import (0.3.0): a component that imports it is lent each call's
+    /// parsed values.
+    pub const REQUEST: &str = "capgate:plugin/request@0.3.0";
 }

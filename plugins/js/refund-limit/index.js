@@ -6,7 +6,7 @@
 // prints them. A missing or non-numeric amount is a policy error (fail closed), never an allow.
 // Same behaviour as plugins/refund-limit (Rust) and plugins/python/refund-limit.
 
-import { allow, requireApproval, getPointer, rawJsonAt, formatJsonNumber } from '@capgate/plugin-sdk';
+import { allow, requireApproval, rawJsonAt, formatJsonNumber } from '@capgate/plugin-sdk';
 
 const KEYS = new Set(['maxAmount', 'amountPath', 'approvalType', 'expiresInMs', 'label']);
 
@@ -45,14 +45,24 @@ function readConfig(config, rawConfig) {
   };
 }
 
+// The checked config of the last config text seen: an instance serves one binding, so a
+// pooled instance checks its config once, not on every call (a fresh one has no last).
+let last = { raw: undefined, config: undefined };
+
+function checkedConfig(request) {
+  if (last.raw !== request.raw.config) last = { raw: request.raw.config, config: readConfig(request.config, request.raw.config) };
+  return last.config;
+}
+
 export function evaluate(request) {
-  const c = readConfig(request.config, request.raw.config);
+  const c = checkedConfig(request);
   if (request.phase === 'discovery') return allow();
-  const amount = request.input === undefined ? undefined : getPointer(request.input, c.amountPath);
+  // One value, read without parsing the input (the host answers it inside capgate).
+  const amount = request.inputValue(c.amountPath);
   if (amount === undefined) throw new Error(`input has no ${c.amountPath}`);
   if (typeof amount !== 'number') throw new Error(`${c.amountPath} is not a number`);
   if (!(amount > c.max)) return allow();
-  const amountText = formatJsonNumber(rawJsonAt(request.raw.input, c.amountPath));
+  const amountText = formatJsonNumber(request.inputText(c.amountPath));
   return requireApproval({
     reason: `${c.label} of $${amountText} exceeds $${c.maxText}`,
     type: c.approvalType,

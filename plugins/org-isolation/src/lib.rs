@@ -62,7 +62,7 @@ impl Policy for OrgIsolation {
         };
         let theirs = match (&config.input_path, &config.context_path) {
             (Some(p), _) if request.input_json.is_some() => request.input_value(p),
-            (_, Some(p)) => request.context().pointer(p).cloned(),
+            (_, Some(p)) => request.context_value(p),
             // Discovery with only an input path: nothing to compare yet.
             (Some(_), None) => return Ok(Decision::Allow),
             (None, None) => None,

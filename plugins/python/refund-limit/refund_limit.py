@@ -7,7 +7,7 @@ them. A missing or non-numeric amount is a policy error (fail closed), never an 
 Same behaviour as plugins/refund-limit (Rust) and plugins/js/refund-limit.
 """
 
-from capgate_plugin import MISSING, Decision, PolicyRequest, allow, format_number, get_pointer, require_approval
+from capgate_plugin import MISSING, Decision, PolicyRequest, allow, format_number, require_approval
 
 KEYS = {"maxAmount", "amountPath", "approvalType", "expiresInMs", "label"}
 
@@ -41,11 +41,24 @@ def _config(c):
     return c["maxAmount"], string("amountPath", "/amount"), string("label", "Refund"), approval_type, expires
 
 
+# The checked config of the last config text seen: an instance serves one binding, so a
+# pooled instance checks its config once, not on every call (a fresh one has no last).
+_last = (None, None)
+
+
+def _checked_config(request: PolicyRequest):
+    global _last
+    if _last[0] != request.raw.config:
+        _last = (request.raw.config, _config(request.config))
+    return _last[1]
+
+
 def evaluate(request: PolicyRequest) -> Decision:
-    max_amount, path, label, approval_type, expires = _config(request.config)
+    max_amount, path, label, approval_type, expires = _checked_config(request)
     if request.phase == "discovery":
         return allow()
-    amount = get_pointer(request.input, path) if request.has_input else MISSING
+    # One value, read without parsing the input (the host answers it inside capgate).
+    amount = request.input_value(path)
     if amount is MISSING:
         raise ValueError(f"input has no {path}")
     if not _is_number(amount):

@@ -26,7 +26,12 @@ const SDK = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const require = createRequire(import.meta.url);
 
 const WORLDS = {
-  policy: { world: 'policy-plugin', glue: 'export const policy = wrapPolicy(author);', fn: 'wrapPolicy' },
+  policy: {
+    world: 'policy-plugin',
+    // The policy world imports the host's lazy reader (capgate:plugin/request@0.3.0).
+    glue: "import { get as __read } from 'capgate:plugin/request@0.3.0';\nexport const policy = wrapPolicy(author, __read);",
+    fn: 'wrapPolicy',
+  },
   redactor: { world: 'redactor-plugin', glue: 'export const redactor = wrapRedactor(author);', fn: 'wrapRedactor' },
   procedure: {
     world: 'procedure-plugin',

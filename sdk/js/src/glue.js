@@ -50,14 +50,18 @@ export function checkDecision(d) {
   }
 }
 
-/** The `capgate:plugin/policy` export for an author module with `evaluate(request)`. */
-export function wrapPolicy(author) {
+/**
+ * The `capgate:plugin/policy` export for an author module with `evaluate(request)`. `read` is
+ * the host's `capgate:plugin/request@0.3.0` `get` (the policy world's entry module imports it),
+ * which the request's `inputValue`, `configValue`, ... helpers ask instead of parsing.
+ */
+export function wrapPolicy(author, read) {
   if (author.policy && typeof author.policy.evaluate === 'function') return author.policy;
   const evaluate = author.evaluate ?? author.default?.evaluate ?? (typeof author.default === 'function' ? author.default : undefined);
   if (typeof evaluate !== 'function') throw new Error('a policy module must export function evaluate(request)');
   return {
     evaluate(req) {
-      return guarded('policy failed', () => checkDecision(evaluate(policyRequest(req))));
+      return guarded('policy failed', () => checkDecision(evaluate(policyRequest(req, read))));
     },
   };
 }

@@ -32,7 +32,10 @@ export interface ApprovalRef {
   approverKind: ActorKind;
 }
 
-/** What `evaluate` receives. */
+/**
+ * What `evaluate` receives: the question put to a policy. `input`, `context`, `config` and `actor.attributes` are parsed
+ * on first read; the pointer helpers read single values without parsing the documents.
+ */
 export interface PolicyRequest<Config = any, Input = any> {
   phase: Phase;
   surface: Surface;
@@ -49,6 +52,20 @@ export interface PolicyRequest<Config = any, Input = any> {
   config: Config;
   /** The JSON texts as the host sent them (for exact literals, see rawJsonAt). */
   raw: { input: string | undefined; context: string; config: string; attributes: string };
+  /**
+   * One input value by JSON pointer (`undefined` when absent or in discovery). Inside the host
+   * it is read from the host's parsed input (`capgate:plugin/request@0.3.0`): the input is not
+   * parsed here unless `input` itself is read.
+   */
+  inputValue(pointer: string): JsonValue | undefined;
+  /** The JSON text of one input value (a number's literal exactly as the input spells it). */
+  inputText(pointer: string): string | undefined;
+  /** One context value by JSON pointer. */
+  contextValue(pointer: string): JsonValue | undefined;
+  /** One config value by JSON pointer. */
+  configValue(pointer: string): JsonValue | undefined;
+  /** One actor attribute by JSON pointer. */
+  attribute(pointer: string): JsonValue | undefined;
 }
 
 export type Decision =

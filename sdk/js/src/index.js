@@ -4,6 +4,8 @@
 // in node. Host functions live in `@capgate/plugin-sdk/host` (log) and
 // `@capgate/plugin-sdk/progress` (report), which only resolve inside a component.
 
+import { getPointer, rawJsonAt } from './json.js';
+
 export { parseJson, getPointer, rawJsonAt, pointerTokens, formatJsonNumber, formatDouble } from './json.js';
 
 // ---- policy decisions -------------------------------------------------------------------
@@ -106,38 +108,123 @@ export function capabilityInfo(c) {
 
 /**
  * Turn the WIT `policy-request` into the object a policy's `evaluate` receives: JSON fields
- * parsed (`input` is `undefined` in discovery or when unparsable, `context` and
- * `actor.attributes` are `null` when absent or unparsable), the surface in the spec's spelling,
- * and the original JSON texts under `raw`. An unparsable `config` throws.
+ * parsed on first read (`input` is `undefined` in discovery or when unparsable, `context` and
+ * `actor.attributes` are `null` when absent or unparsable; reading an unparsable `config`
+ * throws), the surface in the spec's spelling, and the original JSON texts under `raw`.
+ *
+ * `inputValue(pointer)`, `contextValue`, `configValue` and `attribute` read one value by JSON
+ * pointer, and `inputText(pointer)` its JSON text (a number's literal exactly as the input
+ * spells it). Inside the host they ask it (`capgate:plugin/request@0.3.0`, passed as `read`
+ * by the component glue) instead of parsing the whole document; in node they read the parsed
+ * documents, so the same plugin logic runs in unit tests.
  */
-export function policyRequest(req) {
-  let config;
-  try {
-    config = JSON.parse(req.config);
-  } catch (e) {
-    throw `invalid plugin config: ${e && e.message ? e.message : e}`;
-  }
-  return {
+export function policyRequest(req, read) {
+  const raw = {
+    input: req.input ?? undefined,
+    context: req.context,
+    config: req.config,
+    attributes: req.actor.attributes,
+  };
+  const docs = lazyDocs({
+    input: () => (raw.input === undefined ? undefined : parseJsonOr(raw.input, undefined)),
+    context: () => parseJsonOrNull(raw.context),
+    attributes: () => parseJsonOrNull(raw.attributes),
+    config: () => {
+      try {
+        return JSON.parse(raw.config);
+      } catch (e) {
+        throw `invalid plugin config: ${e && e.message ? e.message : e}`;
+      }
+    },
+  });
+  const valueOf = (doc, pointer) => {
+    if (read) return fromHost(read(HOST_DOCS[doc], pointer));
+    const d = docs[doc];
+    return d === undefined ? undefined : getPointer(d, pointer);
+  };
+  const actor = { id: req.actor.id, kind: req.actor.kind };
+  Object.defineProperty(actor, 'attributes', { enumerable: true, get: () => docs.attributes });
+  const request = {
     phase: req.phase,
     surface: surfaceName(req.surface),
     capability: capabilityInfo(req.capability),
-    actor: {
-      id: req.actor.id,
-      kind: req.actor.kind,
-      attributes: parseJsonOrNull(req.actor.attributes),
-    },
-    input: req.input === undefined || req.input === null ? undefined : parseJsonOr(req.input, undefined),
-    context: parseJsonOrNull(req.context),
+    actor,
     executionId: req.executionId,
     approval: req.approval ? { ...req.approval } : undefined,
-    config,
-    raw: {
-      input: req.input ?? undefined,
-      context: req.context,
-      config: req.config,
-      attributes: req.actor.attributes,
+    raw,
+    inputValue: (pointer) => (raw.input === undefined ? undefined : valueOf('input', pointer)),
+    inputText: (pointer) => {
+      if (raw.input === undefined) return undefined;
+      if (read) return hostText(read('input', pointer));
+      return rawJsonAt(raw.input, pointer);
     },
+    contextValue: (pointer) => valueOf('context', pointer),
+    configValue: (pointer) => valueOf('config', pointer),
+    attribute: (pointer) => valueOf('attributes', pointer),
   };
+  for (const key of ['input', 'context', 'config']) {
+    Object.defineProperty(request, key, { enumerable: true, get: () => docs[key] });
+  }
+  return request;
+}
+
+/** The WIT `request.document` of each document. */
+const HOST_DOCS = { input: 'input', context: 'context', attributes: 'actor-attributes', config: 'config' };
+
+/** Getters that parse each document once, on first read. */
+function lazyDocs(parsers) {
+  const docs = {};
+  for (const [key, parse] of Object.entries(parsers)) {
+    let done = false;
+    let value;
+    Object.defineProperty(docs, key, {
+      get() {
+        if (!done) {
+          value = parse();
+          done = true;
+        }
+        return value;
+      },
+    });
+  }
+  return docs;
+}
+
+/** The host's `option<value>` as a JS value (`undefined` when nothing is there). */
+function fromHost(v) {
+  if (v === undefined || v === null) return undefined;
+  switch (v.tag) {
+    case 'null':
+      return null;
+    case 'boolean':
+      return v.val;
+    case 'number':
+      return Number(v.val);
+    case 'text':
+      return v.val;
+    case 'json':
+      return JSON.parse(v.val);
+    default:
+      return undefined;
+  }
+}
+
+/** The host's `option<value>` as JSON text (a number as its literal). */
+function hostText(v) {
+  if (v === undefined || v === null) return undefined;
+  switch (v.tag) {
+    case 'null':
+      return 'null';
+    case 'boolean':
+      return v.val ? 'true' : 'false';
+    case 'number':
+    case 'json':
+      return v.val;
+    case 'text':
+      return JSON.stringify(v.val);
+    default:
+      return undefined;
+  }
 }
 
 function parseJsonOr(text, fallback) {

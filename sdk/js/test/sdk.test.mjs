@@ -54,3 +54,42 @@ test('redactor glue', () => {
   assert.equal(r.redactApprovalInput(cap, '{"secret":"s"}', '{"mask":"#"}'), '{"secret":"#"}');
   assert.throws(() => r.redactOutput(cap, 'not json', '{}'), (e) => typeof e === 'string');
 });
+
+test('policy request: documents parse on first read; pointer helpers ask the host when it lends a reader', async () => {
+  const { policyRequest } = await import('../src/index.js');
+  const req = {
+    phase: 'invocation', surface: 'ai-sdk', capability: { id: 'orders.refund', sideEffect: 'write', risk: 'high', tags: [] },
+    actor: { id: 'u_dana', kind: 'user', attributes: '{"orgId":"org_1"}' },
+    input: '{"amount": 649.0, "order": {"id": "o_1"}}', context: '{"region":"eu"}', executionId: 'exec_1', config: '{"maxAmount":500}',
+  };
+  // In node (no reader): the parsed documents answer.
+  const plain = policyRequest(req);
+  assert.equal(plain.inputValue('/amount'), 649);
+  assert.equal(plain.inputText('/amount'), '649.0');
+  assert.equal(plain.configValue('/maxAmount'), 500);
+  assert.equal(plain.attribute('/orgId'), 'org_1');
+  assert.equal(plain.contextValue('/region'), 'eu');
+  assert.deepEqual(plain.input, { amount: 649, order: { id: 'o_1' } });
+  // With the host's reader: every helper asks it, and no document is parsed.
+  const asked = [];
+  const host = { input: { '/amount': { tag: 'number', val: '649.0' }, '/order': { tag: 'json', val: '{"id":"o_1"}' } },
+    config: { '/maxAmount': { tag: 'number', val: '500' } }, 'actor-attributes': { '/orgId': { tag: 'text', val: 'org_1' } }, context: {} };
+  const read = (doc, pointer) => { asked.push(`${doc} ${pointer}`); return host[doc][pointer]; };
+  const broken = { ...req, input: '{not json', config: '{not json', context: '{', actor: { ...req.actor, attributes: '{' } };
+  const lazy = policyRequest(broken, read);
+  assert.equal(lazy.inputValue('/amount'), 649);
+  assert.equal(lazy.inputText('/amount'), '649.0');
+  assert.deepEqual(lazy.inputValue('/order'), { id: 'o_1' });
+  assert.equal(lazy.inputValue('/missing'), undefined);
+  assert.equal(lazy.configValue('/maxAmount'), 500);
+  assert.equal(lazy.attribute('/orgId'), 'org_1');
+  assert.equal(lazy.contextValue('/region'), undefined);
+  assert.deepEqual(asked, ['input /amount', 'input /amount', 'input /order', 'input /missing', 'config /maxAmount', 'actor-attributes /orgId', 'context /region']);
+  // The documents themselves still parse on read (and an unparsable config still throws).
+  assert.equal(lazy.input, undefined);
+  assert.throws(() => lazy.config);
+  // Discovery: no input, so the helpers do not ask.
+  const discovery = policyRequest({ ...req, input: undefined }, read);
+  assert.equal(discovery.inputValue('/amount'), undefined);
+  assert.equal(discovery.inputText('/amount'), undefined);
+});

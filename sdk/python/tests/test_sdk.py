@@ -39,5 +39,76 @@ class Decisions(unittest.TestCase):
             require_approval("r", expires_in_ms=True)
 
 
+
+class LazyRequest(unittest.TestCase):
+    """Documents parse on first read; the pointer helpers ask the host when it lends a reader."""
+
+    def request(self, read=None, **raw):
+        from capgate_plugin import CapabilityInfo, PolicyRequest, RawJson
+
+        texts = {"input": '{"amount": 649.0, "order": {"id": "o_1"}}', "context": '{"region": "eu"}',
+                 "config": '{"maxAmount": 500}', "attributes": '{"orgId": "org_1"}'}
+        texts.update(raw)
+        return PolicyRequest.from_wire("invocation", "aiSdk", CapabilityInfo("orders.refund", "write", "high", []), "u_dana", "user",
+                                       "exec_1", None, RawJson(texts["input"], texts["context"], texts["config"], texts["attributes"]),
+                                       read=read)
+
+    def test_without_a_host_the_parsed_documents_answer(self):
+        r = self.request()
+        self.assertEqual(r.input_value("/amount"), 649.0)
+        self.assertEqual(r.input_text("/amount"), "649.0")
+        self.assertEqual(r.config_value("/maxAmount"), 500)
+        self.assertEqual(r.context_value("/region"), "eu")
+        self.assertEqual(r.attribute("/orgId"), "org_1")
+        self.assertIs(r.input_value("/missing"), MISSING)
+        self.assertTrue(r.has_input)
+        self.assertEqual(r.actor.attributes, {"orgId": "org_1"})
+
+    def test_with_a_host_nothing_is_parsed(self):
+        asked = []
+        host = {("input", "/amount"): ("number", "649.0"), ("input", "/order"): ("json", '{"id":"o_1"}'),
+                ("config", "/maxAmount"): ("number", "500"), ("actor-attributes", "/orgId"): ("text", "org_1")}
+
+        def read(doc, pointer):
+            asked.append((doc, pointer))
+            return host.get((doc, pointer))
+
+        r = self.request(read, input="{not json", config="{not json", context="{", attributes="{")
+        self.assertEqual(r.input_value("/amount"), 649.0)
+        self.assertEqual(r.input_text("/amount"), "649.0")
+        self.assertEqual(r.input_value("/order"), {"id": "o_1"})
+        self.assertIs(r.input_value("/missing"), MISSING)
+        self.assertEqual(r.config_value("/maxAmount"), 500)
+        self.assertEqual(r.attribute("/orgId"), "org_1")
+        self.assertIs(r.context_value("/region"), MISSING)
+        self.assertEqual(len(asked), 7)
+        self.assertFalse(r.has_input, "the input text itself still does not parse")
+        with self.assertRaises(ValueError):
+            r.config
+
+    def test_discovery_has_no_input_and_does_not_ask(self):
+        r = self.request(lambda d, p: self.fail("asked"), input=None)
+        self.assertIs(r.input_value("/amount"), MISSING)
+        self.assertIsNone(r.input_text("/amount"))
+        self.assertFalse(r.has_input)
+
+    def test_a_request_built_from_values_answers_like_sdk_0_2s(self):
+        from capgate_plugin import Actor, CapabilityInfo, PolicyRequest
+
+        r = PolicyRequest("invocation", "aiSdk", CapabilityInfo("orders.refund", "write", "high", []),
+                          Actor("u_dana", "user", {"orgId": "org_1"}), {"amount": 649}, True, None, "exec_1", None,
+                          {"maxAmount": 500})
+        self.assertEqual(r.input, {"amount": 649})
+        self.assertEqual(r.input_value("/amount"), 649)
+        self.assertEqual(r.config_value("/maxAmount"), 500)
+        self.assertEqual(r.attribute("/orgId"), "org_1")
+        self.assertEqual(r.actor.attributes, {"orgId": "org_1"})
+        self.assertEqual(r.raw.input, '{"amount":649}')
+        self.assertTrue(r.has_input)
+        discovery = PolicyRequest("discovery", "aiSdk", r.capability, r.actor, None, False, None, "", None, {})
+        self.assertFalse(discovery.has_input)
+        self.assertIs(discovery.input_value("/amount"), MISSING)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -310,8 +310,13 @@ impl Actor {
     pub fn attributes(&self) -> Value {
         parse_or_null(&self.attributes_json)
     }
-    /// One attribute by JSON pointer (e.g. `/orgId`).
+    /// One attribute by JSON pointer (e.g. `/orgId`); inside the host, read from the host's
+    /// parsed attributes without parsing them here.
     pub fn attribute(&self, pointer: &str) -> Option<Value> {
+        let text = Some(self.attributes_json.as_str());
+        if let Some(answer) = lazy::get(lazy::Doc::Attributes, text, pointer) {
+            return answer;
+        }
         self.attributes().pointer(pointer).cloned()
     }
 }
@@ -370,20 +375,34 @@ impl PolicyRequest {
             .as_deref()
             .and_then(|s| serde_json::from_str(s).ok())
     }
-    /// One input value by JSON pointer (e.g. `/amount`).
+    /// One input value by JSON pointer (e.g. `/amount`). Inside the host, read from the
+    /// host's parsed input (`capgate:plugin/request@0.3.0`) without parsing the input here.
     pub fn input_value(&self, pointer: &str) -> Option<Value> {
+        if let Some(answer) = lazy::get(lazy::Doc::Input, self.input_json.as_deref(), pointer) {
+            return answer;
+        }
         self.input().and_then(|v| v.pointer(pointer).cloned())
     }
     /// The context projection (`Null` when none).
     pub fn context(&self) -> Value {
         parse_or_null(&self.context_json)
     }
+    /// One context value by JSON pointer (read from the host's parsed context inside the host).
+    pub fn context_value(&self, pointer: &str) -> Option<Value> {
+        if let Some(answer) = lazy::get(lazy::Doc::Context, Some(&self.context_json), pointer) {
+            return answer;
+        }
+        self.context().pointer(pointer).cloned()
+    }
     /// The binding's config, deserialized into the plugin's own type.
     pub fn config<T: DeserializeOwned>(&self) -> Result<T, String> {
         parse_config(&self.config_json)
     }
-    /// One config value by JSON pointer.
+    /// One config value by JSON pointer (read from the host's parsed config inside the host).
     pub fn config_value(&self, pointer: &str) -> Option<Value> {
+        if let Some(answer) = lazy::get(lazy::Doc::Config, Some(&self.config_json), pointer) {
+            return answer;
+        }
         parse_or_null(&self.config_json).pointer(pointer).cloned()
     }
 }
@@ -610,16 +629,23 @@ impl AuthorizeRequest {
             .as_deref()
             .and_then(|s| serde_json::from_str(s).ok())
     }
-    /// One input value by JSON pointer (e.g. `/orgId`).
+    /// One input value by JSON pointer (e.g. `/orgId`), read from the host's parsed input
+    /// inside the host.
     pub fn input_value(&self, pointer: &str) -> Option<Value> {
+        if let Some(answer) = lazy::get(lazy::Doc::Input, self.input_json.as_deref(), pointer) {
+            return answer;
+        }
         self.input().and_then(|v| v.pointer(pointer).cloned())
     }
     /// The binding's config, deserialized into the plugin's own type.
     pub fn config<T: DeserializeOwned>(&self) -> Result<T, String> {
         parse_config(&self.config_json)
     }
-    /// One config value by JSON pointer.
+    /// One config value by JSON pointer (read from the host's parsed config inside the host).
     pub fn config_value(&self, pointer: &str) -> Option<Value> {
+        if let Some(answer) = lazy::get(lazy::Doc::Config, Some(&self.config_json), pointer) {
+            return answer;
+        }
         parse_or_null(&self.config_json).pointer(pointer).cloned()
     }
 }
@@ -635,6 +661,88 @@ impl AuthorizeRequest {
 pub trait Authorizer {
     /// Decide.
     fn authorize(request: AuthorizeRequest) -> Result<(), String>;
+}
+
+/// Reading one value of the request from the host (`capgate:plugin/request@0.3.0`) instead of
+/// parsing the JSON text it also sent. The glue lends the texts of the call being served (by
+/// the address of their buffers); a helper asked about exactly one of those texts asks the
+/// host, and about anything else (a request built by a unit test, a clone, an edited field)
+/// parses as before. Outside a component (native unit tests) nothing is lent.
+mod lazy {
+    use serde_json::Value;
+    use std::cell::Cell;
+
+    /// The documents `get` can read.
+    #[derive(Clone, Copy)]
+    pub(crate) enum Doc {
+        Input = 0,
+        Context = 1,
+        Attributes = 2,
+        Config = 3,
+    }
+
+    thread_local! {
+        /// Address and length of each lent text; `(0, 0)` when not lent.
+        static LENT: Cell<[(usize, usize); 4]> = const { Cell::new([(0, 0); 4]) };
+    }
+
+    fn mark(text: Option<&str>) -> (usize, usize) {
+        match text {
+            Some(t) if !t.is_empty() => (t.as_ptr() as usize, t.len()),
+            _ => (0, 0),
+        }
+    }
+
+    /// Lends the texts of the call being served until dropped.
+    pub(crate) struct Lent;
+
+    impl Lent {
+        /// Input, context, actor attributes and config, in [`Doc`]'s order.
+        #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+        pub(crate) fn new(texts: [Option<&str>; 4]) -> Lent {
+            LENT.with(|l| l.set(texts.map(mark)));
+            Lent
+        }
+    }
+
+    impl Drop for Lent {
+        fn drop(&mut self) {
+            LENT.with(|l| l.set([(0, 0); 4]));
+        }
+    }
+
+    /// `Some(answer)` when `text` is the lent text of `doc` and the host answered; `None` to
+    /// parse `text` instead.
+    pub(crate) fn get(doc: Doc, text: Option<&str>, pointer: &str) -> Option<Option<Value>> {
+        let m = mark(text);
+        if m.0 == 0 || LENT.with(|l| l.get()[doc as usize]) != m {
+            return None;
+        }
+        ask(doc, pointer)
+    }
+
+    #[cfg(target_arch = "wasm32")]
+    fn ask(doc: Doc, pointer: &str) -> Option<Option<Value>> {
+        use crate::bindings::policy::generated::capgate::plugin0_3_0::request as r;
+        let which = match doc {
+            Doc::Input => r::Document::Input,
+            Doc::Context => r::Document::Context,
+            Doc::Attributes => r::Document::ActorAttributes,
+            Doc::Config => r::Document::Config,
+        };
+        Some(r::get(which, pointer).and_then(|v| match v {
+            r::Value::Null => Some(Value::Null),
+            r::Value::Boolean(b) => Some(Value::Bool(b)),
+            r::Value::Number(n) => n.parse::<serde_json::Number>().ok().map(Value::Number),
+            r::Value::Text(t) => Some(Value::String(t)),
+            r::Value::Json(j) => serde_json::from_str(&j).ok(),
+        }))
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    fn ask(_doc: Doc, _pointer: &str) -> Option<Option<Value>> {
+        None
+    }
 }
 
 fn parse_or_null(s: &str) -> Value {
@@ -831,6 +939,12 @@ pub mod __glue {
     /// `policy.evaluate` → [`Policy::evaluate`].
     pub fn policy_evaluate<P: Policy>(r: wp::PolicyRequest) -> Result<wp::Decision, String> {
         init();
+        let _lent = lazy::Lent::new([
+            r.input.as_deref(),
+            Some(&r.context),
+            Some(&r.actor.attributes),
+            Some(&r.config),
+        ]);
         let request = PolicyRequest {
             phase: match r.phase {
                 WitPhase::Discovery => Phase::Discovery,
@@ -952,6 +1066,12 @@ pub mod __glue {
             wa::Operation::ReviewApproval => Operation::ReviewApproval,
             wa::Operation::DecideApproval => Operation::DecideApproval,
         };
+        let _lent = lazy::Lent::new([
+            r.input.as_deref(),
+            None,
+            Some(&r.principal.actor.attributes),
+            Some(&r.config),
+        ]);
         A::authorize(AuthorizeRequest {
             principal: Principal {
                 actor: authorizer::actor(r.principal.actor),

@@ -8,6 +8,7 @@ mod cache_binding;
 mod concurrency;
 mod hostile;
 mod idle_cap;
+mod lazy_reads;
 mod loading;
 mod polyglot;
 mod sdk_wit;

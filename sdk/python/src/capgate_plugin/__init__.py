@@ -116,21 +116,157 @@ class RawJson:
     attributes: str
 
 
-@dataclass(frozen=True)
 class PolicyRequest:
-    """What ``evaluate`` receives. JSON fields are parsed with serde_json's number model."""
+    """What ``evaluate`` receives. JSON fields are parsed with serde_json's number model.
 
-    phase: str  # discovery | invocation | execution
-    surface: str  # direct | aiSdk | mcp | workflow | test
-    capability: CapabilityInfo
-    actor: Actor
-    input: Any  # None during discovery (see has_input)
-    has_input: bool
-    context: Any
-    execution_id: str
-    approval: Optional[ApprovalRef]
-    config: Any
-    raw: RawJson
+    ``input``, ``context``, ``config`` and ``actor`` (its attributes) are parsed on first
+    read. ``input_value(pointer)``, ``context_value``, ``config_value`` and ``attribute``
+    read one value by JSON pointer (``MISSING`` when absent), ``input_text(pointer)`` its JSON
+    text (a number's literal as the input spells it): inside the host they ask it
+    (``capgate:plugin/request@0.3.0``) instead of parsing the document here; outside (unit
+    tests) they read the parsed documents.
+    """
+
+    def __init__(self, phase: str, surface: str, capability: CapabilityInfo, actor: Actor, input: Any,
+                 has_input: bool, context: Any, execution_id: str, approval: Optional[ApprovalRef], config: Any,
+                 raw: Optional[RawJson] = None):
+        """A request from parsed values (what unit tests build; the fields of SDK 0.2's
+        dataclass, in its order). ``raw`` defaults to the values' JSON texts."""
+        self.phase = phase  # discovery | invocation | execution
+        self.surface = surface  # direct | aiSdk | mcp | workflow | test
+        self.capability = capability
+        self.execution_id = execution_id
+        self.approval = approval
+        self.raw = raw if raw is not None else RawJson(
+            dumps(input) if has_input else None, dumps(context), dumps(config), dumps(actor.attributes))
+        self._actor_id = actor.id
+        self._actor_kind = actor.kind
+        self._read = None
+        self._parsed = {"input": input if has_input else MISSING, "context": context, "config": config,
+                        "attributes": actor.attributes}
+
+    @classmethod
+    def from_wire(cls, phase: str, surface: str, capability: CapabilityInfo, actor_id: str, actor_kind: str,
+                  execution_id: str, approval: Optional[ApprovalRef], raw: RawJson,
+                  read: Any = None) -> "PolicyRequest":
+        """A request from the JSON texts the host sent, each parsed on first read; ``read``
+        (the host's ``get``, from the glue) answers the pointer helpers without parsing."""
+        self = cls.__new__(cls)
+        self.phase = phase
+        self.surface = surface
+        self.capability = capability
+        self.execution_id = execution_id
+        self.approval = approval
+        self.raw = raw
+        self._actor_id = actor_id
+        self._actor_kind = actor_kind
+        self._read = read
+        self._parsed = {}
+        return self
+
+    def _doc(self, key: str, text: Optional[str], strict: bool = False) -> Any:
+        if key not in self._parsed:
+            if text is None:
+                value = MISSING
+            else:
+                try:
+                    value = parse_json(text)
+                except ValueError as e:
+                    if strict:
+                        raise ValueError(f"invalid plugin config: {e}") from None
+                    value = MISSING
+            self._parsed[key] = value
+        return self._parsed[key]
+
+    @property
+    def has_input(self) -> bool:
+        """Whether an input came (not in discovery) and parses."""
+        return self.raw.input is not None and self._doc("input", self.raw.input) is not MISSING
+
+    @property
+    def input(self) -> Any:
+        """The validated input (None during discovery or when it does not parse)."""
+        v = self._doc("input", self.raw.input)
+        return None if v is MISSING else v
+
+    @property
+    def context(self) -> Any:
+        """The context projection (None when none)."""
+        v = self._doc("context", self.raw.context)
+        return None if v is MISSING else v
+
+    @property
+    def config(self) -> Any:
+        """This binding's config (raises ValueError when it does not parse)."""
+        return self._doc("config", self.raw.config, strict=True)
+
+    @property
+    def actor(self) -> Actor:
+        """The actor, its attributes parsed."""
+        v = self._doc("attributes", self.raw.attributes)
+        return Actor(self._actor_id, self._actor_kind, None if v is MISSING else v)
+
+    def _value(self, doc: str, key: str, text: Optional[str], pointer: str) -> Any:
+        if text is None:
+            return MISSING
+        if self._read is not None:
+            return _from_host(self._read(doc, pointer))
+        if key == "config":
+            return get_pointer(self.config, pointer)
+        v = self._doc(key, text)
+        return MISSING if v is MISSING else get_pointer(v, pointer)
+
+    def input_value(self, pointer: str) -> Any:
+        """One input value by JSON pointer (``MISSING`` when absent or in discovery)."""
+        return self._value("input", "input", self.raw.input, pointer)
+
+    def input_text(self, pointer: str) -> Optional[str]:
+        """The JSON text of one input value (None when absent)."""
+        if self.raw.input is None:
+            return None
+        if self._read is not None:
+            return _host_text(self._read("input", pointer))
+        v = self.input_value(pointer)
+        return None if v is MISSING else dumps(v)
+
+    def context_value(self, pointer: str) -> Any:
+        """One context value by JSON pointer (``MISSING`` when absent)."""
+        return self._value("context", "context", self.raw.context, pointer)
+
+    def config_value(self, pointer: str) -> Any:
+        """One config value by JSON pointer (``MISSING`` when absent)."""
+        return self._value("config", "config", self.raw.config, pointer)
+
+    def attribute(self, pointer: str) -> Any:
+        """One actor attribute by JSON pointer (``MISSING`` when absent)."""
+        return self._value("actor-attributes", "attributes", self.raw.attributes, pointer)
+
+
+def _from_host(v: Any) -> Any:
+    """The host's ``option<value>`` (a ``(tag, text)`` pair from the glue) as a Python value."""
+    if v is None:
+        return MISSING
+    tag, val = v
+    if tag == "null":
+        return None
+    if tag == "boolean":
+        return bool(val)
+    if tag in ("number", "json"):
+        return parse_json(val)
+    return val
+
+
+def _host_text(v: Any) -> Optional[str]:
+    if v is None:
+        return None
+    tag, val = v
+    if tag == "null":
+        return "null"
+    if tag == "boolean":
+        return "true" if val else "false"
+    if tag in ("number", "json"):
+        return val
+    return dumps(val)
 
 
 @dataclass(frozen=True)

@@ -48,33 +48,50 @@ def _approval(a: Any):
     return None if a is None else ApprovalRef(a.id, a.approver_id, _name(a.approver_kind))
 
 
-def policy_request(r: Any) -> PolicyRequest:
-    """WIT ``policy-request`` -> `PolicyRequest`."""
-    try:
-        config = parse_json(r.config)
-    except ValueError as e:
-        raise ValueError(f"invalid plugin config: {e}") from None
-    has_input = False
-    value = None
-    if r.input is not None:
-        try:
-            value = parse_json(r.input)
-            has_input = True
-        except ValueError:
-            pass
-    return PolicyRequest(
+def policy_request(r: Any, read: Any = None) -> PolicyRequest:
+    """WIT ``policy-request`` -> `PolicyRequest` (documents parsed on first read; ``read``,
+    when given, answers the pointer helpers from the host)."""
+    return PolicyRequest.from_wire(
         phase=_name(r.phase),
         surface=_SURFACES.get(r.surface.name, _name(r.surface)),
         capability=_capability(r.capability),
-        actor=_actor(r.actor),
-        input=value,
-        has_input=has_input,
-        context=_or_none(r.context),
+        actor_id=r.actor.id,
+        actor_kind=_name(r.actor.kind),
         execution_id=r.execution_id,
         approval=_approval(r.approval),
-        config=config,
         raw=RawJson(r.input, r.context, r.config, r.actor.attributes),
+        read=read,
     )
+
+
+def host_reader():
+    """The host's ``capgate:plugin/request@0.3.0`` ``get`` as ``read(document, pointer)`` ->
+    ``None`` or ``(tag, value)``; ``None`` when the component does not import it."""
+    try:
+        from wit_world.imports import request as _r  # type: ignore
+    except ImportError:
+        return None
+    docs = {
+        "input": _r.Document.INPUT,
+        "context": _r.Document.CONTEXT,
+        "actor-attributes": _r.Document.ACTOR_ATTRIBUTES,
+        "config": _r.Document.CONFIG,
+    }
+    tags = {
+        _r.Value_Null: "null",
+        _r.Value_Boolean: "boolean",
+        _r.Value_Number: "number",
+        _r.Value_Text: "text",
+        _r.Value_Json: "json",
+    }
+
+    def read(document: str, pointer: str):
+        v = _r.get(docs[document], pointer)
+        if v is None:
+            return None
+        return (tags[type(v)], getattr(v, "value", None))
+
+    return read
 
 
 def _find(author: Any, *names: str) -> Callable:
@@ -111,10 +128,12 @@ def policy_class(author: Any):
             )
         raise TypeError("evaluate must return allow(), deny(...), hide() or require_approval(...)")
 
+    read = host_reader()
+
     class Policy(exports.Policy):
         def evaluate(self, request):
             try:
-                return to_wit(evaluate(policy_request(request)))
+                return to_wit(evaluate(policy_request(request, read)))
             except Exception as e:  # noqa: BLE001 - every failure fails closed
                 raise Err(f"policy failed: {_message(e)}")
 
