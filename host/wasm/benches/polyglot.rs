@@ -6,6 +6,8 @@
 //! ```sh
 //! cargo xtask build-plugins && bash sdk/build-polyglot.sh
 //! cargo bench -p capgate-wasm --bench polyglot
+//! # one language, more pooled calls (e.g. under `perf record` to profile its per-call path):
+//! cargo bench -p capgate-wasm --bench polyglot -- --lang javascript --pooled-calls 50000
 //! ```
 //!
 //! Per-call figures are percentiles over many calls on one thread (a load generator, not
@@ -74,7 +76,42 @@ struct Row {
     pooled: (Duration, Duration),
 }
 
-fn measure(host: &WasmHost, rt: &tokio::runtime::Runtime, lang: &Lang) -> Row {
+/// `--lang NAME` (repeatable; all three when absent) and `--pooled-calls N` (default 5 000).
+struct Args {
+    langs: Vec<String>,
+    pooled_calls: usize,
+}
+
+fn args() -> Result<Args, String> {
+    let mut out = Args {
+        langs: Vec::new(),
+        pooled_calls: 5000,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--bench" => {}
+            "--lang" => {
+                let l = it.next().ok_or("--lang needs rust, javascript or python")?;
+                if !langs().iter().any(|k| k.name.eq_ignore_ascii_case(&l)) {
+                    return Err(format!("--lang {l}: not rust, javascript or python"));
+                }
+                out.langs.push(l.to_ascii_lowercase());
+            }
+            "--pooled-calls" => {
+                out.pooled_calls = it
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .filter(|n| *n > 0)
+                    .ok_or("--pooled-calls needs a positive number")?;
+            }
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(out)
+}
+
+fn measure(host: &WasmHost, rt: &tokio::runtime::Runtime, lang: &Lang, pooled_calls: usize) -> Row {
     let path = lang.dir.join(lang.file);
     let bytes = std::fs::read(&path).unwrap_or_else(|e| {
         panic!(
@@ -132,7 +169,7 @@ fn measure(host: &WasmHost, rt: &tokio::runtime::Runtime, lang: &Lang) -> Row {
         )
     };
     let fresh = per_call(Isolation::Fresh, 500);
-    let pooled = per_call(Isolation::pooled(), 5000);
+    let pooled = per_call(Isolation::pooled(), pooled_calls);
     Row {
         size: bytes.len() as u64,
         compile,
@@ -148,6 +185,13 @@ fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return;
     }
+    let args = match args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("polyglot: {e}");
+            std::process::exit(2);
+        }
+    };
     let host = WasmHost::shared().expect("the wasm host");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -155,9 +199,10 @@ fn main() {
         .expect("tokio");
     let rows: Vec<(&str, Row)> = langs()
         .iter()
+        .filter(|l| args.langs.is_empty() || args.langs.contains(&l.name.to_ascii_lowercase()))
         .map(|l| {
             eprintln!("measuring {} ({})", l.name, l.file);
-            (l.name, measure(&host, &rt, l))
+            (l.name, measure(&host, &rt, l, args.pooled_calls))
         })
         .collect();
     println!();
@@ -186,4 +231,10 @@ fn main() {
     line("per call, pooled instance (p50 / p99)", &|r| {
         format!("{} / {}", fmt(r.pooled.0), fmt(r.pooled.1))
     });
+    if let Some((_, rust)) = rows.iter().find(|(n, _)| *n == "Rust") {
+        let base = rust.pooled.0.as_secs_f64();
+        line("pooled p50 / Rust's", &|r| {
+            format!("{:.1}×", r.pooled.0.as_secs_f64() / base)
+        });
+    }
 }

@@ -141,6 +141,8 @@ const I64_MIN = -(1n << 63n);
  */
 export function formatJsonNumber(literal) {
   const raw = String(literal).trim();
+  // The common case, a small non-negative integer, is printed as written.
+  if (/^(0|[1-9][0-9]{0,14})$/.test(raw)) return raw;
   if (/^-?[0-9]+$/.test(raw)) {
     const v = BigInt(raw);
     const negative = raw.startsWith('-');

@@ -70,6 +70,10 @@ test('policy request: documents parse on first read; pointer helpers ask the hos
   assert.equal(plain.attribute('/orgId'), 'org_1');
   assert.equal(plain.contextValue('/region'), 'eu');
   assert.deepEqual(plain.input, { amount: 649, order: { id: 'o_1' } });
+  assert.equal(plain.surface, 'aiSdk');
+  assert.deepEqual(plain.capability, { id: 'orders.refund', sideEffect: 'write', risk: 'high', tags: [] });
+  assert.deepEqual(plain.actor.attributes, { orgId: 'org_1' });
+  assert.equal(JSON.parse(JSON.stringify(plain)).config.maxAmount, 500);
   // With the host's reader: every helper asks it, and no document is parsed.
   const asked = [];
   const host = { input: { '/amount': { tag: 'number', val: '649.0' }, '/order': { tag: 'json', val: '{"id":"o_1"}' } },
@@ -84,7 +88,8 @@ test('policy request: documents parse on first read; pointer helpers ask the hos
   assert.equal(lazy.configValue('/maxAmount'), 500);
   assert.equal(lazy.attribute('/orgId'), 'org_1');
   assert.equal(lazy.contextValue('/region'), undefined);
-  assert.deepEqual(asked, ['input /amount', 'input /amount', 'input /order', 'input /missing', 'config /maxAmount', 'actor-attributes /orgId', 'context /region']);
+  // inputText after inputValue at the same pointer asks once.
+  assert.deepEqual(asked, ['input /amount', 'input /order', 'input /missing', 'config /maxAmount', 'actor-attributes /orgId', 'context /region']);
   // The documents themselves still parse on read (and an unparsable config still throws).
   assert.equal(lazy.input, undefined);
   assert.throws(() => lazy.config);
