@@ -251,7 +251,13 @@ def _from_host(v: Any) -> Any:
         return None
     if tag == "boolean":
         return bool(val)
-    if tag in ("number", "json"):
+    if tag == "number":
+        # The host spells numbers as serde_json prints them: an integer has no `.` or `e`.
+        try:
+            return int(val)
+        except ValueError:
+            return float(val)
+    if tag == "json":
         return parse_json(val)
     return val
 
