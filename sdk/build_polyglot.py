@@ -85,11 +85,12 @@ def main() -> int:
     failed = [r for r in results if not r["ok"]]
     for r in failed:
         sys.stderr.write(f"\n--- {r['lang']} {r['name']} failed:\n{r['log']}\n")
-    print(f"{'lang':<7} {'plugin':<15} {'world':<10} {'size':>9} {'build':>8}")
+    w = max([len("plugin")] + [len(r["name"]) for r in results])
+    print(f"{'lang':<7} {'plugin':<{w}} {'world':<10} {'size':>9} {'build':>8}")
     for r in results:
         if r["ok"]:
             took = "cached" if r["skipped"] else f"{r['seconds']:.1f} s"
-            print(f"{r['lang']:<7} {r['name']:<15} {r['world']:<10} {r['bytes'] / 1048576:>6.1f} MiB {took:>8}")
+            print(f"{r['lang']:<7} {r['name']:<{w}} {r['world']:<10} {r['bytes'] / 1048576:>6.1f} MiB {took:>8}")
     for lang in ("js", "python"):
         rows = [
             {"plugin": r["name"], "world": r["world"], "bytes": r["bytes"], "seconds": round(r["seconds"], 2), "skipped": r["skipped"],

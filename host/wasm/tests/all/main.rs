@@ -6,6 +6,7 @@ mod common;
 mod authorizer_versions;
 mod cache_binding;
 mod concurrency;
+mod fresh_state;
 mod hostile;
 mod idle_cap;
 mod lazy_reads;
