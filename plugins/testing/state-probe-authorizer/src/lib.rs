@@ -1,19 +1,11 @@
 //! state-probe (authorizer): denies with a reason holding every call this instance has seen
 //! (the input's `marker` recorded), so a test can tell a fresh instance from a reused one.
 
-use capgate_plugin::{AuthorizeRequest, Authorizer, Value, export_authorizer};
+use capgate_plugin::{AuthorizeRequest, Authorizer, export_authorizer};
 
-/// Every marker this instance has been handed, on the heap; its length counts the calls in a
-/// global. A fresh instance answers `{"calls": 1, "seen": [its own marker]}`.
-static SEEN: std::sync::Mutex<Vec<Value>> = std::sync::Mutex::new(Vec::new());
-static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-fn record(marker: Option<Value>) -> Value {
-    let calls = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
-    seen.push(marker.unwrap_or(Value::Null));
-    serde_json::json!({ "calls": calls, "seen": *seen })
-}
+#[path = "../../state-probe-common/record.rs"]
+mod record;
+use record::record;
 
 struct Probe;
 
