@@ -2,7 +2,7 @@
 //! the heap, and the number of calls, in a global. A fresh instance answers
 //! `{"calls": 1, "seen": [its own marker]}`. Included by each probe with `#[path]`.
 
-use capgate_plugin::Value;
+use capgate_plugin::{Value, json};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -14,5 +14,5 @@ pub fn record(marker: Option<Value>) -> Value {
     let calls = CALLS.fetch_add(1, Ordering::Relaxed) + 1;
     let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
     seen.push(marker.unwrap_or(Value::Null));
-    serde_json::json!({ "calls": calls, "seen": *seen })
+    json!({ "calls": calls, "seen": *seen })
 }
