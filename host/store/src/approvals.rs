@@ -298,7 +298,12 @@ impl SqlApprovalCoordinator {
 }
 
 fn unique_violation(e: &BoxError) -> bool {
-    matches!(e.downcast_ref::<sqlx::Error>(), Some(sqlx::Error::Database(d)) if d.is_unique_violation())
+    match e.downcast_ref::<crate::group::GroupError>() {
+        Some(g) => g.is_unique_violation(),
+        None => {
+            matches!(e.downcast_ref::<sqlx::Error>(), Some(sqlx::Error::Database(d)) if d.is_unique_violation())
+        }
+    }
 }
 
 #[async_trait]

@@ -33,7 +33,7 @@ pub(crate) trait Columns {
     fn int(&self, col: &str) -> Result<i64, ColumnError>;
 }
 
-fn micros_ts(col: &str, v: i64) -> Result<DateTime<Utc>, ColumnError> {
+pub(crate) fn micros_ts(col: &str, v: i64) -> Result<DateTime<Utc>, ColumnError> {
     from_micros(v).ok_or_else(|| err(col, "timestamp out of range"))
 }
 

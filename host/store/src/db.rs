@@ -4,7 +4,7 @@ use crate::approvals::SqlApprovalCoordinator;
 use crate::audit::{AuditLog, AuditSinkOptions, SqlAuditSink};
 use crate::columns::{Columns, Record};
 use crate::journal::SqlInvocationJournal;
-use crate::params::{Param, arguments};
+use crate::params::{Param, arguments, sqlite_values};
 use capgate_core::error::BoxError;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
@@ -152,6 +152,13 @@ pub enum StoreError {
     /// A statement failed.
     #[error("store unavailable: {0}")]
     Backend(#[source] sqlx::Error),
+    /// The store's own SQLite connections (the group writer's, the inline readers') could
+    /// not be opened.
+    #[error("cannot open the store: {0}")]
+    Writer(#[source] BoxError),
+    /// A write through the SQLite writer failed.
+    #[error("store unavailable: {0}")]
+    Write(#[source] BoxError),
     /// A background task was requested outside a Tokio runtime.
     #[error("the audit sink needs a Tokio runtime to run its writer task")]
     NoRuntime,
@@ -205,6 +212,8 @@ pub(crate) enum Db {
         /// The hot write paths (journal, approvals), committed in groups.
         group: crate::group::GroupWriter,
         readers: SqlitePool,
+        /// One-row reads on the calling thread (none for an in-memory database).
+        inline: Option<crate::inline::InlineReaders>,
     },
     Postgres(PgPool),
 }
@@ -438,9 +447,21 @@ impl Store {
         decode: impl Fn(&dyn Columns) -> T,
     ) -> Result<Option<T>, BoxError> {
         let sql = sql.into();
+        if let (
+            Db::Sqlite {
+                inline: Some(inline),
+                ..
+            },
+            Via::Readers,
+        ) = (&*self.db, via)
+        {
+            return Ok(inline
+                .fetch_optional(sql.sqlite, &sqlite_values(params)?)?
+                .map(|r| decode(&r)));
+        }
         Ok(match self.target(via) {
             Target::Group(group) => group
-                .fetch_optional(sql.sqlite, arguments::<Sqlite>(params)?)
+                .fetch_optional(sql.sqlite, sqlite_values(params)?)
                 .await?
                 .map(|r| decode(&r)),
             Target::Sqlite(pool) => sqlx::query_with(sql.sqlite, arguments::<Sqlite>(params)?)
@@ -508,11 +529,7 @@ impl Store {
     ) -> Result<u64, BoxError> {
         let sql = sql.into();
         Ok(match self.target(via) {
-            Target::Group(group) => {
-                group
-                    .execute(sql.sqlite, arguments::<Sqlite>(params)?)
-                    .await?
-            }
+            Target::Group(group) => group.execute(sql.sqlite, sqlite_values(params)?).await?,
             Target::Sqlite(pool) => sqlx::query_with(sql.sqlite, arguments::<Sqlite>(params)?)
                 .execute(pool)
                 .await?
@@ -541,10 +558,10 @@ impl Store {
             .execute(
                 "UPDATE capgate_audit_events SET id = id \
                  WHERE id = (SELECT max(id) FROM capgate_audit_events)",
-                sqlx::sqlite::SqliteArguments::default(),
+                Vec::new(),
             )
             .await
-            .map_err(StoreError::Backend)?;
+            .map_err(|e| StoreError::Write(e.into()))?;
         if rewritten == 0 {
             group.clear_refusal();
         }
@@ -555,8 +572,15 @@ impl Store {
     pub async fn close(&self) {
         match &*self.db {
             Db::Sqlite {
-                writer, readers, ..
+                writer,
+                readers,
+                group,
+                inline,
             } => {
+                group.close().await;
+                if let Some(inline) = inline {
+                    inline.close();
+                }
                 writer.close().await;
                 readers.close().await;
             }
@@ -590,11 +614,13 @@ async fn open_sqlite(url: &str, options: &StoreOptions) -> Result<Store, StoreEr
         return Ok(Store {
             db: Arc::new(Db::Sqlite {
                 writer: pool.clone(),
-                group: crate::group::GroupWriter::new(pool.clone()),
+                group: crate::group::GroupWriter::direct(pool.clone()),
                 readers: pool,
+                inline: None,
             }),
         });
     }
+    let path = base.get_filename().to_path_buf();
     let writer_options = if options.read_only {
         base.clone().read_only(true).create_if_missing(false)
     } else {
@@ -620,11 +646,27 @@ async fn open_sqlite(url: &str, options: &StoreOptions) -> Result<Store, StoreEr
         .connect_with(base.read_only(true).create_if_missing(false))
         .await
         .map_err(StoreError::Connect)?;
+    let own = crate::group::WriterOptions {
+        path: &path,
+        busy_timeout: options.busy_timeout,
+    };
+    let group = if options.read_only {
+        // Nothing to batch: every write is refused, as the read-only writer pool says.
+        crate::group::GroupWriter::direct(writer.clone())
+    } else {
+        crate::group::GroupWriter::open(&own).map_err(|e| StoreError::Writer(e.into()))?
+    };
+    let inline = crate::inline::InlineReaders::open(
+        &own,
+        options.max_connections.unwrap_or(4).max(1) as usize,
+    )
+    .map_err(|e| StoreError::Writer(e.into()))?;
     Ok(Store {
         db: Arc::new(Db::Sqlite {
-            group: crate::group::GroupWriter::new(writer.clone()),
+            group,
             writer,
             readers,
+            inline: Some(inline),
         }),
     })
 }

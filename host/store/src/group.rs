@@ -1,28 +1,110 @@
-//! Group commit for the SQLite writer.
+//! Group commit for the SQLite writer, on a thread that owns the writer connection.
 //!
 //! SQLite has one writer. With every statement in its own transaction, a governed invoke's
-//! writes (journal claim, settle, approval decisions) queue for the writer connection one by
-//! one, and each pays for a pool hand-off, a commit and the WAL frames of the pages it
-//! touched. Here concurrent writers hand their statement to one task, which runs whatever is
+//! writes (journal claim, settle, approval decisions, audit rows) would queue for the
+//! writer one by one, each paying for a commit and the WAL frames of the pages it touched.
+//! Here concurrent writers hand their statement to one thread, which runs whatever is
 //! waiting (up to [`MAX_BATCH`]) in one `BEGIN IMMEDIATE … COMMIT`, in arrival order, and
 //! answers each caller only after the commit: a caller never sees a result that is not
 //! durable, and the statements of one batch see each other exactly as they would run one
 //! after the other, so compare-and-set statements keep their meaning.
 //!
+//! The thread owns its own connection ([`rusqlite`], on the same SQLite library sqlx
+//! links) and runs a whole batch per wake: one hand-off in, one answer out per caller.
+//! Through sqlx's driver every statement of a batch (and `BEGIN` and `COMMIT`) was a
+//! message to the connection's worker thread and a wake back, about twenty context
+//! switches per governed invoke (README, "Gateway under load").
+//!
 //! If any statement of a batch fails, the batch is rolled back (nothing of it is visible) and
 //! its statements are run again one by one in their own transactions, so every caller gets
-//! its own result and its own error. Without a Tokio runtime at open, or once the task has
-//! stopped, statements run directly on the writer pool as before.
+//! its own result and its own error.
+//!
+//! Checkpoints are off the commit path: the writer connection never checkpoints inside a
+//! commit (`wal_autocheckpoint = 0`). The writer thread checkpoints (`PASSIVE`) after it
+//! has answered a batch's callers, once the WAL holds [`CHECKPOINT_FRAMES`] pages and no
+//! statement is waiting, or at once when the WAL has reached [`WAL_LIMIT_FRAMES`], so it
+//! stays bounded under continuous writes. As the one writer runs it, the checkpoint copies
+//! the whole WAL and the next commit starts the WAL over, reusing the file's pages; the
+//! file is truncated back to [`JOURNAL_SIZE_LIMIT`] bytes when it restarts.
+//!
+//! An in-memory database lives in sqlx's one connection, so there the statements run
+//! directly on that connection, one by one, in arrival order.
 
-use sqlx::sqlite::{SqliteArguments, SqliteConnection, SqlitePool, SqliteRow};
+use crate::columns::{ColumnError, Columns, micros_ts};
+use capgate_core::error::BoxError;
+use chrono::{DateTime, Utc};
+use rusqlite::types::Value as SqliteValue;
+use serde_json::Value;
+use sqlx::sqlite::{SqlitePool, SqliteRow};
+use std::cell::Cell;
+use std::ffi::c_int;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 /// Statements committed together at most.
 pub(crate) const MAX_BATCH: usize = 64;
-/// Statements waiting for the writer task before callers wait to enqueue.
+/// Statements waiting for the writer before callers wait to enqueue.
 const QUEUE: usize = 1024;
+/// Prepared statements the writer connection keeps (the store has a few dozen).
+const STATEMENT_CACHE: usize = 128;
+/// WAL frames (pages) from which the writer checkpoints when no statement is waiting:
+/// SQLite's own automatic checkpoint threshold (4 MiB of 4 KiB pages).
+pub(crate) const CHECKPOINT_FRAMES: i32 = 1_000;
+/// WAL frames from which the writer checkpoints even with statements waiting (16 MiB).
+pub(crate) const WAL_LIMIT_FRAMES: i32 = 4_096;
+/// What the WAL file is truncated to when it restarts (`journal_size_limit`): above what
+/// [`WAL_LIMIT_FRAMES`] lets it reach, so in steady state the file keeps its pages and a
+/// commit overwrites them rather than growing the file again.
+pub(crate) const JOURNAL_SIZE_LIMIT: i64 = 32 * 1024 * 1024;
+
+/// Why a statement sent to the group writer failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum GroupError {
+    /// SQLite refused it on the writer thread's connection.
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
+    /// sqlx refused it (in-memory databases, and opening).
+    #[error(transparent)]
+    Sqlx(#[from] sqlx::Error),
+    /// A parameter could not be encoded.
+    #[error(transparent)]
+    Encode(BoxError),
+    /// The store was closed (or its writer thread is gone).
+    #[error("the store is closed")]
+    Stopped,
+}
+
+impl GroupError {
+    /// SQLite's extended result code, where there is one.
+    fn code(&self) -> Option<i32> {
+        match self {
+            GroupError::Sqlite(rusqlite::Error::SqliteFailure(e, _)) => Some(e.extended_code),
+            GroupError::Sqlx(sqlx::Error::Database(d)) => d.code().and_then(|c| c.parse().ok()),
+            _ => None,
+        }
+    }
+
+    /// Whether the statement broke a UNIQUE or PRIMARY KEY constraint.
+    pub(crate) fn is_unique_violation(&self) -> bool {
+        // SQLITE_CONSTRAINT_PRIMARYKEY 1555, SQLITE_CONSTRAINT_UNIQUE 2067.
+        matches!(self.code(), Some(1555 | 2067))
+    }
+
+    /// Whether this says the database cannot store what it is given (rather than that one
+    /// statement is wrong): SQLITE_FULL, an I/O error, a read-only or unopenable file.
+    fn is_storage(&self) -> bool {
+        match self {
+            GroupError::Sqlx(sqlx::Error::Io(_)) => true,
+            // Primary result codes (the low byte): READONLY 8, IOERR 10, FULL 13, CANTOPEN 14.
+            _ => self
+                .code()
+                .is_some_and(|c| matches!(c & 0xff, 8 | 10 | 13 | 14)),
+        }
+    }
+}
 
 /// What a statement's caller wants back.
 #[derive(Clone, Copy)]
@@ -31,42 +113,93 @@ enum Want {
     Affected,
 }
 
+/// A row the writer handed back (`… RETURNING`), as the store's types read it.
+pub(crate) enum GroupRow {
+    /// From the writer thread: each column's name and value.
+    Owned(Vec<(String, SqliteValue)>),
+    /// From sqlx's connection (in-memory databases).
+    Sqlx(SqliteRow),
+}
+
 enum Done {
-    Row(Option<SqliteRow>),
+    Row(Option<GroupRow>),
     Affected(u64),
+}
+
+/// What the writer thread is handed.
+enum Msg {
+    /// A statement to run.
+    Run(Job),
+    /// Commit what came before, checkpoint, close the connection and stop.
+    Close(oneshot::Sender<()>),
 }
 
 struct Job {
     sql: &'static str,
-    args: SqliteArguments,
+    params: Vec<SqliteValue>,
     want: Want,
-    reply: oneshot::Sender<Result<Done, sqlx::Error>>,
+    reply: oneshot::Sender<Result<Done, GroupError>>,
 }
 
-/// The handle the store's write paths go through. Cheap to clone.
+/// Where the statements go.
+#[derive(Clone)]
+enum Route {
+    /// To the writer thread.
+    Thread(mpsc::Sender<Msg>),
+    /// Straight to sqlx's one connection of an in-memory database.
+    Direct(SqlitePool),
+}
+
+/// The handle the store's write paths go through. Cheap to clone; the writer thread ends
+/// when every handle is dropped.
 #[derive(Clone)]
 pub(crate) struct GroupWriter {
-    tx: Option<mpsc::Sender<Job>>,
-    pool: SqlitePool,
+    route: Route,
     /// Set when the database refused a write for lack of storage (disk full, I/O error,
     /// read-only file), cleared by the next commit that writes: what readiness asks.
     refusing: Arc<AtomicBool>,
 }
 
+/// How the writer connection is opened: as sqlx opens the store's other connections.
+pub(crate) struct WriterOptions<'a> {
+    /// The database file.
+    pub(crate) path: &'a Path,
+    /// How long SQLite waits on a lock held by another connection.
+    pub(crate) busy_timeout: Duration,
+}
+
 impl GroupWriter {
-    /// A group writer over the (single-connection) writer pool; its task runs on the current
-    /// Tokio runtime and ends when every handle is dropped.
-    pub(crate) fn new(pool: SqlitePool) -> Self {
+    /// A group writer over its own connection to the (already created, WAL) database file,
+    /// on a thread of its own.
+    pub(crate) fn open(options: &WriterOptions<'_>) -> Result<Self, GroupError> {
+        let conn = open_connection(options, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE)?;
+        // The writer never checkpoints inside a commit; its thread does after answering.
+        conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+        conn.pragma_update(None, "journal_size_limit", JOURNAL_SIZE_LIMIT)?;
+        conn.wal_hook(Some(note_wal_frames));
         let refusing = Arc::new(AtomicBool::new(false));
-        let tx = tokio::runtime::Handle::try_current().ok().map(|handle| {
-            let (tx, rx) = mpsc::channel(QUEUE);
-            handle.spawn(run(pool.clone(), rx, refusing.clone()));
-            tx
-        });
-        GroupWriter { tx, pool, refusing }
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let thread_refusing = refusing.clone();
+        std::thread::Builder::new()
+            .name("capgate-sqlite-writer".into())
+            .spawn(move || run(conn, rx, &thread_refusing))
+            .map_err(|e| GroupError::Encode(e.into()))?;
+        Ok(GroupWriter {
+            route: Route::Thread(tx),
+            refusing,
+        })
     }
 
-    /// Whether the last write was refused for lack of storage (see [`storage_error`]).
+    /// A group writer that runs each statement directly on `pool` (an in-memory
+    /// database's one connection).
+    pub(crate) fn direct(pool: SqlitePool) -> Self {
+        GroupWriter {
+            route: Route::Direct(pool),
+            refusing: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Whether the last write was refused for lack of storage.
     pub(crate) fn is_refusing(&self) -> bool {
         self.refusing.load(Ordering::Relaxed)
     }
@@ -80,9 +213,9 @@ impl GroupWriter {
     pub(crate) async fn fetch_optional(
         &self,
         sql: &'static str,
-        args: SqliteArguments,
-    ) -> Result<Option<SqliteRow>, sqlx::Error> {
-        match self.submit(sql, args, Want::Row).await? {
+        params: Vec<SqliteValue>,
+    ) -> Result<Option<GroupRow>, GroupError> {
+        match self.submit(sql, params, Want::Row).await? {
             Done::Row(row) => Ok(row),
             Done::Affected(_) => Ok(None),
         }
@@ -92,9 +225,9 @@ impl GroupWriter {
     pub(crate) async fn execute(
         &self,
         sql: &'static str,
-        args: SqliteArguments,
-    ) -> Result<u64, sqlx::Error> {
-        match self.submit(sql, args, Want::Affected).await? {
+        params: Vec<SqliteValue>,
+    ) -> Result<u64, GroupError> {
+        match self.submit(sql, params, Want::Affected).await? {
             Done::Affected(n) => Ok(n),
             Done::Row(_) => Ok(0),
         }
@@ -103,92 +236,171 @@ impl GroupWriter {
     async fn submit(
         &self,
         sql: &'static str,
-        args: SqliteArguments,
+        params: Vec<SqliteValue>,
         want: Want,
-    ) -> Result<Done, sqlx::Error> {
-        let Some(tx) = &self.tx else {
-            return direct(&self.pool, sql, args, want).await;
+    ) -> Result<Done, GroupError> {
+        let tx = match &self.route {
+            Route::Thread(tx) => tx,
+            Route::Direct(pool) => {
+                let result = direct(pool, sql, params, want).await;
+                note(&self.refusing, &result.as_ref().map(wrote));
+                return result;
+            }
         };
         let (reply, answer) = oneshot::channel();
-        match tx
-            .send(Job {
-                sql,
-                args,
-                want,
-                reply,
-            })
-            .await
-        {
-            Ok(()) => answer
-                .await
-                .unwrap_or_else(|_| Err(sqlx::Error::WorkerCrashed)),
-            // The task is gone (its runtime shut down): write directly.
-            Err(mpsc::error::SendError(job)) => {
-                direct(&self.pool, job.sql, job.args, job.want).await
+        let job = Job {
+            sql,
+            params,
+            want,
+            reply,
+        };
+        if tx.send(Msg::Run(job)).await.is_err() {
+            return Err(GroupError::Stopped);
+        }
+        answer.await.unwrap_or(Err(GroupError::Stopped))
+    }
+
+    /// Stop the writer: what was handed to it before is committed, the WAL checkpointed and
+    /// the connection closed; later statements fail with [`GroupError::Stopped`].
+    pub(crate) async fn close(&self) {
+        if let Route::Thread(tx) = &self.route {
+            let (reply, closed) = oneshot::channel();
+            if tx.send(Msg::Close(reply)).await.is_ok() {
+                let _ = closed.await;
             }
         }
     }
 }
 
+/// A connection of our own to the store's file, set up as sqlx sets up the store's.
+pub(crate) fn open_connection(
+    options: &WriterOptions<'_>,
+    mode: rusqlite::OpenFlags,
+) -> Result<rusqlite::Connection, GroupError> {
+    use rusqlite::OpenFlags;
+    let conn = rusqlite::Connection::open_with_flags(
+        options.path,
+        mode | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI,
+    )?;
+    conn.busy_timeout(options.busy_timeout)?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    Ok(conn)
+}
+
+/// One statement on sqlx's connection of an in-memory database.
 async fn direct(
     pool: &SqlitePool,
     sql: &'static str,
-    args: SqliteArguments,
+    params: Vec<SqliteValue>,
     want: Want,
-) -> Result<Done, sqlx::Error> {
-    let mut conn = pool.acquire().await?;
-    one(&mut conn, sql, args, want).await
-}
-
-async fn one(
-    conn: &mut SqliteConnection,
-    sql: &'static str,
-    args: SqliteArguments,
-    want: Want,
-) -> Result<Done, sqlx::Error> {
+) -> Result<Done, GroupError> {
+    let mut args = sqlx::sqlite::SqliteArguments::default();
+    for value in params {
+        crate::params::add_sqlite_value(&mut args, value).map_err(GroupError::Encode)?;
+    }
     let query = sqlx::query_with(sql, args);
-    match want {
-        // Stepped to the end, not just to its first row: outside a transaction the
-        // statement's own commit happens at its last step, and a commit that fails (disk
-        // full) must fail the caller, not hand back a row that was rolled back.
-        Want::Row => query
-            .fetch_all(&mut *conn)
-            .await
-            .map(|rows| Done::Row(rows.into_iter().next())),
-        Want::Affected => query
-            .execute(&mut *conn)
-            .await
-            .map(|r| Done::Affected(r.rows_affected())),
+    Ok(match want {
+        // Stepped to the end, not just to its first row: the statement's own commit
+        // happens at its last step, and a commit that fails (disk full) must fail the
+        // caller, not hand back a row that was rolled back.
+        Want::Row => Done::Row(
+            query
+                .fetch_all(pool)
+                .await?
+                .into_iter()
+                .next()
+                .map(GroupRow::Sqlx),
+        ),
+        Want::Affected => Done::Affected(query.execute(pool).await?.rows_affected()),
+    })
+}
+
+/// The writer thread: a batch per wake, until every handle is dropped; a checkpoint
+/// between batches when the WAL asks for one.
+fn run(conn: rusqlite::Connection, mut rx: mpsc::Receiver<Msg>, refusing: &AtomicBool) {
+    let mut closing = None;
+    while let Some(first) = rx.blocking_recv() {
+        let mut jobs = Vec::with_capacity(MAX_BATCH);
+        let mut next = Some(first);
+        while let Some(msg) = next.take() {
+            match msg {
+                Msg::Run(job) => jobs.push(job),
+                Msg::Close(reply) => {
+                    closing = Some(reply);
+                    break;
+                }
+            }
+            if jobs.len() < MAX_BATCH {
+                next = rx.try_recv().ok();
+            }
+        }
+        if !jobs.is_empty() {
+            commit(&conn, jobs, refusing);
+        }
+        if closing.is_some() {
+            break;
+        }
+        let frames = WAL_FRAMES.get();
+        if frames >= WAL_LIMIT_FRAMES || (frames >= CHECKPOINT_FRAMES && rx.is_empty()) {
+            checkpoint(&conn);
+        }
+    }
+    // Closed, or every handle is gone: leave the WAL checkpointed, refuse what comes next.
+    rx.close();
+    checkpoint(&conn);
+    drop(conn);
+    if let Some(reply) = closing {
+        let _ = reply.send(());
+    }
+    // Statements that were queued behind the close.
+    while let Ok(msg) = rx.try_recv() {
+        match msg {
+            Msg::Run(job) => {
+                let _ = job.reply.send(Err(GroupError::Stopped));
+            }
+            Msg::Close(reply) => {
+                let _ = reply.send(());
+            }
+        }
     }
 }
 
-/// Whether `e` says the database cannot store what it is given (rather than that one
-/// statement is wrong): SQLITE_FULL, an I/O error, a read-only or unopenable file.
-pub(crate) fn storage_error(e: &sqlx::Error) -> bool {
-    match e {
-        sqlx::Error::Io(_) => true,
-        sqlx::Error::Database(d) => d
-            .code()
-            .and_then(|c| c.parse::<i32>().ok())
-            // Primary result codes (the low byte): READONLY 8, IOERR 10, FULL 13, CANTOPEN 14.
-            .is_some_and(|c| matches!(c & 0xff, 8 | 10 | 13 | 14)),
-        _ => false,
-    }
+thread_local! {
+    /// The pages in the WAL after the writer thread's last commit (its WAL hook).
+    static WAL_FRAMES: Cell<i32> = const { Cell::new(0) };
 }
 
-async fn run(pool: SqlitePool, mut rx: mpsc::Receiver<Job>, refusing: Arc<AtomicBool>) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        commit(&pool, std::mem::take(&mut batch), &refusing).await;
+/// The writer connection's WAL hook: runs on the writer thread after each commit.
+fn note_wal_frames(_: &rusqlite::hooks::Wal, frames: c_int) -> rusqlite::Result<()> {
+    WAL_FRAMES.set(frames);
+    Ok(())
+}
+
+/// Copy the WAL into the database. Run by the one writer, between its batches, so it
+/// copies every page and the next commit starts the WAL over.
+fn checkpoint(conn: &rusqlite::Connection) {
+    match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+        Ok((row.get::<_, i64>(1)?, row.get::<_, i64>(2)?))
+    }) {
+        Ok((log, copied)) => {
+            if copied >= log {
+                WAL_FRAMES.set(0);
+            }
+        }
+        Err(e) => {
+            tracing::warn!(target: "capgate::store", error = %e, "SQLite checkpoint failed");
+        }
     }
 }
 
 /// Note one outcome of a write in `refusing`: a storage error sets it, a commit that
 /// stored something clears it (a statement that changed nothing proves nothing).
-fn note(refusing: &AtomicBool, result: &Result<bool, &sqlx::Error>) {
+fn note(refusing: &AtomicBool, result: &Result<bool, &GroupError>) {
     match result {
         Ok(true) => refusing.store(false, Ordering::Relaxed),
-        Err(e) if storage_error(e) => refusing.store(true, Ordering::Relaxed),
+        Err(e) if e.is_storage() => refusing.store(true, Ordering::Relaxed),
         Ok(false) | Err(_) => {}
     }
 }
@@ -201,26 +413,13 @@ fn wrote(done: &Done) -> bool {
     }
 }
 
-async fn commit(pool: &SqlitePool, jobs: Vec<Job>, refusing: &AtomicBool) {
-    let mut conn = match pool.acquire().await {
-        Ok(conn) => conn,
-        Err(e) => {
-            let message = e.to_string();
-            for job in jobs {
-                let _ = job.reply.send(Err(sqlx::Error::Protocol(message.clone())));
-            }
-            return;
-        }
-    };
+fn commit(conn: &rusqlite::Connection, jobs: Vec<Job>, refusing: &AtomicBool) {
     if jobs.len() > 1 {
         let mut results = Vec::with_capacity(jobs.len());
-        let mut ok = sqlx::query("BEGIN IMMEDIATE")
-            .execute(&mut *conn)
-            .await
-            .is_ok();
+        let mut ok = conn.execute_batch("BEGIN IMMEDIATE").is_ok();
         if ok {
             for job in &jobs {
-                match one(&mut conn, job.sql, job.args.clone(), job.want).await {
+                match one(conn, job.sql, &job.params, job.want) {
                     Ok(done) => results.push(done),
                     Err(_) => {
                         ok = false;
@@ -230,8 +429,8 @@ async fn commit(pool: &SqlitePool, jobs: Vec<Job>, refusing: &AtomicBool) {
             }
         }
         if ok {
-            let committed = sqlx::query("COMMIT").execute(&mut *conn).await;
-            note(refusing, &committed.as_ref().map(|_| true));
+            let committed = conn.execute_batch("COMMIT").map_err(GroupError::from);
+            note(refusing, &committed.as_ref().map(|()| true));
             ok = committed.is_ok();
         }
         if ok {
@@ -241,11 +440,164 @@ async fn commit(pool: &SqlitePool, jobs: Vec<Job>, refusing: &AtomicBool) {
             return;
         }
         // Nothing of the batch is kept; each statement runs again on its own below.
-        let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+        if !conn.is_autocommit() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
     }
     for job in jobs {
-        let result = one(&mut conn, job.sql, job.args, job.want).await;
+        let result = one(conn, job.sql, &job.params, job.want);
         note(refusing, &result.as_ref().map(wrote));
         let _ = job.reply.send(result);
+    }
+}
+
+/// Run one statement on the writer connection.
+fn one(
+    conn: &rusqlite::Connection,
+    sql: &str,
+    params: &[SqliteValue],
+    want: Want,
+) -> Result<Done, GroupError> {
+    let mut stmt = prepare_bound(conn, sql, params)?;
+    match want {
+        Want::Affected => Ok(Done::Affected(stmt.raw_execute()? as u64)),
+        // Stepped to the end (see `direct`).
+        Want::Row => Ok(Done::Row(first_row(&mut stmt)?)),
+    }
+}
+
+/// `sql` prepared (from the connection's cache) with `params` bound as sqlx binds them:
+/// `$N` and `?N` by their number, a bare `?` in order; an unbound parameter is NULL.
+pub(crate) fn prepare_bound<'c>(
+    conn: &'c rusqlite::Connection,
+    sql: &str,
+    params: &[SqliteValue],
+) -> Result<rusqlite::CachedStatement<'c>, GroupError> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let mut next = 0;
+    for i in 1..=stmt.parameter_count() {
+        let n = match stmt.parameter_name(i) {
+            Some(name) => name[1..].parse::<usize>().map_err(|_| {
+                GroupError::Encode(format!("parameter {name}: not numbered").into())
+            })?,
+            None => {
+                next += 1;
+                next
+            }
+        };
+        if let Some(value) = n.checked_sub(1).and_then(|k| params.get(k)) {
+            stmt.raw_bind_parameter(i, value)?;
+        }
+    }
+    Ok(stmt)
+}
+
+/// The first row of a bound statement, stepped to its end.
+pub(crate) fn first_row(
+    stmt: &mut rusqlite::CachedStatement<'_>,
+) -> Result<Option<GroupRow>, GroupError> {
+    let names: Vec<String> = stmt.column_names().into_iter().map(String::from).collect();
+    let mut rows = stmt.raw_query();
+    let mut first = None;
+    while let Some(row) = rows.next()? {
+        if first.is_none() {
+            let mut values = Vec::with_capacity(names.len());
+            for (k, name) in names.iter().enumerate() {
+                values.push((name.clone(), row.get::<_, SqliteValue>(k)?));
+            }
+            first = Some(GroupRow::Owned(values));
+        }
+    }
+    Ok(first)
+}
+
+fn err(col: &str, e: impl std::fmt::Display) -> ColumnError {
+    format!("{col}: {e}")
+}
+
+impl GroupRow {
+    fn value(&self, col: &str) -> Result<&SqliteValue, ColumnError> {
+        match self {
+            GroupRow::Owned(values) => values
+                .iter()
+                .find(|(name, _)| name == col)
+                .map(|(_, v)| v)
+                .ok_or_else(|| err(col, "no such column")),
+            GroupRow::Sqlx(_) => Err(err(col, "not an owned row")),
+        }
+    }
+
+    fn opt_text_owned(&self, col: &str) -> Result<Option<String>, ColumnError> {
+        match self.value(col)? {
+            SqliteValue::Null => Ok(None),
+            SqliteValue::Text(s) => Ok(Some(s.clone())),
+            other => Err(err(
+                col,
+                format!("expected TEXT, found {:?}", other.data_type()),
+            )),
+        }
+    }
+
+    fn opt_int_owned(&self, col: &str) -> Result<Option<i64>, ColumnError> {
+        match self.value(col)? {
+            SqliteValue::Null => Ok(None),
+            SqliteValue::Integer(i) => Ok(Some(*i)),
+            other => Err(err(
+                col,
+                format!("expected INTEGER, found {:?}", other.data_type()),
+            )),
+        }
+    }
+}
+
+impl Columns for GroupRow {
+    fn text(&self, col: &str) -> Result<String, ColumnError> {
+        match self {
+            GroupRow::Sqlx(row) => row.text(col),
+            _ => self
+                .opt_text_owned(col)?
+                .ok_or_else(|| err(col, "unexpected NULL")),
+        }
+    }
+    fn opt_text(&self, col: &str) -> Result<Option<String>, ColumnError> {
+        match self {
+            GroupRow::Sqlx(row) => row.opt_text(col),
+            _ => self.opt_text_owned(col),
+        }
+    }
+    fn json(&self, col: &str) -> Result<Value, ColumnError> {
+        serde_json::from_str(&self.text(col)?).map_err(|e| err(col, e))
+    }
+    fn opt_json(&self, col: &str) -> Result<Option<Value>, ColumnError> {
+        self.opt_text(col)?
+            .map(|s| serde_json::from_str(&s).map_err(|e| err(col, e)))
+            .transpose()
+    }
+    fn ts(&self, col: &str) -> Result<DateTime<Utc>, ColumnError> {
+        micros_ts(col, self.int(col)?)
+    }
+    fn opt_ts(&self, col: &str) -> Result<Option<DateTime<Utc>>, ColumnError> {
+        match self {
+            GroupRow::Sqlx(row) => row.opt_ts(col),
+            _ => self
+                .opt_int_owned(col)?
+                .map(|v| micros_ts(col, v))
+                .transpose(),
+        }
+    }
+    fn flag(&self, col: &str) -> Result<bool, ColumnError> {
+        match self.int(col)? {
+            0 => Ok(false),
+            1 => Ok(true),
+            other => Err(err(col, format!("not a boolean: {other}"))),
+        }
+    }
+    fn int(&self, col: &str) -> Result<i64, ColumnError> {
+        match self {
+            GroupRow::Sqlx(row) => row.int(col),
+            _ => self
+                .opt_int_owned(col)?
+                .ok_or_else(|| err(col, "unexpected NULL")),
+        }
     }
 }

@@ -87,6 +87,7 @@ mod audit;
 mod columns;
 mod db;
 mod group;
+mod inline;
 mod journal;
 mod limits;
 mod mcp_sessions;

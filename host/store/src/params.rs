@@ -7,6 +7,7 @@
 use crate::time::micros;
 use capgate_core::error::BoxError;
 use chrono::{DateTime, Utc};
+use rusqlite::types::Value as SqliteValue;
 use serde::Serialize;
 use sqlx::postgres::PgArguments;
 use sqlx::sqlite::SqliteArguments;
@@ -14,8 +15,9 @@ use sqlx::{Arguments, Database, Encode, Postgres, Sqlite, Type};
 
 /// One parameter of a statement, for either backend.
 pub(crate) trait Param: Sync {
-    /// Append this value to a SQLite statement's arguments.
-    fn add_sqlite(&self, args: &mut SqliteArguments) -> Result<(), BoxError>;
+    /// This value as SQLite stores it: the one form both SQLite connections (sqlx's pools
+    /// and the group writer's own, see [`crate::group`]) bind.
+    fn sqlite(&self) -> Result<SqliteValue, BoxError>;
     /// Append this value to a Postgres statement's arguments.
     fn add_postgres(&self, args: &mut PgArguments) -> Result<(), BoxError>;
 }
@@ -28,8 +30,27 @@ pub(crate) trait Dialect: Database {
 
 impl Dialect for Sqlite {
     fn add(args: &mut SqliteArguments, param: &dyn Param) -> Result<(), BoxError> {
-        param.add_sqlite(args)
+        add_sqlite_value(args, param.sqlite()?)
     }
+}
+
+/// Append a value as SQLite stores it to sqlx's arguments.
+pub(crate) fn add_sqlite_value(
+    args: &mut SqliteArguments,
+    value: SqliteValue,
+) -> Result<(), BoxError> {
+    match value {
+        SqliteValue::Null => add(args, None::<i64>),
+        SqliteValue::Integer(i) => add(args, i),
+        SqliteValue::Real(f) => add(args, f),
+        SqliteValue::Text(s) => add(args, s),
+        SqliteValue::Blob(b) => add(args, b),
+    }
+}
+
+/// The values of a statement's parameters as SQLite stores them, in order.
+pub(crate) fn sqlite_values(params: &[&dyn Param]) -> Result<Vec<SqliteValue>, BoxError> {
+    params.iter().map(|p| p.sqlite()).collect()
 }
 
 impl Dialect for Postgres {
@@ -58,10 +79,11 @@ where
 
 /// Values both backends take as they are.
 macro_rules! as_is {
-    ($($ty:ty),* $(,)?) => {$(
+    ($($ty:ty => |$v:ident| $sqlite:expr),* $(,)?) => {$(
         impl Param for $ty {
-            fn add_sqlite(&self, args: &mut SqliteArguments) -> Result<(), BoxError> {
-                add(args, self)
+            fn sqlite(&self) -> Result<SqliteValue, BoxError> {
+                let $v = self;
+                Ok($sqlite)
             }
             fn add_postgres(&self, args: &mut PgArguments) -> Result<(), BoxError> {
                 add(args, self)
@@ -70,11 +92,18 @@ macro_rules! as_is {
     )*};
 }
 
-as_is!(str, String, Option<String>, Option<&str>, i64, Option<i64>);
+as_is!(
+    str => |v| SqliteValue::Text(v.to_owned()),
+    String => |v| SqliteValue::Text(v.clone()),
+    Option<String> => |v| v.clone().map_or(SqliteValue::Null, SqliteValue::Text),
+    Option<&str> => |v| v.map_or(SqliteValue::Null, |s| SqliteValue::Text(s.to_owned())),
+    i64 => |v| SqliteValue::Integer(*v),
+    Option<i64> => |v| v.map_or(SqliteValue::Null, SqliteValue::Integer),
+);
 
 impl<T: Param + ?Sized> Param for &T {
-    fn add_sqlite(&self, args: &mut SqliteArguments) -> Result<(), BoxError> {
-        (**self).add_sqlite(args)
+    fn sqlite(&self) -> Result<SqliteValue, BoxError> {
+        (**self).sqlite()
     }
     fn add_postgres(&self, args: &mut PgArguments) -> Result<(), BoxError> {
         (**self).add_postgres(args)
@@ -83,8 +112,8 @@ impl<T: Param + ?Sized> Param for &T {
 
 /// Integer microseconds on SQLite, timestamptz on Postgres.
 impl Param for DateTime<Utc> {
-    fn add_sqlite(&self, args: &mut SqliteArguments) -> Result<(), BoxError> {
-        add(args, micros(*self))
+    fn sqlite(&self) -> Result<SqliteValue, BoxError> {
+        Ok(SqliteValue::Integer(micros(*self)))
     }
     fn add_postgres(&self, args: &mut PgArguments) -> Result<(), BoxError> {
         add(args, self)
@@ -92,8 +121,8 @@ impl Param for DateTime<Utc> {
 }
 
 impl Param for Option<DateTime<Utc>> {
-    fn add_sqlite(&self, args: &mut SqliteArguments) -> Result<(), BoxError> {
-        add(args, self.map(micros))
+    fn sqlite(&self) -> Result<SqliteValue, BoxError> {
+        Ok(self.map_or(SqliteValue::Null, |t| SqliteValue::Integer(micros(t))))
     }
     fn add_postgres(&self, args: &mut PgArguments) -> Result<(), BoxError> {
         add(args, self)
@@ -102,8 +131,8 @@ impl Param for Option<DateTime<Utc>> {
 
 /// 0 or 1 on SQLite, boolean on Postgres.
 impl Param for bool {
-    fn add_sqlite(&self, args: &mut SqliteArguments) -> Result<(), BoxError> {
-        add(args, i64::from(*self))
+    fn sqlite(&self) -> Result<SqliteValue, BoxError> {
+        Ok(SqliteValue::Integer(i64::from(*self)))
     }
     fn add_postgres(&self, args: &mut PgArguments) -> Result<(), BoxError> {
         add(args, self)
@@ -115,11 +144,11 @@ impl Param for bool {
 pub(crate) struct Json<T>(pub &'static str, pub T);
 
 impl<T: Serialize + Sync> Param for Json<T> {
-    fn add_sqlite(&self, args: &mut SqliteArguments) -> Result<(), BoxError> {
+    fn sqlite(&self) -> Result<SqliteValue, BoxError> {
         let Json(what, value) = self;
         let text = serde_json::to_string(value)
             .map_err(|e| BoxError::from(format!("cannot encode {what}: {e}")))?;
-        add(args, text)
+        Ok(SqliteValue::Text(text))
     }
     fn add_postgres(&self, args: &mut PgArguments) -> Result<(), BoxError> {
         add(args, sqlx::types::Json(&self.1))

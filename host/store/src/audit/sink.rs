@@ -3,14 +3,14 @@
 //! counters a health endpoint reads.
 
 use crate::db::{Db, Store, StoreError};
-use crate::params::{Json, Param, arguments};
+use crate::params::{Json, Param, arguments, sqlite_values};
 use crate::time::trunc;
 use async_trait::async_trait;
 use capgate_core::audit::{AuditEvent, AuditSink, AuditSinkError};
 use capgate_core::error::BoxError;
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
-use sqlx::{AssertSqlSafe, Postgres, Sqlite};
+use sqlx::{AssertSqlSafe, Postgres};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -564,8 +564,9 @@ async fn insert_chunk(store: &Store, chunk: &[AuditRow]) -> Result<(), BoxError>
         // acknowledged only after that commit. Chunks of at most `SQLITE_ROWS_PER_INSERT`
         // rows, each one statement, in order.
         Db::Sqlite { group, .. } => {
-            let args = arguments::<Sqlite>(&params)?;
-            group.execute(sqlite_insert_sql(chunk.len()), args).await?;
+            group
+                .execute(sqlite_insert_sql(chunk.len()), sqlite_values(&params)?)
+                .await?;
         }
         Db::Postgres(pool) => {
             let args = arguments::<Postgres>(&params)?;
