@@ -53,52 +53,15 @@ if start >= 0:
 open(f"{d}/capgate.build-cpu.toml", "w").write(text)
 PY
 
-ticks=$(getconf CLK_TCK)
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+. "$root/xtask/load-measure.sh"
 
 run() { # NAME BINARY
-  local name=$1 bin=$2 cfg=$dir/capgate.build-cpu.toml
   rm -f "$dir"/capgate-build-cpu.db*
-  (cd "$dir" && CAPGATE_LOG=error exec taskset -c 0 "$bin" serve --config "$cfg" >"$work/$name.server.log" 2>&1) &
-  server_pid=$!
-  for _ in $(seq 1 200); do
-    curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
-    sleep 0.1
-  done
-  taskset -c 1 "$xtask" load --url "http://127.0.0.1:$port/agent" --connections "$connections" \
-    --seconds "$seconds" --warmup "$warmup" >"$work/load.out" 2>&1 &
-  local load=$!
-  sleep "$warmup"
-  local c0; c0=$(cpu_ticks "$server_pid")
-  wait "$load" || { cat "$work/load.out" "$work/$name.server.log" >&2; exit 1; }
-  local c1; c1=$(cpu_ticks "$server_pid")
-  kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; server_pid=
-  local ok p50 p99
-  ok=$(awk '/^load: [0-9]/{print $2}' "$work/load.out")
-  read -r p50 p99 < <(awk '/^orders.refund|^invoke/{print $4, $6; exit}' "$work/load.out")
-  local rate; rate=$(awk -v ok="$ok" -v s="$seconds" 'BEGIN{printf "%.0f", ok/s}')
-  local us; us=$(awk -v c=$((c1 - c0)) -v t="$ticks" -v ok="$ok" 'BEGIN{printf "%.0f", c/t*1e6/ok}')
-  echo "$name $rate $p50 $p99 $us" | tee -a "$work/results"
+  measure "$1" "$2" "$dir/capgate.build-cpu.toml"
 }
 
 echo "build ok/s p50 p99 cpu-us/call"
 for r in $(seq 1 "$rounds"); do
   if [ $((r % 2)) -eq 1 ]; then run A "$a"; run B "$b"; run B "$b"; run A "$a"; else run B "$b"; run A "$a"; run A "$a"; run B "$b"; fi
 done
-python3 - "$work/results" <<'PY'
-import statistics, sys
-rows = [l.split() for l in open(sys.argv[1])]
-by = {}
-for name, rate, p50, p99, us in rows:
-    by.setdefault(name, []).append((float(rate), p50, p99, float(us)))
-for name in ("A", "B"):
-    v = by.get(name, [])
-    rates = [x[0] for x in v]; cpu = [x[3] for x in v]
-    print(f"{name}: runs {len(v)}, ok/s mean {statistics.mean(rates):.0f} median {statistics.median(rates):.0f}, "
-          f"p50 {' '.join(x[1] for x in v)}, p99 {' '.join(x[2] for x in v)}, "
-          f"cpu/call mean {statistics.mean(cpu):.0f} us median {statistics.median(cpu):.0f} us")
-A, B = by["A"], by["B"]
-m = lambda xs: statistics.mean(xs)
-print(f"B vs A: throughput {100*(m([x[0] for x in B])/m([x[0] for x in A])-1):+.1f} %, "
-      f"cpu/call {100*(m([x[3] for x in B])/m([x[3] for x in A])-1):+.1f} % (by means)")
-PY
+summarize A B

@@ -17,20 +17,39 @@ use std::fmt::Display;
 /// Why a column could not be read: `column: reason`.
 pub(crate) type ColumnError = String;
 
-fn err(col: &str, e: impl Display) -> ColumnError {
+pub(crate) fn err(col: &str, e: impl Display) -> ColumnError {
     format!("{col}: {e}")
 }
 
-/// A row's columns as the store's types.
+/// A row's columns as the store's types. The provided methods read SQLite's forms (JSON
+/// as TEXT, times as integer microseconds, booleans as 0/1) through the four required
+/// ones; Postgres overrides them with its own types.
 pub(crate) trait Columns {
     fn text(&self, col: &str) -> Result<String, ColumnError>;
     fn opt_text(&self, col: &str) -> Result<Option<String>, ColumnError>;
-    fn json(&self, col: &str) -> Result<Value, ColumnError>;
-    fn opt_json(&self, col: &str) -> Result<Option<Value>, ColumnError>;
-    fn ts(&self, col: &str) -> Result<DateTime<Utc>, ColumnError>;
-    fn opt_ts(&self, col: &str) -> Result<Option<DateTime<Utc>>, ColumnError>;
-    fn flag(&self, col: &str) -> Result<bool, ColumnError>;
     fn int(&self, col: &str) -> Result<i64, ColumnError>;
+    fn opt_int(&self, col: &str) -> Result<Option<i64>, ColumnError>;
+    fn json(&self, col: &str) -> Result<Value, ColumnError> {
+        serde_json::from_str(&self.text(col)?).map_err(|e| err(col, e))
+    }
+    fn opt_json(&self, col: &str) -> Result<Option<Value>, ColumnError> {
+        self.opt_text(col)?
+            .map(|s| serde_json::from_str(&s).map_err(|e| err(col, e)))
+            .transpose()
+    }
+    fn ts(&self, col: &str) -> Result<DateTime<Utc>, ColumnError> {
+        micros_ts(col, self.int(col)?)
+    }
+    fn opt_ts(&self, col: &str) -> Result<Option<DateTime<Utc>>, ColumnError> {
+        self.opt_int(col)?.map(|v| micros_ts(col, v)).transpose()
+    }
+    fn flag(&self, col: &str) -> Result<bool, ColumnError> {
+        match self.int(col)? {
+            0 => Ok(false),
+            1 => Ok(true),
+            other => Err(err(col, format!("not a boolean: {other}"))),
+        }
+    }
 }
 
 pub(crate) fn micros_ts(col: &str, v: i64) -> Result<DateTime<Utc>, ColumnError> {
@@ -44,37 +63,19 @@ impl Columns for SqliteRow {
     fn opt_text(&self, col: &str) -> Result<Option<String>, ColumnError> {
         self.try_get(col).map_err(|e| err(col, e))
     }
-    fn json(&self, col: &str) -> Result<Value, ColumnError> {
-        serde_json::from_str(&self.text(col)?).map_err(|e| err(col, e))
-    }
-    fn opt_json(&self, col: &str) -> Result<Option<Value>, ColumnError> {
-        self.opt_text(col)?
-            .map(|s| serde_json::from_str(&s).map_err(|e| err(col, e)))
-            .transpose()
-    }
-    fn ts(&self, col: &str) -> Result<DateTime<Utc>, ColumnError> {
-        micros_ts(col, self.try_get(col).map_err(|e| err(col, e))?)
-    }
-    fn opt_ts(&self, col: &str) -> Result<Option<DateTime<Utc>>, ColumnError> {
-        self.try_get::<Option<i64>, _>(col)
-            .map_err(|e| err(col, e))?
-            .map(|v| micros_ts(col, v))
-            .transpose()
-    }
-    fn flag(&self, col: &str) -> Result<bool, ColumnError> {
-        match self.try_get::<i64, _>(col).map_err(|e| err(col, e))? {
-            0 => Ok(false),
-            1 => Ok(true),
-            other => Err(err(col, format!("not a boolean: {other}"))),
-        }
-    }
     fn int(&self, col: &str) -> Result<i64, ColumnError> {
+        self.try_get(col).map_err(|e| err(col, e))
+    }
+    fn opt_int(&self, col: &str) -> Result<Option<i64>, ColumnError> {
         self.try_get(col).map_err(|e| err(col, e))
     }
 }
 
 impl Columns for PgRow {
     fn text(&self, col: &str) -> Result<String, ColumnError> {
+        self.try_get(col).map_err(|e| err(col, e))
+    }
+    fn opt_int(&self, col: &str) -> Result<Option<i64>, ColumnError> {
         self.try_get(col).map_err(|e| err(col, e))
     }
     fn opt_text(&self, col: &str) -> Result<Option<String>, ColumnError> {

@@ -30,11 +30,9 @@
 //! An in-memory database lives in sqlx's one connection, so there the statements run
 //! directly on that connection, one by one, in arrival order.
 
-use crate::columns::{ColumnError, Columns, micros_ts};
+use crate::columns::{ColumnError, Columns, err};
 use capgate_core::error::BoxError;
-use chrono::{DateTime, Utc};
 use rusqlite::types::Value as SqliteValue;
-use serde_json::Value;
 use sqlx::sqlite::{SqlitePool, SqliteRow};
 use std::cell::Cell;
 use std::ffi::c_int;
@@ -511,10 +509,6 @@ pub(crate) fn first_row(
     Ok(first)
 }
 
-fn err(col: &str, e: impl std::fmt::Display) -> ColumnError {
-    format!("{col}: {e}")
-}
-
 impl GroupRow {
     fn value(&self, col: &str) -> Result<&SqliteValue, ColumnError> {
         match self {
@@ -526,8 +520,17 @@ impl GroupRow {
             GroupRow::Sqlx(_) => Err(err(col, "not an owned row")),
         }
     }
+}
 
-    fn opt_text_owned(&self, col: &str) -> Result<Option<String>, ColumnError> {
+impl Columns for GroupRow {
+    fn text(&self, col: &str) -> Result<String, ColumnError> {
+        self.opt_text(col)?
+            .ok_or_else(|| err(col, "unexpected NULL"))
+    }
+    fn opt_text(&self, col: &str) -> Result<Option<String>, ColumnError> {
+        if let GroupRow::Sqlx(row) = self {
+            return row.opt_text(col);
+        }
         match self.value(col)? {
             SqliteValue::Null => Ok(None),
             SqliteValue::Text(s) => Ok(Some(s.clone())),
@@ -537,8 +540,14 @@ impl GroupRow {
             )),
         }
     }
-
-    fn opt_int_owned(&self, col: &str) -> Result<Option<i64>, ColumnError> {
+    fn int(&self, col: &str) -> Result<i64, ColumnError> {
+        self.opt_int(col)?
+            .ok_or_else(|| err(col, "unexpected NULL"))
+    }
+    fn opt_int(&self, col: &str) -> Result<Option<i64>, ColumnError> {
+        if let GroupRow::Sqlx(row) = self {
+            return row.opt_int(col);
+        }
         match self.value(col)? {
             SqliteValue::Null => Ok(None),
             SqliteValue::Integer(i) => Ok(Some(*i)),
@@ -546,58 +555,6 @@ impl GroupRow {
                 col,
                 format!("expected INTEGER, found {:?}", other.data_type()),
             )),
-        }
-    }
-}
-
-impl Columns for GroupRow {
-    fn text(&self, col: &str) -> Result<String, ColumnError> {
-        match self {
-            GroupRow::Sqlx(row) => row.text(col),
-            _ => self
-                .opt_text_owned(col)?
-                .ok_or_else(|| err(col, "unexpected NULL")),
-        }
-    }
-    fn opt_text(&self, col: &str) -> Result<Option<String>, ColumnError> {
-        match self {
-            GroupRow::Sqlx(row) => row.opt_text(col),
-            _ => self.opt_text_owned(col),
-        }
-    }
-    fn json(&self, col: &str) -> Result<Value, ColumnError> {
-        serde_json::from_str(&self.text(col)?).map_err(|e| err(col, e))
-    }
-    fn opt_json(&self, col: &str) -> Result<Option<Value>, ColumnError> {
-        self.opt_text(col)?
-            .map(|s| serde_json::from_str(&s).map_err(|e| err(col, e)))
-            .transpose()
-    }
-    fn ts(&self, col: &str) -> Result<DateTime<Utc>, ColumnError> {
-        micros_ts(col, self.int(col)?)
-    }
-    fn opt_ts(&self, col: &str) -> Result<Option<DateTime<Utc>>, ColumnError> {
-        match self {
-            GroupRow::Sqlx(row) => row.opt_ts(col),
-            _ => self
-                .opt_int_owned(col)?
-                .map(|v| micros_ts(col, v))
-                .transpose(),
-        }
-    }
-    fn flag(&self, col: &str) -> Result<bool, ColumnError> {
-        match self.int(col)? {
-            0 => Ok(false),
-            1 => Ok(true),
-            other => Err(err(col, format!("not a boolean: {other}"))),
-        }
-    }
-    fn int(&self, col: &str) -> Result<i64, ColumnError> {
-        match self {
-            GroupRow::Sqlx(row) => row.int(col),
-            _ => self
-                .opt_int_owned(col)?
-                .ok_or_else(|| err(col, "unexpected NULL")),
         }
     }
 }
