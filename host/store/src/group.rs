@@ -558,3 +558,50 @@ impl Columns for GroupRow {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(conn: &rusqlite::Connection, sql: &str, params: &[SqliteValue]) -> GroupRow {
+        let mut stmt = prepare_bound(conn, sql, params).expect("bound");
+        first_row(&mut stmt).expect("stepped").expect("a row")
+    }
+
+    /// Parameters bind as sqlx binds them: `$N` by its number wherever it appears (the
+    /// store's statements use `$6` before `$3`, and `$1` twice), a bare `?` in order, and
+    /// one past the values given is NULL.
+    #[test]
+    fn parameters_bind_by_number_as_sqlx_binds_them() {
+        let conn = rusqlite::Connection::open_in_memory().expect("open");
+        let values = [SqliteValue::Integer(1), SqliteValue::Text("two".into())];
+        let r = row(&conn, "SELECT $2 AS a, $1 AS b, $1 AS c, $3 AS d", &values);
+        assert_eq!(r.text("a").as_deref(), Ok("two"));
+        assert_eq!(r.int("b"), Ok(1));
+        assert_eq!(r.int("c"), Ok(1));
+        assert_eq!(r.opt_int("d"), Ok(None));
+        let r = row(&conn, "SELECT ? AS a, ? AS b", &values);
+        assert_eq!(r.int("a"), Ok(1));
+        assert_eq!(r.text("b").as_deref(), Ok("two"));
+    }
+
+    /// A row's columns read as the store's types, and a column of the wrong type, a NULL
+    /// where a value is required or a missing column is an error naming the column.
+    #[test]
+    fn owned_rows_read_typed_and_name_the_column_in_errors() {
+        let conn = rusqlite::Connection::open_in_memory().expect("open");
+        let r = row(
+            &conn,
+            "SELECT '{\"k\":1}' AS j, 1 AS f, 2 AS n, NULL AS z, 1700000000000000 AS t",
+            &[],
+        );
+        assert_eq!(r.json("j"), Ok(serde_json::json!({"k": 1})));
+        assert_eq!(r.flag("f"), Ok(true));
+        assert!(r.flag("n").is_err_and(|e| e.starts_with("n: ")));
+        assert!(r.text("z").is_err_and(|e| e.starts_with("z: ")));
+        assert_eq!(r.opt_text("z"), Ok(None));
+        assert!(r.text("n").is_err_and(|e| e.starts_with("n: ")));
+        assert!(r.int("missing").is_err_and(|e| e.starts_with("missing: ")));
+        assert_eq!(r.ts("t").map(|t| t.timestamp()), Ok(1_700_000_000));
+    }
+}
