@@ -646,7 +646,7 @@ async fn open_sqlite(url: &str, options: &StoreOptions) -> Result<Store, StoreEr
         .connect_with(base.read_only(true).create_if_missing(false))
         .await
         .map_err(StoreError::Connect)?;
-    let own = crate::group::WriterOptions {
+    let own = crate::group::ConnectOptions {
         path: &path,
         busy_timeout: options.busy_timeout,
     };

@@ -70,6 +70,9 @@ pub(crate) enum GroupError {
     /// A parameter could not be encoded.
     #[error(transparent)]
     Encode(BoxError),
+    /// The writer thread could not be started.
+    #[error("cannot start the SQLite writer thread: {0}")]
+    Spawn(#[source] std::io::Error),
     /// The store was closed (or its writer thread is gone).
     #[error("the store is closed")]
     Stopped,
@@ -158,8 +161,8 @@ pub(crate) struct GroupWriter {
     refusing: Arc<AtomicBool>,
 }
 
-/// How the writer connection is opened: as sqlx opens the store's other connections.
-pub(crate) struct WriterOptions<'a> {
+/// How the store's own connections (the writer's, the inline readers') are opened.
+pub(crate) struct ConnectOptions<'a> {
     /// The database file.
     pub(crate) path: &'a Path,
     /// How long SQLite waits on a lock held by another connection.
@@ -169,7 +172,7 @@ pub(crate) struct WriterOptions<'a> {
 impl GroupWriter {
     /// A group writer over its own connection to the (already created, WAL) database file,
     /// on a thread of its own.
-    pub(crate) fn open(options: &WriterOptions<'_>) -> Result<Self, GroupError> {
+    pub(crate) fn open(options: &ConnectOptions<'_>) -> Result<Self, GroupError> {
         let conn = open_connection(options, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE)?;
         // The writer never checkpoints inside a commit; its thread does after answering.
         conn.pragma_update(None, "wal_autocheckpoint", 0)?;
@@ -181,7 +184,7 @@ impl GroupWriter {
         std::thread::Builder::new()
             .name("capgate-sqlite-writer".into())
             .spawn(move || run(conn, rx, &thread_refusing))
-            .map_err(|e| GroupError::Encode(e.into()))?;
+            .map_err(GroupError::Spawn)?;
         Ok(GroupWriter {
             route: Route::Thread(tx),
             refusing,
@@ -272,7 +275,7 @@ impl GroupWriter {
 
 /// A connection of our own to the store's file, set up as sqlx sets up the store's.
 pub(crate) fn open_connection(
-    options: &WriterOptions<'_>,
+    options: &ConnectOptions<'_>,
     mode: rusqlite::OpenFlags,
 ) -> Result<rusqlite::Connection, GroupError> {
     use rusqlite::OpenFlags;

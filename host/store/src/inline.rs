@@ -14,7 +14,7 @@
 //! [`Store`]: crate::db::Store
 
 use crate::group::{
-    GroupError, GroupRow, WriterOptions, first_row, open_connection, prepare_bound,
+    ConnectOptions, GroupError, GroupRow, first_row, open_connection, prepare_bound,
 };
 use rusqlite::OpenFlags;
 use rusqlite::types::Value as SqliteValue;
@@ -30,7 +30,7 @@ pub(crate) struct InlineReaders {
 
 impl InlineReaders {
     /// `count` (at least one) read-only connections to the store's file.
-    pub(crate) fn open(options: &WriterOptions<'_>, count: usize) -> Result<Self, GroupError> {
+    pub(crate) fn open(options: &ConnectOptions<'_>, count: usize) -> Result<Self, GroupError> {
         let conns = (0..count.max(1))
             .map(|_| {
                 let conn = open_connection(options, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
