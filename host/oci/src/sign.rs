@@ -68,6 +68,11 @@ fn read_key_file(path: &Path) -> Result<String, String> {
 }
 
 impl PublicKey {
+    /// The key itself (also what `capgate audit verify --public-key` checks checkpoints with).
+    pub fn key(&self) -> VerifyingKey {
+        self.key
+    }
+
     /// An Ed25519 public key from a PEM file (`-----BEGIN PUBLIC KEY-----`).
     pub fn load(path: &Path) -> Result<PublicKey, String> {
         let text = read_key_file(path)?;

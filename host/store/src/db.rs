@@ -51,6 +51,11 @@ const SQLITE_FILES: &[(i64, &str, &str)] = &[
         "0006_shared_limits_and_mcp_sessions.sql",
         include_str!("../migrations/sqlite/0006_shared_limits_and_mcp_sessions.sql"),
     ),
+    (
+        7,
+        "0007_audit_chain.sql",
+        include_str!("../migrations/sqlite/0007_audit_chain.sql"),
+    ),
 ];
 
 /// The Postgres migrations, embedded (see [`SQLITE_FILES`]).
@@ -84,6 +89,11 @@ const POSTGRES_FILES: &[(i64, &str, &str)] = &[
         6,
         "0006_shared_limits_and_mcp_sessions.sql",
         include_str!("../migrations/postgres/0006_shared_limits_and_mcp_sessions.sql"),
+    ),
+    (
+        7,
+        "0007_audit_chain.sql",
+        include_str!("../migrations/postgres/0007_audit_chain.sql"),
     ),
 ];
 
@@ -776,7 +786,8 @@ mod migration_tests {
                 (3, "approval policies"),
                 (4, "console sessions"),
                 (5, "journal budget"),
-                (6, "shared limits and mcp sessions")
+                (6, "shared limits and mcp sessions"),
+                (7, "audit chain")
             ]
         );
         // sqlx's checksum is SHA-384 of the file's text: a database migrated with

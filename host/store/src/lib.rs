@@ -101,7 +101,8 @@ mod traced;
 pub use approvals::SqlApprovalCoordinator;
 pub use audit::{
     AuditLog, AuditOrder, AuditQuery, AuditQueryError, AuditSinkOptions, AuditSinkStats,
-    MalformedAuditRow, SqlAuditSink, StoredAuditEvent,
+    ChainSummary, CheckpointKeyError, CheckpointSigner, Finding, MalformedAuditRow, SqlAuditSink,
+    StoredAuditEvent, Tamper, VerifyOptions, VerifyReport, key_id,
 };
 pub use db::{
     Backend, MigrationReport, MigrationState, Store, StoreError, StoreOptions, migrate_url,

@@ -127,7 +127,7 @@ const SELECT_DESC: Sql = Sql {
 /// sink's queue, so they see committed events only.
 #[derive(Clone)]
 pub struct AuditLog {
-    store: Store,
+    pub(crate) store: Store,
 }
 
 row! {

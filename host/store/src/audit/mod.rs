@@ -18,11 +18,17 @@
 //! [`AuditSinkOptions::keep_failed_write_through`].
 //!
 //! By job: [`sink`] is the write side (the queue, the writer task, batched inserts),
-//! [`log`] the read side ([`AuditLog`] and its queries).
+//! [`log`] the read side ([`AuditLog`] and its queries), [`chain`] the hash chains, the
+//! signed checkpoints and their verification.
 
+mod chain;
 mod log;
 mod sink;
 
+pub use chain::{
+    ChainSummary, CheckpointKeyError, CheckpointSigner, Finding, Tamper, VerifyOptions,
+    VerifyReport, key_id,
+};
 pub use log::{
     AuditLog, AuditOrder, AuditQuery, AuditQueryError, MalformedAuditRow, StoredAuditEvent,
 };

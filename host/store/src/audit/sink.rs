@@ -2,7 +2,8 @@
 //! task that inserts events in batches (retrying a batch that fails to commit), and the
 //! counters a health endpoint reads.
 
-use crate::db::{Db, Store, StoreError};
+use super::chain::{ChainHead, CheckpointFields, CheckpointSigner, Linked};
+use crate::db::{Db, Store, StoreError, Via};
 use crate::params::{Json, Param, arguments, sqlite_values};
 use crate::time::trunc;
 use async_trait::async_trait;
@@ -37,13 +38,16 @@ pub struct AuditSinkOptions {
     /// `capability.started` must still reach the table once the database is back; leave it
     /// off (the default) for strict audit, where the failure refused the call.
     pub keep_failed_write_through: bool,
+    /// Sign checkpoints of this writer's chain (see `chain`); `None`: no checkpoints (the
+    /// chain is still written, but a truncated tail goes unnoticed).
+    pub checkpoints: Option<CheckpointSigner>,
 }
 
 /// First wait before retrying a batch that failed to commit; doubled per failure.
 const RETRY_BACKOFF_MIN: Duration = Duration::from_millis(100);
 /// Longest wait between two retries of a failing batch.
 const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(2);
-/// Most rows in one Postgres INSERT (10 parameters each, under Postgres' 65 535).
+/// Most rows in one Postgres INSERT (14 parameters each, under Postgres' 65 535).
 const POSTGRES_ROWS_PER_INSERT: usize = 1000;
 
 impl Default for AuditSinkOptions {
@@ -54,6 +58,7 @@ impl Default for AuditSinkOptions {
             queue_capacity: 10_000,
             write_timeout: Duration::from_secs(5),
             keep_failed_write_through: false,
+            checkpoints: None,
         }
     }
 }
@@ -108,6 +113,10 @@ struct AuditRow {
     correlation_id: Option<String>,
     input_hash: Option<String>,
     data: Json<Value>,
+    /// Its place in the writer's chain, assigned at each write attempt (see `Writer::link`).
+    seq: i64,
+    prev_hash: Option<String>,
+    hash: String,
     /// Written through for an emitter that waits: the index of its answer in the writer's
     /// pending acks (set by the writer). Dropped if its write fails (strict).
     through: Option<usize>,
@@ -132,6 +141,9 @@ impl AuditRow {
             correlation_id: event.correlation_id.clone(),
             input_hash: event.input_hash.clone(),
             data: Json("data", data),
+            seq: 0,
+            prev_hash: None,
+            hash: String::new(),
             through: None,
         })
     }
@@ -166,6 +178,9 @@ impl SqlAuditSink {
         let (tx, rx) = mpsc::channel(options.queue_capacity.max(1));
         let counters = Arc::new(Counters::default());
         let writer = Writer {
+            chain: ChainHead::start(),
+            checkpoints: options.checkpoints.clone(),
+            since_checkpoint: 0,
             store,
             rx,
             counters: counters.clone(),
@@ -308,6 +323,11 @@ impl AuditSink for SqlAuditSink {
 }
 
 struct Writer {
+    /// This writer's chain: the last committed event's `seq` and hash.
+    chain: ChainHead,
+    checkpoints: Option<CheckpointSigner>,
+    /// Events committed since the last checkpoint.
+    since_checkpoint: u64,
     store: Store,
     rx: mpsc::Receiver<Msg>,
     counters: Arc<Counters>,
@@ -325,6 +345,8 @@ struct Pending {
     acks: Vec<oneshot::Sender<Result<(), String>>>,
     /// The wait before the next retry while the last write failed; `None` when healthy.
     backoff: Option<Duration>,
+    /// A flush waits among `acks`: sign a checkpoint before answering it.
+    flushing: bool,
 }
 
 impl Pending {
@@ -353,7 +375,9 @@ impl Writer {
                 }
             };
             let Some(msg) = msg else {
-                // Every sender is gone: write what is left (once), then stop.
+                // Every sender is gone: write what is left (once), sign where the chain
+                // ends, then stop.
+                pending.flushing = true;
                 self.write(&mut pending).await;
                 let left = pending.rows.len() as u64;
                 if left > 0 {
@@ -386,11 +410,118 @@ impl Writer {
                 }
                 Msg::Flush(ack) => {
                     pending.acks.push(ack);
+                    pending.flushing = true;
                     self.absorb_waiting(&mut pending);
                     if let Some(next) = self.write(&mut pending).await {
                         deadline = next;
                     }
                 }
+            }
+        }
+    }
+
+    /// Give the pending rows, in order, their place after the chain's head: `seq`, the
+    /// previous hash and their own hash. Run before each attempt, since rows may have left
+    /// `pending` since the last one (strict write-through rows whose write failed).
+    fn link(&self, rows: &mut [AuditRow]) {
+        let mut seq = self.chain.seq;
+        let mut prev = self.chain.hash.clone();
+        for row in rows {
+            seq += 1;
+            row.seq = seq;
+            row.prev_hash = prev.take();
+            row.hash = match row.linked(&self.chain.id).hash() {
+                Ok(h) => h,
+                Err(e) => {
+                    // Nothing in an audit payload should fail canonicalization (it is
+                    // built from the runtime's own values); if it does, the row says so
+                    // instead of carrying a hash verification would reject.
+                    tracing::error!(target: "capgate::audit", error = %e, event = row.ty, "audit event cannot be hashed; its data is replaced by the error");
+                    let mut m = Map::new();
+                    m.insert("capgateAuditError".into(), Value::String(e.to_string()));
+                    row.data = Json("data", Value::Object(m));
+                    row.linked(&self.chain.id).hash().unwrap_or_default()
+                }
+            };
+            prev = Some(row.hash.clone());
+        }
+    }
+
+    /// The first `n` pending rows were committed: advance the chain's head past them.
+    fn committed(&mut self, pending: &mut Pending, n: usize) {
+        let Some(last) = n.checked_sub(1).and_then(|i| pending.rows.get(i)) else {
+            return;
+        };
+        self.chain.seq = last.seq;
+        self.chain.hash = Some(last.hash.clone());
+        self.since_checkpoint += n as u64;
+        pending.rows.drain(..n);
+        self.counters.written.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// After a failed write: how many of `rows` (linked by the failed attempt) the
+    /// database holds anyway. 0 when it cannot be read or holds none of them.
+    async fn landed(&self, rows: &[AuditRow]) -> usize {
+        let head = self
+            .store
+            .fetch_optional(
+                Via::Writer,
+                "SELECT seq, hash FROM capgate_audit_events WHERE chain = $1 \
+                 ORDER BY seq DESC LIMIT 1",
+                &[&self.chain.id],
+                |r| Ok::<_, String>((r.int("seq")?, r.text("hash")?)),
+            )
+            .await;
+        let Ok(Some(Ok((seq, hash)))) = head else {
+            return 0;
+        };
+        let Ok(ahead) = usize::try_from(seq - self.chain.seq) else {
+            return 0;
+        };
+        match ahead.checked_sub(1).and_then(|i| rows.get(i)) {
+            Some(row) if row.seq == seq && row.hash == hash => ahead,
+            _ => 0,
+        }
+    }
+
+    /// Sign and store a checkpoint at the chain's head (nothing if no key or no new events).
+    /// A checkpoint that fails to store is tried again at the next occasion.
+    async fn checkpoint(&mut self) {
+        let (Some(signer), Some(hash)) = (&self.checkpoints, &self.chain.hash) else {
+            return;
+        };
+        if self.since_checkpoint == 0 {
+            return;
+        }
+        let at = trunc(chrono::Utc::now());
+        let fields = CheckpointFields {
+            chain: &self.chain.id,
+            seq: self.chain.seq,
+            hash,
+            at,
+        };
+        let signature = signer.sign(&fields);
+        let key_id = signer.key_id();
+        let done = self
+            .store
+            .execute(
+                Via::Group,
+                "INSERT INTO capgate_audit_checkpoints (chain, seq, hash, at, key_id, signature) \
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+                &[
+                    &self.chain.id,
+                    &self.chain.seq,
+                    hash,
+                    &at,
+                    &key_id,
+                    &signature,
+                ],
+            )
+            .await;
+        match done {
+            Ok(_) => self.since_checkpoint = 0,
+            Err(e) => {
+                tracing::error!(target: "capgate::audit", error = %e, "audit checkpoint not stored; retried at the next one")
             }
         }
     }
@@ -422,7 +553,10 @@ impl Writer {
             match self.rx.try_recv() {
                 Ok(Msg::Event(row)) => self.hold(pending, row),
                 Ok(Msg::WriteThrough(row, ack)) => pending.through(row, ack),
-                Ok(Msg::Flush(ack)) => pending.acks.push(ack),
+                Ok(Msg::Flush(ack)) => {
+                    pending.acks.push(ack);
+                    pending.flushing = true;
+                }
                 Err(_) => break,
             }
             taken += 1;
@@ -433,7 +567,7 @@ impl Writer {
     /// result. Committed rows leave `pending`; on a failure the rest stay for a retry
     /// (failed write-through rows too when they are kept) and the time of that retry is
     /// returned.
-    async fn write(&self, pending: &mut Pending) -> Option<tokio::time::Instant> {
+    async fn write(&mut self, pending: &mut Pending) -> Option<tokio::time::Instant> {
         if !self.keep_failed_write_through {
             // An emitter that stopped waiting was told the write failed (strict audit
             // refused its call): its `capability.started` must not appear after all.
@@ -443,11 +577,25 @@ impl Writer {
                     .is_none_or(|i| acks.get(i).is_some_and(|a| !a.is_closed()))
             });
         }
-        let (committed, result) = insert(&self.store, &pending.rows).await;
-        pending.rows.drain(..committed);
-        self.counters
-            .written
-            .fetch_add(committed as u64, Ordering::Relaxed);
+        self.link(&mut pending.rows);
+        let (committed, mut result) = insert(&self.store, &self.chain.id, &pending.rows).await;
+        self.committed(pending, committed);
+        if result.is_err() && !pending.rows.is_empty() {
+            // A commit whose answer was lost (the connection dropped after COMMIT) must not
+            // be written twice: the chain's head in the database says what landed.
+            let landed = self.landed(&pending.rows).await;
+            self.committed(pending, landed);
+            if pending.rows.is_empty() {
+                result = Ok(());
+            }
+        }
+        if result.is_ok()
+            && let Some(signer) = &self.checkpoints
+            && (pending.flushing || self.since_checkpoint >= signer.every_events)
+        {
+            self.checkpoint().await;
+        }
+        pending.flushing = false;
         let retry_at = match &result {
             Ok(()) => {
                 if pending.backoff.take().is_some() {
@@ -488,21 +636,24 @@ impl Writer {
 }
 
 const INSERT_HEAD: &str = "INSERT INTO capgate_audit_events (type, at, surface, actor_id, actor_kind, \
-     execution_id, capability_id, correlation_id, input_hash, data) ";
+     execution_id, capability_id, correlation_id, input_hash, data, chain, seq, prev_hash, hash) ";
 
-/// Most rows in one SQLite INSERT (10 parameters each, well under SQLite's 32 766).
+/// Values per row in [`INSERT_HEAD`].
+const PER_ROW: usize = 14;
+
+/// Most rows in one SQLite INSERT (14 parameters each, well under SQLite's 32 766).
 const SQLITE_ROWS_PER_INSERT: usize = 64;
 
 /// The INSERT of `n` rows, each row's placeholders as `placeholders(first index)` writes them.
 fn insert_sql(n: usize, placeholders: impl Fn(usize) -> String) -> String {
-    let rows: Vec<String> = (0..n).map(|i| placeholders(i * 10 + 1)).collect();
+    let rows: Vec<String> = (0..n).map(|i| placeholders(i * PER_ROW + 1)).collect();
     format!("{INSERT_HEAD}VALUES {}", rows.join(", "))
 }
 
-/// The Postgres INSERT of `n` rows (`$1` to `$10n`).
+/// The Postgres INSERT of `n` rows (`$1` to `$14n`).
 fn postgres_insert_sql(n: usize) -> String {
     insert_sql(n, |first| {
-        let marks: Vec<String> = (first..first + 10).map(|k| format!("${k}")).collect();
+        let marks: Vec<String> = (first..first + PER_ROW).map(|k| format!("${k}")).collect();
         format!("({})", marks.join(", "))
     })
 }
@@ -513,15 +664,36 @@ fn sqlite_insert_sql(n: usize) -> &'static str {
     static SQL: OnceLock<Vec<String>> = OnceLock::new();
     let all = SQL.get_or_init(|| {
         (1..=SQLITE_ROWS_PER_INSERT)
-            .map(|n| insert_sql(n, |_| "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)".to_string()))
+            .map(|n| insert_sql(n, |_| format!("({})", ["?"; PER_ROW].join(", "))))
             .collect()
     });
     all[n.clamp(1, SQLITE_ROWS_PER_INSERT) - 1].as_str()
 }
 
 impl AuditRow {
-    /// The row's ten values, in the column order of [`INSERT_HEAD`].
-    fn params(&self) -> [&dyn Param; 10] {
+    /// What its hash covers, in `chain`.
+    fn linked<'a>(&'a self, chain: &'a str) -> Linked<'a> {
+        Linked {
+            chain,
+            seq: self.seq,
+            prev: self.prev_hash.as_deref(),
+            ty: self.ty,
+            at: self.at,
+            surface: self.surface,
+            actor_id: &self.actor_id,
+            actor_kind: self.actor_kind,
+            execution_id: self.execution_id.as_deref(),
+            capability_id: self.capability_id.as_deref(),
+            correlation_id: self.correlation_id.as_deref(),
+            input_hash: self.input_hash.as_deref(),
+            data: &self.data.1,
+        }
+    }
+
+    /// The row's values, in the column order of [`INSERT_HEAD`]. (`chain` is a `&String`
+    /// because a `String` is the `Param`; a `&str` parameter would be a local to borrow.)
+    #[allow(clippy::ptr_arg)]
+    fn params<'a>(&'a self, chain: &'a String) -> [&'a dyn Param; PER_ROW] {
         [
             &self.ty,
             &self.at,
@@ -533,20 +705,24 @@ impl AuditRow {
             &self.correlation_id,
             &self.input_hash,
             &self.data,
+            chain,
+            &self.seq,
+            &self.prev_hash,
+            &self.hash,
         ]
     }
 }
 
 /// Insert `rows` in order, one statement per chunk, stopping at the first failure: how
 /// many rows were committed, and the error if not all were.
-async fn insert(store: &Store, rows: &[AuditRow]) -> (usize, Result<(), String>) {
+async fn insert(store: &Store, chain: &String, rows: &[AuditRow]) -> (usize, Result<(), String>) {
     let per_insert = match &*store.db {
         Db::Sqlite { .. } => SQLITE_ROWS_PER_INSERT,
         Db::Postgres(_) => POSTGRES_ROWS_PER_INSERT,
     };
     let mut committed = 0;
     for chunk in rows.chunks(per_insert) {
-        if let Err(e) = insert_chunk(store, chunk).await {
+        if let Err(e) = insert_chunk(store, chain, chunk).await {
             return (committed, Err(e.to_string()));
         }
         committed += chunk.len();
@@ -555,8 +731,8 @@ async fn insert(store: &Store, rows: &[AuditRow]) -> (usize, Result<(), String>)
 }
 
 /// Insert one chunk of rows as one statement.
-async fn insert_chunk(store: &Store, chunk: &[AuditRow]) -> Result<(), BoxError> {
-    let params: Vec<&dyn Param> = chunk.iter().flat_map(AuditRow::params).collect();
+async fn insert_chunk(store: &Store, chain: &String, chunk: &[AuditRow]) -> Result<(), BoxError> {
+    let params: Vec<&dyn Param> = chunk.iter().flat_map(|r| r.params(chain)).collect();
     match &*store.db {
         // Through the store's group writer: the batch commits in the same transaction as
         // whatever journal and approval statements are waiting (one commit, one set of WAL

@@ -4,6 +4,7 @@
 #[macro_use]
 mod common;
 
+mod audit_chain;
 mod conformance;
 mod console_sessions;
 mod postgres_tls;
