@@ -9,7 +9,7 @@ use capgate_core::approval::ApprovalCoordinator;
 use capgate_core::audit::{AuditConfig, AuditSink, JsonLinesSink};
 use capgate_core::journal::InvocationJournal;
 use capgate_core::runtime::Runtime;
-use capgate_store::{AuditSinkOptions, SqlAuditSink, Store, Traced};
+use capgate_store::{AuditSinkOptions, CheckpointSigner, SqlAuditSink, Store, Traced};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -96,6 +96,18 @@ fn audit_sinks(cfg: &capgate_config::Config, store: &Store) -> anyhow::Result<Si
                 // Best effort runs the call even when its `capability.started` failed:
                 // keep that record for the store's return. Strict refused the call.
                 keep_failed_write_through: !cfg.audit.strict,
+                checkpoints: cfg
+                    .audit
+                    .checkpoint_key
+                    .as_deref()
+                    .map(|pem| {
+                        CheckpointSigner::from_pkcs8_pem(
+                            pem,
+                            cfg.audit.checkpoint_events.unwrap_or(1000),
+                        )
+                    })
+                    .transpose()
+                    .context("[audit] checkpointKey")?,
                 ..AuditSinkOptions::default()
             })
             .context("the audit sink")?,

@@ -189,6 +189,15 @@ pub struct AuditSection {
     /// Also write JSON lines to this file (relative to the config file).
     #[key(restart = "the audit file is opened at start")]
     pub jsonl: Option<String>,
+    /// Ed25519 private key (PKCS#8 PEM, `openssl genpkey -algorithm ed25519`) that signs
+    /// the audit chain's checkpoints, so `capgate audit verify` detects a truncated tail;
+    /// `{ file = "audit-key.pem" }` or `{ env = "VAR" }`. Absent: no checkpoints.
+    #[key(secret, restart = "the audit writer starts with its key")]
+    pub checkpoint_key: Option<String>,
+    /// Committed events between two signed checkpoints (one is also signed at every flush
+    /// and at shutdown). Default 1000.
+    #[key(range = 1..=1_000_000, unit = "events", restart = "the audit writer starts with it")]
+    pub checkpoint_events: Option<u64>,
 }
 
 /// `[plugins.NAME]`

@@ -97,6 +97,8 @@ fn the_keys_a_reload_refuses_are_the_ones_fixed_at_start() {
         "/gateway/listen",
         "/store",
         "/audit/jsonl",
+        "/audit/checkpointKey",
+        "/audit/checkpointEvents",
         "/gateway/replayHorizonHours",
         "/telemetry",
         "/gateway/shutdownUnreadyDelayMs",
@@ -108,7 +110,7 @@ fn the_keys_a_reload_refuses_are_the_ones_fixed_at_start() {
             "{expected} is not a restart key: {restart:?}"
         );
     }
-    assert_eq!(restart.len(), 8, "{restart:?}");
+    assert_eq!(restart.len(), 10, "{restart:?}");
     // A key inside a fixed table shares its class without being compared on its own.
     let all = keys::all();
     let url = declared(&all, "/store/url").expect("store.url");
