@@ -86,6 +86,9 @@ pub enum EventPayload {
         types: Vec<String>,
         /// When the approval expires if nobody decides.
         expires_at: DateTime<Utc>,
+        /// Every policy's stance in the phase that asked, with its provenance (capgate
+        /// extension).
+        policy_decisions: Option<Vec<PolicyStance>>,
     },
     /// A human approved.
     #[serde(rename = "capability.approved", rename_all = "camelCase")]
@@ -131,6 +134,9 @@ pub enum EventPayload {
         /// The resume's own correlation id, when it sent one (capgate extension, on resume
         /// only): the envelope keeps the original call's correlation id.
         resume_correlation_id: Option<String>,
+        /// Every policy's stance that let the call through, with the phase it ran in and
+        /// its provenance (capgate extension; absent when no policy ran).
+        policy_decisions: Option<Vec<PolicyStance>>,
     },
     /// Stage 11 re-attempt.
     #[serde(rename = "capability.retried", rename_all = "camelCase")]

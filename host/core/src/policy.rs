@@ -263,6 +263,12 @@ pub trait Policy: Send + Sync + 'static {
     fn shadow(&self) -> bool {
         false
     }
+    /// Which build and configuration decide (a sandboxed plugin's digests), recorded with
+    /// its stance in the audit events that carry decisions. Default: none (native code is
+    /// part of the binary).
+    fn provenance(&self) -> Option<Arc<Provenance>> {
+        None
+    }
     /// Decide. `deadline` is what is left of the batch's shared deadline; sandboxed
     /// implementations should bound themselves by it (the runtime also enforces it).
     async fn evaluate(
@@ -395,6 +401,9 @@ impl Policy for Shadow {
     fn shadow(&self) -> bool {
         true
     }
+    fn provenance(&self) -> Option<Arc<Provenance>> {
+        self.0.provenance()
+    }
     async fn evaluate(
         &self,
         request: &PolicyRequest<'_>,
@@ -441,14 +450,42 @@ pub fn divergences(enforcing: &[Evaluated], shadows: &[Evaluated]) -> Vec<Diverg
         .collect()
 }
 
-/// One policy's recorded stance, as audit lists it (`{policy, type}`; `type` may be `error`).
+/// Which build and configuration of a policy decided: so "why was this allowed" has an
+/// exact answer months later. Digests only, never a value (SI-10).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Provenance {
+    /// SHA-256 (hex) of the plugin's Wasm bytes.
+    pub plugin_sha256: String,
+    /// SHA-256 (hex) of the binding's configuration, canonical JSON (RFC 8785).
+    pub config_sha256: String,
+    /// The deployment revision (`revision` in capgate.toml) it was bound under.
+    pub revision: Option<String>,
+}
+
+/// One policy's recorded stance, as audit lists it (`{policy, type}`; `type` may be `error`),
+/// with the phase it ran in and its provenance where known (capgate extensions).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PolicyStance {
     /// The policy's name.
     pub policy: String,
     /// `allow | deny | hide | require-approval | error`.
     #[serde(rename = "type")]
     pub kind: String,
+    /// The phase it ran in, where a list spans phases (`capability.started`).
+    #[serde(default)]
+    pub phase: Option<Phase>,
+    /// SHA-256 of the plugin build that decided (sandboxed policies).
+    #[serde(default)]
+    pub plugin_sha256: Option<String>,
+    /// SHA-256 of its configuration.
+    #[serde(default)]
+    pub config_sha256: Option<String>,
+    /// The deployment revision it was bound under.
+    #[serde(default)]
+    pub revision: Option<String>,
 }
 
 /// Outcome of one policy in a batch.
@@ -458,6 +495,8 @@ pub struct Evaluated {
     pub policy: String,
     /// Its decision or failure.
     pub outcome: Result<PolicyDecision, PolicyError>,
+    /// Which build and configuration decided (see [`Policy::provenance`]).
+    pub provenance: Option<Arc<Provenance>>,
 }
 
 /// The merged approval requirement of a batch.
@@ -601,14 +640,30 @@ pub fn combine(results: &[Evaluated]) -> Verdict {
 
 /// The audit list of every policy's stance.
 pub fn stances(results: &[Evaluated]) -> Vec<PolicyStance> {
+    stances_with(results, None)
+}
+
+/// [`stances`], each marked with the phase it ran in.
+pub fn stances_in(results: &[Evaluated], phase: Phase) -> Vec<PolicyStance> {
+    stances_with(results, Some(phase))
+}
+
+fn stances_with(results: &[Evaluated], phase: Option<Phase>) -> Vec<PolicyStance> {
     results
         .iter()
-        .map(|e| PolicyStance {
-            policy: e.policy.clone(),
-            kind: match &e.outcome {
-                Ok(d) => d.kind().to_string(),
-                Err(_) => "error".to_string(),
-            },
+        .map(|e| {
+            let p = e.provenance.as_deref();
+            PolicyStance {
+                policy: e.policy.clone(),
+                kind: match &e.outcome {
+                    Ok(d) => d.kind().to_string(),
+                    Err(_) => "error".to_string(),
+                },
+                phase,
+                plugin_sha256: p.map(|p| p.plugin_sha256.clone()),
+                config_sha256: p.map(|p| p.config_sha256.clone()),
+                revision: p.and_then(|p| p.revision.clone()),
+            }
         })
         .collect()
 }

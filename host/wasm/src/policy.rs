@@ -10,7 +10,7 @@ use crate::sandbox::{CallOpts, Sandbox, pool_key};
 use crate::wit::{wit, wit_policy};
 use async_trait::async_trait;
 use capgate_core::policy::{
-    DEFAULT_PHASES, Phase, Policy, PolicyDecision, PolicyError, PolicyRequest,
+    DEFAULT_PHASES, Phase, Policy, PolicyDecision, PolicyError, PolicyRequest, Provenance,
 };
 use std::sync::Arc;
 
@@ -21,6 +21,8 @@ pub struct WasmPolicy {
     sandbox: Arc<Sandbox<wit_policy::GuestIndices>>,
     phases: Vec<Phase>,
     namespace: String,
+    /// The plugin's and the configuration's digests (and the revision, once given).
+    provenance: Arc<Provenance>,
 }
 
 impl std::fmt::Debug for WasmPolicy {
@@ -37,15 +39,31 @@ impl Plugin {
     /// Bind as a policy. Refused when the component does not export
     /// `capgate:plugin/policy@0.1.0`.
     pub fn policy(self: &Arc<Self>, binding: Binding) -> Result<WasmPolicy, LoadError> {
+        let sandbox = self.bind(&binding)?;
+        let provenance = Arc::new(Provenance {
+            plugin_sha256: self.digest().to_string(),
+            // Canonical JSON; a configuration nested beyond what canonicalization takes
+            // is digested as serde_json writes it instead (still a digest of the value).
+            config_sha256: capgate_core::canonical::input_hash(&binding.config)
+                .unwrap_or_else(|_| crate::plugin::sha256_hex(binding.config.to_string())),
+            revision: None,
+        });
         Ok(WasmPolicy {
-            sandbox: self.bind(&binding)?,
+            sandbox,
             phases: DEFAULT_PHASES.to_vec(),
             namespace: binding.namespace,
+            provenance,
         })
     }
 }
 
 impl WasmPolicy {
+    /// Record the deployment revision it is bound under in its provenance.
+    pub fn with_revision(mut self, revision: impl Into<String>) -> Self {
+        Arc::make_mut(&mut self.provenance).revision = Some(revision.into());
+        self
+    }
+
     /// Set the phases it runs in (default: invocation).
     pub fn with_phases(mut self, phases: impl IntoIterator<Item = Phase>) -> Self {
         self.phases = phases.into_iter().collect();
@@ -131,6 +149,9 @@ impl Policy for WasmPolicy {
     }
     fn phases(&self) -> &[Phase] {
         &self.phases
+    }
+    fn provenance(&self) -> Option<Arc<Provenance>> {
+        Some(self.provenance.clone())
     }
     async fn evaluate(
         &self,

@@ -158,7 +158,9 @@ pub fn validate(path: &Path) -> Result<Checked, Refused> {
     let identity = v.identity();
     let plugins = v.plugins();
     let policies = v.bindings("policies", &config.policies, &plugins, |plugin, b, name| {
-        let mut p = plugin.policy(binding_of(name, b, plugins_section(&config, &b.plugin)))?;
+        let mut p = plugin
+            .policy(binding_of(name, b, plugins_section(&config, &b.plugin)))?
+            .with_revision(&config.revision);
         if let Some(phases) = &b.phases {
             p = p.with_phases(phases.iter().copied());
         }

@@ -28,6 +28,7 @@ mod oidc_cli;
 mod openapi_import;
 mod otlp_traces;
 mod prometheus_e2e;
+mod provenance;
 mod replicas;
 mod scenario_test;
 mod scripting;

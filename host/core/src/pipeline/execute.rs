@@ -1,7 +1,7 @@
 //! Stages 9–15: execution-phase policies, controls, the procedure under its retry loop,
 //! output validation, redaction, completion. Shared by invoke and resume.
 
-use super::invoke::{Gate, approval_gate};
+use super::invoke::{Asked, Gate, approval_gate};
 use super::policies::{any_applicable, evaluate_batch, refuse};
 use super::{EffectProgress, Exec, new_id, panic_message};
 use crate::actor::Actor;
@@ -9,7 +9,10 @@ use crate::approval::ApprovalRef;
 use crate::audit::EventPayload;
 use crate::canonical::input_hash;
 use crate::error::{CapabilityError, ErrorCode};
-use crate::policy::{ApprovalRequirement, Phase, PolicyRequest, SharedJson, Verdict, combine};
+use crate::policy::{
+    ApprovalRequirement, Phase, PolicyRequest, PolicyStance, SharedJson, Verdict, combine,
+    stances_in,
+};
 use crate::procedure::{AgentInvocationInfo, Next, ProcedureCall, ProcedureError, ProgressFn};
 use crate::registry::Capability;
 use crate::result::ExecutionResult;
@@ -33,6 +36,9 @@ pub(crate) struct Admitted {
     pub(crate) progress: Option<ProgressFn>,
     /// The capability's own descriptor digest, recorded on an approval stage 9 asks for.
     pub(crate) descriptor_digest: Option<String>,
+    /// The stances (with provenance) that let the call this far, by phase: what
+    /// `capability.started` records of why it was allowed.
+    pub(crate) decisions: Vec<PolicyStance>,
 }
 
 pub(crate) async fn execute(exec: Exec<'_>, mut a: Admitted) -> ExecutionResult {
@@ -58,6 +64,7 @@ pub(crate) async fn execute(exec: Exec<'_>, mut a: Admitted) -> ExecutionResult 
         };
         let evaluated = evaluate_batch(rt, cap, &request, deadline, Some(&exec)).await;
         let verdict = combine(&evaluated);
+        a.decisions.extend(stances_in(&evaluated, Phase::Execution));
         // A require-approval here on a call that carries no approval opens the approval
         // gate, as the reference runtime does: the call suspends with a new approval (or is
         // decided by the inline handler) before anything is started.
@@ -87,6 +94,7 @@ pub(crate) async fn execute(exec: Exec<'_>, mut a: Admitted) -> ExecutionResult 
             attempt: 1,
             approval_id: a.approval.as_ref().map(|x| x.id.clone()),
             resume_correlation_id: exec.resume_correlation_id.clone(),
+            policy_decisions: (!a.decisions.is_empty()).then(|| a.decisions.clone()),
         })
     };
     if rt.audit.is_active()
@@ -262,8 +270,11 @@ async fn stage_9_gate(exec: &Exec<'_>, a: &Admitted, requirement: ApprovalRequir
                 &a.actor,
                 &a.input,
                 hash,
-                requirement,
-                a.descriptor_digest.clone(),
+                Asked {
+                    requirement,
+                    descriptor_digest: a.descriptor_digest.clone(),
+                    decisions: a.decisions.clone(),
+                },
             )
             .await
         }

@@ -7,7 +7,7 @@ use crate::approval::{ApprovalRef, ApprovalRequest, DecisionStatus};
 use crate::audit::{DenyReason, EventPayload};
 use crate::canonical::input_hash;
 use crate::error::{CapabilityError, ErrorCode};
-use crate::policy::{ApprovalRequirement, Phase, Verdict};
+use crate::policy::{ApprovalRequirement, Phase, PolicyStance, Verdict, stances_in};
 use crate::registry::Capability;
 use crate::result::ExecutionResult;
 use crate::runtime::{Inner, InvokeRequest};
@@ -147,6 +147,7 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
     if let Some(refused) = refuse(&exec, Phase::Invocation, &evaluated, &verdict, false).await {
         return refused;
     }
+    let decisions = stances_in(&evaluated, Phase::Invocation);
     let mut requirement = match verdict {
         Verdict::ApprovalRequired(r) => Some(r),
         _ => None,
@@ -173,7 +174,13 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
             }
         };
         let digest = req.descriptor_digest.clone();
-        match approval_gate(&exec, &cap, &actor, &input, hash, requirement, digest).await {
+        let asked = Asked {
+            requirement,
+            descriptor_digest: digest,
+            decisions: decisions.clone(),
+        };
+        let gate = approval_gate(&exec, &cap, &actor, &input, hash, asked);
+        match gate.await {
             Gate::Suspended(result) => return result,
             Gate::Approved(a) => approval = Some(a),
         }
@@ -192,6 +199,7 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
             idempotency_key,
             progress: req.progress,
             descriptor_digest: req.descriptor_digest,
+            decisions,
         },
     )
     .await
@@ -205,6 +213,16 @@ pub(crate) enum Gate {
     Approved(ApprovalRef),
 }
 
+/// What the approval gate is asked to hold a call for.
+pub(crate) struct Asked {
+    /// The merged requirement of the policies (and the capability's own).
+    pub(crate) requirement: ApprovalRequirement,
+    /// The capability's descriptor digest, recorded on the request.
+    pub(crate) descriptor_digest: Option<String>,
+    /// The stances of the phase that asked, for `capability.approval_requested`.
+    pub(crate) decisions: Vec<PolicyStance>,
+}
+
 /// Stage 8: store the request (or ask the inline handler), then suspend. Stage 9 opens it
 /// too, for an execution-phase require-approval on a call that carries no approval.
 pub(crate) async fn approval_gate(
@@ -213,9 +231,13 @@ pub(crate) async fn approval_gate(
     actor: &crate::actor::Actor,
     input: &serde_json::Value,
     hash: String,
-    requirement: ApprovalRequirement,
-    descriptor_digest: Option<String>,
+    asked: Asked,
 ) -> Gate {
+    let Asked {
+        requirement,
+        descriptor_digest,
+        decisions,
+    } = asked;
     let rt = exec.rt;
     let span = tracing::info_span!(
         "agent.approval_request",
@@ -257,6 +279,7 @@ pub(crate) async fn approval_gate(
         reasons: request.reasons.clone(),
         types: request.types.clone(),
         expires_at,
+        policy_decisions: (!decisions.is_empty()).then_some(decisions),
     };
     async {
         let mut announced = false;

@@ -105,6 +105,7 @@ pub(crate) async fn evaluate_batch(
                 Evaluated {
                     policy: name,
                     outcome,
+                    provenance: p.provenance(),
                 },
             )
         }

@@ -9,7 +9,7 @@ use crate::approval::{ApprovalRef, ApprovalStatus, ApprovalStoreError};
 use crate::audit::DenyReason;
 use crate::canonical::input_hash;
 use crate::error::{CapabilityError, ErrorCode, Stage};
-use crate::policy::{Phase, Verdict, combine, stances};
+use crate::policy::{Phase, Verdict, combine, stances, stances_in};
 use crate::result::ExecutionResult;
 use crate::runtime::{Inner, ResumeOptions};
 use std::time::Instant;
@@ -306,6 +306,7 @@ async fn checks(
             progress: opts.progress,
             // A resumed call carries its approval, so stage 9 never opens a new gate.
             descriptor_digest: None,
+            decisions: stances_in(&evaluated, Phase::Invocation),
         },
     )
     .await

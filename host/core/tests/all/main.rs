@@ -12,6 +12,7 @@ mod execution_phase;
 mod pipeline;
 mod policy_laws;
 mod progress_relay;
+mod provenance;
 mod registry_and_discovery;
 mod shadow_policies;
 mod spec_fidelity;

@@ -34,6 +34,7 @@ fn batch(max: usize) -> impl Strategy<Value = Vec<Evaluated>> {
             .map(|(i, outcome)| Evaluated {
                 policy: format!("p{i}"),
                 outcome,
+                provenance: None,
             })
             .collect()
     })

@@ -229,7 +229,20 @@ async fn the_lifecycle_walkthrough_replays_with_the_act_5_audit_trail() {
     assert_eq!(t[1].4["reasons"], json!(["Refund of $649 exceeds $500"]));
     assert_eq!(t[2].4["approvalId"], json!(apr_9.id));
     assert_eq!(t[2].4["approver"], json!({"id": "u_priya", "kind": "user"}));
-    assert_eq!(t[3].4, json!({"attempt": 1, "approvalId": apr_9.id}));
+    // The spec's fields exactly, plus capgate's extension (issue 39: why it was allowed),
+    // the resume's re-check of the invocation-phase policies.
+    let mut started = t[3].4.clone();
+    let decisions = started
+        .as_object_mut()
+        .and_then(|m| m.remove("policyDecisions"));
+    assert_eq!(started, json!({"attempt": 1, "approvalId": apr_9.id}));
+    assert_eq!(
+        decisions,
+        Some(json!([
+            {"policy": "orgIsolation", "type": "allow", "phase": "invocation"},
+            {"policy": "refundLimit", "type": "require-approval", "phase": "invocation"}
+        ]))
+    );
     assert_eq!(t[4].4["attempts"], 1);
     assert!(t[4].4["durationMs"].is_u64());
     // Every event is on the aiSdk surface and carries no payload (SI-10).

@@ -43,6 +43,7 @@ fn event(caller: usize, i: usize) -> AuditEvent {
                 attempt: 1,
                 approval_id: None,
                 resume_correlation_id: None,
+                policy_decisions: None,
             }
         } else {
             EventPayload::Requested {

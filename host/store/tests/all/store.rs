@@ -1143,6 +1143,7 @@ fn numbered_event(t: usize, i: usize) -> capgate_core::audit::AuditEvent {
                 attempt: 1,
                 approval_id: None,
                 resume_correlation_id: None,
+                policy_decisions: None,
             }
         } else {
             EventPayload::Requested {
