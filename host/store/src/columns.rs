@@ -199,13 +199,13 @@ pub(crate) use record_errors;
 macro_rules! row {
     (
         $(#[$meta:meta])*
-        struct $name:ident {
-            $($field:ident: $ty:ty $(= $col:literal)?),* $(,)?
+        $vis:vis struct $name:ident {
+            $($fvis:vis $field:ident: $ty:ty $(= $col:literal)?),* $(,)?
         }
     ) => {
         $(#[$meta])*
-        struct $name {
-            $($field: $ty),*
+        $vis struct $name {
+            $($fvis $field: $ty),*
         }
 
         impl $name {

@@ -19,7 +19,7 @@
 //! its checkpoints is not detectable from the database alone: ship checkpoints off the box
 //! (issue 39's export) for that.
 
-use super::log::AuditLog;
+use super::log::{AuditLog, RawAudit};
 use crate::columns::row;
 use crate::db::Sql;
 use capgate_core::canonical::input_hash;
@@ -287,19 +287,10 @@ impl VerifyReport {
 }
 
 row! {
-    /// A chained row, every field its hash covers.
+    /// A chained row: the event's columns and its chain fields, everything its hash covers.
     struct ChainRow {
         id: i64,
-        ty: String = "type",
-        at: DateTime<Utc>,
-        surface: String,
-        actor_id: String,
-        actor_kind: String,
-        execution_id: Option<String>,
-        capability_id: Option<String>,
-        correlation_id: Option<String>,
-        input_hash: Option<String>,
-        data: Value,
+        event: RawAudit = "event",
         chain: String,
         seq: i64,
         prev_hash: Option<String>,
@@ -309,20 +300,21 @@ row! {
 
 impl ChainRow {
     fn recomputed(&self) -> Result<String, BoxError> {
+        let e = &self.event;
         Linked {
             chain: &self.chain,
             seq: self.seq,
             prev: self.prev_hash.as_deref(),
-            ty: &self.ty,
-            at: self.at,
-            surface: &self.surface,
-            actor_id: &self.actor_id,
-            actor_kind: &self.actor_kind,
-            execution_id: self.execution_id.as_deref(),
-            capability_id: self.capability_id.as_deref(),
-            correlation_id: self.correlation_id.as_deref(),
-            input_hash: self.input_hash.as_deref(),
-            data: &self.data,
+            ty: &e.ty,
+            at: e.at,
+            surface: &e.surface,
+            actor_id: &e.actor_id,
+            actor_kind: &e.actor_kind,
+            execution_id: e.execution_id.as_deref(),
+            capability_id: e.capability_id.as_deref(),
+            correlation_id: e.correlation_id.as_deref(),
+            input_hash: e.input_hash.as_deref(),
+            data: &e.data,
         }
         .hash()
     }

@@ -131,18 +131,26 @@ pub struct AuditLog {
 }
 
 row! {
-    /// The columns of a row before the event is rebuilt.
-    struct RawAudit {
-        ty: String = "type",
-        at: DateTime<Utc>,
-        surface: String,
-        actor_id: String,
-        actor_kind: String,
-        execution_id: Option<String>,
-        capability_id: Option<String>,
-        correlation_id: Option<String>,
-        input_hash: Option<String>,
-        data: Value,
+    /// The columns of a row before the event is rebuilt (also what a chained row's hash
+    /// covers, with its chain fields: `chain`).
+    pub(crate) struct RawAudit {
+        pub(crate) ty: String = "type",
+        pub(crate) at: DateTime<Utc>,
+        pub(crate) surface: String,
+        pub(crate) actor_id: String,
+        pub(crate) actor_kind: String,
+        pub(crate) execution_id: Option<String>,
+        pub(crate) capability_id: Option<String>,
+        pub(crate) correlation_id: Option<String>,
+        pub(crate) input_hash: Option<String>,
+        pub(crate) data: Value,
+    }
+}
+
+/// The event's columns read as one field of a wider row (the column name is unused).
+impl crate::columns::FromColumn for RawAudit {
+    fn from_column(row: &dyn Columns, _: &str) -> Result<Self, crate::columns::ColumnError> {
+        RawAudit::read(row)
     }
 }
 

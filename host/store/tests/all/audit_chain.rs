@@ -2,13 +2,11 @@
 //! by concurrent callers on three replicas verifies, and each kind of tampering is named
 //! with the event it touched. Each test runs on SQLite and on Postgres.
 
-use crate::common::{Kind, TestDb};
-use capgate_core::actor::Surface;
-use capgate_core::audit::{AuditEvent, AuditSink, EventPayload};
+use crate::common::{Kind, TestDb, numbered_event};
+use capgate_core::audit::AuditSink;
 use capgate_store::{
     AuditSinkOptions, CheckpointSigner, SqlAuditSink, Store, Tamper, VerifyOptions, VerifyReport,
 };
-use chrono::Utc;
 use ed25519_dalek::SigningKey;
 
 on_both_backends!(
@@ -27,31 +25,6 @@ fn sink(store: &Store, every: u64) -> SqlAuditSink {
             ..AuditSinkOptions::default()
         })
         .expect("sink")
-}
-
-fn event(caller: usize, i: usize) -> AuditEvent {
-    AuditEvent {
-        timestamp: Utc::now(),
-        surface: Surface::AiSdk,
-        actor: capgate_testkit::actors::priya(),
-        execution_id: Some(format!("exe_{caller}_{i}")),
-        capability_id: Some("orders.refund".into()),
-        correlation_id: Some(format!("{caller}.{i}")),
-        input_hash: None,
-        payload: if i % 3 == 2 {
-            EventPayload::Started {
-                attempt: 1,
-                approval_id: None,
-                resume_correlation_id: None,
-                policy_decisions: None,
-            }
-        } else {
-            EventPayload::Requested {
-                side_effect: None,
-                risk: None,
-            }
-        },
-    }
 }
 
 async fn verify(store: &Store) -> VerifyReport {
@@ -80,7 +53,9 @@ async fn a_trail_written_by_concurrent_callers_on_three_replicas_verifies(db: &T
             let sink = sink.clone();
             tasks.push(tokio::spawn(async move {
                 for i in 0..EACH {
-                    sink.emit(&event(r * CALLERS + c, i)).await.expect("emit");
+                    sink.emit(&numbered_event(r * CALLERS + c, i))
+                        .await
+                        .expect("emit");
                 }
             }));
         }
@@ -142,7 +117,7 @@ async fn verify_names_an_edited_deleted_inserted_and_reordered_event_and_a_trunc
     for w in 0..5 {
         let sink = sink(&store, 10);
         for i in 0..30 {
-            sink.emit(&event(w, i)).await.expect("emit");
+            sink.emit(&numbered_event(w, i)).await.expect("emit");
         }
         sink.flush().await.expect("flush");
     }

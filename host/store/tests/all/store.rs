@@ -1126,34 +1126,6 @@ async fn audit_events_are_queryable_by_execution_capability_actor_and_tailed_in_
     assert_eq!(follow[0].id, tail[1].id);
 }
 
-/// Event `i` of emitter `t`: its own execution id, `i` in the correlation id, and every
-/// fifth one a `capability.started` (written through: `emit` waits for its commit).
-fn numbered_event(t: usize, i: usize) -> capgate_core::audit::AuditEvent {
-    use capgate_core::audit::{AuditEvent, EventPayload};
-    AuditEvent {
-        timestamp: Utc::now(),
-        surface: Surface::AiSdk,
-        actor: common::priya(),
-        execution_id: Some(format!("exe_{t}")),
-        capability_id: Some("orders.refund".into()),
-        correlation_id: Some(i.to_string()),
-        input_hash: None,
-        payload: if i % 5 == 4 {
-            EventPayload::Started {
-                attempt: 1,
-                approval_id: None,
-                resume_correlation_id: None,
-                policy_decisions: None,
-            }
-        } else {
-            EventPayload::Requested {
-                side_effect: None,
-                risk: None,
-            }
-        },
-    }
-}
-
 /// Many emitters at once, their audit batches sharing commits with journal claims (on
 /// SQLite both go through the one group writer): every event is written, each emitter's in
 /// the order it emitted them, and the ones still queued when the last handle of the sink
@@ -1171,7 +1143,9 @@ async fn concurrent_audit_events_are_all_written_in_order_and_drained_when_the_s
             let (sink, journal) = (sink.clone(), journal.clone());
             tokio::spawn(async move {
                 for i in 0..EACH {
-                    sink.emit(&numbered_event(t, i)).await.expect("emit");
+                    sink.emit(&common::numbered_event(t, i))
+                        .await
+                        .expect("emit");
                     if i % 10 == 0 {
                         let claimed = journal
                             .claim(

@@ -237,3 +237,31 @@ pub async fn approved_refund(rt: &Runtime) -> String {
 pub fn code(r: &capgate_core::result::ExecutionResult) -> Option<&'static str> {
     r.error().map(|e| e.code().as_str())
 }
+
+/// Event `i` of emitter `t`: its own execution id, `i` in the correlation id, and every
+/// fifth one a `capability.started` (written through: `emit` waits for its commit).
+pub fn numbered_event(t: usize, i: usize) -> capgate_core::audit::AuditEvent {
+    use capgate_core::audit::{AuditEvent, EventPayload};
+    AuditEvent {
+        timestamp: chrono::Utc::now(),
+        surface: Surface::AiSdk,
+        actor: priya(),
+        execution_id: Some(format!("exe_{t}")),
+        capability_id: Some("orders.refund".into()),
+        correlation_id: Some(i.to_string()),
+        input_hash: None,
+        payload: if i % 5 == 4 {
+            EventPayload::Started {
+                attempt: 1,
+                approval_id: None,
+                resume_correlation_id: None,
+                policy_decisions: None,
+            }
+        } else {
+            EventPayload::Requested {
+                side_effect: None,
+                risk: None,
+            }
+        },
+    }
+}
