@@ -595,7 +595,10 @@ impl Writer {
         {
             self.checkpoint().await;
         }
-        pending.flushing = false;
+        if result.is_ok() {
+            // A flush whose write failed keeps asking: the retry that commits signs.
+            pending.flushing = false;
+        }
         let retry_at = match &result {
             Ok(()) => {
                 if pending.backoff.take().is_some() {
