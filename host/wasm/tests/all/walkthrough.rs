@@ -168,6 +168,12 @@ async fn walkthrough(policies: Vec<Arc<dyn Policy>>, redactor: Arc<dyn Redactor>
 
 fn normalise(v: &mut Value) {
     if let Some(o) = v.as_object_mut() {
+        // A Wasm policy's stance names its build and configuration (issue 39's provenance,
+        // tested in `capgate` `provenance::*`); native ones have none. The decisions must
+        // match, not the builds.
+        for key in ["pluginSha256", "configSha256", "revision"] {
+            o.remove(key);
+        }
         for key in [
             "timestamp",
             "executionId",
