@@ -188,6 +188,10 @@ fn normalise(v: &mut Value) {
         for child in o.values_mut() {
             normalise(child);
         }
+    } else if let Some(items) = v.as_array_mut() {
+        for item in items {
+            normalise(item);
+        }
     }
 }
 
