@@ -125,6 +125,7 @@ from_column!(
     Option<DateTime<Utc>> => opt_ts,
     bool => flag,
     i64 => int,
+    Option<i64> => opt_int,
 );
 
 /// Decode a row whose errors name the record by its `key` column: an unreadable key is

@@ -56,6 +56,11 @@ const SQLITE_FILES: &[(i64, &str, &str)] = &[
         "0007_audit_chain.sql",
         include_str!("../migrations/sqlite/0007_audit_chain.sql"),
     ),
+    (
+        8,
+        "0008_audit_export.sql",
+        include_str!("../migrations/sqlite/0008_audit_export.sql"),
+    ),
 ];
 
 /// The Postgres migrations, embedded (see [`SQLITE_FILES`]).
@@ -94,6 +99,11 @@ const POSTGRES_FILES: &[(i64, &str, &str)] = &[
         7,
         "0007_audit_chain.sql",
         include_str!("../migrations/postgres/0007_audit_chain.sql"),
+    ),
+    (
+        8,
+        "0008_audit_export.sql",
+        include_str!("../migrations/postgres/0008_audit_export.sql"),
     ),
 ];
 
@@ -787,7 +797,8 @@ mod migration_tests {
                 (4, "console sessions"),
                 (5, "journal budget"),
                 (6, "shared limits and mcp sessions"),
-                (7, "audit chain")
+                (7, "audit chain"),
+                (8, "audit export")
             ]
         );
         // sqlx's checksum is SHA-384 of the file's text: a database migrated with

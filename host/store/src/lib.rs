@@ -100,9 +100,10 @@ mod traced;
 
 pub use approvals::SqlApprovalCoordinator;
 pub use audit::{
-    AuditLog, AuditOrder, AuditQuery, AuditQueryError, AuditSinkOptions, AuditSinkStats,
-    ChainSummary, CheckpointKeyError, CheckpointSigner, Finding, MalformedAuditRow, SqlAuditSink,
-    StoredAuditEvent, Tamper, VerifyOptions, VerifyReport, key_id,
+    AuditExportError, AuditLog, AuditOrder, AuditOutbox, AuditQuery, AuditQueryError,
+    AuditSinkOptions, AuditSinkStats, ChainSummary, CheckpointKeyError, CheckpointSigner,
+    ExportedEvent, Finding, MAX_EXPORT_BATCH, MalformedAuditRow, SqlAuditSink, StoredAuditEvent,
+    Tamper, VerifyOptions, VerifyReport, key_id,
 };
 pub use db::{
     Backend, MigrationReport, MigrationState, Store, StoreError, StoreOptions, migrate_url,

@@ -156,10 +156,18 @@ impl crate::columns::FromColumn for RawAudit {
 
 impl RawAudit {
     fn into_event(self) -> Result<AuditEvent, String> {
+        serde_json::from_value(self.into_json()).map_err(|e| e.to_string())
+    }
+
+    /// The event as the spec's JSON envelope, as stored (not checked against the event
+    /// types: an export carries a row as it is, whatever it holds).
+    pub(crate) fn into_json(self) -> Value {
         let mut m = Map::new();
         m.insert(
             "timestamp".into(),
-            serde_json::to_value(self.at).map_err(|e| e.to_string())?,
+            // As `AuditEvent` serializes it (chrono's RFC 3339), so an export and `audit
+            // tail` print the same text.
+            serde_json::to_value(self.at).unwrap_or_else(|_| Value::String(self.at.to_rfc3339())),
         );
         m.insert("surface".into(), Value::String(self.surface));
         let mut actor = Map::new();
@@ -178,7 +186,7 @@ impl RawAudit {
         }
         m.insert("type".into(), Value::String(self.ty));
         m.insert("data".into(), self.data);
-        serde_json::from_value(Value::Object(m)).map_err(|e| e.to_string())
+        Value::Object(m)
     }
 }
 

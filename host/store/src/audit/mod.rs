@@ -19,9 +19,11 @@
 //!
 //! By job: [`sink`] is the write side (the queue, the writer task, batched inserts),
 //! [`log`] the read side ([`AuditLog`] and its queries), [`chain`] the hash chains, the
-//! signed checkpoints and their verification.
+//! signed checkpoints and their verification, [`export`] the outbox export sinks read
+//! (a cursor per sink and chain, a lease per sink).
 
 mod chain;
+mod export;
 mod log;
 mod sink;
 
@@ -29,6 +31,7 @@ pub use chain::{
     ChainSummary, CheckpointKeyError, CheckpointSigner, Finding, Tamper, VerifyOptions,
     VerifyReport, key_id,
 };
+pub use export::{AuditExportError, AuditOutbox, ExportedEvent, MAX_EXPORT_BATCH};
 pub use log::{
     AuditLog, AuditOrder, AuditQuery, AuditQueryError, MalformedAuditRow, StoredAuditEvent,
 };

@@ -188,6 +188,7 @@ impl SqlAuditSink {
             flush_interval: options.flush_interval,
             capacity: options.queue_capacity.max(1),
             keep_failed_write_through: options.keep_failed_write_through,
+            registered: false,
         };
         handle.spawn(writer.run());
         Ok(SqlAuditSink {
@@ -336,6 +337,8 @@ struct Writer {
     /// Most rows held (queued rows plus rows awaiting retry).
     capacity: usize,
     keep_failed_write_through: bool,
+    /// This writer's chain is in `capgate_audit_chains`, where exporters find it.
+    registered: bool,
 }
 
 /// What the writer holds between two writes.
@@ -383,6 +386,8 @@ impl Writer {
                 if left > 0 {
                     self.lose(left);
                     tracing::error!(target: "capgate::audit", lost = left, "audit writer stopped with events it could not commit");
+                } else {
+                    self.close().await;
                 }
                 self.counters.awaiting_retry.store(0, Ordering::Relaxed);
                 return;
@@ -484,6 +489,49 @@ impl Writer {
         }
     }
 
+    /// Put this writer's chain in `capgate_audit_chains` (once; tried again before every
+    /// write until it lands), so exporters find it without scanning the events. A failure
+    /// is logged: the events' own write says whether the database is there.
+    async fn register(&mut self) {
+        if self.registered {
+            return;
+        }
+        match self
+            .store
+            .execute(
+                Via::Group,
+                "INSERT INTO capgate_audit_chains (chain, started_at) VALUES ($1, $2) \
+                 ON CONFLICT (chain) DO NOTHING",
+                &[&self.chain.id, &trunc(Utc::now())],
+            )
+            .await
+        {
+            Ok(_) => self.registered = true,
+            Err(e) => {
+                tracing::warn!(target: "capgate::audit", error = %e, chain = %self.chain.id, "cannot register the audit chain for export yet");
+            }
+        }
+    }
+
+    /// Record where this writer's chain ends (it stopped with everything committed), so
+    /// exporters that delivered all of it stop looking at it.
+    async fn close(&self) {
+        if !self.registered {
+            return;
+        }
+        if let Err(e) = self
+            .store
+            .execute(
+                Via::Group,
+                "UPDATE capgate_audit_chains SET closed_seq = $2 WHERE chain = $1",
+                &[&self.chain.id, &self.chain.seq],
+            )
+            .await
+        {
+            tracing::warn!(target: "capgate::audit", error = %e, chain = %self.chain.id, "cannot record where the audit chain ends");
+        }
+    }
+
     /// Sign and store a checkpoint at the chain's head (nothing if no key or no new events).
     /// A checkpoint that fails to store is tried again at the next occasion.
     async fn checkpoint(&mut self) {
@@ -578,6 +626,9 @@ impl Writer {
             });
         }
         self.link(&mut pending.rows);
+        if !pending.rows.is_empty() {
+            self.register().await;
+        }
         let (committed, mut result) = insert(&self.store, &self.chain.id, &pending.rows).await;
         self.committed(pending, committed);
         if result.is_err() && !pending.rows.is_empty() {

@@ -5,6 +5,7 @@
 mod common;
 
 mod audit_chain;
+mod audit_export;
 mod conformance;
 mod console_sessions;
 mod postgres_tls;

@@ -1,0 +1,28 @@
+-- Audit export (issue 39): the store is the outbox. Every sink keeps a cursor per chain
+-- (the last `seq` it acknowledged); one replica at a time exports a sink (its lease).
+
+-- The chains there are, so an exporter finds a new one without scanning the events: a
+-- writer registers its chain before its first event, and records where it ended when it
+-- stops cleanly (`closed_seq`; NULL while it writes, or when it was killed).
+CREATE TABLE capgate_audit_chains (
+    chain      text        PRIMARY KEY,
+    started_at timestamptz NOT NULL,
+    closed_seq bigint
+);
+INSERT INTO capgate_audit_chains (chain, started_at)
+    SELECT chain, min(at) FROM capgate_audit_events WHERE chain IS NOT NULL GROUP BY chain;
+
+-- How far each sink got in each chain: every event with `seq` at most this was acknowledged.
+CREATE TABLE capgate_audit_export_cursors (
+    sink  text   NOT NULL,
+    chain text   NOT NULL,
+    seq   bigint NOT NULL,
+    PRIMARY KEY (sink, chain)
+);
+
+-- Which replica exports a sink, until when (renewed while it runs).
+CREATE TABLE capgate_audit_export_leases (
+    sink   text        PRIMARY KEY,
+    holder text        NOT NULL,
+    until  timestamptz NOT NULL
+);
