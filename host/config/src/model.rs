@@ -198,7 +198,76 @@ pub struct AuditSection {
     /// and at shutdown). Default 1000.
     #[key(range = 1..=1_000_000, unit = "events", restart = "the audit writer starts with it")]
     pub checkpoint_events: Option<u64>,
+    /// `[audit.export.NAME]`: sinks the trail is exported to from the store (the outbox),
+    /// at least once and in order, resumed after restarts and sink outages.
+    #[key(restart = "exporters start with the server", tables)]
+    pub export: BTreeMap<String, ExportSection>,
 }
+
+/// Where an export sink delivers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExportTo {
+    /// OpenTelemetry logs over OTLP/HTTP (protobuf), to a collector.
+    Otlp,
+    /// JSON-lines files in a directory, rotated by size.
+    Jsonl,
+}
+
+impl ExportTo {
+    /// Every kind, for the file's schema.
+    pub const ALL: [ExportTo; 2] = [ExportTo::Otlp, ExportTo::Jsonl];
+
+    /// The spelling in the file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExportTo::Otlp => "otlp",
+            ExportTo::Jsonl => "jsonl",
+        }
+    }
+}
+
+/// `[audit.export.NAME]`: one export sink. The name keys its cursor in the store: renaming a
+/// sink starts it again from the beginning of the trail.
+#[derive(Keys, Debug, Clone, Deserialize)]
+#[key(live)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExportSection {
+    /// `otlp` (OpenTelemetry logs over OTLP/HTTP protobuf) or `jsonl` (rotated JSON-lines
+    /// files).
+    pub to: ExportTo,
+    /// `otlp`: the collector, a base URL (`http://collector:4318`, capgate adds `/v1/logs`)
+    /// or a full URL. Default `OTEL_EXPORTER_OTLP_LOGS_ENDPOINT`, then the traces'
+    /// collector (`[telemetry.traces] endpoint` with `/v1/logs`), then
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` + `/v1/logs`, then `http://localhost:4318/v1/logs`.
+    pub endpoint: Option<String>,
+    /// `otlp`: headers sent with every export (`authorization = { env = "OTLP_TOKEN",
+    /// prefix = "Bearer " }`); values as written, `{ env = "VAR" }` or `{ file = "path" }`.
+    #[serde(default)]
+    pub headers: BTreeMap<String, SecretSetting>,
+    /// `otlp`: a PEM file of CA certificates trusted besides the system's, for an `https://`
+    /// collector.
+    pub ca_file: Option<String>,
+    /// `jsonl`: the directory the files are written in (relative to the config file;
+    /// created if missing). Files are named `audit-TIME.jsonl` and never rewritten.
+    pub directory: Option<String>,
+    /// `jsonl`: start a new file once the current one reaches this size. Default 64 MiB.
+    #[key(range = 4096..=MAX_EXPORT_FILE_BYTES, unit = "bytes")]
+    pub rotate_bytes: Option<u64>,
+    /// Most events in one delivery (one OTLP request, one write and fsync). Default 512.
+    #[key(range = 1..=10_000, unit = "events")]
+    pub batch_events: Option<u64>,
+    /// The bound on one delivery. Default 10000.
+    #[key(range = 1..=MAX_MS, unit = "milliseconds")]
+    pub timeout_ms: Option<u64>,
+    /// `/readyz`'s `export:NAME` check fails while the oldest event this sink has not
+    /// delivered is older than this. Default 600.
+    #[key(range = 1..=604_800, unit = "seconds")]
+    pub max_lag_seconds: Option<u64>,
+}
+
+/// The largest `rotateBytes` (1 TiB).
+pub const MAX_EXPORT_FILE_BYTES: u64 = 1 << 40;
 
 /// `[plugins.NAME]`
 #[derive(Keys, Debug, Clone, Deserialize)]

@@ -138,7 +138,7 @@ fn check_protocol(p: &str) -> Result<(), String> {
     }
 }
 
-fn check_endpoint(e: &str) -> Result<(), String> {
+pub(crate) fn check_endpoint(e: &str) -> Result<(), String> {
     let uri: http::Uri = e
         .parse()
         .map_err(|err| format!("`{e}` is not a URL: {err}"))?;
@@ -262,6 +262,59 @@ impl TraceSettings {
     }
 }
 
+/// Where audit export's OTLP sinks send logs "to the same collector as traces": the
+/// sink's own `endpoint` (a bare base URL gets `/v1/logs`), else
+/// `OTEL_EXPORTER_OTLP_LOGS_ENDPOINT` as it is, else the traces' configured collector with
+/// `/v1/logs` (its `/v1/traces` path replaced), else `OTEL_EXPORTER_OTLP_ENDPOINT` +
+/// `/v1/logs`, else `http://localhost:4318/v1/logs`. An environment value that is not a URL
+/// is an error.
+pub fn logs_endpoint(
+    own: Option<&str>,
+    traces: Option<&TracesSection>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<String, String> {
+    let var = |name: &str| env(name).filter(|v| !v.trim().is_empty());
+    let base = |e: &str| format!("{}/v1/logs", e.trim_end_matches('/'));
+    if let Some(e) = own {
+        return Ok(match e.parse::<http::Uri>() {
+            Ok(u) if matches!(u.path(), "" | "/") => base(e),
+            _ => e.to_string(),
+        });
+    }
+    if let Some(e) = var("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT") {
+        check_endpoint(&e).map_err(|m| format!("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT: {m}"))?;
+        return Ok(e);
+    }
+    if let Some(e) = traces.and_then(|t| t.endpoint.as_deref()) {
+        return Ok(match e.parse::<http::Uri>() {
+            Ok(u) if matches!(u.path(), "" | "/") => base(e),
+            Ok(u) if u.path().ends_with("/v1/traces") => {
+                format!("{}/v1/logs", &e[..e.len() - "/v1/traces".len()])
+            }
+            _ => e.to_string(),
+        });
+    }
+    match var("OTEL_EXPORTER_OTLP_ENDPOINT") {
+        Some(e) => {
+            check_endpoint(&e).map_err(|m| format!("OTEL_EXPORTER_OTLP_ENDPOINT: {m}"))?;
+            Ok(base(&e))
+        }
+        None => Ok("http://localhost:4318/v1/logs".to_string()),
+    }
+}
+
+/// The `service.name` export's OTLP logs carry: the traces' (`serviceName`), else
+/// `OTEL_SERVICE_NAME`, else `capgate`.
+pub fn logs_service_name(
+    traces: Option<&TracesSection>,
+    env: impl Fn(&str) -> Option<String>,
+) -> String {
+    traces
+        .and_then(|t| t.service_name.clone())
+        .or_else(|| env("OTEL_SERVICE_NAME").filter(|v| !v.trim().is_empty()))
+        .unwrap_or_else(|| "capgate".to_string())
+}
+
 /// A configured endpoint as the URL to POST to: a bare base URL gets `/v1/traces`.
 fn signal_url(e: &str) -> String {
     match e.parse::<http::Uri>() {
@@ -334,9 +387,14 @@ mod tests {
     use crate::Config;
 
     fn problems_of(traces: &str) -> Vec<String> {
+        problems_in(&format!("[telemetry.traces]\n{traces}\n"))
+    }
+
+    /// The located problems of a whole file.
+    fn problems_in(text: &str) -> Vec<String> {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("capgate.toml");
-        std::fs::write(&path, format!("[telemetry.traces]\n{traces}\n")).expect("write");
+        std::fs::write(&path, text).expect("write");
         match Config::load(&path) {
             Ok(_) => Vec::new(),
             Err(problems) => problems
@@ -528,5 +586,111 @@ mod tests {
             0.1
         );
         assert_eq!(ratio(&[("OTEL_TRACES_SAMPLER_ARG", "7")]), 1.0);
+    }
+
+    #[test]
+    fn audit_logs_go_to_the_traces_collector_unless_told_otherwise() {
+        let none = |_: &str| None;
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let traces = |endpoint: &str| TracesSection {
+            enabled: true,
+            endpoint: Some(endpoint.to_string()),
+            protocol: None,
+            sampling_ratio: None,
+            service_name: Some("gw".into()),
+            resource_attributes: BTreeMap::new(),
+            export_timeout_ms: None,
+            max_queue_size: None,
+        };
+        assert_eq!(
+            logs_endpoint(Some("http://siem:4318"), None, none).as_deref(),
+            Ok("http://siem:4318/v1/logs")
+        );
+        assert_eq!(
+            logs_endpoint(Some("http://siem:4318/in/logs"), None, none).as_deref(),
+            Ok("http://siem:4318/in/logs")
+        );
+        let t = traces("http://otel:4318/v1/traces");
+        assert_eq!(
+            logs_endpoint(None, Some(&t), none).as_deref(),
+            Ok("http://otel:4318/v1/logs")
+        );
+        assert_eq!(
+            logs_endpoint(None, Some(&traces("http://otel:4318")), none).as_deref(),
+            Ok("http://otel:4318/v1/logs")
+        );
+        assert_eq!(
+            logs_endpoint(
+                None,
+                Some(&t),
+                vars(&[("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "http://l:1/x")])
+            )
+            .as_deref(),
+            Ok("http://l:1/x")
+        );
+        assert_eq!(
+            logs_endpoint(
+                None,
+                None,
+                vars(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://e:4318/")])
+            )
+            .as_deref(),
+            Ok("http://e:4318/v1/logs")
+        );
+        assert_eq!(
+            logs_endpoint(None, None, none).as_deref(),
+            Ok("http://localhost:4318/v1/logs")
+        );
+        assert!(
+            logs_endpoint(None, None, vars(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "nope")])).is_err()
+        );
+        assert_eq!(logs_service_name(Some(&t), none), "gw");
+        assert_eq!(logs_service_name(None, none), "capgate");
+    }
+
+    #[test]
+    fn an_export_sink_is_checked_at_its_keys() {
+        assert_eq!(
+            problems_in(
+                "[audit.export.siem]\nto = \"otlp\"\nendpoint = \"http://127.0.0.1:4318\"\nbatchEvents = 100\n\n[audit.export.archive]\nto = \"jsonl\"\ndirectory = \"audit-export\"\nrotateBytes = 1048576\n"
+            ),
+            Vec::<String>::new()
+        );
+        let p = problems_in("[audit.export.archive]\nto = \"jsonl\"\nendpoint = \"http://x:1\"\n");
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(
+            p[0].contains("audit.export.archive: a `jsonl` sink needs `directory`"),
+            "{p:?}"
+        );
+        assert!(
+            p[1].starts_with(
+                "3:1: audit.export.archive.endpoint: `endpoint` is for `to = \"otlp\"`"
+            ),
+            "{p:?}"
+        );
+        let p = problems_in(
+            "[audit.export.siem]\nto = \"otlp\"\nendpoint = \"ftp://x\"\nbatchEvents = 0\n",
+        );
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(
+            p.iter()
+                .any(|m| m.starts_with("3:1: audit.export.siem.endpoint: ")),
+            "{p:?}"
+        );
+        assert!(
+            p.iter()
+                .any(|m| m.starts_with("4:1: audit.export.siem.batchEvents: ")),
+            "{p:?}"
+        );
+        let p = problems_in("[audit.export.\"a b\"]\nto = \"otlp\"\n");
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(p[0].contains("a sink's name is letters, digits"), "{p:?}");
     }
 }

@@ -21,7 +21,7 @@ impl Config {
     fn mcp_upstream(&self, name: &str, u: &McpUpstreamSection) -> Option<McpUpstreamConfig> {
         let secrets = |m: &BTreeMap<String, SecretSetting>| {
             m.iter()
-                .map(|(k, v)| (k.clone(), self.secret(v)))
+                .map(|(k, v)| (k.clone(), self.secret_value(v)))
                 .collect::<BTreeMap<_, _>>()
         };
         let transport = match (&u.url, &u.command) {
@@ -55,7 +55,9 @@ impl Config {
         Some(config)
     }
 
-    fn secret(&self, v: &SecretSetting) -> SecretValue {
+    /// A header or environment value as the provider resolves it (at each use): paths
+    /// against this file.
+    pub fn secret_value(&self, v: &SecretSetting) -> SecretValue {
         match v {
             SecretSetting::Literal(s) => SecretValue::Literal(s.clone()),
             SecretSetting::From(src) => match (&src.env, &src.file) {

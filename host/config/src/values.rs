@@ -86,6 +86,7 @@ impl Config {
         }) {
             out.push(doc.problem("/store/url", e));
         }
+        self.check_exports(doc, out);
         if let Some(jsonl) = &self.audit.jsonl {
             let path = self.relative(jsonl);
             match path.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -101,6 +102,72 @@ impl Config {
                     format!("{} is a directory, not a file", path.display()),
                 )),
                 _ => {}
+            }
+        }
+    }
+
+    /// `[audit.export.NAME]`: a name the store can key a cursor with, and the keys of its
+    /// kind only.
+    fn check_exports(&self, doc: &Located, out: &mut Vec<Problem>) {
+        use crate::model::ExportTo;
+        for (name, e) in &self.audit.export {
+            let at = format!("/audit/export/{}", crate::located::seg(name));
+            if !(1..=64).contains(&name.len())
+                || !name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            {
+                out.push(doc.problem(
+                    &at,
+                    format!("`{name}`: a sink's name is letters, digits, `-` and `_`, at most 64 (it keys the sink's cursor in the store)"),
+                ));
+            }
+            let only = |key: &str, set: bool, kind: &str, out: &mut Vec<Problem>| {
+                if set {
+                    out.push(doc.problem(
+                        &format!("{at}/{key}"),
+                        format!("`{key}` is for `to = \"{kind}\"` sinks"),
+                    ));
+                }
+            };
+            match e.to {
+                ExportTo::Otlp => {
+                    if let Some(url) = &e.endpoint
+                        && let Err(m) = crate::telemetry::check_endpoint(url)
+                    {
+                        out.push(doc.problem(&format!("{at}/endpoint"), m));
+                    }
+                    if let Some(ca) = &e.ca_file
+                        && !self.relative(ca).is_file()
+                    {
+                        out.push(doc.problem(
+                            &format!("{at}/caFile"),
+                            format!("{ca} is not a file (the path is relative to this file)"),
+                        ));
+                    }
+                    only("directory", e.directory.is_some(), "jsonl", out);
+                    only("rotateBytes", e.rotate_bytes.is_some(), "jsonl", out);
+                }
+                ExportTo::Jsonl => {
+                    match &e.directory {
+                        None => out.push(doc.problem(
+                            &at,
+                            "a `jsonl` sink needs `directory` (where its files are written)",
+                        )),
+                        Some(d) => {
+                            let dir = self.relative(d);
+                            if dir.exists() && !dir.is_dir() {
+                                out.push(doc.problem(
+                                    &format!("{at}/directory"),
+                                    format!("{} is not a directory", dir.display()),
+                                ));
+                            }
+                        }
+                    }
+                    only("endpoint", e.endpoint.is_some(), "otlp", out);
+                    only("headers", !e.headers.is_empty(), "otlp", out);
+                    only("caFile", e.ca_file.is_some(), "otlp", out);
+                }
             }
         }
     }

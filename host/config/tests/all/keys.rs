@@ -99,6 +99,7 @@ fn the_keys_a_reload_refuses_are_the_ones_fixed_at_start() {
         "/audit/jsonl",
         "/audit/checkpointKey",
         "/audit/checkpointEvents",
+        "/audit/export",
         "/gateway/replayHorizonHours",
         "/telemetry",
         "/gateway/shutdownUnreadyDelayMs",
@@ -110,7 +111,7 @@ fn the_keys_a_reload_refuses_are_the_ones_fixed_at_start() {
             "{expected} is not a restart key: {restart:?}"
         );
     }
-    assert_eq!(restart.len(), 10, "{restart:?}");
+    assert_eq!(restart.len(), 11, "{restart:?}");
     // A key inside a fixed table shares its class without being compared on its own.
     let all = keys::all();
     let url = declared(&all, "/store/url").expect("store.url");
