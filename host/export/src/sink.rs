@@ -1,0 +1,48 @@
+//! What a sink is: something that takes a batch of events and says when it holds them.
+
+use capgate_store::ExportedEvent;
+
+/// What a sink did with a delivered batch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Delivered {
+    /// Events the receiver took but refused to keep (an OTLP partial success). They are
+    /// not sent again: the receiver has decided; they are counted and logged.
+    pub rejected: u64,
+}
+
+/// Why a delivery failed; the exporter sends the same batch again later.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SinkError {
+    /// The receiver answered with a status other than 2xx.
+    #[error("the collector answered HTTP {status}")]
+    Status {
+        /// The HTTP status.
+        status: u16,
+    },
+    /// The request did not complete (connection refused, reset, TLS).
+    #[error("cannot reach the collector: {0}")]
+    Transport(#[source] reqwest::Error),
+    /// A file could not be created, written or synced.
+    #[error("cannot write {path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: std::path::PathBuf,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The delivery did not finish within the sink's timeout.
+    #[error("the delivery took longer than {0:?}")]
+    Timeout(std::time::Duration),
+}
+
+/// A place audit events are exported to.
+#[async_trait::async_trait]
+pub trait ExportSink: Send {
+    /// `otlp`, `jsonl`: the `kind` label of the metrics.
+    fn kind(&self) -> &'static str;
+    /// Deliver `events`, in order. `Ok` only once the receiver holds all of them: after it
+    /// the exporter moves the cursors past them.
+    async fn deliver(&mut self, events: &[ExportedEvent]) -> Result<Delivered, SinkError>;
+}
