@@ -27,6 +27,9 @@ pub struct Deployment {
     pub approvals: Arc<dyn ApprovalCoordinator>,
     /// Every audit sink (the store's, plus `[audit] jsonl`), kept across reloads.
     pub sinks: Vec<Arc<dyn AuditSink>>,
+    /// The state of every running `[audit.export.NAME]` exporter (`serve` starts them;
+    /// `/readyz` checks each), kept across reloads.
+    pub exports: Vec<Arc<capgate_export::ExportStatus>>,
 }
 
 impl Deployment {
@@ -40,6 +43,7 @@ impl Deployment {
             audit: self.audit.clone(),
             approvals: self.approvals.clone(),
             sinks: self.sinks.clone(),
+            exports: self.exports.clone(),
         })
     }
 }
@@ -153,6 +157,7 @@ pub async fn build(checked: &Checked, store: Store, what: &str) -> anyhow::Resul
         audit,
         approvals,
         sinks,
+        exports: Vec::new(),
     })
 }
 

@@ -4,6 +4,7 @@
 //! that the integration tests reach the same code; it is not a stable API.
 
 pub mod args;
+pub mod audit_export;
 pub mod build;
 pub mod commands;
 pub mod diff;

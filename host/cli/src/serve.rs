@@ -317,6 +317,13 @@ fn readiness_checks(
             })),
         ),
     ];
+    for status in &d.exports {
+        let status = status.clone();
+        checks.push((
+            format!("export:{}", status.sink()),
+            Arc::new(FnProbe(move || status.check())),
+        ));
+    }
     if !cfg.plugins.is_empty() {
         checks.push((
             "plugins".into(),
@@ -398,13 +405,16 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
             );
         }
     }
-    let deployment = build(
+    let mut deployment = build(
         &checked,
         url.open_with(Access::Create, crate::store::options(&cfg.store))
             .await?,
         &url.display(),
     )
     .await?;
+    // `[audit.export.NAME]`: restart keys, so started once per process.
+    let exporters = crate::audit_export::start(cfg, &deployment.store)?;
+    deployment.exports = exporters.iter().map(|h| h.status()).collect();
     let metrics = metrics_router(cfg, &deployment)?;
     // What shutdown needs, whatever configuration is serving by then.
     let (store_handle, audit_sink, sinks) = (
@@ -545,6 +555,11 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
     for sink in &sinks {
         let _ = sink.flush().await;
     }
+    // Exporters stop after the delivery in flight is acknowledged (bounded: a hung
+    // collector is abandoned; those events go again at the next start).
+    for exporter in exporters {
+        exporter.abort_after(EXPORT_STOP_TIMEOUT).await;
+    }
     if let Some(traces) = traces {
         traces.shutdown(TRACES_FLUSH_TIMEOUT).await;
     }
@@ -662,6 +677,9 @@ async fn reload_on_hangup(mut hangups: tokio::signal::unix::Signal, reloader: Ar
 
 /// How long `serve` waits at shutdown for the last spans to reach the collector.
 pub(crate) const TRACES_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long shutdown waits for each exporter's delivery in flight.
+const EXPORT_STOP_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How often `serve` deletes settled receipts past the replay horizon.
 const PURGE_EVERY: Duration = Duration::from_secs(3600);

@@ -1,5 +1,5 @@
-//! `capgate audit tail|query|verify`: read the audit trail of a store as JSON lines, and
-//! verify its hash chains and signed checkpoints.
+//! `capgate audit tail|query|verify|export`: read the audit trail of a store as JSON lines,
+//! verify its hash chains and signed checkpoints, and export it once (a backfill).
 
 use super::shared::{OutputArg, StoreArg};
 use crate::args;
@@ -82,6 +82,46 @@ enum AuditCommand {
         #[command(flatten)]
         output: OutputArg,
     },
+    /// Export the stored trail once (a backfill): the events at or after `--since` and before
+    /// `--until`, oldest first, as JSON lines on stdout (`--format jsonl`, the lines of a
+    /// `jsonl` sink) or as OTLP logs POSTed to a collector (`--format otlp`). Progress goes
+    /// to stderr; a failed batch stops the export and says how to resume it
+    /// (`--after-id`). Continuous export is `[audit.export.NAME]`.
+    ///
+    /// Example: capgate audit export --store sqlite://capgate.db --since 2026-11-01T00:00:00Z --format jsonl
+    Export {
+        #[command(flatten)]
+        store: StoreArg,
+        /// At or after this RFC 3339 time.
+        #[arg(long, value_parser = args::rfc3339)]
+        since: Option<DateTime<Utc>>,
+        /// Before this RFC 3339 time.
+        #[arg(long, value_parser = args::rfc3339)]
+        until: Option<DateTime<Utc>>,
+        /// `jsonl` (stdout) or `otlp` (to `--endpoint`).
+        #[arg(long, value_enum, default_value_t = ExportFormat::Jsonl)]
+        format: ExportFormat,
+        /// `otlp`: the collector, a base URL (capgate adds `/v1/logs`) or a full URL. Default
+        /// `OTEL_EXPORTER_OTLP_LOGS_ENDPOINT`, then `OTEL_EXPORTER_OTLP_ENDPOINT` +
+        /// `/v1/logs`, then `http://localhost:4318/v1/logs`.
+        #[arg(long)]
+        endpoint: Option<String>,
+        /// Start after this row id (what a stopped export printed).
+        #[arg(long = "after-id", default_value_t = 0)]
+        after_id: i64,
+        /// Events per batch (1 to 10000).
+        #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        batch: u32,
+    },
+}
+
+/// What `capgate audit export` writes.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum ExportFormat {
+    /// JSON lines on stdout.
+    Jsonl,
+    /// OTLP logs (HTTP, protobuf) to a collector.
+    Otlp,
 }
 
 /// `capgate audit …`: 0 when done (`tail --follow` runs until interrupted).
@@ -131,7 +171,102 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
             let options = capgate_store::VerifyOptions { chain, since, keys };
             runtime()?.block_on(verify(&store, &options, output))
         }
+        AuditCommand::Export {
+            store,
+            since,
+            until,
+            format,
+            endpoint,
+            after_id,
+            batch,
+        } => {
+            let range = Backfill {
+                since,
+                until,
+                after_id,
+                batch: batch as usize,
+            };
+            runtime()?.block_on(export(&store, range, format, endpoint))
+        }
     }
+}
+
+/// The events `capgate audit export` reads.
+struct Backfill {
+    since: Option<DateTime<Utc>>,
+    until: Option<DateTime<Utc>>,
+    after_id: i64,
+    batch: usize,
+}
+
+/// `capgate audit export`.
+async fn export(
+    store: &StoreArg,
+    range: Backfill,
+    format: ExportFormat,
+    endpoint: Option<String>,
+) -> anyhow::Result<ExitCode> {
+    use capgate_export::ExportSink;
+    use std::io::Write;
+    let mut otlp = match format {
+        ExportFormat::Jsonl => None,
+        ExportFormat::Otlp => {
+            let env = |k: &str| std::env::var(k).ok();
+            let endpoint = capgate_config::telemetry::logs_endpoint(endpoint.as_deref(), None, env)
+                .map_err(|message| Exit {
+                    status: Status::Usage,
+                    message,
+                })?;
+            eprintln!("exporting to {endpoint}");
+            Some(capgate_export::OtlpSink::new(capgate_export::OtlpTarget {
+                endpoint,
+                headers: Vec::new(),
+                service_name: capgate_config::telemetry::logs_service_name(None, env),
+                ca_pem: None,
+                timeout: std::time::Duration::from_secs(30),
+            })?)
+        }
+    };
+    let store = store.open_existing().await?;
+    let log = store.audit_log();
+    let (mut after, mut total) = (range.after_id, 0u64);
+    let stdout = std::io::stdout();
+    loop {
+        let page = log
+            .export_page(range.since, range.until, after, range.batch)
+            .await?;
+        let Some(last) = page.last().map(|e| e.id) else {
+            break;
+        };
+        let sent = match &mut otlp {
+            Some(sink) => sink
+                .deliver(&page)
+                .await
+                .map(|_| ())
+                .map_err(anyhow::Error::from),
+            None => {
+                let mut out = stdout.lock();
+                page.iter()
+                    .try_for_each(|e| out.write_all(&capgate_export::jsonl_line(e)))
+                    .and_then(|()| out.flush())
+                    .map_err(anyhow::Error::from)
+            }
+        };
+        if let Err(e) = sent {
+            store.close().await;
+            return Err(e.context(format!(
+                "exported {total} events; resume with --after-id {after}"
+            )));
+        }
+        total += page.len() as u64;
+        after = last;
+        if otlp.is_some() {
+            eprintln!("exported {total} events (last id {after})");
+        }
+    }
+    store.close().await;
+    eprintln!("exported {total} events");
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `capgate audit verify`.
