@@ -260,8 +260,9 @@ pub struct ExportSection {
     /// The bound on one delivery. Default 10000.
     #[key(range = 1..=MAX_MS, unit = "milliseconds")]
     pub timeout_ms: Option<u64>,
-    /// `/readyz`'s `export:NAME` check fails while the oldest event this sink has not
-    /// delivered is older than this. Default 600.
+    /// `/readyz`'s `export:NAME` check fails while this sink's deliveries fail and the
+    /// oldest event it has not delivered is older than this (a sink that delivers stays
+    /// ready, however far behind). Default 600.
     #[key(range = 1..=604_800, unit = "seconds")]
     pub max_lag_seconds: Option<u64>,
 }

@@ -689,6 +689,14 @@ mod tests {
                 .any(|m| m.starts_with("4:1: audit.export.siem.batchEvents: ")),
             "{p:?}"
         );
+        let p = problems_in(
+            "[audit.export.siem]\nto = \"otlp\"\nheaders = { \"bad header\" = \"x\" }\n",
+        );
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(
+            p[0].contains("`bad header` is not an HTTP header name"),
+            "{p:?}"
+        );
         let p = problems_in("[audit.export.\"a b\"]\nto = \"otlp\"\n");
         assert_eq!(p.len(), 1, "{p:?}");
         assert!(p[0].contains("a sink's name is letters, digits"), "{p:?}");

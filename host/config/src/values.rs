@@ -145,6 +145,14 @@ impl Config {
                             format!("{ca} is not a file (the path is relative to this file)"),
                         ));
                     }
+                    for k in e.headers.keys() {
+                        if http::HeaderName::from_bytes(k.as_bytes()).is_err() {
+                            out.push(doc.problem(
+                                &format!("{at}/headers/{}", crate::located::seg(k)),
+                                format!("`{k}` is not an HTTP header name"),
+                            ));
+                        }
+                    }
                     only("directory", e.directory.is_some(), "jsonl", out);
                     only("rotateBytes", e.rotate_bytes.is_some(), "jsonl", out);
                 }

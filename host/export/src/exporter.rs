@@ -36,7 +36,7 @@ pub struct ExportOptions {
     pub timeout: Duration,
     /// How long the lease lasts without renewal. Default 30 s.
     pub lease_ttl: Duration,
-    /// `/readyz` fails while the lag is above this. Default 600 s.
+    /// `/readyz` fails while deliveries fail and the lag is above this. Default 600 s.
     pub max_lag: Duration,
     /// The first wait after a failure; doubled (with jitter) up to `backoff_max`.
     pub backoff_min: Duration,
@@ -117,20 +117,17 @@ impl ExportStatus {
         self.failures.load(Ordering::Relaxed)
     }
 
-    /// `/readyz`'s check: failing while the lag is above the sink's bound.
+    /// `/readyz`'s check: failing while deliveries fail and the oldest undelivered event
+    /// is older than the sink's bound. A sink that delivers is ready however far behind it
+    /// is (a new sink working through an old trail, a backlog after an outage).
     pub fn check(&self) -> Result<(), String> {
         let lag = self.lag();
-        if lag > self.max_lag {
+        if self.is_failing() && lag > self.max_lag {
             Err(format!(
-                "audit export `{}` is {} s behind (bound {} s){}",
+                "audit export `{}` fails and is {} s behind (bound {} s)",
                 self.sink,
                 lag.as_secs(),
                 self.max_lag.as_secs(),
-                if self.is_failing() {
-                    "; its deliveries fail"
-                } else {
-                    ""
-                }
             ))
         } else {
             Ok(())
@@ -302,4 +299,29 @@ impl Exporter {
 
 fn oldest(events: &[ExportedEvent]) -> Option<chrono::DateTime<Utc>> {
     events.iter().map(|e| e.at).min()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readiness_fails_only_while_deliveries_fail_and_the_lag_is_past_its_bound() {
+        let status = ExportStatus::new("siem", Duration::from_secs(60));
+        let old = Some(Utc::now() - chrono::Duration::seconds(3600));
+        status.set_lag(old);
+        assert!(status.lag() >= Duration::from_secs(3599));
+        assert_eq!(status.check(), Ok(()), "behind but delivering: ready");
+        status.failing.store(true, Ordering::Relaxed);
+        let err = status.check().expect_err("failing and an hour behind");
+        assert!(err.contains("`siem` fails and is 3"), "{err}");
+        status.set_lag(Some(Utc::now()));
+        assert_eq!(
+            status.check(),
+            Ok(()),
+            "failing but within the bound: ready"
+        );
+        status.set_lag(None);
+        assert_eq!(status.lag(), Duration::ZERO);
+    }
 }
