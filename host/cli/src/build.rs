@@ -92,6 +92,18 @@ async fn require_migrated(store: &Store, what: &str) -> anyhow::Result<()> {
 /// The store's audit sink (for its loss counters) and every audit sink of a deployment.
 type Sinks = (Arc<SqlAuditSink>, Vec<Arc<dyn AuditSink>>);
 
+/// `[audit] checkpointKey` as the signer of checkpoints and purge records, if set.
+pub fn checkpoint_signer(cfg: &capgate_config::Config) -> anyhow::Result<Option<CheckpointSigner>> {
+    cfg.audit
+        .checkpoint_key
+        .as_deref()
+        .map(|pem| {
+            CheckpointSigner::from_pkcs8_pem(pem, cfg.audit.checkpoint_events.unwrap_or(1000))
+        })
+        .transpose()
+        .context("[audit] checkpointKey")
+}
+
 /// The store's audit sink and every sink of `cfg` (the store's, plus `[audit] jsonl`).
 fn audit_sinks(cfg: &capgate_config::Config, store: &Store) -> anyhow::Result<Sinks> {
     let audit = Arc::new(
@@ -100,18 +112,7 @@ fn audit_sinks(cfg: &capgate_config::Config, store: &Store) -> anyhow::Result<Si
                 // Best effort runs the call even when its `capability.started` failed:
                 // keep that record for the store's return. Strict refused the call.
                 keep_failed_write_through: !cfg.audit.strict,
-                checkpoints: cfg
-                    .audit
-                    .checkpoint_key
-                    .as_deref()
-                    .map(|pem| {
-                        CheckpointSigner::from_pkcs8_pem(
-                            pem,
-                            cfg.audit.checkpoint_events.unwrap_or(1000),
-                        )
-                    })
-                    .transpose()
-                    .context("[audit] checkpointKey")?,
+                checkpoints: checkpoint_signer(cfg)?,
                 ..AuditSinkOptions::default()
             })
             .context("the audit sink")?,

@@ -412,6 +412,11 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
         &url.display(),
     )
     .await?;
+    // `[audit] retainDays` (a restart key): the purge keeps what export sinks have not
+    // delivered, and signs its records with the checkpoint key (required with it).
+    let (retain_days, audit_signer) =
+        (cfg.audit.retain_days, crate::build::checkpoint_signer(cfg)?);
+    let export_sinks: Vec<String> = cfg.audit.export.keys().cloned().collect();
     // `[audit.export.NAME]`: restart keys, so started once per process.
     let exporters = crate::audit_export::start(cfg, &deployment.store)?;
     deployment.exports = exporters.iter().map(|h| h.status()).collect();
@@ -533,6 +538,15 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
         shutdown.drain.as_millis()
     );
     let purger = tokio::spawn(purge_receipts(journal));
+    let audit_purger = match (retain_days, audit_signer) {
+        (Some(days), Some(signer)) => Some(tokio::spawn(purge_audit(
+            store_handle.audit_log(),
+            days,
+            signer,
+            export_sinks,
+        ))),
+        _ => None,
+    };
     let shared_purger = tokio::spawn(purge_shared(store_handle.clone()));
     let reloads = tokio::spawn(reload_on_hangup(hangups, reloader));
     let (stop_accepting, accepting_stopped) = tokio::sync::oneshot::channel::<()>();
@@ -546,6 +560,9 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
     .into_future();
     let served = shutdown.run(served, stop_accepting, &mut stops).await;
     purger.abort();
+    if let Some(p) = audit_purger {
+        p.abort();
+    }
     shared_purger.abort();
     reloads.abort();
     if let Some(m) = metrics_server {
@@ -705,6 +722,40 @@ async fn purge_shared(store: capgate_store::Store) {
         }
     }
 }
+
+/// `[audit] retainDays`: purge the audit trail past retention every `PURGE_EVERY` (README
+/// "Retention"), keeping what an export sink has not delivered.
+async fn purge_audit(
+    log: capgate_store::AuditLog,
+    days: u64,
+    signer: capgate_store::CheckpointSigner,
+    keep_for: Vec<String>,
+) {
+    let mut every = tokio::time::interval(PURGE_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let keep = chrono::Duration::days(i64::try_from(days).unwrap_or(i64::MAX / 86_400_000));
+    loop {
+        every.tick().await;
+        let options = capgate_store::PurgeOptions {
+            before: chrono::Utc::now() - keep,
+            signer: signer.clone(),
+            keep_for: keep_for.clone(),
+        };
+        match log.purge(&options).await {
+            Ok(r) if r.events + r.unchained == 0 => {}
+            Ok(r) => {
+                metrics::counter!(AUDIT_PURGED).increment(r.events + r.unchained);
+                tracing::info!(target: "capgate::audit", chains = r.chains, events = r.events, unchained = r.unchained, "audit events past retention purged");
+            }
+            Err(e) => {
+                tracing::warn!(target: "capgate::audit", "purging the audit trail failed: {e}")
+            }
+        }
+    }
+}
+
+/// Audit events deleted by retention.
+const AUDIT_PURGED: &str = "capgate_audit_purged_events_total";
 
 async fn purge_receipts(journal: capgate_store::SqlInvocationJournal) {
     let mut every = tokio::time::interval(PURGE_EVERY);

@@ -198,6 +198,12 @@ pub struct AuditSection {
     /// and at shutdown). Default 1000.
     #[key(range = 1..=1_000_000, unit = "events", restart = "the audit writer starts with it")]
     pub checkpoint_events: Option<u64>,
+    /// Days audit events are kept: a background purge deletes older ones, each chain up to
+    /// its last checkpoint signed before the cutoff and never past what an export sink has
+    /// not delivered, and leaves a signed purge record so `capgate audit verify` still
+    /// passes. Needs `checkpointKey`. Absent: events are kept forever.
+    #[key(range = 1..=36_500, unit = "days", restart = "the purge starts with the server")]
+    pub retain_days: Option<u64>,
     /// `[audit.export.NAME]`: sinks the trail is exported to from the store (the outbox),
     /// at least once and in order, resumed after restarts and sink outages.
     #[key(restart = "exporters start with the server", tables)]

@@ -701,4 +701,18 @@ mod tests {
         assert_eq!(p.len(), 1, "{p:?}");
         assert!(p[0].contains("a sink's name is letters, digits"), "{p:?}");
     }
+
+    #[test]
+    fn retention_needs_the_checkpoint_key() {
+        let p = problems_in("[audit]\nretainDays = 90\n");
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(
+            p[0].starts_with(
+                "2:1: audit.retainDays: retention purges each chain up to a signed checkpoint"
+            ),
+            "{p:?}"
+        );
+        let p = problems_in("[audit]\nretainDays = 0\ncheckpointKey = \"x\"\n");
+        assert!(p.iter().any(|m| m.contains("audit.retainDays")), "{p:?}");
+    }
 }

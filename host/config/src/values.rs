@@ -87,6 +87,12 @@ impl Config {
             out.push(doc.problem("/store/url", e));
         }
         self.check_exports(doc, out);
+        if self.audit.retain_days.is_some() && self.audit.checkpoint_key.is_none() {
+            out.push(doc.problem(
+                "/audit/retainDays",
+                "retention purges each chain up to a signed checkpoint and signs what it purged: set `checkpointKey` too",
+            ));
+        }
         if let Some(jsonl) = &self.audit.jsonl {
             let path = self.relative(jsonl);
             match path.parent().filter(|p| !p.as_os_str().is_empty()) {

@@ -283,8 +283,13 @@ async fn verify(
         println!("{}", serde_json::to_string(&report)?);
     } else {
         for c in &report.chains {
+            let purged = if c.purged_through > 0 {
+                format!(", purged through seq {}", c.purged_through)
+            } else {
+                String::new()
+            };
             println!(
-                "chain {}: {} events (last seq {}), {} checkpoints",
+                "chain {}: {} events (last seq {}), {} checkpoints{purged}",
                 c.chain, c.events, c.last_seq, c.checkpoints
             );
         }

@@ -100,6 +100,7 @@ fn the_keys_a_reload_refuses_are_the_ones_fixed_at_start() {
         "/audit/checkpointKey",
         "/audit/checkpointEvents",
         "/audit/export",
+        "/audit/retainDays",
         "/gateway/replayHorizonHours",
         "/telemetry",
         "/gateway/shutdownUnreadyDelayMs",
@@ -111,7 +112,7 @@ fn the_keys_a_reload_refuses_are_the_ones_fixed_at_start() {
             "{expected} is not a restart key: {restart:?}"
         );
     }
-    assert_eq!(restart.len(), 11, "{restart:?}");
+    assert_eq!(restart.len(), 12, "{restart:?}");
     // A key inside a fixed table shares its class without being compared on its own.
     let all = keys::all();
     let url = declared(&all, "/store/url").expect("store.url");

@@ -1,4 +1,4 @@
--- Audit export (issue 39): the store is the outbox. Every sink keeps a cursor per chain
+-- Audit export and retention (issue 39): the store is the outbox. Every sink keeps a cursor per chain
 -- (the last `seq` it acknowledged); one replica at a time exports a sink (its lease).
 
 -- The chains there are, so an exporter finds a new one without scanning the events: a
@@ -26,3 +26,17 @@ CREATE TABLE capgate_audit_export_leases (
     holder text        NOT NULL,
     until  timestamptz NOT NULL
 );
+
+-- Retention (issue 39, item 4): "chain C's events through SEQ, the last of which had hash
+-- HASH, were purged on purpose", signed with the checkpoint key, so `capgate audit verify`
+-- tells a purge from a deletion. A purge always ends at a signed checkpoint.
+CREATE TABLE capgate_audit_purges (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    chain text NOT NULL,
+    seq bigint NOT NULL,
+    hash text NOT NULL,
+    at timestamptz NOT NULL,
+    key_id text NOT NULL,
+    signature text NOT NULL
+);
+CREATE INDEX capgate_audit_purges_chain_seq ON capgate_audit_purges (chain, seq);

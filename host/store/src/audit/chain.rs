@@ -144,6 +144,11 @@ impl CheckpointSigner {
     pub(crate) fn sign(&self, cp: &CheckpointFields<'_>) -> String {
         hex(&self.key.sign(&cp.message()).to_bytes())
     }
+
+    /// Sign a purge record: "the chain's events through `seq` (hash `hash`) were purged".
+    pub(crate) fn sign_purge(&self, cp: &CheckpointFields<'_>) -> String {
+        hex(&self.key.sign(&cp.purge_message()).to_bytes())
+    }
 }
 
 /// A verifying key's id: the first 16 hex digits of the SHA-256 of its 32 bytes.
@@ -177,8 +182,18 @@ pub(crate) struct CheckpointFields<'a> {
 
 impl CheckpointFields<'_> {
     fn message(&self) -> Vec<u8> {
+        self.signed("capgate-audit-checkpoint/v1")
+    }
+
+    /// A purge record's message: another domain, so a checkpoint's signature never
+    /// passes for a purge's (or the other way round).
+    fn purge_message(&self) -> Vec<u8> {
+        self.signed("capgate-audit-purge/v1")
+    }
+
+    fn signed(&self, domain: &str) -> Vec<u8> {
         format!(
-            "capgate-audit-checkpoint/v1\n{}\n{}\n{}\n{}",
+            "{domain}\n{}\n{}\n{}\n{}",
             self.chain,
             self.seq,
             self.hash,
@@ -262,6 +277,9 @@ pub struct ChainSummary {
     pub last_seq: i64,
     /// Checkpoints checked.
     pub checkpoints: u64,
+    /// The chain's events through this `seq` were purged by retention (a signed purge
+    /// record says so); 0 when none were.
+    pub purged_through: i64,
 }
 
 /// What [`AuditLog::verify`] found: one summary per chain and at most one finding per
@@ -343,10 +361,14 @@ const CHAINS: Sql = Sql {
     sqlite: "SELECT DISTINCT chain FROM capgate_audit_events WHERE chain IS NOT NULL \
              AND ($1 IS NULL OR chain = $1) \
              UNION SELECT DISTINCT chain FROM capgate_audit_checkpoints \
+             WHERE ($1 IS NULL OR chain = $1) \
+             UNION SELECT DISTINCT chain FROM capgate_audit_purges \
              WHERE ($1 IS NULL OR chain = $1) ORDER BY chain",
     postgres: "SELECT DISTINCT chain FROM capgate_audit_events WHERE chain IS NOT NULL \
                AND ($1::text IS NULL OR chain = $1) \
                UNION SELECT DISTINCT chain FROM capgate_audit_checkpoints \
+               WHERE ($1::text IS NULL OR chain = $1) \
+               UNION SELECT DISTINCT chain FROM capgate_audit_purges \
                WHERE ($1::text IS NULL OR chain = $1) ORDER BY chain",
 };
 
@@ -380,6 +402,20 @@ impl AuditLog {
         for cp in checkpoints {
             by_chain.entry(cp.chain.clone()).or_default().push(cp);
         }
+        let purges = store
+            .fetch_all(
+                "SELECT id, chain, seq, hash, at, key_id, signature \
+                 FROM capgate_audit_purges ORDER BY chain, seq, id",
+                &[],
+                CheckpointRow::read,
+            )
+            .await?
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut purged: BTreeMap<String, Vec<CheckpointRow>> = BTreeMap::new();
+        for p in purges {
+            purged.entry(p.chain.clone()).or_default().push(p);
+        }
         let keys: BTreeMap<String, VerifyingKey> =
             options.keys.iter().map(|k| (key_id(k), *k)).collect();
         let mut report = VerifyReport {
@@ -388,7 +424,8 @@ impl AuditLog {
         };
         for chain in chains {
             let cps = by_chain.remove(&chain).unwrap_or_default();
-            self.verify_chain(&chain, &cps, &keys, options, &mut report)
+            let purges = purged.remove(&chain).unwrap_or_default();
+            self.verify_chain(&chain, &cps, &purges, &keys, options, &mut report)
                 .await?;
         }
         if options.chain.is_none() {
@@ -455,16 +492,21 @@ impl AuditLog {
         &self,
         chain: &str,
         cps: &[CheckpointRow],
+        purges: &[CheckpointRow],
         keys: &BTreeMap<String, VerifyingKey>,
         options: &VerifyOptions,
         report: &mut VerifyReport,
     ) -> Result<(), BoxError> {
         let store = &self.store;
+        // Where retention purged the chain up to (its latest purge record).
+        let purge = purges.iter().max_by_key(|p| p.seq);
+        let purged_through = purge.map_or(0, |p| p.seq);
         let mut summary = ChainSummary {
             chain: chain.to_string(),
             events: 0,
-            last_seq: 0,
+            last_seq: purged_through,
             checkpoints: cps.len() as u64,
+            purged_through,
         };
         let found = |kind, seq, event_id, detail: String| Finding {
             kind,
@@ -473,8 +515,13 @@ impl AuditLog {
             event_id,
             detail,
         };
-        // Signatures first: a forged checkpoint must not vouch for anything.
-        for cp in cps {
+        // Signatures first: a forged checkpoint or purge record must not vouch for
+        // anything.
+        let signed = cps
+            .iter()
+            .map(|c| (c, "checkpoint"))
+            .chain(purges.iter().map(|p| (p, "purge record")));
+        for (cp, what) in signed {
             if keys.is_empty() {
                 break;
             }
@@ -484,10 +531,15 @@ impl AuditLog {
                 hash: &cp.hash,
                 at: cp.at,
             };
+            let message = if what == "checkpoint" {
+                fields.message()
+            } else {
+                fields.purge_message()
+            };
             let valid = keys.get(&cp.key_id).is_some_and(|k| {
                 unhex(&cp.signature)
                     .and_then(|b| Signature::from_slice(&b).ok())
-                    .is_some_and(|sig| k.verify(&fields.message(), &sig).is_ok())
+                    .is_some_and(|sig| k.verify(&message, &sig).is_ok())
             });
             if !valid {
                 report.findings.push(found(
@@ -495,7 +547,7 @@ impl AuditLog {
                     Some(cp.seq),
                     None,
                     format!(
-                        "checkpoint {} (seq {}, key {}) does not verify with the given keys",
+                        "{what} {} (seq {}, key {}) does not verify with the given keys",
                         cp.id, cp.seq, cp.key_id
                     ),
                 ));
@@ -512,8 +564,9 @@ impl AuditLog {
                 .into_iter()
                 .next()
                 .transpose()?
-                .flatten(),
-            None => Some(1),
+                .flatten()
+                .map(|s| s.max(purged_through + 1)),
+            None => Some(purged_through + 1),
         };
         let mut prev: Option<ChainRow> = None;
         let mut before_prev: Option<String> = None;
@@ -574,16 +627,31 @@ impl AuditLog {
                         format!("event {} opens the chain but links to a predecessor", r.id),
                     ));
                     break 'pages;
-                } else if options.since.is_none() && r.seq > 1 {
+                } else if options.since.is_none() && r.seq > purged_through + 1 {
                     problem = Some(found(
                         Tamper::Deleted,
                         Some(r.seq),
                         Some(r.id),
                         format!(
-                            "events 1..={} are missing before event {} (seq {})",
+                            "events {}..={} are missing before event {} (seq {})",
+                            purged_through + 1,
                             r.seq - 1,
                             r.id,
                             r.seq
+                        ),
+                    ));
+                    break 'pages;
+                } else if let Some(p) = purge
+                    && r.seq == p.seq + 1
+                    && r.prev_hash.as_deref() != Some(p.hash.as_str())
+                {
+                    problem = Some(found(
+                        Tamper::Edited,
+                        Some(r.seq),
+                        Some(r.id),
+                        format!(
+                            "event {} (seq {}) does not link to the last purged event (purge record {})",
+                            r.id, r.seq, p.id
                         ),
                     ));
                     break 'pages;

@@ -20,11 +20,13 @@
 //! By job: [`sink`] is the write side (the queue, the writer task, batched inserts),
 //! [`log`] the read side ([`AuditLog`] and its queries), [`chain`] the hash chains, the
 //! signed checkpoints and their verification, [`export`] the outbox export sinks read
-//! (a cursor per sink and chain, a lease per sink).
+//! (a cursor per sink and chain, a lease per sink), [`retention`] the purge that keeps the
+//! chains verifiable.
 
 mod chain;
 mod export;
 mod log;
+mod retention;
 mod sink;
 
 pub use chain::{
@@ -35,4 +37,5 @@ pub use export::{AuditExportError, AuditOutbox, ExportedEvent, MAX_EXPORT_BATCH}
 pub use log::{
     AuditLog, AuditOrder, AuditQuery, AuditQueryError, MalformedAuditRow, StoredAuditEvent,
 };
+pub use retention::{PurgeOptions, PurgeReport};
 pub use sink::{AuditSinkOptions, AuditSinkStats, SqlAuditSink};

@@ -6,6 +6,7 @@ mod common;
 
 mod audit_chain;
 mod audit_export;
+mod audit_retention;
 mod conformance;
 mod console_sessions;
 mod postgres_tls;
