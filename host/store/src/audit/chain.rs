@@ -372,6 +372,11 @@ const CHAINS: Sql = Sql {
                WHERE ($1::text IS NULL OR chain = $1) ORDER BY chain",
 };
 
+const CHECKPOINTS: &str = "SELECT id, chain, seq, hash, at, key_id, signature \
+     FROM capgate_audit_checkpoints ORDER BY chain, seq, id";
+const PURGES: &str = "SELECT id, chain, seq, hash, at, key_id, signature \
+     FROM capgate_audit_purges ORDER BY chain, seq, id";
+
 const FIRST_SINCE: Sql = Sql {
     sqlite: "SELECT min(seq) AS seq FROM capgate_audit_events WHERE chain = $1 AND at >= $2",
     postgres: "SELECT min(seq) AS seq FROM capgate_audit_events WHERE chain = $1 \
@@ -388,34 +393,8 @@ impl AuditLog {
             .await?
             .into_iter()
             .collect::<Result<Vec<_>, _>>()?;
-        let checkpoints = store
-            .fetch_all(
-                "SELECT id, chain, seq, hash, at, key_id, signature \
-                 FROM capgate_audit_checkpoints ORDER BY chain, seq, id",
-                &[],
-                CheckpointRow::read,
-            )
-            .await?
-            .into_iter()
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut by_chain: BTreeMap<String, Vec<CheckpointRow>> = BTreeMap::new();
-        for cp in checkpoints {
-            by_chain.entry(cp.chain.clone()).or_default().push(cp);
-        }
-        let purges = store
-            .fetch_all(
-                "SELECT id, chain, seq, hash, at, key_id, signature \
-                 FROM capgate_audit_purges ORDER BY chain, seq, id",
-                &[],
-                CheckpointRow::read,
-            )
-            .await?
-            .into_iter()
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut purged: BTreeMap<String, Vec<CheckpointRow>> = BTreeMap::new();
-        for p in purges {
-            purged.entry(p.chain.clone()).or_default().push(p);
-        }
+        let mut by_chain = self.signed_by_chain(CHECKPOINTS).await?;
+        let mut purged = self.signed_by_chain(PURGES).await?;
         let keys: BTreeMap<String, VerifyingKey> =
             options.keys.iter().map(|k| (key_id(k), *k)).collect();
         let mut report = VerifyReport {
@@ -432,6 +411,19 @@ impl AuditLog {
             self.unchained(&mut report).await?;
         }
         Ok(report)
+    }
+
+    /// Every signed row of a table (checkpoints or purge records), by chain, in `seq` order.
+    async fn signed_by_chain(
+        &self,
+        sql: &'static str,
+    ) -> Result<BTreeMap<String, Vec<CheckpointRow>>, BoxError> {
+        let mut by_chain: BTreeMap<String, Vec<CheckpointRow>> = BTreeMap::new();
+        for row in self.store.fetch_all(sql, &[], CheckpointRow::read).await? {
+            let row = row?;
+            by_chain.entry(row.chain.clone()).or_default().push(row);
+        }
+        Ok(by_chain)
     }
 
     /// Rows without a chain: older than every chained row they predate the chain; newer
