@@ -3,9 +3,10 @@
 //! with a `/readyz` check per sink.
 
 use anyhow::Context;
-use capgate_config::model::{ExportSection, ExportTo};
+use capgate_config::model::{ExportSection, ExportTo, WebhookFormat};
 use capgate_export::{
     ExportHandle, ExportOptions, ExportSink, Exporter, JsonlSink, OtlpSink, OtlpTarget,
+    WebhookSink, WebhookStyle, WebhookTarget,
 };
 use capgate_store::Store;
 use std::time::Duration;
@@ -33,6 +34,33 @@ pub fn sink(
                 .with_context(|| format!("[audit.export.{name}]"))?,
             )
         }
+        ExportTo::Webhook => {
+            let url = e
+                .endpoint
+                .clone()
+                .with_context(|| format!("[audit.export.{name}] needs `endpoint`"))?;
+            let secret = e
+                .secret
+                .as_ref()
+                .map(|s| cfg.secret_value(s).resolve())
+                .transpose()
+                .with_context(|| format!("[audit.export.{name}] secret"))?;
+            Box::new(
+                WebhookSink::new(WebhookTarget {
+                    url,
+                    secret,
+                    style: match e.format.unwrap_or_default() {
+                        WebhookFormat::Json => WebhookStyle::Json,
+                        WebhookFormat::Slack => WebhookStyle::Slack,
+                    },
+                    console_url: e.console_url.clone(),
+                    headers: headers(cfg, name, e)?,
+                    ca_pem: ca_pem(cfg, name, e)?,
+                    timeout: timeout(e),
+                })
+                .with_context(|| format!("[audit.export.{name}]"))?,
+            )
+        }
         ExportTo::Otlp => {
             let env = |k: &str| std::env::var(k).ok();
             let endpoint = capgate_config::telemetry::logs_endpoint(
@@ -41,38 +69,55 @@ pub fn sink(
                 env,
             )
             .map_err(|m| anyhow::anyhow!("[audit.export.{name}]: {m}"))?;
-            let mut headers = Vec::new();
-            for (k, v) in &e.headers {
-                let value = cfg
-                    .secret_value(v)
-                    .resolve()
-                    .with_context(|| format!("[audit.export.{name}] headers.{k}"))?;
-                headers.push((k.clone(), value));
-            }
-            let ca_pem = match &e.ca_file {
-                Some(f) => {
-                    let path = cfg.relative(f);
-                    Some(std::fs::read(&path).with_context(|| {
-                        format!("[audit.export.{name}] caFile {}", path.display())
-                    })?)
-                }
-                None => None,
-            };
             Box::new(
                 OtlpSink::new(OtlpTarget {
                     endpoint,
-                    headers,
+                    headers: headers(cfg, name, e)?,
                     service_name: capgate_config::telemetry::logs_service_name(
                         cfg.telemetry.traces.as_ref(),
                         env,
                     ),
-                    ca_pem,
+                    ca_pem: ca_pem(cfg, name, e)?,
                     timeout: timeout(e),
                 })
                 .with_context(|| format!("[audit.export.{name}]"))?,
             )
         }
     })
+}
+
+/// The table's headers, their secrets resolved.
+fn headers(
+    cfg: &capgate_config::Config,
+    name: &str,
+    e: &ExportSection,
+) -> anyhow::Result<Vec<(String, String)>> {
+    e.headers
+        .iter()
+        .map(|(k, v)| {
+            let value = cfg
+                .secret_value(v)
+                .resolve()
+                .with_context(|| format!("[audit.export.{name}] headers.{k}"))?;
+            Ok((k.clone(), value))
+        })
+        .collect()
+}
+
+/// The table's `caFile`, read.
+fn ca_pem(
+    cfg: &capgate_config::Config,
+    name: &str,
+    e: &ExportSection,
+) -> anyhow::Result<Option<Vec<u8>>> {
+    e.ca_file
+        .as_ref()
+        .map(|f| {
+            let path = cfg.relative(f);
+            std::fs::read(&path)
+                .with_context(|| format!("[audit.export.{name}] caFile {}", path.display()))
+        })
+        .transpose()
 }
 
 fn timeout(e: &ExportSection) -> Duration {

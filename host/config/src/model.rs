@@ -218,17 +218,45 @@ pub enum ExportTo {
     Otlp,
     /// JSON-lines files in a directory, rotated by size.
     Jsonl,
+    /// Approval notifications (requested, approved, rejected) POSTed to a URL, signed as
+    /// Standard Webhooks (HMAC-SHA256).
+    Webhook,
+}
+
+/// How a `webhook` sink writes its notifications.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum WebhookFormat {
+    /// capgate's JSON notification (README "Approvals that reach people").
+    #[default]
+    Json,
+    /// A Slack-compatible message (`{"text": …}`), for an incoming-webhook URL.
+    Slack,
+}
+
+impl WebhookFormat {
+    /// Every format, for the file's schema.
+    pub const ALL: [WebhookFormat; 2] = [WebhookFormat::Json, WebhookFormat::Slack];
+
+    /// The spelling in the file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WebhookFormat::Json => "json",
+            WebhookFormat::Slack => "slack",
+        }
+    }
 }
 
 impl ExportTo {
     /// Every kind, for the file's schema.
-    pub const ALL: [ExportTo; 2] = [ExportTo::Otlp, ExportTo::Jsonl];
+    pub const ALL: [ExportTo; 3] = [ExportTo::Otlp, ExportTo::Jsonl, ExportTo::Webhook];
 
     /// The spelling in the file.
     pub fn as_str(self) -> &'static str {
         match self {
             ExportTo::Otlp => "otlp",
             ExportTo::Jsonl => "jsonl",
+            ExportTo::Webhook => "webhook",
         }
     }
 }
@@ -239,20 +267,30 @@ impl ExportTo {
 #[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ExportSection {
-    /// `otlp` (OpenTelemetry logs over OTLP/HTTP protobuf) or `jsonl` (rotated JSON-lines
-    /// files).
+    /// `otlp` (OpenTelemetry logs over OTLP/HTTP protobuf), `jsonl` (rotated JSON-lines
+    /// files) or `webhook` (approval notifications POSTed to `endpoint`).
     pub to: ExportTo,
-    /// `otlp`: the collector, a base URL (`http://collector:4318`, capgate adds `/v1/logs`)
+    /// `webhook`: the URL notifications are POSTed to (required). `otlp`: the collector, a
+    /// base URL (`http://collector:4318`, capgate adds `/v1/logs`)
     /// or a full URL. Default `OTEL_EXPORTER_OTLP_LOGS_ENDPOINT`, then the traces'
     /// collector (`[telemetry.traces] endpoint` with `/v1/logs`), then
     /// `OTEL_EXPORTER_OTLP_ENDPOINT` + `/v1/logs`, then `http://localhost:4318/v1/logs`.
     pub endpoint: Option<String>,
-    /// `otlp`: headers sent with every export (`authorization = { env = "OTLP_TOKEN",
+    /// `webhook`: the Standard Webhooks signing secret (`whsec_` and base64, or any text),
+    /// `{ env = "VAR" }` or `{ file = "path" }`; required for `format = "json"`.
+    pub secret: Option<SecretSetting>,
+    /// `webhook`: `json` (capgate's notification, the default) or `slack` (a Slack
+    /// incoming-webhook message).
+    pub format: Option<WebhookFormat>,
+    /// `webhook`: the approval console's public URL (`https://capgate.example.com/console`);
+    /// each notification links to `CONSOLEURL/approvals/ID`.
+    pub console_url: Option<String>,
+    /// `otlp`, `webhook`: headers sent with every export (`authorization = { env = "OTLP_TOKEN",
     /// prefix = "Bearer " }`); values as written, `{ env = "VAR" }` or `{ file = "path" }`.
     #[serde(default)]
     pub headers: BTreeMap<String, SecretSetting>,
-    /// `otlp`: a PEM file of CA certificates trusted besides the system's, for an `https://`
-    /// collector.
+    /// `otlp`, `webhook`: a PEM file of CA certificates trusted besides the system's, for an
+    /// `https://` receiver.
     pub ca_file: Option<String>,
     /// `jsonl`: the directory the files are written in (relative to the config file;
     /// created if missing). Files are named `audit-TIME.jsonl` and never rewritten.

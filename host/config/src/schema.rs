@@ -267,6 +267,7 @@ schema_of! {
     capgate_core::policy::Phase => spellings(capgate_core::policy::Phase::ALL.map(|s| s.as_str()));
     crate::model::IsolationMode => spellings(crate::model::IsolationMode::ALL.map(|m| m.as_str()));
     crate::model::PolicyMode => spellings(crate::model::PolicyMode::ALL.map(|m| m.as_str()));
+    crate::model::WebhookFormat => spellings(crate::model::WebhookFormat::ALL.map(|m| m.as_str()));
     crate::model::ExportTo => spellings(crate::model::ExportTo::ALL.map(|m| m.as_str()));
     crate::model::RateLimitScope => spellings(crate::model::RateLimitScope::ALL.map(|m| m.as_str()));
     crate::model::JwtAlgorithm => spellings(crate::model::JwtAlgorithm::ALL.map(|m| m.as_str()));

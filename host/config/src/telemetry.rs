@@ -671,7 +671,7 @@ mod tests {
         );
         assert!(
             p[1].starts_with(
-                "3:1: audit.export.archive.endpoint: `endpoint` is for `to = \"otlp\"`"
+                "3:1: audit.export.archive.endpoint: `endpoint` is for `otlp` and `webhook` sinks"
             ),
             "{p:?}"
         );
@@ -697,6 +697,19 @@ mod tests {
             p[0].contains("`bad header` is not an HTTP header name"),
             "{p:?}"
         );
+        let p = problems_in("[audit.export.approvers]\nto = \"webhook\"\n");
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(p[0].contains("a `webhook` sink needs `endpoint`"), "{p:?}");
+        assert!(p[1].contains("a `webhook` sink needs `secret`"), "{p:?}");
+        assert_eq!(
+            problems_in(
+                "[audit.export.slack]\nto = \"webhook\"\nformat = \"slack\"\nendpoint = \"https://hooks.slack.com/services/T/B/X\"\nconsoleUrl = \"https://capgate.example.com/console\"\n"
+            ),
+            Vec::<String>::new()
+        );
+        let p = problems_in("[audit.export.siem]\nto = \"otlp\"\nformat = \"slack\"\n");
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(p[0].contains("`format` is for `webhook` sinks"), "{p:?}");
         let p = problems_in("[audit.export.\"a b\"]\nto = \"otlp\"\n");
         assert_eq!(p.len(), 1, "{p:?}");
         assert!(p[0].contains("a sink's name is letters, digits"), "{p:?}");

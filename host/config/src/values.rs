@@ -132,16 +132,33 @@ impl Config {
                 if set {
                     out.push(doc.problem(
                         &format!("{at}/{key}"),
-                        format!("`{key}` is for `to = \"{kind}\"` sinks"),
+                        format!("`{key}` is for {kind} sinks"),
                     ));
                 }
             };
             match e.to {
-                ExportTo::Otlp => {
-                    if let Some(url) = &e.endpoint
-                        && let Err(m) = crate::telemetry::check_endpoint(url)
+                ExportTo::Otlp | ExportTo::Webhook => {
+                    let webhook = e.to == ExportTo::Webhook;
+                    match &e.endpoint {
+                        Some(url) => {
+                            if let Err(m) = crate::telemetry::check_endpoint(url) {
+                                out.push(doc.problem(&format!("{at}/endpoint"), m));
+                            }
+                        }
+                        None if webhook => out.push(doc.problem(
+                            &at,
+                            "a `webhook` sink needs `endpoint` (the URL notifications are POSTed to)",
+                        )),
+                        None => {}
+                    }
+                    if webhook
+                        && e.secret.is_none()
+                        && e.format.unwrap_or_default() == crate::model::WebhookFormat::Json
                     {
-                        out.push(doc.problem(&format!("{at}/endpoint"), m));
+                        out.push(doc.problem(
+                            &at,
+                            "a `webhook` sink needs `secret` (its notifications are signed; only `format = \"slack\"`, whose URL is the secret, goes without)",
+                        ));
                     }
                     if let Some(ca) = &e.ca_file
                         && !self.relative(ca).is_file()
@@ -159,8 +176,13 @@ impl Config {
                             ));
                         }
                     }
-                    only("directory", e.directory.is_some(), "jsonl", out);
-                    only("rotateBytes", e.rotate_bytes.is_some(), "jsonl", out);
+                    only("directory", e.directory.is_some(), "`jsonl`", out);
+                    only("rotateBytes", e.rotate_bytes.is_some(), "`jsonl`", out);
+                    if !webhook {
+                        only("secret", e.secret.is_some(), "`webhook`", out);
+                        only("format", e.format.is_some(), "`webhook`", out);
+                        only("consoleUrl", e.console_url.is_some(), "`webhook`", out);
+                    }
                 }
                 ExportTo::Jsonl => {
                     match &e.directory {
@@ -178,9 +200,22 @@ impl Config {
                             }
                         }
                     }
-                    only("endpoint", e.endpoint.is_some(), "otlp", out);
-                    only("headers", !e.headers.is_empty(), "otlp", out);
-                    only("caFile", e.ca_file.is_some(), "otlp", out);
+                    only(
+                        "endpoint",
+                        e.endpoint.is_some(),
+                        "`otlp` and `webhook`",
+                        out,
+                    );
+                    only("secret", e.secret.is_some(), "`webhook`", out);
+                    only("format", e.format.is_some(), "`webhook`", out);
+                    only("consoleUrl", e.console_url.is_some(), "`webhook`", out);
+                    only(
+                        "headers",
+                        !e.headers.is_empty(),
+                        "`otlp` and `webhook`",
+                        out,
+                    );
+                    only("caFile", e.ca_file.is_some(), "`otlp` and `webhook`", out);
                 }
             }
         }

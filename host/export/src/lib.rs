@@ -1,7 +1,7 @@
 //! Audit export for capgate: the audit trail, already committed in the store, delivered
 //! to the systems an organisation keeps its evidence in — an OpenTelemetry collector (OTLP
-//! logs) and rotated JSON-lines files — at least once, in order, and without ever holding
-//! up a call.
+//! logs) and rotated JSON-lines files — and approval notifications to the people who decide
+//! (signed webhooks, Slack), at least once, in order, and without ever holding up a call.
 //!
 //! ```no_run
 //! # async fn run(store: capgate_store::Store) -> Result<(), Box<dyn std::error::Error>> {
@@ -31,8 +31,10 @@ mod exporter;
 mod jsonl;
 mod otlp;
 mod sink;
+mod webhook;
 
 pub use exporter::{ExportHandle, ExportOptions, ExportStatus, Exporter};
 pub use jsonl::{JsonlSink, jsonl_line};
 pub use otlp::{OtlpSink, OtlpTarget, log_records};
 pub use sink::{Delivered, ExportSink, SinkError};
+pub use webhook::{WebhookSink, WebhookStyle, WebhookTarget, notification, signature};

@@ -5,6 +5,7 @@
 mod common;
 
 mod ai_sdk_client;
+mod approval_webhooks;
 mod audit_export;
 mod audit_verify;
 mod check;
