@@ -448,6 +448,9 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
         )))),
     );
     let current = Arc::new(ArcSwap::from_pointee(axum::Router::new()));
+    // The sweeper marks expired approvals through the first configuration's runtime: its
+    // coordinator and audit sinks are the ones every reload keeps.
+    let first_runtime = deployment.runtime.clone();
     let reloader = Reloader::new(checked, deployment, kept.clone(), current.clone())?;
     let _ = kept.set_reloader(reloader.clone());
     reloader.serve_first().await?;
@@ -538,6 +541,7 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
         shutdown.drain.as_millis()
     );
     let purger = tokio::spawn(purge_receipts(journal));
+    let sweeper = tokio::spawn(sweep_expired_approvals(first_runtime));
     let audit_purger = match (retain_days, audit_signer) {
         (Some(days), Some(signer)) => Some(tokio::spawn(purge_audit(
             store_handle.audit_log(),
@@ -560,6 +564,7 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
     .into_future();
     let served = shutdown.run(served, stop_accepting, &mut stops).await;
     purger.abort();
+    sweeper.abort();
     if let Some(p) = audit_purger {
         p.abort();
     }
@@ -749,6 +754,28 @@ async fn purge_audit(
             }
             Err(e) => {
                 tracing::warn!(target: "capgate::audit", "purging the audit trail failed: {e}")
+            }
+        }
+    }
+}
+
+/// How often `serve` marks approvals that expired undecided (one event, one metric and one
+/// webhook notification per approval, whichever replica marks it).
+const SWEEP_EVERY: Duration = Duration::from_secs(2);
+
+/// Mark approvals that expired undecided, every [`SWEEP_EVERY`].
+async fn sweep_expired_approvals(runtime: capgate_core::runtime::Runtime) {
+    let mut every = tokio::time::interval(SWEEP_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        match runtime.approvals().expire_due(100).await {
+            Ok(expired) if !expired.is_empty() => {
+                tracing::info!(target: "capgate::approvals", expired = expired.len(), "approvals expired undecided");
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(target: "capgate::approvals", "marking expired approvals failed: {e}")
             }
         }
     }

@@ -381,6 +381,18 @@ pub trait ApprovalCoordinator: Send + Sync + 'static {
         filter: &ApprovalFilter,
         now: DateTime<Utc>,
     ) -> Result<Vec<ApprovalRecord>, ApprovalStoreError>;
+    /// Mark up to `limit` records still pending past their expiry at `now` as expired and
+    /// return them, each to exactly one caller across processes (a compare-and-set per
+    /// record), so an expiry is announced once ([`crate::runtime::Runtime::expire_approvals`]).
+    /// The default marks nothing: expiry then stays lazy (every read at `now` still sees it).
+    async fn expire_due(
+        &self,
+        now: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<ApprovalRecord>, ApprovalStoreError> {
+        let _ = (now, limit);
+        Ok(Vec::new())
+    }
     /// Whether records survive a restart (the runtime warns about gated capabilities on a
     /// non-durable coordinator).
     fn is_durable(&self) -> bool {
@@ -502,6 +514,27 @@ impl ApprovalCoordinator for InMemoryApprovalCoordinator {
             .into_iter()
             .skip(filter.offset.unwrap_or(0) as usize)
             .take(filter.effective_limit())
+            .collect())
+    }
+
+    async fn expire_due(
+        &self,
+        now: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<ApprovalRecord>, ApprovalStoreError> {
+        let mut map = self.lock();
+        let mut due: Vec<&mut ApprovalRecord> = map
+            .values_mut()
+            .filter(|r| r.status == ApprovalStatus::Pending && r.request.expires_at <= now)
+            .collect();
+        due.sort_by_key(|r| r.request.expires_at);
+        Ok(due
+            .into_iter()
+            .take(limit)
+            .map(|r| {
+                r.status = ApprovalStatus::Expired;
+                r.clone()
+            })
             .collect())
     }
 

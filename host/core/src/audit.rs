@@ -208,6 +208,17 @@ pub enum EventPayload {
         /// The verdict had the policy enforced.
         would_be: String,
     },
+    /// An approval nobody decided expired (capgate extension, announced once per approval
+    /// by the sweeper: [`crate::runtime::Approvals::expire_due`]).
+    #[serde(rename = "capgate.approval.expired", rename_all = "camelCase")]
+    ApprovalExpired {
+        /// The approval.
+        approval_id: String,
+        /// When it expired.
+        expires_at: DateTime<Utc>,
+        /// The requester's tenant, when the approval has one.
+        namespace: Option<String>,
+    },
     /// `capgate serve` swapped in a new configuration (capgate extension; not a
     /// capability event: no execution, no capability). Carries revisions and digests,
     /// never configuration values.
@@ -288,6 +299,7 @@ impl EventPayload {
             EventPayload::Failed { .. } => "capability.failed",
             EventPayload::Cancelled { .. } => "capability.cancelled",
             EventPayload::ShadowDivergence { .. } => "capgate.policy.shadow_divergence",
+            EventPayload::ApprovalExpired { .. } => "capgate.approval.expired",
             EventPayload::ConfigReloaded { .. } => "capgate.config.reloaded",
             EventPayload::ConfigReloadRefused { .. } => "capgate.config.reload_refused",
             EventPayload::McpToolConcealed { .. } => "capgate.mcp.tool_concealed",

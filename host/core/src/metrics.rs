@@ -15,7 +15,7 @@
 //! | `capgate_policy_evaluations_total` | counter | `policy`, `phase`, `stance` |
 //! | `capgate_policy_evaluation_duration_seconds` | histogram | `policy`, `phase` |
 //! | `capgate_policy_shadow_divergences_total` | counter | `policy`, `capability`, `phase`, `would_be` (the verdict a shadow policy would have reached; `error` when it failed) |
-//! | `capgate_approvals_total` | counter | `event` (`created`, `approved`, `rejected`, `consumed`, `expired`: a resume refused because its approval had expired, once per refused resume — expiry itself is lazy, no moment to count) |
+//! | `capgate_approvals_total` | counter | `event` (`created`, `approved`, `rejected`, `consumed`, `expired`: an approval nobody decided, once per approval, when the sweeper marks it — `capgate serve` runs it every 2 s; an embedder calls `runtime.approvals().expire_due(n)`) |
 
 use crate::actor::Surface;
 use crate::policy::{Phase, PolicyDecision, PolicyError};
@@ -246,8 +246,8 @@ pub enum ApprovalEvent {
     Rejected,
     /// A resumed call consumed its approval.
     Consumed,
-    /// A resume was refused because its approval had expired (counted per refused resume:
-    /// expiry is lazy, so there is no single moment an approval "expires").
+    /// An approval nobody decided expired: counted once per approval, by the sweeper
+    /// (`Approvals::expire_due`), not per refused resume.
     Expired,
 }
 

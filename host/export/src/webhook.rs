@@ -1,4 +1,4 @@
-//! The webhook sink: approval notifications (requested, approved, rejected) POSTed one per
+//! The webhook sink: approval notifications (requested, approved, rejected, expired) POSTed one per
 //! event to a URL, signed as [Standard Webhooks](https://www.standardwebhooks.com/) do
 //! (`webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64 HMAC-SHA256 of
 //! "id.timestamp.body">`), with a link to the approval in the console. Other events are
@@ -89,6 +89,12 @@ pub fn notification(e: &ExportedEvent, console_url: Option<&str>) -> Option<Valu
             }
             "approval.requested"
         }
+        "capgate.approval.expired" => {
+            if let Some(v) = data.get("expiresAt") {
+                n.insert("expiresAt".into(), v.clone());
+            }
+            "approval.expired"
+        }
         "capability.approved" | "capability.rejected" => {
             let decision = ty.trim_start_matches("capability.");
             n.insert("decision".into(), Value::String(decision.into()));
@@ -137,6 +143,7 @@ fn slack(n: &Value) -> Value {
                 reasons.join("; ")
             )
         }
+        "approval.expired" => format!("*Approval expired* undecided: `{capability}`"),
         _ => format!(
             "*{}* by {}: `{capability}`",
             if s("decision") == "approved" {
@@ -273,6 +280,17 @@ mod tests {
             (Some("approval.decided"), Some("rejected"))
         );
         assert!(n.get("link").is_none());
+        let exp = event(
+            "capgate.approval.expired",
+            json!({"approvalId": "apr_1", "expiresAt": "2026-12-04T10:05:00Z"}),
+        );
+        let n = notification(&exp, None).expect("a notification");
+        assert_eq!(n["type"], "approval.expired");
+        assert!(
+            slack(&n)["text"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("*Approval expired*"))
+        );
         assert!(
             notification(
                 &event("capability.started", json!({"approvalId": "apr_1"})),

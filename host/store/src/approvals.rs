@@ -41,6 +41,13 @@ const DECIDE: &str = concat!(
     cols!()
 );
 
+const EXPIRE_NEXT: &str = concat!(
+    "UPDATE capgate_approvals SET status = 'expired' WHERE status = 'pending' AND id = \
+     (SELECT id FROM capgate_approvals WHERE status = 'pending' AND expires_at <= $1 \
+     ORDER BY expires_at LIMIT 1) RETURNING ",
+    cols!()
+);
+
 const CONSUME: &str = concat!(
     "UPDATE capgate_approvals SET status = 'consumed', consumed_by_execution_id = $2 \
      WHERE id = $1 AND status = 'approved' AND consumed_by_execution_id IS NULL \
@@ -399,6 +406,32 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
                 .await
             },
         )
+        .await
+    }
+
+    async fn expire_due(
+        &self,
+        now: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<ApprovalRecord>, ApprovalStoreError> {
+        crate::metrics::timed(self.store.backend(), "approvals.expire_due", async move {
+            let now = trunc(now);
+            let mut expired = Vec::new();
+            // One record per statement, each a compare-and-set: a record another replica
+            // expired first is not `pending` any more, so it is returned to that one only
+            // (and this sweep stops; the next one goes on).
+            while expired.len() < limit {
+                match self
+                    .store
+                    .fetch_record::<RawApproval>(Via::Group, EXPIRE_NEXT, &[&now])
+                    .await?
+                {
+                    Some(record) => expired.push(record),
+                    None => break,
+                }
+            }
+            Ok(expired)
+        })
         .await
     }
 

@@ -196,6 +196,8 @@ traced!(ApprovalCoordinator {
         -> Result<ApprovalRecord, ApprovalStoreError>;
     SELECT_APPROVALS "approval.list" => fn list(filter: &ApprovalFilter, now: DateTime<Utc>)
         -> Result<Vec<ApprovalRecord>, ApprovalStoreError>;
+    UPDATE_APPROVALS "approval.expire_due" => fn expire_due(now: DateTime<Utc>, limit: usize)
+        -> Result<Vec<ApprovalRecord>, ApprovalStoreError>;
 });
 
 traced!(InvocationJournal {

@@ -1,7 +1,8 @@
 //! Approvals that reach people (issue 39, item 6, in part): a served deployment notifies a
-//! webhook receiver (real HTTP) when an approval is requested and when it is decided,
-//! signed as Standard Webhooks, retried through the audit outbox while the receiver answers
-//! 503, and a Slack-compatible receiver gets the same as messages with the console link.
+//! webhook receiver (real HTTP) when an approval is requested, when it is decided and when
+//! one nobody decided expires (once), signed as Standard Webhooks, retried through the
+//! audit outbox while the receiver answers 503, and a Slack-compatible receiver gets the
+//! same as messages with the console link.
 
 use crate::common::{Caller, Server, deployment};
 use axum::body::Bytes;
@@ -61,7 +62,8 @@ async fn hook(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn approval_requests_and_decisions_reach_a_signed_webhook_and_slack_through_an_outage() {
+async fn approval_requests_decisions_and_expiries_reach_a_signed_webhook_and_slack_through_an_outage()
+ {
     let inbox = Arc::new(Mutex::new(Inbox::default()));
     let app = axum::Router::new()
         .route("/hooks/{path}", axum::routing::post(hook))
@@ -72,9 +74,10 @@ async fn approval_requests_and_decisions_reach_a_signed_webhook_and_slack_throug
     let base = format!("http://{}", listener.local_addr().expect("addr"));
     tokio::spawn(async move { axum::serve(listener, app).await });
     let dir = tempfile::tempdir().expect("tempdir");
+    // Approvals expire after 4 s: the first is decided at once, the second left to expire.
     let config = deployment(
         dir.path(),
-        |t| t,
+        |t| t.replacen("[runtime]\n", "[runtime]\napprovalExpiresInMs = 4000\n", 1),
         &format!(
             "[audit.export.approvers]\nto = \"webhook\"\nendpoint = \"{base}/hooks/json\"\nsecret = \"{SECRET}\"\nconsoleUrl = \"https://capgate.example/console\"\n\n\
              [audit.export.chat]\nto = \"webhook\"\nformat = \"slack\"\nendpoint = \"{base}/hooks/slack\"\nsecret = \"{SECRET}\"\nconsoleUrl = \"https://capgate.example/console\"\n"
@@ -106,15 +109,37 @@ async fn approval_requests_and_decisions_reach_a_signed_webhook_and_slack_throug
         .await;
     assert_eq!(status, 200, "{decided}");
 
+    let (status, left) = Caller::new(DANA)
+        .post(
+            &format!("{}/agent/invoke", server.base),
+            &json!({
+                "capabilityId": "orders.refund",
+                "input": {"orderId": "ord_42", "amount": 700, "reason": "damaged item"},
+                "invocationId": "webhook_2",
+            }),
+        )
+        .await;
+    assert_eq!(status, 200, "{left}");
+    let left = left["approval"]["id"]
+        .as_str()
+        .expect("approval id")
+        .to_string();
+
     let end = Instant::now() + Duration::from_secs(60);
     loop {
         let n = inbox.lock().expect("inbox").got.len();
-        if n >= 4 {
+        if n >= 8 {
             break;
         }
-        assert!(Instant::now() < end, "4 notifications, got {n}");
+        assert!(
+            Instant::now() < end,
+            "8 notifications, got {n}: {:?}",
+            inbox.lock().expect("inbox").got
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // The sweeper runs every 2 s: time enough to announce an expiry twice if it would.
+    tokio::time::sleep(Duration::from_secs(5)).await;
     let inbox = inbox.lock().expect("inbox");
     assert_eq!(inbox.bad, 0, "every request was signed");
     assert_eq!(inbox.refused, 2, "the outage was retried");
@@ -124,7 +149,10 @@ async fn approval_requests_and_decisions_reach_a_signed_webhook_and_slack_throug
         .filter(|g| g.0 == "json")
         .map(|g| &g.2)
         .collect();
-    assert_eq!(json.len(), 2, "{json:?}");
+    assert_eq!(json.len(), 4, "{json:?}");
+    assert_eq!(json[2]["type"], "approval.requested", "{json:?}");
+    assert_eq!(json[3]["type"], "approval.expired", "{json:?}");
+    assert_eq!(json[3]["approvalId"], left.as_str(), "{json:?}");
     let link = format!("https://capgate.example/console/approvals/{approval}");
     assert_eq!(json[0]["type"], "approval.requested", "{json:?}");
     assert_eq!(json[0]["approvalId"], approval.as_str());
@@ -143,14 +171,21 @@ async fn approval_requests_and_decisions_reach_a_signed_webhook_and_slack_throug
         .filter(|g| g.0 == "json")
         .map(|g| g.1.as_str())
         .collect();
-    assert_ne!(ids[0], ids[1]);
+    assert_eq!(
+        ids.iter().collect::<std::collections::BTreeSet<_>>().len(),
+        4
+    );
     let slack: Vec<&str> = inbox
         .got
         .iter()
         .filter(|g| g.0 == "slack")
         .filter_map(|g| g.2["text"].as_str())
         .collect();
-    assert_eq!(slack.len(), 2, "{slack:?}");
+    assert_eq!(slack.len(), 4, "{slack:?}");
+    assert!(
+        slack[3].starts_with("*Approval expired* undecided: `orders.refund`"),
+        "{slack:?}"
+    );
     assert!(
         slack[0].starts_with("*Approval requested* for `orders.refund`: Refund of $649"),
         "{slack:?}"

@@ -173,10 +173,8 @@ async fn checks(
         ApprovalStatus::Pending => Some(ErrorCode::ApprovalPending),
         ApprovalStatus::Rejected => Some(ErrorCode::ApprovalRejected),
         ApprovalStatus::Consumed => Some(ErrorCode::ApprovalConsumed),
-        ApprovalStatus::Expired => {
-            crate::metrics::approval(crate::metrics::ApprovalEvent::Expired);
-            Some(ErrorCode::ApprovalExpired)
-        }
+        // Counted once per approval by the sweeper, not per refused resume.
+        ApprovalStatus::Expired => Some(ErrorCode::ApprovalExpired),
         ApprovalStatus::Cancelled => {
             return exec
                 .failed_before_procedure(internal("approval was cancelled"))
@@ -276,10 +274,7 @@ async fn checks(
         Ok(_) => crate::metrics::approval(crate::metrics::ApprovalEvent::Consumed),
         Err(ApprovalStoreError::WrongStatus { status, .. }) => {
             let code = match status {
-                "expired" => {
-                    crate::metrics::approval(crate::metrics::ApprovalEvent::Expired);
-                    ErrorCode::ApprovalExpired
-                }
+                "expired" => ErrorCode::ApprovalExpired,
                 _ => ErrorCode::ApprovalConsumed,
             };
             return exec.failed_before_procedure(approval_error(code)).await;

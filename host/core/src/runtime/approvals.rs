@@ -414,6 +414,37 @@ impl Approvals<'_> {
         Ok(self.for_review(record, now).await)
     }
 
+    /// Mark up to `limit` approvals still pending past their expiry as expired, announce
+    /// each once (a `capgate.approval.expired` event, `capgate_approvals_total{event="expired"}`)
+    /// and return them. Run it periodically (`capgate serve` does, every few seconds); with
+    /// several replicas on one store each approval is announced by one of them.
+    pub async fn expire_due(&self, limit: usize) -> Result<Vec<ApprovalRecord>, ApprovalsError> {
+        let now = self.rt.clock.now();
+        let expired = self.rt.coordinator.expire_due(now, limit).await?;
+        for r in &expired {
+            crate::metrics::approval(crate::metrics::ApprovalEvent::Expired);
+            let _ = self
+                .rt
+                .audit
+                .emit(AuditEvent {
+                    timestamp: now,
+                    surface: r.request.surface,
+                    actor: ActorRef::from(&r.request.actor),
+                    execution_id: Some(r.request.execution_id.clone()),
+                    capability_id: Some(r.request.capability_id.clone()),
+                    correlation_id: r.request.correlation_id.clone(),
+                    input_hash: Some(r.request.input_hash.clone()),
+                    payload: EventPayload::ApprovalExpired {
+                        approval_id: r.request.id.clone(),
+                        expires_at: r.request.expires_at,
+                        namespace: Some(r.request.namespace.clone()).filter(|n| !n.is_empty()),
+                    },
+                })
+                .await;
+        }
+        Ok(expired)
+    }
+
     async fn for_review(
         &self,
         mut r: ApprovalRecord,

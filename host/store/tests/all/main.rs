@@ -4,6 +4,7 @@
 #[macro_use]
 mod common;
 
+mod approval_expiry;
 mod audit_chain;
 mod audit_export;
 mod audit_retention;
