@@ -383,7 +383,7 @@ pub trait ApprovalCoordinator: Send + Sync + 'static {
     ) -> Result<Vec<ApprovalRecord>, ApprovalStoreError>;
     /// Mark up to `limit` records still pending past their expiry at `now` as expired and
     /// return them, each to exactly one caller across processes (a compare-and-set per
-    /// record), so an expiry is announced once ([`crate::runtime::Runtime::expire_approvals`]).
+    /// record), so an expiry is announced once ([`crate::runtime::Approvals::expire_due`]).
     /// The default marks nothing: expiry then stays lazy (every read at `now` still sees it).
     async fn expire_due(
         &self,
