@@ -117,6 +117,12 @@ impl Reloader {
         }))
     }
 
+    /// The runtime of the configuration serving now (for background work such as the
+    /// approval sweeper, which must not keep a replaced configuration alive).
+    pub async fn runtime(&self) -> Runtime {
+        self.serving.lock().await.deployment.runtime.clone()
+    }
+
     /// Build the application of the configuration the process started with.
     pub async fn serve_first(&self) -> anyhow::Result<()> {
         let mut serving = self.serving.lock().await;

@@ -448,9 +448,6 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
         )))),
     );
     let current = Arc::new(ArcSwap::from_pointee(axum::Router::new()));
-    // The sweeper marks expired approvals through the first configuration's runtime: its
-    // coordinator and audit sinks are the ones every reload keeps.
-    let first_runtime = deployment.runtime.clone();
     let reloader = Reloader::new(checked, deployment, kept.clone(), current.clone())?;
     let _ = kept.set_reloader(reloader.clone());
     reloader.serve_first().await?;
@@ -541,7 +538,7 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
         shutdown.drain.as_millis()
     );
     let purger = tokio::spawn(purge_receipts(journal));
-    let sweeper = tokio::spawn(sweep_expired_approvals(first_runtime));
+    let sweeper = tokio::spawn(sweep_expired_approvals(reloader.clone()));
     let audit_purger = match (retain_days, audit_signer) {
         (Some(days), Some(signer)) => Some(tokio::spawn(purge_audit(
             store_handle.audit_log(),
@@ -763,12 +760,15 @@ async fn purge_audit(
 /// webhook notification per approval, whichever replica marks it).
 const SWEEP_EVERY: Duration = Duration::from_secs(2);
 
-/// Mark approvals that expired undecided, every [`SWEEP_EVERY`].
-async fn sweep_expired_approvals(runtime: capgate_core::runtime::Runtime) {
+/// Mark approvals that expired undecided, every [`SWEEP_EVERY`], through the runtime
+/// serving at that moment (its coordinator and audit sinks are the ones every reload keeps;
+/// holding none between sweeps lets a replaced configuration go).
+async fn sweep_expired_approvals(reloader: Arc<Reloader>) {
     let mut every = tokio::time::interval(SWEEP_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         every.tick().await;
+        let runtime = reloader.runtime().await;
         match runtime.approvals().expire_due(100).await {
             Ok(expired) if !expired.is_empty() => {
                 tracing::info!(target: "capgate::approvals", expired = expired.len(), "approvals expired undecided");
