@@ -54,6 +54,7 @@ pub fn sink(
                         WebhookFormat::Slack => WebhookStyle::Slack,
                     },
                     console_url: e.console_url.clone(),
+                    events: e.events.clone(),
                     headers: headers(cfg, name, e)?,
                     ca_pem: ca_pem(cfg, name, e)?,
                     timeout: timeout(e),

@@ -117,10 +117,15 @@ impl Reloader {
         }))
     }
 
-    /// The runtime of the configuration serving now (for background work such as the
-    /// approval sweeper, which must not keep a replaced configuration alive).
-    pub async fn runtime(&self) -> Runtime {
-        self.serving.lock().await.deployment.runtime.clone()
+    /// The runtime of the configuration serving now and its `[approvals]` table (for
+    /// background work such as the approval sweeper, which must not keep a replaced
+    /// configuration alive).
+    pub async fn runtime(&self) -> (Runtime, capgate_config::model::ApprovalsSection) {
+        let serving = self.serving.lock().await;
+        (
+            serving.deployment.runtime.clone(),
+            serving.checked.config.approvals.clone(),
+        )
     }
 
     /// Build the application of the configuration the process started with.

@@ -760,7 +760,9 @@ async fn purge_audit(
 /// webhook notification per approval, whichever replica marks it).
 const SWEEP_EVERY: Duration = Duration::from_secs(2);
 
-/// Mark approvals that expired undecided, every [`SWEEP_EVERY`], through the runtime
+/// Escalate approvals pending past `[approvals] escalateAfterMs` (read at each sweep: a
+/// reload changes it) and mark approvals that expired undecided, every [`SWEEP_EVERY`],
+/// through the runtime
 /// serving at that moment (its coordinator and audit sinks are the ones every reload keeps;
 /// holding none between sweeps lets a replaced configuration go).
 async fn sweep_expired_approvals(reloader: Arc<Reloader>) {
@@ -768,7 +770,23 @@ async fn sweep_expired_approvals(reloader: Arc<Reloader>) {
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         every.tick().await;
-        let runtime = reloader.runtime().await;
+        let (runtime, approvals) = reloader.runtime().await;
+        if let Some(ms) = approvals.escalate_after_ms {
+            let to = approvals.escalate_to.as_deref();
+            match runtime
+                .approvals()
+                .escalate_due(Duration::from_millis(ms), to, 100)
+                .await
+            {
+                Ok(escalated) if !escalated.is_empty() => {
+                    tracing::info!(target: "capgate::approvals", escalated = escalated.len(), "approvals escalated");
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(target: "capgate::approvals", "escalating approvals failed: {e}")
+                }
+            }
+        }
         match runtime.approvals().expire_due(100).await {
             Ok(expired) if !expired.is_empty() => {
                 tracing::info!(target: "capgate::approvals", expired = expired.len(), "approvals expired undecided");

@@ -282,6 +282,10 @@ pub struct ExportSection {
     /// `webhook`: `json` (capgate's notification, the default) or `slack` (a Slack
     /// incoming-webhook message).
     pub format: Option<WebhookFormat>,
+    /// `webhook`: which notifications it sends, of `approval.requested`, `approval.decided`,
+    /// `approval.expired` and `approval.escalated` (default: all four). A second role's
+    /// channel takes `["approval.escalated"]`.
+    pub events: Option<Vec<String>>,
     /// `webhook`: the approval console's public URL (`https://capgate.example.com/console`);
     /// each notification links to `CONSOLEURL/approvals/ID`.
     pub console_url: Option<String>,
@@ -1154,6 +1158,14 @@ pub struct ApprovalsSection {
     /// approved by a holder of one of these roles.
     #[key(tables)]
     pub types: BTreeMap<String, ApprovalTypeSection>,
+    /// Escalate an approval still pending this long after it was requested: once per
+    /// approval, a `capgate.approval.escalated` event (and an `approval.escalated` webhook
+    /// notification) naming `escalateTo`. Absent: no escalation.
+    #[key(range = 1..=MAX_MS, unit = "milliseconds")]
+    pub escalate_after_ms: Option<u64>,
+    /// The role escalations are for (carried in the event and the notification; route it
+    /// with a webhook sink whose `events` is `["approval.escalated"]`).
+    pub escalate_to: Option<String>,
 }
 
 /// `[approvals.types.NAME]`

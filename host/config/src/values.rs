@@ -178,7 +178,19 @@ impl Config {
                     }
                     only("directory", e.directory.is_some(), "`jsonl`", out);
                     only("rotateBytes", e.rotate_bytes.is_some(), "`jsonl`", out);
+                    for (i, ev) in e.events.iter().flatten().enumerate() {
+                        if !WEBHOOK_EVENTS.contains(&ev.as_str()) {
+                            out.push(doc.problem(
+                                &format!("{at}/events/{i}"),
+                                format!(
+                                    "`{ev}` is not a notification (expected one of {})",
+                                    WEBHOOK_EVENTS.join(", ")
+                                ),
+                            ));
+                        }
+                    }
                     if !webhook {
+                        only("events", e.events.is_some(), "`webhook`", out);
                         only("secret", e.secret.is_some(), "`webhook`", out);
                         only("format", e.format.is_some(), "`webhook`", out);
                         only("consoleUrl", e.console_url.is_some(), "`webhook`", out);
@@ -209,6 +221,7 @@ impl Config {
                     only("secret", e.secret.is_some(), "`webhook`", out);
                     only("format", e.format.is_some(), "`webhook`", out);
                     only("consoleUrl", e.console_url.is_some(), "`webhook`", out);
+                    only("events", e.events.is_some(), "`webhook`", out);
                     only(
                         "headers",
                         !e.headers.is_empty(),
@@ -461,3 +474,11 @@ pub fn check_listen(addr: &str) -> Result<(), String> {
         )),
     }
 }
+
+/// The notifications a `webhook` sink can send (`events`).
+pub const WEBHOOK_EVENTS: [&str; 4] = [
+    "approval.requested",
+    "approval.decided",
+    "approval.expired",
+    "approval.escalated",
+];

@@ -393,6 +393,19 @@ pub trait ApprovalCoordinator: Send + Sync + 'static {
         let _ = (now, limit);
         Ok(Vec::new())
     }
+    /// Mark up to `limit` approvals still pending (and unexpired) at `now` that were
+    /// requested at or before `requested_before` and never escalated as escalated, and
+    /// return them, each to exactly one caller across processes
+    /// ([`crate::runtime::Approvals::escalate_due`]). The default escalates nothing.
+    async fn escalate_due(
+        &self,
+        requested_before: DateTime<Utc>,
+        now: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<ApprovalRecord>, ApprovalStoreError> {
+        let _ = (requested_before, now, limit);
+        Ok(Vec::new())
+    }
     /// Whether records survive a restart (the runtime warns about gated capabilities on a
     /// non-durable coordinator).
     fn is_durable(&self) -> bool {
@@ -405,6 +418,8 @@ pub trait ApprovalCoordinator: Send + Sync + 'static {
 #[derive(Default)]
 pub struct InMemoryApprovalCoordinator {
     records: Mutex<HashMap<String, ApprovalRecord>>,
+    /// Approvals already escalated (escalation fires once).
+    escalated: Mutex<std::collections::HashSet<String>>,
 }
 
 impl InMemoryApprovalCoordinator {
@@ -533,6 +548,34 @@ impl ApprovalCoordinator for InMemoryApprovalCoordinator {
             .take(limit)
             .map(|r| {
                 r.status = ApprovalStatus::Expired;
+                r.clone()
+            })
+            .collect())
+    }
+
+    async fn escalate_due(
+        &self,
+        requested_before: DateTime<Utc>,
+        now: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<ApprovalRecord>, ApprovalStoreError> {
+        let map = self.lock();
+        let mut escalated = self.escalated.lock().unwrap_or_else(|p| p.into_inner());
+        let mut due: Vec<&ApprovalRecord> = map
+            .values()
+            .filter(|r| {
+                r.status == ApprovalStatus::Pending
+                    && r.request.expires_at > now
+                    && r.request.requested_at <= requested_before
+                    && !escalated.contains(&r.request.id)
+            })
+            .collect();
+        due.sort_by_key(|r| r.request.requested_at);
+        Ok(due
+            .into_iter()
+            .take(limit)
+            .map(|r| {
+                escalated.insert(r.request.id.clone());
                 r.clone()
             })
             .collect())

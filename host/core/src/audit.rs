@@ -219,6 +219,19 @@ pub enum EventPayload {
         /// The requester's tenant, when the approval has one.
         namespace: Option<String>,
     },
+    /// An approval still pending after the configured time was escalated to a second role
+    /// (capgate extension, once per approval: [`crate::runtime::Approvals::escalate_due`]).
+    #[serde(rename = "capgate.approval.escalated", rename_all = "camelCase")]
+    ApprovalEscalated {
+        /// The approval.
+        approval_id: String,
+        /// The role it is escalated to (`[approvals] escalateTo`), when one is named.
+        escalate_to: Option<String>,
+        /// How long it had been pending.
+        pending_ms: u64,
+        /// The requester's tenant, when the approval has one.
+        namespace: Option<String>,
+    },
     /// `capgate serve` swapped in a new configuration (capgate extension; not a
     /// capability event: no execution, no capability). Carries revisions and digests,
     /// never configuration values.
@@ -300,6 +313,7 @@ impl EventPayload {
             EventPayload::Cancelled { .. } => "capability.cancelled",
             EventPayload::ShadowDivergence { .. } => "capgate.policy.shadow_divergence",
             EventPayload::ApprovalExpired { .. } => "capgate.approval.expired",
+            EventPayload::ApprovalEscalated { .. } => "capgate.approval.escalated",
             EventPayload::ConfigReloaded { .. } => "capgate.config.reloaded",
             EventPayload::ConfigReloadRefused { .. } => "capgate.config.reload_refused",
             EventPayload::McpToolConcealed { .. } => "capgate.mcp.tool_concealed",

@@ -1,4 +1,4 @@
-//! The webhook sink: approval notifications (requested, approved, rejected, expired) POSTed one per
+//! The webhook sink: approval notifications (requested, decided, expired, escalated) POSTed one per
 //! event to a URL, signed as [Standard Webhooks](https://www.standardwebhooks.com/) do
 //! (`webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64 HMAC-SHA256 of
 //! "id.timestamp.body">`), with a link to the approval in the console. Other events are
@@ -34,6 +34,8 @@ pub struct WebhookTarget {
     pub style: WebhookStyle,
     /// The console's public URL; each notification links to `CONSOLE/approvals/ID`.
     pub console_url: Option<String>,
+    /// Which notifications to send (`approval.requested`, …); `None`: all.
+    pub events: Option<Vec<String>>,
     /// More headers (already resolved).
     pub headers: Vec<(String, String)>,
     /// PEM CA certificates trusted besides the system's.
@@ -88,6 +90,14 @@ pub fn notification(e: &ExportedEvent, console_url: Option<&str>) -> Option<Valu
                 }
             }
             "approval.requested"
+        }
+        "capgate.approval.escalated" => {
+            for key in ["escalateTo", "pendingMs"] {
+                if let Some(v) = data.get(key) {
+                    n.insert(key.into(), v.clone());
+                }
+            }
+            "approval.escalated"
         }
         "capgate.approval.expired" => {
             if let Some(v) = data.get("expiresAt") {
@@ -144,6 +154,13 @@ fn slack(n: &Value) -> Value {
             )
         }
         "approval.expired" => format!("*Approval expired* undecided: `{capability}`"),
+        "approval.escalated" => format!(
+            "*Approval waiting*{}: `{capability}` has been pending for {} min",
+            n.get("escalateTo")
+                .and_then(Value::as_str)
+                .map_or(String::new(), |r| format!(", escalated to {r}")),
+            n.get("pendingMs").and_then(Value::as_u64).unwrap_or(0) / 60_000
+        ),
         _ => format!(
             "*{}* by {}: `{capability}`",
             if s("decision") == "approved" {
@@ -204,6 +221,13 @@ impl ExportSink for WebhookSink {
             let Some(n) = notification(e, self.target.console_url.as_deref()) else {
                 continue;
             };
+            if let Some(wanted) = &self.target.events
+                && !wanted
+                    .iter()
+                    .any(|w| Some(w.as_str()) == n["type"].as_str())
+            {
+                continue;
+            }
             let body = match self.target.style {
                 WebhookStyle::Json => n.to_string(),
                 WebhookStyle::Slack => slack(&n).to_string(),

@@ -48,6 +48,14 @@ const EXPIRE_NEXT: &str = concat!(
     cols!()
 );
 
+const ESCALATE_NEXT: &str = concat!(
+    "UPDATE capgate_approvals SET escalated_at = $3 WHERE escalated_at IS NULL \
+     AND status = 'pending' AND id = (SELECT id FROM capgate_approvals \
+     WHERE status = 'pending' AND escalated_at IS NULL AND requested_at <= $1 \
+     AND expires_at > $2 ORDER BY requested_at LIMIT 1) RETURNING ",
+    cols!()
+);
+
 const CONSUME: &str = concat!(
     "UPDATE capgate_approvals SET status = 'consumed', consumed_by_execution_id = $2 \
      WHERE id = $1 AND status = 'approved' AND consumed_by_execution_id IS NULL \
@@ -431,6 +439,31 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
                 }
             }
             Ok(expired)
+        })
+        .await
+    }
+
+    async fn escalate_due(
+        &self,
+        requested_before: DateTime<Utc>,
+        now: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<ApprovalRecord>, ApprovalStoreError> {
+        crate::metrics::timed(self.store.backend(), "approvals.escalate_due", async move {
+            let (before, now) = (trunc(requested_before), trunc(now));
+            let mut escalated = Vec::new();
+            // As `expire_due`: one compare-and-set per record, so it fires once.
+            while escalated.len() < limit {
+                match self
+                    .store
+                    .fetch_record::<RawApproval>(Via::Group, ESCALATE_NEXT, &[&before, &now, &now])
+                    .await?
+                {
+                    Some(record) => escalated.push(record),
+                    None => break,
+                }
+            }
+            Ok(escalated)
         })
         .await
     }

@@ -61,6 +61,11 @@ const SQLITE_FILES: &[(i64, &str, &str)] = &[
         "0008_audit_export.sql",
         include_str!("../migrations/sqlite/0008_audit_export.sql"),
     ),
+    (
+        9,
+        "0009_approval_escalation.sql",
+        include_str!("../migrations/sqlite/0009_approval_escalation.sql"),
+    ),
 ];
 
 /// The Postgres migrations, embedded (see [`SQLITE_FILES`]).
@@ -104,6 +109,11 @@ const POSTGRES_FILES: &[(i64, &str, &str)] = &[
         8,
         "0008_audit_export.sql",
         include_str!("../migrations/postgres/0008_audit_export.sql"),
+    ),
+    (
+        9,
+        "0009_approval_escalation.sql",
+        include_str!("../migrations/postgres/0009_approval_escalation.sql"),
     ),
 ];
 
@@ -798,7 +808,8 @@ mod migration_tests {
                 (5, "journal budget"),
                 (6, "shared limits and mcp sessions"),
                 (7, "audit chain"),
-                (8, "audit export")
+                (8, "audit export"),
+                (9, "approval escalation")
             ]
         );
         // sqlx's checksum is SHA-384 of the file's text: a database migrated with

@@ -198,6 +198,9 @@ traced!(ApprovalCoordinator {
         -> Result<Vec<ApprovalRecord>, ApprovalStoreError>;
     UPDATE_APPROVALS "approval.expire_due" => fn expire_due(now: DateTime<Utc>, limit: usize)
         -> Result<Vec<ApprovalRecord>, ApprovalStoreError>;
+    UPDATE_APPROVALS "approval.escalate_due" => fn escalate_due(
+        requested_before: DateTime<Utc>, now: DateTime<Utc>, limit: usize,
+    ) -> Result<Vec<ApprovalRecord>, ApprovalStoreError>;
 });
 
 traced!(InvocationJournal {

@@ -1,8 +1,9 @@
 //! Approvals that reach people (issue 39, item 6, in part): a served deployment notifies a
-//! webhook receiver (real HTTP) when an approval is requested, when it is decided and when
-//! one nobody decided expires (once), signed as Standard Webhooks, retried through the
-//! audit outbox while the receiver answers 503, and a Slack-compatible receiver gets the
-//! same as messages with the console link.
+//! webhook receiver (real HTTP) when an approval is requested, when it is decided, when one
+//! still pending is escalated to a second role and when it expires (each once), signed as
+//! Standard Webhooks, retried through the audit outbox while the receiver answers 503; a
+//! Slack-compatible receiver gets the same as messages with the console link, and a third
+//! sink, for the second role, only the escalation.
 
 use crate::common::{Caller, Server, deployment};
 use axum::body::Bytes;
@@ -62,8 +63,7 @@ async fn hook(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn approval_requests_decisions_and_expiries_reach_a_signed_webhook_and_slack_through_an_outage()
- {
+async fn approval_requests_decisions_escalations_and_expiries_reach_signed_webhooks_and_slack() {
     let inbox = Arc::new(Mutex::new(Inbox::default()));
     let app = axum::Router::new()
         .route("/hooks/{path}", axum::routing::post(hook))
@@ -80,6 +80,8 @@ async fn approval_requests_decisions_and_expiries_reach_a_signed_webhook_and_sla
         |t| t.replacen("[runtime]\n", "[runtime]\napprovalExpiresInMs = 4000\n", 1),
         &format!(
             "[audit.export.approvers]\nto = \"webhook\"\nendpoint = \"{base}/hooks/json\"\nsecret = \"{SECRET}\"\nconsoleUrl = \"https://capgate.example/console\"\n\n\
+             [approvals]\nescalateAfterMs = 1500\nescalateTo = \"director\"\n\n\
+             [audit.export.directors]\nto = \"webhook\"\nendpoint = \"{base}/hooks/directors\"\nsecret = \"{SECRET}\"\nevents = [\"approval.escalated\"]\n\n\
              [audit.export.chat]\nto = \"webhook\"\nformat = \"slack\"\nendpoint = \"{base}/hooks/slack\"\nsecret = \"{SECRET}\"\nconsoleUrl = \"https://capgate.example/console\"\n"
         ),
     );
@@ -128,12 +130,12 @@ async fn approval_requests_decisions_and_expiries_reach_a_signed_webhook_and_sla
     let end = Instant::now() + Duration::from_secs(60);
     loop {
         let n = inbox.lock().expect("inbox").got.len();
-        if n >= 8 {
+        if n >= 11 {
             break;
         }
         assert!(
             Instant::now() < end,
-            "8 notifications, got {n}: {:?}",
+            "11 notifications, got {n}: {:?}",
             inbox.lock().expect("inbox").got
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -149,10 +151,27 @@ async fn approval_requests_decisions_and_expiries_reach_a_signed_webhook_and_sla
         .filter(|g| g.0 == "json")
         .map(|g| &g.2)
         .collect();
-    assert_eq!(json.len(), 4, "{json:?}");
+    assert_eq!(json.len(), 5, "{json:?}");
     assert_eq!(json[2]["type"], "approval.requested", "{json:?}");
-    assert_eq!(json[3]["type"], "approval.expired", "{json:?}");
-    assert_eq!(json[3]["approvalId"], left.as_str(), "{json:?}");
+    assert_eq!(json[3]["type"], "approval.escalated", "{json:?}");
+    assert_eq!(json[3]["escalateTo"], "director", "{json:?}");
+    assert_eq!(json[4]["type"], "approval.expired", "{json:?}");
+    assert_eq!(json[4]["approvalId"], left.as_str(), "{json:?}");
+    // The second role's channel got the escalation only, once.
+    let directors: Vec<&Value> = inbox
+        .got
+        .iter()
+        .filter(|g| g.0 == "directors")
+        .map(|g| &g.2)
+        .collect();
+    assert_eq!(directors.len(), 1, "{directors:?}");
+    assert_eq!(directors[0]["type"], "approval.escalated");
+    assert_eq!(directors[0]["approvalId"], left.as_str());
+    assert!(
+        directors[0]["pendingMs"]
+            .as_u64()
+            .is_some_and(|ms| ms >= 1500)
+    );
     let link = format!("https://capgate.example/console/approvals/{approval}");
     assert_eq!(json[0]["type"], "approval.requested", "{json:?}");
     assert_eq!(json[0]["approvalId"], approval.as_str());
@@ -173,7 +192,7 @@ async fn approval_requests_decisions_and_expiries_reach_a_signed_webhook_and_sla
         .collect();
     assert_eq!(
         ids.iter().collect::<std::collections::BTreeSet<_>>().len(),
-        4
+        5
     );
     let slack: Vec<&str> = inbox
         .got
@@ -181,9 +200,13 @@ async fn approval_requests_decisions_and_expiries_reach_a_signed_webhook_and_sla
         .filter(|g| g.0 == "slack")
         .filter_map(|g| g.2["text"].as_str())
         .collect();
-    assert_eq!(slack.len(), 4, "{slack:?}");
+    assert_eq!(slack.len(), 5, "{slack:?}");
     assert!(
-        slack[3].starts_with("*Approval expired* undecided: `orders.refund`"),
+        slack[3].starts_with("*Approval waiting*, escalated to director: `orders.refund`"),
+        "{slack:?}"
+    );
+    assert!(
+        slack[4].starts_with("*Approval expired* undecided: `orders.refund`"),
         "{slack:?}"
     );
     assert!(

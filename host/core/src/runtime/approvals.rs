@@ -445,6 +445,43 @@ impl Approvals<'_> {
         Ok(expired)
     }
 
+    /// Escalate up to `limit` approvals still pending `after` their request (each once,
+    /// across replicas): a `capgate.approval.escalated` event naming `to`, which webhook
+    /// sinks turn into a notification for the second role. Returns them.
+    pub async fn escalate_due(
+        &self,
+        after: std::time::Duration,
+        to: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<ApprovalRecord>, ApprovalsError> {
+        let now = self.rt.clock.now();
+        let before = now - chrono::Duration::from_std(after).unwrap_or(chrono::Duration::MAX);
+        let escalated = self.rt.coordinator.escalate_due(before, now, limit).await?;
+        for r in &escalated {
+            let pending = (now - r.request.requested_at).to_std().unwrap_or_default();
+            let _ = self
+                .rt
+                .audit
+                .emit(AuditEvent {
+                    timestamp: now,
+                    surface: r.request.surface,
+                    actor: ActorRef::from(&r.request.actor),
+                    execution_id: Some(r.request.execution_id.clone()),
+                    capability_id: Some(r.request.capability_id.clone()),
+                    correlation_id: r.request.correlation_id.clone(),
+                    input_hash: Some(r.request.input_hash.clone()),
+                    payload: EventPayload::ApprovalEscalated {
+                        approval_id: r.request.id.clone(),
+                        escalate_to: to.map(str::to_string),
+                        pending_ms: u64::try_from(pending.as_millis()).unwrap_or(u64::MAX),
+                        namespace: Some(r.request.namespace.clone()).filter(|n| !n.is_empty()),
+                    },
+                })
+                .await;
+        }
+        Ok(escalated)
+    }
+
     async fn for_review(
         &self,
         mut r: ApprovalRecord,

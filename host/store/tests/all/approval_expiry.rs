@@ -1,4 +1,5 @@
-//! Approvals that expire undecided are marked once (issue 39, item 6): two replicas sweep
+//! Approvals that expire undecided are marked once, and approvals pending too long are
+//! escalated once (issue 39, item 6): two replicas sweep
 //! the same store at once and each expired approval is returned to exactly one of them; an
 //! unexpired or decided one is left alone; a decision after the sweep is refused as
 //! expired. On SQLite, Postgres and the in-memory coordinator.
@@ -16,7 +17,10 @@ use serde_json::json;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-on_both_backends!(two_replicas_sweeping_at_once_mark_each_expired_approval_once);
+on_both_backends!(
+    two_replicas_sweeping_at_once_mark_each_expired_approval_once,
+    two_replicas_escalating_at_once_escalate_each_pending_approval_once,
+);
 
 fn approved_by_priya(at: DateTime<Utc>) -> Decision {
     Decision {
@@ -121,4 +125,78 @@ async fn two_replicas_sweeping_at_once_mark_each_expired_approval_once(db: &Test
 async fn the_in_memory_coordinator_marks_each_expired_approval_once() {
     let c: Arc<dyn ApprovalCoordinator> = Arc::new(InMemoryApprovalCoordinator::new());
     sweep_twice_at_once(c.clone(), c).await;
+}
+
+async fn escalate_twice_at_once(a: Arc<dyn ApprovalCoordinator>, b: Arc<dyn ApprovalCoordinator>) {
+    let now = Utc::now();
+    // Requested 120 s ago: 10 pending (due), 3 decided, 2 already expired; and 4 requested
+    // just now (not due yet).
+    for i in 0..10 {
+        a.create(request(&format!("esc_due_{i}"), now, 600))
+            .await
+            .expect("create");
+    }
+    for i in 0..3 {
+        let id = format!("esc_done_{i}");
+        a.create(request(&id, now, 600)).await.expect("create");
+        a.decide(&id, approved_by_priya(now), now)
+            .await
+            .expect("decide");
+    }
+    for i in 0..2 {
+        a.create(request(&format!("esc_gone_{i}"), now, -1))
+            .await
+            .expect("create");
+    }
+    for i in 0..4 {
+        let mut r = request(&format!("esc_new_{i}"), now, 600);
+        r.requested_at = now;
+        a.create(r).await.expect("create");
+    }
+    let cutoff = now - Duration::seconds(60);
+    let mut got = Vec::new();
+    loop {
+        let (x, y) = tokio::join!(
+            a.escalate_due(cutoff, now, 3),
+            b.escalate_due(cutoff, now, 3)
+        );
+        let (x, y) = (x.expect("escalate a"), y.expect("escalate b"));
+        if x.is_empty() && y.is_empty() {
+            break;
+        }
+        got.extend(x.into_iter().chain(y).map(|r| r.request.id));
+    }
+    let unique: BTreeSet<_> = got.iter().cloned().collect();
+    assert_eq!(got.len(), 10, "each due approval escalated once: {got:?}");
+    assert!(
+        unique.iter().all(|id| id.starts_with("esc_due_")),
+        "{unique:?}"
+    );
+    // Escalation fires once: later sweeps find nothing, and the approval is still pending.
+    assert!(
+        a.escalate_due(now, now, 100)
+            .await
+            .expect("again")
+            .iter()
+            .all(|r| r.request.id.starts_with("esc_new_"))
+    );
+    assert_eq!(
+        a.get("esc_due_0")
+            .await
+            .expect("get")
+            .expect("exists")
+            .status,
+        ApprovalStatus::Pending
+    );
+}
+
+async fn two_replicas_escalating_at_once_escalate_each_pending_approval_once(db: &TestDb) {
+    let (a, b) = (db.open().await, db.open().await);
+    escalate_twice_at_once(Arc::new(a.approvals()), Arc::new(b.approvals())).await;
+}
+
+#[tokio::test]
+async fn the_in_memory_coordinator_escalates_each_pending_approval_once() {
+    let c: Arc<dyn ApprovalCoordinator> = Arc::new(InMemoryApprovalCoordinator::new());
+    escalate_twice_at_once(c.clone(), c).await;
 }
