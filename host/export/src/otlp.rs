@@ -48,17 +48,7 @@ pub struct OtlpSink {
 impl OtlpSink {
     /// A sink for `target`.
     pub fn new(target: OtlpTarget) -> Result<OtlpSink, SinkError> {
-        #[allow(unused_mut)]
-        let mut builder = reqwest::Client::builder()
-            .timeout(target.timeout)
-            .redirect(reqwest::redirect::Policy::none());
-        #[cfg(feature = "tls")]
-        if let Some(pem) = &target.ca_pem {
-            for cert in reqwest::Certificate::from_pem_bundle(pem).map_err(SinkError::Transport)? {
-                builder = builder.add_root_certificate(cert);
-            }
-        }
-        let client = builder.build().map_err(SinkError::Transport)?;
+        let client = crate::sink::http_client(target.timeout, target.ca_pem.as_deref())?;
         Ok(OtlpSink { client, target })
     }
 }

@@ -46,3 +46,24 @@ pub trait ExportSink: Send {
     /// the exporter moves the cursors past them.
     async fn deliver(&mut self, events: &[ExportedEvent]) -> Result<Delivered, SinkError>;
 }
+
+/// The HTTP client of a sink: the delivery timeout, no redirects (a receiver's redirect is
+/// never followed with the batch and its credentials), and the extra CA certificates.
+pub(crate) fn http_client(
+    timeout: std::time::Duration,
+    ca_pem: Option<&[u8]>,
+) -> Result<reqwest::Client, SinkError> {
+    #[allow(unused_mut)]
+    let mut builder = reqwest::Client::builder()
+        .timeout(timeout)
+        .redirect(reqwest::redirect::Policy::none());
+    #[cfg(feature = "tls")]
+    if let Some(pem) = ca_pem {
+        for cert in reqwest::Certificate::from_pem_bundle(pem).map_err(SinkError::Transport)? {
+            builder = builder.add_root_certificate(cert);
+        }
+    }
+    #[cfg(not(feature = "tls"))]
+    let _ = ca_pem;
+    builder.build().map_err(SinkError::Transport)
+}

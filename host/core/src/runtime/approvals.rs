@@ -423,24 +423,12 @@ impl Approvals<'_> {
         let expired = self.rt.coordinator.expire_due(now, limit).await?;
         for r in &expired {
             crate::metrics::approval(crate::metrics::ApprovalEvent::Expired);
-            let _ = self
-                .rt
-                .audit
-                .emit(AuditEvent {
-                    timestamp: now,
-                    surface: r.request.surface,
-                    actor: ActorRef::from(&r.request.actor),
-                    execution_id: Some(r.request.execution_id.clone()),
-                    capability_id: Some(r.request.capability_id.clone()),
-                    correlation_id: r.request.correlation_id.clone(),
-                    input_hash: Some(r.request.input_hash.clone()),
-                    payload: EventPayload::ApprovalExpired {
-                        approval_id: r.request.id.clone(),
-                        expires_at: r.request.expires_at,
-                        namespace: Some(r.request.namespace.clone()).filter(|n| !n.is_empty()),
-                    },
-                })
-                .await;
+            let payload = EventPayload::ApprovalExpired {
+                approval_id: r.request.id.clone(),
+                expires_at: r.request.expires_at,
+                namespace: namespace_of(r),
+            };
+            self.announce(r, now, payload).await;
         }
         Ok(expired)
     }
@@ -455,31 +443,49 @@ impl Approvals<'_> {
         limit: usize,
     ) -> Result<Vec<ApprovalRecord>, ApprovalsError> {
         let now = self.rt.clock.now();
-        let before = now - chrono::Duration::from_std(after).unwrap_or(chrono::Duration::MAX);
+        // A wait too long to subtract from now escalates nothing.
+        let Some(before) = chrono::Duration::from_std(after)
+            .ok()
+            .and_then(|d| now.checked_sub_signed(d))
+        else {
+            return Ok(Vec::new());
+        };
         let escalated = self.rt.coordinator.escalate_due(before, now, limit).await?;
         for r in &escalated {
             let pending = (now - r.request.requested_at).to_std().unwrap_or_default();
-            let _ = self
-                .rt
-                .audit
-                .emit(AuditEvent {
-                    timestamp: now,
-                    surface: r.request.surface,
-                    actor: ActorRef::from(&r.request.actor),
-                    execution_id: Some(r.request.execution_id.clone()),
-                    capability_id: Some(r.request.capability_id.clone()),
-                    correlation_id: r.request.correlation_id.clone(),
-                    input_hash: Some(r.request.input_hash.clone()),
-                    payload: EventPayload::ApprovalEscalated {
-                        approval_id: r.request.id.clone(),
-                        escalate_to: to.map(str::to_string),
-                        pending_ms: u64::try_from(pending.as_millis()).unwrap_or(u64::MAX),
-                        namespace: Some(r.request.namespace.clone()).filter(|n| !n.is_empty()),
-                    },
-                })
-                .await;
+            let payload = EventPayload::ApprovalEscalated {
+                approval_id: r.request.id.clone(),
+                escalate_to: to.map(str::to_string),
+                pending_ms: u64::try_from(pending.as_millis()).unwrap_or(u64::MAX),
+                namespace: namespace_of(r),
+            };
+            self.announce(r, now, payload).await;
         }
         Ok(escalated)
+    }
+
+    /// Record what became of an approval on its own (expired, escalated): the requester as
+    /// the actor, the call's execution and capability in the envelope.
+    async fn announce(
+        &self,
+        r: &ApprovalRecord,
+        now: chrono::DateTime<chrono::Utc>,
+        payload: EventPayload,
+    ) {
+        let _ = self
+            .rt
+            .audit
+            .emit(AuditEvent {
+                timestamp: now,
+                surface: r.request.surface,
+                actor: ActorRef::from(&r.request.actor),
+                execution_id: Some(r.request.execution_id.clone()),
+                capability_id: Some(r.request.capability_id.clone()),
+                correlation_id: r.request.correlation_id.clone(),
+                input_hash: Some(r.request.input_hash.clone()),
+                payload,
+            })
+            .await;
     }
 
     async fn for_review(
@@ -511,4 +517,9 @@ impl Approvals<'_> {
         }
         r
     }
+}
+
+/// An approval's namespace for its events (absent when it has none).
+fn namespace_of(r: &ApprovalRecord) -> Option<String> {
+    Some(r.request.namespace.clone()).filter(|n| !n.is_empty())
 }
