@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 /// When a policy runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Phase {
     /// Building tool lists; no input.

@@ -7,10 +7,13 @@ mod execute;
 mod invoke;
 mod policies;
 mod resume;
+mod simulate;
 
 pub(crate) use discovery::describe;
 pub(crate) use invoke::{conceal, invoke};
 pub(crate) use resume::{refuse_resume, resume};
+pub(crate) use simulate::simulate;
+pub use simulate::{SimulatedOutcome, Simulation};
 
 use crate::actor::{ActorKind, ActorRef, Surface};
 use crate::audit::{AuditEvent, DenyReason, EventPayload};

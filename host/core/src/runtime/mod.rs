@@ -11,10 +11,12 @@ pub mod approvals;
 pub mod builder;
 pub mod request;
 
+pub use crate::pipeline::{SimulatedOutcome, Simulation};
 pub use approvals::{Approvals, ApprovalsError, DecideRequest, Decider, RequesterAccess};
 pub use builder::{Defaults, RuntimeBuildError, RuntimeBuilder};
 pub use request::{
     AdmissionHook, CapabilityDescriptor, DescribeOptions, InvokeRequest, ResumeOptions, Scope,
+    SimulateRequest,
 };
 
 use crate::actor::Surface;
@@ -100,6 +102,14 @@ impl Runtime {
         error: CapabilityError,
     ) -> ExecutionResult {
         crate::pipeline::refuse_resume(&self.inner, approval_id, options, error).await
+    }
+
+    /// What stages 3–9 would decide about a call, without making it: the policies run in
+    /// their sandboxes as for [`Runtime::invoke`], but no execution is opened, no event
+    /// recorded, no approval stored and no procedure reached (`capgate replay` re-decides
+    /// recorded calls under another configuration with it).
+    pub async fn simulate(&self, request: SimulateRequest) -> Simulation {
+        crate::pipeline::simulate(&self.inner, request).await
     }
 
     /// The human side of approvals: read and decide. Deciding executes nothing.

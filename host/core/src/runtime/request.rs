@@ -42,6 +42,24 @@ pub struct InvokeRequest {
     pub descriptor_digest: Option<String>,
 }
 
+/// A call to decide without making it ([`Runtime::simulate`](crate::runtime::Runtime::simulate)):
+/// what stages 3–9 read of an [`InvokeRequest`].
+#[derive(Debug, Clone)]
+pub struct SimulateRequest {
+    /// The surface the call came through.
+    pub surface: Surface,
+    /// The capability id.
+    pub capability_id: String,
+    /// The raw input (validated as at stage 5).
+    pub input: serde_json::Value,
+    /// The actor; `None` is decided as stage 6 decides it.
+    pub actor: Option<Actor>,
+    /// The caller's tenant partition.
+    pub namespace: String,
+    /// The application context.
+    pub context: serde_json::Value,
+}
+
 /// An adapter's last word before a call is stored or executed: the pipeline calls it once
 /// the capability resolved and is exposed (stages 3–4), the input passed its schema (stage
 /// 5), the actor is well formed (stage 6) and the invocation-phase policies did not hide it

@@ -15,6 +15,7 @@ mod progress_relay;
 mod provenance;
 mod registry_and_discovery;
 mod shadow_policies;
+mod simulate;
 mod spec_fidelity;
 mod tenancy_and_freshness;
 mod walkthrough;
