@@ -120,7 +120,54 @@ const SETTLE: Sql = Sql {
     ),
 };
 
+/// Records created in `[$1, $4)` after the keyset position `($1, $2, $3)` (created, scope,
+/// invocation id), oldest first: the pages of [`SqlInvocationJournal::recorded`].
+const RECORDED: &str = concat!(
+    "SELECT ",
+    cols!(),
+    ", namespace FROM capgate_invocations \
+     WHERE (created_at > $1 OR (created_at = $1 AND (scope > $2 OR (scope = $2 AND invocation_id > $3)))) \
+     AND created_at < $4 \
+     ORDER BY created_at, scope, invocation_id LIMIT $5"
+);
+
 const PURGE: &str = "DELETE FROM capgate_invocations WHERE state = 'settled' AND updated_at < $1";
+
+/// One recorded invocation, as [`SqlInvocationJournal::recorded`] pages through them: the
+/// record and the namespace it counts against (`None` for rows older than migration 0005).
+#[derive(Debug, Clone)]
+pub struct RecordedInvocation {
+    /// The tenant namespace of the call.
+    pub namespace: Option<String>,
+    /// The record, input included.
+    pub record: InvocationRecord,
+}
+
+/// Where a page of [`SqlInvocationJournal::recorded`] starts: the first page at `since`,
+/// each next one after the last record of the previous.
+#[derive(Debug, Clone)]
+pub struct RecordedPage {
+    /// Records created at or after this instant (and after `after` when it is set).
+    pub since: DateTime<Utc>,
+    /// The `(scope, invocation id)` of the last record already read at `since`.
+    pub after: Option<(String, String)>,
+    /// Records created before this instant.
+    pub until: DateTime<Utc>,
+    /// At most this many records.
+    pub limit: u32,
+}
+
+impl RecordedPage {
+    /// The page after `last`, the final record of this one.
+    pub fn next_after(&self, last: &InvocationRecord) -> RecordedPage {
+        RecordedPage {
+            since: last.created_at,
+            after: Some((last.scope.clone(), last.invocation_id.clone())),
+            until: self.until,
+            limit: self.limit,
+        }
+    }
+}
 
 /// Receipts are kept at least this long by [`SqlInvocationJournal::purge_expired`]
 /// unless configured otherwise: 30 days.
@@ -290,6 +337,38 @@ impl SqlInvocationJournal {
             .checked_sub_signed(horizon)
             .ok_or_else(|| JournalError::Invalid("replay horizon reaches before time".into()))?;
         self.purge_settled_before(cutoff).await
+    }
+
+    /// One page of the records created in a window, oldest first, inputs included: what
+    /// `capgate replay` re-decides. A malformed row is an error naming it, never skipped.
+    pub async fn recorded(
+        &self,
+        page: &RecordedPage,
+    ) -> Result<Vec<RecordedInvocation>, JournalError> {
+        let since = trunc(page.since);
+        let until = trunc(page.until);
+        let (scope, id) = page.after.clone().unwrap_or_default();
+        let limit = i64::from(page.limit);
+        let rows = self
+            .store
+            .fetch_all(RECORDED, &[&since, &scope, &id, &until, &limit], |row| {
+                let raw = <RawInvocation as crate::columns::Record>::decode(row)?;
+                let namespace = row
+                    .opt_text("namespace")
+                    .map_err(|e| malformed(&raw.invocation_id, e))?;
+                Ok::<_, JournalError>((raw, namespace))
+            })
+            .await
+            .map_err(backend)?;
+        rows.into_iter()
+            .map(|row| {
+                let (raw, namespace) = row?;
+                Ok(RecordedInvocation {
+                    namespace,
+                    record: raw.validate()?,
+                })
+            })
+            .collect()
     }
 
     /// The record `sql` selects by scope and `key` (its invocation or approval id).

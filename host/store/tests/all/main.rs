@@ -10,5 +10,6 @@ mod audit_export;
 mod audit_retention;
 mod conformance;
 mod console_sessions;
+mod journal_window;
 mod postgres_tls;
 mod store;
