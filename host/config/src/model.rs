@@ -860,6 +860,22 @@ pub struct ActorSection {
     pub attributes: serde_json::Value,
 }
 
+impl ActorSection {
+    /// The actor a door authenticates as this section (no attributes: an empty object):
+    /// the one conversion the API keys, `capgate mcp --stdio` and `capgate replay` share.
+    pub fn to_actor(&self) -> capgate_core::actor::Actor {
+        capgate_core::actor::Actor {
+            id: self.id.clone(),
+            kind: self.kind,
+            attributes: if self.attributes.is_null() {
+                serde_json::json!({})
+            } else {
+                self.attributes.clone()
+            },
+        }
+    }
+}
+
 /// `[[gateway.apiKeys]]`
 #[derive(Keys, Debug, Clone, Deserialize)]
 #[key(live)]

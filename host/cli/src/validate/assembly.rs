@@ -173,15 +173,7 @@ impl Checked {
         let m = &self.config.mcp;
         match (&m.stdio_actor, &m.stdio_namespace) {
             (Some(a), Some(namespace)) => Ok((
-                Actor {
-                    id: a.id.clone(),
-                    kind: a.kind,
-                    attributes: if a.attributes.is_null() {
-                        serde_json::json!({})
-                    } else {
-                        a.attributes.clone()
-                    },
-                },
+                a.to_actor(),
                 namespace.clone(),
                 m.stdio_context.clone(),
             )),

@@ -50,17 +50,8 @@ impl Validation<'_> {
     pub(super) fn identity(&mut self) -> Option<Identity> {
         let mut keys = ApiKeys::new();
         for k in &self.cfg.gateway.api_keys {
-            let attributes = if k.actor.attributes.is_null() {
-                serde_json::json!({})
-            } else {
-                k.actor.attributes.clone()
-            };
             let mut entry = ApiKeyEntry::new(
-                Actor {
-                    id: k.actor.id.clone(),
-                    kind: k.actor.kind,
-                    attributes,
-                },
+                k.actor.to_actor(),
                 k.namespace.clone(),
                 k.roles.clone(),
                 k.surfaces.clone(),
