@@ -15,6 +15,34 @@ pub fn rfc3339(value: &str) -> Result<DateTime<Utc>, String> {
         .map_err(|_| format!("`{value}` is not an RFC 3339 time (e.g. 2026-11-29T08:00:00Z)"))
 }
 
+/// `replay --since`, `--until`: a duration back from now (`7d`, `36h`, `90m`, `30s`, `2w`)
+/// or an RFC 3339 time.
+pub fn since(value: &str) -> Result<DateTime<Utc>, String> {
+    if let Ok(t) = rfc3339(value) {
+        return Ok(t);
+    }
+    let bad = || {
+        format!(
+            "`{value}` is neither a duration back from now (7d, 36h, 90m) nor an RFC 3339 time (2026-11-29T08:00:00Z)"
+        )
+    };
+    let split = value.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+    let (n, unit) = value.split_at(split);
+    let n: i64 = n.parse().map_err(|_| bad())?;
+    let seconds = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
+        "w" => 604_800,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(seconds)
+        .and_then(chrono::TimeDelta::try_seconds)
+        .and_then(|d| Utc::now().checked_sub_signed(d))
+        .ok_or_else(bad)
+}
+
 /// `--actor KIND:ID`: the actor a journal record belongs to.
 pub fn actor_ref(value: &str) -> Result<ActorRef, String> {
     let (kind, id) = value
@@ -59,6 +87,25 @@ impl fmt::Display for StatusFilter {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn since_takes_a_duration_back_from_now_or_a_time() {
+        let week = super::since("7d").expect("7d");
+        let back = chrono::Utc::now() - week;
+        assert!(
+            back >= chrono::TimeDelta::days(7)
+                && back < chrono::TimeDelta::days(7) + chrono::TimeDelta::minutes(1)
+        );
+        assert_eq!(
+            super::since("2026-11-29T08:00:00Z")
+                .expect("a time")
+                .to_rfc3339(),
+            "2026-11-29T08:00:00+00:00"
+        );
+        for bad in ["7", "d", "7y", "-7d", "", "99999999999999999999d"] {
+            assert!(super::since(bad).is_err(), "{bad}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod plugin_test;
 pub mod reload;
+pub mod replay;
 pub mod scenario;
 pub mod serve;
 pub mod store;

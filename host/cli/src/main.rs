@@ -18,7 +18,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use capgate::commands::{
     approvals, audit, check, contract, import, inspect, invocations, keys, mcp, migrate, plugin,
-    serve, test, whoami,
+    replay, serve, test, whoami,
 };
 use capgate::exit::{self, Status};
 use capgate::{telemetry, validate};
@@ -34,7 +34,7 @@ use std::process::ExitCode;
 scenario or plugin case, a breaking contract change, `import mcp --diff` finding changes, an approval \
 decision the rules refuse); 2 usage (the command line, or an input it names, cannot be used); \
 3 a runtime error (the store unreachable or missing, I/O, anything else).\n\n\
-`--output json` (check, test, plugin test, inspect, approvals, invocations): stdout carries \
+`--output json` (check, test, replay, plugin test, inspect, approvals, invocations): stdout carries \
 only JSON, every message goes to stderr."
 )]
 struct Cli {
@@ -54,6 +54,7 @@ enum Command {
     Check(check::CheckArgs),
     Inspect(inspect::InspectArgs),
     Test(test::TestArgs),
+    Replay(replay::ReplayArgs),
     Plugin(plugin::PluginArgs),
     Migrate(migrate::MigrateArgs),
     Audit(audit::AuditArgs),
@@ -94,6 +95,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Check(args) => check::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Test(args) => test::run(args),
+        Command::Replay(args) => replay::run(args),
         Command::Plugin(args) => plugin::run(args),
         Command::Migrate(args) => migrate::run(args),
         Command::Audit(args) => audit::run(args),

@@ -18,6 +18,7 @@ pub mod keys;
 pub mod mcp;
 pub mod migrate;
 pub mod plugin;
+pub mod replay;
 pub mod serve;
 pub mod shared;
 pub mod test;

@@ -103,13 +103,7 @@ async fn approval_requests_decisions_escalations_and_expiries_reach_signed_webho
         .as_str()
         .expect("approval id")
         .to_string();
-    let (status, decided) = Caller::new(PRIYA)
-        .post(
-            &format!("{}/approvals/{approval}/decision", server.base),
-            &json!({"decision": "approved"}),
-        )
-        .await;
-    assert_eq!(status, 200, "{decided}");
+    Caller::new(PRIYA).approve(&server.base, &approval).await;
 
     let (status, left) = Caller::new(DANA)
         .post(

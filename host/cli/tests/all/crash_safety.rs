@@ -158,13 +158,7 @@ async fn a_crash_after_the_approval_is_consumed_runs_nothing_and_leaves_a_pendin
         .as_str()
         .expect("approval id")
         .to_string();
-    let (status, decided) = priya
-        .post(
-            &format!("{}/approvals/{approval}/decision", server.base),
-            &json!({ "decision": "approved" }),
-        )
-        .await;
-    assert_eq!(status, 200, "{decided}");
+    priya.approve(&server.base, &approval).await;
 
     // The resume consumes the approval, then spends seconds in the execution-phase
     // re-check (stage 9) before the procedure: kill -9 inside that window.

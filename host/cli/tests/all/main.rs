@@ -31,6 +31,7 @@ mod openapi_import;
 mod otlp_traces;
 mod prometheus_e2e;
 mod provenance;
+mod replay;
 mod replicas;
 mod scenario_test;
 mod scripting;

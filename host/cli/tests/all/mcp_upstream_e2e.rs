@@ -450,13 +450,7 @@ async fn everything_round(dir: &Path, upstream: &str, transport: &str) {
         early["structured"]["error"]["code"], "APPROVAL_PENDING",
         "{early}"
     );
-    let (status, decided) = Caller::new(PRIYA)
-        .post(
-            &format!("{}/approvals/{approval}/decision", server.base),
-            &json!({"decision": "approved"}),
-        )
-        .await;
-    assert_eq!(status, 200, "{decided}");
+    Caller::new(PRIYA).approve(&server.base, &approval).await;
     let resumed = dana
         .call("approvals_resume", json!({"approvalId": approval}))
         .await;

@@ -280,6 +280,18 @@ impl Caller {
         answer(r).await
     }
 
+    /// Approve `approval` through the approvals API of the server at `base` as this key's
+    /// holder, and require the API to accept it.
+    pub async fn approve(&self, base: &str, approval: &str) {
+        let (status, decided) = self
+            .post(
+                &format!("{base}/approvals/{approval}/decision"),
+                &serde_json::json!({"decision": "approved"}),
+            )
+            .await;
+        assert_eq!(status, 200, "{decided}");
+    }
+
     pub async fn post_raw(&self, url: &str, body: Vec<u8>) -> (u16, Value) {
         let r = self
             .http

@@ -1,0 +1,81 @@
+//! `capgate replay`: recorded calls decided again under another configuration (the
+//! replay itself is crate::replay).
+
+use super::shared::{ConfigArg, OutputArg, StoreOverride};
+use crate::exit::Status;
+use crate::replay::{self, Options};
+use crate::runtime;
+use crate::store::{Access, StoreUrl};
+use chrono::{DateTime, Utc};
+use std::process::ExitCode;
+
+/// Decide the recorded calls of the invocation journal again under another configuration,
+/// before you deploy it: which outcomes would change (allow → require-approval,
+/// require-approval → allow, → deny, …), per capability and per policy.
+///
+/// Each call is read from the journal with its input (so only calls within its horizon,
+/// `[gateway] replayHorizonHours`) and decided by the new configuration's real policies in
+/// their sandboxes; no procedure runs, nothing is recorded, no approval is created. What
+/// the call got is read from its audit events (else the journal record). Who called is
+/// matched against the identities the new file declares (`[[gateway.apiKeys]]`, `[mcp]
+/// stdioActor`); calls by others are counted as skipped. The store is `--store`, else the
+/// new file's `store.url`.
+///
+/// Exit status: 0 done (1 with `--fail-on-change` when an outcome would change). `--output
+/// json` prints one document: `{"since", "until", "revision", "calls", "replayed",
+/// "changed", "unknownRecorded", "skipped", "procedureCalls", "capabilities", "policies",
+/// "changes"}` (README "Replaying recorded calls under a new configuration").
+///
+/// Example: capgate replay --config capgate.next.toml --since 7d
+#[derive(clap::Args, Debug)]
+pub struct ReplayArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+    #[command(flatten)]
+    store: StoreOverride,
+    /// Calls recorded since: a duration back from now (`7d`, `36h`, `90m`) or an RFC 3339
+    /// time.
+    #[arg(long, value_parser = crate::args::since, default_value = "7d")]
+    since: DateTime<Utc>,
+    /// Calls recorded before: a duration back from now or an RFC 3339 time (default now).
+    #[arg(long, value_parser = crate::args::since)]
+    until: Option<DateTime<Utc>>,
+    /// Only this capability (repeat for more).
+    #[arg(long = "capability")]
+    capabilities: Vec<String>,
+    /// Stop after this many calls.
+    #[arg(long, default_value_t = 1_000_000)]
+    limit: u64,
+    /// Exit with status 1 when any outcome would change (a gate for a release pipeline).
+    #[arg(long)]
+    fail_on_change: bool,
+    #[command(flatten)]
+    output: OutputArg,
+}
+
+/// `capgate replay`.
+pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
+    let checked = args.config.load()?;
+    let options = Options {
+        since: args.since,
+        until: args.until.unwrap_or_else(Utc::now),
+        capabilities: args.capabilities,
+        limit: args.limit.max(1),
+        progress: true,
+    };
+    let report = runtime()?.block_on(async {
+        let url = StoreUrl::for_config(args.store.store.as_deref(), &checked.config)?;
+        let store = url.open(Access::Existing).await?;
+        replay::replay(&checked, &store, &options).await
+    })?;
+    if args.output.json() {
+        super::shared::print_json(&serde_json::to_value(&report)?)?;
+    } else {
+        print!("{}", report.table());
+    }
+    Ok(if args.fail_on_change && report.changed > 0 {
+        Status::Failed.code()
+    } else {
+        Status::Ok.code()
+    })
+}
