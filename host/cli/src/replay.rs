@@ -199,6 +199,8 @@ pub struct Report {
     /// `unknown`, never as changed).
     pub unknown_recorded: u64,
     skipped: Skipped,
+    /// `--limit` stopped the replay before the end of the window.
+    pub truncated: bool,
     /// Procedures reached while replaying: always 0 (a procedure is never called).
     pub procedure_calls: u64,
     capabilities: Vec<CapabilityReport>,
@@ -261,16 +263,17 @@ pub async fn replay(checked: &Checked, store: &Store, options: &Options) -> anyh
             })
             .buffered(CONCURRENCY);
         while let Some(outcome) = decided.next().await {
-            tally.add(outcome?);
-            if options.progress && tally.calls % PROGRESS_EVERY == 0 {
-                eprintln!("capgate replay: {} calls decided again", tally.calls);
-            }
             if tally.calls >= options.limit {
+                tally.truncated = true;
                 eprintln!(
                     "capgate replay: stopped at --limit {} calls; narrow --since/--until for the rest",
                     options.limit
                 );
                 break 'pages;
+            }
+            tally.add(outcome?);
+            if options.progress && tally.calls % PROGRESS_EVERY == 0 {
+                eprintln!("capgate replay: {} calls decided again", tally.calls);
             }
         }
         page = next;
@@ -477,6 +480,7 @@ struct Tally {
     replayed: u64,
     changed: u64,
     unknown_recorded: u64,
+    truncated: bool,
     skipped: Skipped,
     /// Capability → (calls, (from, to) → count).
     capabilities: BTreeMap<String, (u64, Transitions)>,
@@ -596,6 +600,7 @@ impl Tally {
             replayed: self.replayed,
             changed: self.changed,
             unknown_recorded: self.unknown_recorded,
+            truncated: self.truncated,
             skipped: self.skipped,
             procedure_calls,
             capabilities: self
@@ -647,6 +652,9 @@ impl Report {
                 ),
             },
         );
+        if self.truncated {
+            out.push_str("(stopped at --limit: later calls of the window were not read)\n");
+        }
         let rows: Vec<Vec<String>> = self
             .capabilities
             .iter()

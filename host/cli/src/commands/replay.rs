@@ -23,7 +23,7 @@ use std::process::ExitCode;
 ///
 /// Exit status: 0 done (1 with `--fail-on-change` when an outcome would change). `--output
 /// json` prints one document: `{"since", "until", "revision", "calls", "replayed",
-/// "changed", "unknownRecorded", "skipped", "procedureCalls", "capabilities", "policies",
+/// "changed", "unknownRecorded", "truncated", "skipped", "procedureCalls", "capabilities", "policies",
 /// "changes"}` (README "Replaying recorded calls under a new configuration").
 ///
 /// Example: capgate replay --config capgate.next.toml --since 7d

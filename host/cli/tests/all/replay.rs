@@ -352,6 +352,20 @@ async fn held_refunds_that_would_now_pass(store: TestStore) {
     assert_eq!(same["changed"], 0, "{same:#}");
     assert_eq!(same["replayed"], 11, "{same:#}");
     assert_eq!(same["policies"], json!([]), "{same:#}");
+    // `--limit` stops early and says so; a limit the window fits in does not.
+    let first = replay_json(&next, url, &["--limit", "3"]);
+    assert_eq!(
+        (first["calls"].clone(), first["truncated"].clone()),
+        (json!(3), json!(true)),
+        "{first:#}"
+    );
+    let all = replay_json(&next, url, &["--limit", "11"]);
+    assert_eq!(
+        (all["calls"].clone(), all["truncated"].clone()),
+        (json!(11), json!(false)),
+        "{all:#}"
+    );
+    assert_eq!(report["truncated"], false, "{report:#}");
     // A window before the traffic holds nothing; a release gate fails on a change.
     let none = replay_json(&next, url, &["--until", "1h"]);
     assert_eq!(none["calls"], 0, "{none:#}");
