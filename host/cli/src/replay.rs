@@ -9,11 +9,13 @@
 //! each call got is read back from the audit trail of its execution (its stances too), or
 //! from the journal record alone when the trail has no events for it.
 //!
-//! Who called is the journal's scope, a hash of namespace, actor and surface: it is matched
-//! against the identities the new configuration declares (`[[gateway.apiKeys]]`, `[mcp]
-//! stdioActor`), whose attributes and context the policies read. A call by an identity the
-//! file does not declare (a JWT's, a removed key's) is skipped and counted, never decided
-//! with made-up attributes.
+//! The journal holds the calls of the gateway's routes (`/agent`, `/workflow`: each carries
+//! an invocation id); MCP tool calls carry none, are not journaled, and so are not
+//! replayed. Who called is the journal's scope, a hash of namespace, actor and surface: it
+//! is matched against the API keys the new configuration declares (`[[gateway.apiKeys]]`),
+//! whose attributes and context the policies read. A call by an identity the file does not
+//! declare (a JWT's, a removed key's) is skipped and counted, never decided with made-up
+//! attributes.
 
 use crate::validate::{Checked, TestHooks};
 use anyhow::Context;
@@ -66,34 +68,19 @@ struct Principal {
     context: Value,
 }
 
-/// Every identity of `checked` by the journal scope its calls are recorded under.
+/// Every API key's identity of `checked`, by the journal scope its calls through each of
+/// its doors are recorded under.
 fn principals(checked: &Checked) -> BTreeMap<String, Principal> {
-    let cfg = &checked.config;
-    let mut identities: Vec<(Actor, String, Vec<Surface>, Value)> = cfg
-        .gateway
-        .api_keys
-        .iter()
-        .map(|k| {
-            (
-                k.actor.to_actor(),
-                k.namespace.clone(),
-                k.surfaces.clone(),
-                k.context.clone(),
-            )
-        })
-        .collect();
-    if let Ok((actor, namespace, context)) = checked.stdio_identity() {
-        identities.push((actor, namespace, vec![Surface::Mcp], context));
-    }
     let mut out = BTreeMap::new();
-    for (actor, namespace, surfaces, context) in identities {
-        for surface in surfaces {
-            if let Ok(scope) = scope_hash(&namespace, &ActorRef::from(&actor), surface) {
+    for key in &checked.config.gateway.api_keys {
+        let actor = key.actor.to_actor();
+        for &surface in &key.surfaces {
+            if let Ok(scope) = scope_hash(&key.namespace, &ActorRef::from(&actor), surface) {
                 out.entry(scope).or_insert_with(|| Principal {
                     actor: actor.clone(),
-                    namespace: namespace.clone(),
+                    namespace: key.namespace.clone(),
                     surface,
-                    context: context.clone(),
+                    context: key.context.clone(),
                 });
             }
         }

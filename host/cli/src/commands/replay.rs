@@ -16,10 +16,11 @@ use std::process::ExitCode;
 /// Each call is read from the journal with its input (so only calls within its horizon,
 /// `[gateway] replayHorizonHours`) and decided by the new configuration's real policies in
 /// their sandboxes; no procedure runs, nothing is recorded, no approval is created. What
-/// the call got is read from its audit events (else the journal record). Who called is
-/// matched against the identities the new file declares (`[[gateway.apiKeys]]`, `[mcp]
-/// stdioActor`); calls by others are counted as skipped. The store is `--store`, else the
-/// new file's `store.url`.
+/// the call got is read from its audit events (else the journal record). The journal holds
+/// the gateway routes' calls (MCP tool calls carry no invocation id and are not replayed).
+/// Who called is matched against the API keys the new file declares
+/// (`[[gateway.apiKeys]]`); calls by others are counted as skipped. The store is
+/// `--store`, else the new file's `store.url`.
 ///
 /// Exit status: 0 done (1 with `--fail-on-change` when an outcome would change). `--output
 /// json` prints one document: `{"since", "until", "revision", "calls", "replayed",
