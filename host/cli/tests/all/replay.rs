@@ -194,22 +194,11 @@ fn store_state(config: &Path, store: &str) -> String {
         "--output",
         "json",
     ]);
-    let receipts = capgate(&[
-        "invocations",
-        "show",
-        "r-600",
-        "--namespace",
-        "org_1",
-        "--actor",
-        "user:u_dana",
-        "--surface",
-        "aiSdk",
-        "--store",
-        store,
-        "--output",
-        "json",
-    ]);
-    format!("{audit}\n{approvals}\n{receipts}")
+    let receipts = [
+        lifecycle::show(store, "r-600"),
+        lifecycle::show(store, "r-649"),
+    ];
+    format!("{audit}\n{approvals}\n{receipts:?}")
 }
 
 async fn held_refunds_that_would_now_pass(store: TestStore) {
