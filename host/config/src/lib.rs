@@ -54,3 +54,8 @@ pub mod values;
 pub use load::Secrets;
 pub use located::{Located, Problem};
 pub use model::*;
+
+/// The plugins that ship inside capgate (`capgate-builtin`), which a binding names without
+/// a `[plugins.NAME]` section (`plugin = "cel"`, `plugin = "redact"`). The file is read without loading them, so
+/// the names live here; the binary checks they are the ones it embeds.
+pub const SHIPPED_PLUGINS: &[&str] = &["cel", "redact"];

@@ -50,6 +50,8 @@ pub struct Located {
     spans: HashMap<String, usize>,
     /// JSON pointers of integers that do not fit in 64 bits (they read as `null`).
     overflow: Vec<String>,
+    /// JSON pointer → byte range of a string value, delimiters included.
+    strings: HashMap<String, std::ops::Range<usize>>,
 }
 
 impl Located {
@@ -74,6 +76,7 @@ impl Located {
             text,
             spans: walk.spans,
             overflow: walk.overflow,
+            strings: walk.strings,
         })
     }
 
@@ -99,6 +102,23 @@ impl Located {
         self.overflow.iter().any(|p| p == pointer)
     }
 
+    /// A problem at the `chars`-th character of the string at `pointer` (an expression
+    /// inside a value, e.g. a CEL rule), counted in the string's value: escapes and the
+    /// line break after `\"\"\"` are mapped back to the file. Falls back to
+    /// [`Located::problem`] when `pointer` is not a string of this file.
+    pub fn problem_in_string(
+        &self,
+        pointer: &str,
+        chars: usize,
+        message: impl Into<String>,
+    ) -> Problem {
+        let Some(range) = self.strings.get(pointer) else {
+            return self.problem(pointer, message);
+        };
+        let offset = range.start + raw_offset(&self.text[range.clone()], chars);
+        self.problem_at(offset, pointer, message)
+    }
+
     /// A problem at a JSON pointer (falls back to the nearest located parent).
     pub fn problem(&self, pointer: &str, message: impl Into<String>) -> Problem {
         let mut p = pointer.to_string();
@@ -111,6 +131,10 @@ impl Located {
                 None => break 0,
             }
         };
+        self.problem_at(offset, pointer, message)
+    }
+
+    fn problem_at(&self, offset: usize, pointer: &str, message: impl Into<String>) -> Problem {
         let (line, column) = line_col(&self.text, offset);
         Problem {
             file: self.file.clone(),
@@ -120,6 +144,57 @@ impl Located {
             message: message.into(),
         }
     }
+}
+
+/// The byte offset, inside a TOML string token `raw` (delimiters included), of the
+/// `chars`-th character of its value.
+fn raw_offset(raw: &str, chars: usize) -> usize {
+    let (delimiter, literal, multi) = if raw.starts_with("\"\"\"") {
+        (3, false, true)
+    } else if raw.starts_with("'''") {
+        (3, true, true)
+    } else if raw.starts_with('\'') {
+        (1, true, false)
+    } else {
+        (1, false, false)
+    };
+    let mut at = delimiter.min(raw.len());
+    if multi {
+        if raw[at..].starts_with("\r\n") {
+            at += 2;
+        } else if raw[at..].starts_with('\n') {
+            at += 1;
+        }
+    }
+    let mut left = chars;
+    let mut it = raw[at..].char_indices().peekable();
+    while let Some((i, c)) = it.next() {
+        if left == 0 {
+            return at + i;
+        }
+        if c == '\\' && !literal {
+            match it.peek().map(|&(_, n)| n) {
+                Some('u') => {
+                    it.nth(4);
+                }
+                Some('U') => {
+                    it.nth(8);
+                }
+                // A line-ending backslash: the break and the next line's indent vanish.
+                Some(n) if multi && n.is_whitespace() => {
+                    while it.peek().is_some_and(|&(_, n)| n.is_whitespace()) {
+                        it.next();
+                    }
+                    continue;
+                }
+                _ => {
+                    it.next();
+                }
+            }
+        }
+        left -= 1;
+    }
+    raw.len()
 }
 
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
@@ -163,6 +238,7 @@ pub fn seg(s: &str) -> String {
 struct Walk {
     spans: HashMap<String, usize>,
     overflow: Vec<String>,
+    strings: HashMap<String, std::ops::Range<usize>>,
 }
 
 fn table_to_json(t: &DeTable<'_>, at: &str, walk: &mut Walk) -> serde_json::Value {
@@ -171,6 +247,9 @@ fn table_to_json(t: &DeTable<'_>, at: &str, walk: &mut Walk) -> serde_json::Valu
         let key = k.get_ref().to_string();
         let path = format!("{at}/{}", seg(&key));
         walk.spans.insert(path.clone(), k.span().start);
+        if matches!(v.get_ref(), DeValue::String(_)) {
+            walk.strings.insert(path.clone(), v.span());
+        }
         map.insert(key, value_to_json(v.get_ref(), &path, walk));
     }
     serde_json::Value::Object(map)
@@ -218,10 +297,35 @@ fn value_to_json(v: &DeValue<'_>, at: &str, walk: &mut Walk) -> serde_json::Valu
                 .map(|(i, item)| {
                     let path = format!("{at}/{i}");
                     walk.spans.insert(path.clone(), item.span().start);
+                    if matches!(item.get_ref(), DeValue::String(_)) {
+                        walk.strings.insert(path.clone(), item.span());
+                    }
                     value_to_json(item.get_ref(), &path, walk)
                 })
                 .collect(),
         ),
         DeValue::Table(t) => table_to_json(t, at, walk),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_character_inside_a_string_is_found_in_the_file() {
+        let text = "[a]\nx = \"ab\\\"c d\"\ny = '''\nxy\nz'''\nz = [\"\\u00e9 q\"]\n".to_string();
+        let doc = Located::parse(Path::new("f.toml"), text).expect("parses");
+        // `d` is the 5th character of `ab"c d` (0-based 5), after an escaped quote.
+        let p = doc.problem_in_string("/a/x", 5, "here");
+        assert_eq!((p.line, p.column), (2, 12));
+        // The line break after ''' is not part of the value: `z` is character 3.
+        let p = doc.problem_in_string("/a/y", 3, "here");
+        assert_eq!((p.line, p.column), (5, 1));
+        let p = doc.problem_in_string("/a/z/0", 2, "here");
+        assert_eq!((p.line, p.column), (6, 14));
+        // Not a string: the key's place.
+        let p = doc.problem_in_string("/a/w", 2, "here");
+        assert_eq!((p.line, p.column), (1, 2));
     }
 }

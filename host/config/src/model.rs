@@ -352,7 +352,9 @@ pub struct PluginSection {
 #[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BindingSection {
-    /// The plugin.
+    /// The plugin: the name of a `[plugins.NAME]`, or of a plugin that ships with capgate
+    /// (`cel`, a policy of CEL rules in `config.rules`; `redact`, a redactor of JSON
+    /// pointers in `config.drop` / `config.mask`; README "Policies without a plugin").
     pub plugin: String,
     /// Phases (policies only).
     pub phases: Option<Vec<capgate_core::policy::Phase>>,

@@ -187,18 +187,28 @@ impl Config {
         }
         for (section, map) in [("policies", &self.policies), ("redactors", &self.redactors)] {
             for (name, b) in map {
-                if !self.plugins.contains_key(&b.plugin) {
+                if !self.plugins.contains_key(&b.plugin)
+                    && !crate::SHIPPED_PLUGINS.contains(&b.plugin.as_str())
+                {
                     problems.push(doc.problem(
                         &format!("/{section}/{}/plugin", seg(name)),
                         format!(
-                            "no plugin named `{}` (declare it as [plugins.{}])",
-                            b.plugin, b.plugin
+                            "no plugin named `{}` (declare it as [plugins.{}], or name one that ships with capgate: {})",
+                            b.plugin,
+                            b.plugin,
+                            builtin_names()
                         ),
                     ));
                 }
             }
         }
         for (name, p) in &self.plugins {
+            if crate::SHIPPED_PLUGINS.contains(&name.as_str()) {
+                problems.push(doc.problem(
+                    &format!("/plugins/{}", seg(name)),
+                    format!("`{name}` ships with capgate, pinned by its build: bind it with `plugin = \"{name}\"` and remove this section (or give your own plugin another name)"),
+                ));
+            }
             let path = Path::new(&p.path);
             if capgate_oci::is_oci(&p.path) {
                 if let Err(e) = capgate_oci::plugin_reference(&p.path) {
@@ -594,4 +604,13 @@ fn identity_provider(
             "a token never makes an anonymous actor: `user`, `service` or `agent`",
         ));
     }
+}
+
+/// The names of the plugins that ship with capgate, for messages.
+fn builtin_names() -> String {
+    crate::SHIPPED_PLUGINS
+        .iter()
+        .map(|b| format!("`{b}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
