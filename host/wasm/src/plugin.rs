@@ -297,6 +297,30 @@ impl WasmHost {
         self.load_verified(file, &bytes, actual, dir.cache.as_ref(), started)
     }
 
+    /// Load a component that ships inside capgate (`capgate-builtin`): its bytes checked
+    /// against the SHA-256 its build computed, compiled code cached in `dir`'s cache like
+    /// any plugin's.
+    pub fn load_shipped(
+        &self,
+        dir: Option<&PluginDir>,
+        name: &str,
+        bytes: &[u8],
+        sha256: &str,
+    ) -> Result<Arc<Plugin>, LoadError> {
+        let expected = parse_pin(name, sha256)?;
+        let started = Instant::now();
+        let actual = sha256_hex(bytes);
+        if actual != expected {
+            return Err(LoadError::DigestMismatch {
+                file: name.to_string(),
+                expected,
+                actual,
+            });
+        }
+        let cache = dir.and_then(|d| d.cache.as_ref());
+        self.load_verified(name, bytes, actual, cache, started)
+    }
+
     /// Load a component from bytes without a pin (the `capgate plugin test` inner loop,
     /// where the author is iterating on the file). Never use it for deployments.
     pub fn load_unpinned(&self, name: &str, bytes: &[u8]) -> Result<Arc<Plugin>, LoadError> {

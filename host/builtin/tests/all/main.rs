@@ -1,0 +1,4 @@
+//! capgate-builtin's integration tests, one binary (link once): the shipped components in
+//! the real sandbox.
+
+mod sandbox;

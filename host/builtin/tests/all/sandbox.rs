@@ -1,0 +1,121 @@
+//! The shipped CEL policy in the real sandbox: it decides by its rules, and an expression
+//! that would run away is cut by fuel or the deadline and fails closed, like any plugin.
+
+use capgate_core::actor::{Actor, ActorKind, Surface};
+use capgate_core::meta::{Risk, SideEffect};
+use capgate_core::policy::{CapabilityInfo, Phase, PolicyDecision, PolicyRequest, SharedJson};
+use capgate_wasm::{Binding, CallError, Limits, Plugin, WasmHost};
+use serde_json::{Value, json};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+async fn evaluate(
+    config: Value,
+    limits: Limits,
+    input: Value,
+) -> Result<PolicyDecision, CallError> {
+    // Compiled once for every test of this binary.
+    static PLUGIN: OnceLock<Arc<Plugin>> = OnceLock::new();
+    let plugin = PLUGIN.get_or_init(|| {
+        let cel = &capgate_builtin::CEL;
+        WasmHost::shared()
+            .expect("engine")
+            .load_shipped(None, cel.name, cel.wasm, cel.sha256)
+            .expect("the shipped CEL policy loads")
+    });
+    let policy = plugin
+        .policy(Binding::new("t").config(config).limits(limits))
+        .expect("it exports the policy interface");
+    let capability = CapabilityInfo {
+        id: "orders.refund".into(),
+        side_effect: SideEffect::Write,
+        risk: Risk::High,
+        tags: vec![],
+    };
+    let actor = Actor {
+        id: "u_dana".into(),
+        kind: ActorKind::User,
+        attributes: json!({"roles": ["agent"]}),
+    };
+    let shared = SharedJson::default();
+    let request = PolicyRequest {
+        phase: Phase::Invocation,
+        capability: &capability,
+        surface: Surface::AiSdk,
+        namespace: "",
+        actor: &actor,
+        context: &Value::Null,
+        input: Some(&input),
+        execution_id: "exe_1",
+        approval: None,
+        shared: &shared,
+    };
+    policy.evaluate_raw(&request, None).await
+}
+
+/// Four nested `all` over 40 elements: 2.5 million steps of the interpreter.
+const RUNAWAY: &str = "[0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7,8,9]\
+    .all(a, [0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7,8,9]\
+    .all(b, [0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7,8,9]\
+    .all(c, [0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7,8,9]\
+    .all(d, a + b + c + d >= 0))))";
+
+fn rules(when: &str) -> Value {
+    json!({"rules": [{"when": when, "stance": "deny", "reason": "never reached"}]})
+}
+
+#[tokio::test]
+async fn rules_decide_in_order_and_no_match_allows() {
+    let config = json!({"rules": [
+        {"when": "input.amount > 1000", "stance": "deny", "code": "too_big", "reason": "over ${1000}"},
+        {"when": "input.amount > 500 && !('manager' in actor.attributes.roles)", "stance": "require-approval",
+         "type": "manager", "expiresInMs": 900000, "reason": "Refund of $${input.amount} needs a manager"},
+    ]});
+    let decide =
+        |amount: i64| evaluate(config.clone(), Limits::default(), json!({"amount": amount}));
+    assert!(matches!(decide(100).await, Ok(PolicyDecision::Allow)));
+    match decide(649).await {
+        Ok(PolicyDecision::RequireApproval {
+            reason,
+            approval_type,
+            expires_in_ms,
+        }) => {
+            assert_eq!(reason, "Refund of $649 needs a manager");
+            assert_eq!(approval_type.as_deref(), Some("manager"));
+            assert_eq!(expires_in_ms, Some(900_000));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        matches!(decide(5000).await, Ok(PolicyDecision::Deny { .. })),
+        "the first matching rule decides"
+    );
+}
+
+#[tokio::test]
+async fn a_runaway_expression_is_cut_by_fuel_and_fails_closed() {
+    let out = evaluate(rules(RUNAWAY), Limits::default(), json!({})).await;
+    assert!(matches!(out, Err(CallError::FuelExhausted(_))), "{out:?}");
+}
+
+#[tokio::test]
+async fn without_fuel_the_deadline_cuts_it() {
+    let limits = Limits::default()
+        .with_fuel(None)
+        .with_timeout(Duration::from_millis(200));
+    let out = evaluate(rules(RUNAWAY), limits, json!({})).await;
+    assert!(matches!(out, Err(CallError::Deadline(_))), "{out:?}");
+}
+
+#[tokio::test]
+async fn an_evaluation_error_or_a_non_bool_is_an_error_never_an_allow() {
+    for when in [
+        "input.missing > 1",
+        "input.amount > 'x'",
+        "input.amount",
+        "1 / 0 == 1",
+    ] {
+        let out = evaluate(rules(when), Limits::default(), json!({"amount": 5})).await;
+        assert!(matches!(out, Err(CallError::Guest(_))), "{when}: {out:?}");
+    }
+}
