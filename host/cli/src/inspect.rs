@@ -60,6 +60,22 @@ pub struct Inventory {
     pub shadow_policies: Vec<String>,
     /// One row per capability, by id.
     pub capabilities: Vec<Row>,
+    /// The rules of every policy written as expressions (`plugin = "cel"`), by name: what
+    /// a reviewer reads instead of a plugin's source.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<RulePolicy>,
+}
+
+/// A policy written as expressions, with its rules in the order they are tried.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RulePolicy {
+    /// The binding's name.
+    pub policy: String,
+    /// The shipped plugin (`cel`).
+    pub plugin: String,
+    /// The rules as written (`when`, `stance`, …); the first whose `when` holds decides.
+    pub rules: Vec<serde_json::Value>,
 }
 
 /// Read `path` and take its inventory; a refused file has every problem located.
@@ -91,6 +107,23 @@ pub fn inventory(config: &Config) -> Inventory {
             .map(|(name, _)| name.clone())
             .collect(),
         capabilities,
+        rules: config
+            .policies
+            .iter()
+            .filter(|(_, b)| {
+                b.plugin == capgate_builtin::CEL.name && !config.plugins.contains_key(&b.plugin)
+            })
+            .map(|(name, b)| RulePolicy {
+                policy: name.clone(),
+                plugin: b.plugin.clone(),
+                rules: b
+                    .config
+                    .get("rules")
+                    .and_then(serde_json::Value::as_array)
+                    .cloned()
+                    .unwrap_or_default(),
+            })
+            .collect(),
     }
 }
 
@@ -200,6 +233,27 @@ impl Inventory {
                 self.marked(&self.runtime_policies).join(", ")
             }
         ));
+        for p in &self.rules {
+            out.push_str(&format!(
+                "\npolicy {} ({}): {} rules, the first that holds decides, none allows\n",
+                p.policy,
+                p.plugin,
+                p.rules.len()
+            ));
+            for (i, r) in p.rules.iter().enumerate() {
+                let text = |k: &str| r.get(k).and_then(serde_json::Value::as_str).unwrap_or("?");
+                let mut line =
+                    format!("  {}. when {}  =>  {}", i + 1, text("when"), text("stance"));
+                if let Some(t) = r.get("type").and_then(serde_json::Value::as_str) {
+                    line.push_str(&format!(" ({t})"));
+                }
+                if let Some(reason) = r.get("reason").and_then(serde_json::Value::as_str) {
+                    line.push_str(&format!(": {reason}"));
+                }
+                out.push_str(&line);
+                out.push('\n');
+            }
+        }
         out
     }
 

@@ -24,7 +24,7 @@ enum PluginCommand {
     ///
     /// Example: capgate plugin test plugins/js/dist/refund-limit.wasm --cases plugins/conformance/refund-limit.toml
     Test {
-        /// The component file.
+        /// The component file, or the name of a plugin that ships with capgate (`cel`).
         plugin: PathBuf,
         /// The case file (format: plugins/conformance/README.md).
         #[arg(long)]
@@ -76,8 +76,15 @@ fn test(plugin: &Path, cases: &Path, output: OutputArg) -> anyhow::Result<ExitCo
     let text = std::fs::read_to_string(cases)
         .with_context(|| format!("cannot read the case file {}", cases.display()))?;
     let host = capgate_wasm::WasmHost::shared().context("could not start the Wasm engine")?;
-    let report = crate::plugin_test::run_file(&host, plugin, &text)
-        .with_context(|| format!("cannot test {}", plugin.display()))?;
+    let shipped = plugin
+        .to_str()
+        .and_then(capgate_builtin::get)
+        .filter(|_| !plugin.exists());
+    let report = match shipped {
+        Some(b) => crate::plugin_test::run_bytes(&host, b.name, b.wasm, &text),
+        None => crate::plugin_test::run_file(&host, plugin, &text),
+    }
+    .with_context(|| format!("cannot test {}", plugin.display()))?;
     if output.json() {
         print_json(&report.to_json())?;
     } else {

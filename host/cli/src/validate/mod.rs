@@ -157,6 +157,7 @@ pub fn validate(path: &Path) -> Result<Checked, Refused> {
     };
     let identity = v.identity();
     let plugins = v.plugins();
+    v.shipped_bindings();
     let policies = v.bindings("policies", &config.policies, &plugins, |plugin, b, name| {
         let mut p = plugin
             .policy(binding_of(name, b, plugins_section(&config, &b.plugin)))?

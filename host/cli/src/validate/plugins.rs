@@ -61,7 +61,17 @@ impl Validation<'_> {
     /// cached), exactly as `serve` does.
     pub(super) fn plugins(&mut self) -> BTreeMap<String, Arc<Plugin>> {
         let mut out = BTreeMap::new();
-        if self.cfg.plugins.is_empty() {
+        // The shipped plugins a binding names (`plugin = "cel"`; config refuses a
+        // [plugins.NAME] section of the same name).
+        let shipped: BTreeMap<&str, &'static capgate_builtin::Builtin> = self
+            .cfg
+            .policies
+            .values()
+            .chain(self.cfg.redactors.values())
+            .filter_map(|b| capgate_builtin::get(&b.plugin))
+            .map(|b| (b.name, b))
+            .collect();
+        if self.cfg.plugins.is_empty() && shipped.is_empty() {
             return out;
         }
         // The refill mark against the reserve it refills, the library's size when none is
@@ -110,6 +120,24 @@ impl Validation<'_> {
                 return out;
             }
         };
+        for builtin in shipped.into_values() {
+            match host.load_shipped(Some(&dir), builtin.name, builtin.wasm, builtin.sha256) {
+                Ok(plugin) => {
+                    tracing::info!(
+                        plugin = builtin.name,
+                        sha256 = builtin.sha256,
+                        source = ?plugin.load_source(),
+                        ms = plugin.load_time().as_millis() as u64,
+                        "shipped plugin loaded"
+                    );
+                    out.insert(builtin.name.to_string(), plugin);
+                }
+                Err(e) => self.problem(
+                    "/plugins",
+                    format!("the shipped plugin `{}`: {e}", builtin.name),
+                ),
+            }
+        }
         let oci = self.oci_settings(&cache);
         for (name, p) in &self.cfg.plugins {
             let at = format!("/plugins/{}", seg(name));
@@ -268,5 +296,70 @@ impl Validation<'_> {
             }
         }
         out
+    }
+}
+
+impl Validation<'_> {
+    /// Every binding of a shipped plugin checked as it loads: a `cel` policy's rules
+    /// compiled and typed against the input schema of each capability it is attached to
+    /// (every capability for a `[runtime] policies` one), a `redact` redactor's pointers
+    /// against their output schemas; each problem at its place in the file (a CEL problem
+    /// at its character inside the expression).
+    pub(super) fn shipped_bindings(&mut self) {
+        let cfg = self.cfg;
+        for (section, bindings) in [("policies", &cfg.policies), ("redactors", &cfg.redactors)] {
+            for (name, b) in bindings {
+                if capgate_builtin::get(&b.plugin).is_none() || cfg.plugins.contains_key(&b.plugin)
+                {
+                    continue;
+                }
+                let everywhere = section == "policies" && cfg.runtime.policies.contains(name);
+                let schemas: Vec<(String, Option<serde_json::Value>)> = cfg
+                    .capabilities
+                    .iter()
+                    .filter(|c| {
+                        everywhere
+                            || if section == "policies" {
+                                c.policies.contains(name)
+                            } else {
+                                c.redactors.contains(name)
+                            }
+                    })
+                    .map(|c| {
+                        let schema = if section == "policies" {
+                            &c.input_schema
+                        } else {
+                            &c.output_schema
+                        };
+                        let schema = schema.as_ref().and_then(|s| cfg.resolve_schema(s).ok());
+                        (c.id.clone(), schema)
+                    })
+                    .collect();
+                let attached: Vec<capgate_builtin::Attached<'_>> = schemas
+                    .iter()
+                    .map(|(id, schema)| capgate_builtin::Attached {
+                        id,
+                        schema: schema.as_ref(),
+                    })
+                    .collect();
+                for found in capgate_builtin::check(&b.plugin, &b.config, &attached) {
+                    let pointer = format!("/{section}/{}/config{}", seg(name), found.pointer);
+                    let problem = match found.offset {
+                        Some(at) => self.doc.problem_in_string(&pointer, at, found.to_string()),
+                        None => self.doc.problem(&pointer, found.to_string()),
+                    };
+                    self.problems.push(problem);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_configuration_knows_every_shipped_plugin_by_name() {
+        let embedded: Vec<&str> = capgate_builtin::ALL.iter().map(|b| b.name).collect();
+        assert_eq!(capgate_config::SHIPPED_PLUGINS, embedded.as_slice());
     }
 }

@@ -37,6 +37,7 @@ mod scenario_test;
 mod scripting;
 mod serve_e2e;
 mod shadow_rollout;
+mod shipped_plugins;
 mod spec_fidelity;
 mod store_paths;
 mod trust_boundaries;

@@ -1,0 +1,353 @@
+//! The plugins that ship with capgate. The CEL policy (`plugin = "cel"`) decides every case
+//! of the refund-limit conformance file as the Rust, JavaScript and Python refund-limit
+//! plugins do (each case's config translated into CEL rules), `capgate check` places a
+//! syntax error, a type error and an unknown input field at their line and column,
+//! `inspect` shows the rules, and the example's CEL twin of refundLimit passes every
+//! shipped scenario. The declarative redactor (`plugin = "redact"`) passes its cases, and a
+//! pointer its capability's output schema lacks is refused by `check`.
+
+use crate::common;
+
+use common::*;
+use serde_json::{Value, json};
+use std::process::Command;
+
+/// A JSON pointer as a CEL access on `input` (`/items/1/amount` → `input["items"][1]["amount"]`).
+fn access(pointer: &str) -> String {
+    if pointer.is_empty() {
+        return "input".into();
+    }
+    let Some(rest) = pointer.strip_prefix('/') else {
+        // Not a pointer: refund-limit finds nothing and fails; a CEL rule that reads an
+        // undeclared variable fails on every call the same way (`capgate check` would
+        // refuse it first).
+        return "amountPath_is_not_a_json_pointer".into();
+    };
+    let mut out = String::from("input");
+    for seg in rest.split('/') {
+        let seg = seg.replace("~1", "/").replace("~0", "~");
+        if seg.parse::<u64>().is_ok() {
+            out.push_str(&format!("[{seg}]"));
+        } else {
+            out.push_str(&format!(
+                "[{}]",
+                serde_json::to_string(&seg).expect("a string")
+            ));
+        }
+    }
+    out
+}
+
+/// refund-limit's config as one CEL rule. A config refund-limit refuses becomes one the CEL
+/// policy refuses for the same reason: an unknown key stays unknown, a missing `maxAmount`
+/// leaves the rule without `when`, a value of the wrong type stays in its place.
+fn cel_twin(config: &Value) -> Value {
+    let Some(c) = config.as_object() else {
+        return config.clone();
+    };
+    let mut rule = serde_json::Map::new();
+    rule.insert("stance".into(), json!("require-approval"));
+    let amount = access(
+        c.get("amountPath")
+            .and_then(Value::as_str)
+            .unwrap_or("/amount"),
+    );
+    for (k, v) in c {
+        match k.as_str() {
+            "maxAmount" => {
+                rule.insert(
+                    "when".into(),
+                    json!(format!("phase != 'discovery' && {amount} > {v}")),
+                );
+            }
+            "amountPath" => {}
+            "approvalType" if !v.is_null() => {
+                rule.insert("type".into(), v.clone());
+            }
+            "expiresInMs" if !v.is_null() => {
+                rule.insert("expiresInMs".into(), v.clone());
+            }
+            "approvalType" | "expiresInMs" | "label" => {}
+            other => {
+                rule.insert(other.into(), v.clone());
+            }
+        }
+    }
+    let limit = c.get("maxAmount").map(Value::to_string).unwrap_or_default();
+    let reason = match c.get("label") {
+        None => json!(format!("Refund of $${{{amount}}} exceeds ${limit}")),
+        Some(Value::String(label)) => json!(format!("{label} of $${{{amount}}} exceeds ${limit}")),
+        Some(other) => other.clone(),
+    };
+    rule.insert("reason".into(), reason);
+    json!({"rules": [rule]})
+}
+
+fn to_json(v: &toml::Value) -> Value {
+    serde_json::to_value(v).expect("TOML is JSON")
+}
+
+/// `plugins/conformance/refund-limit.toml` with every case's config replaced by its CEL twin.
+fn translated_cases() -> String {
+    let text = std::fs::read_to_string(root().join("plugins/conformance/refund-limit.toml"))
+        .expect("read the refund-limit cases");
+    let mut doc: toml::Table = toml::from_str(&text).expect("the case file parses");
+    let defaults = doc
+        .get_mut("defaults")
+        .and_then(toml::Value::as_table_mut)
+        .expect("[defaults]");
+    let default_config = to_json(&defaults.remove("config").expect("defaults.config"));
+    let cases = doc
+        .get_mut("case")
+        .and_then(toml::Value::as_array_mut)
+        .expect("[[case]]");
+    assert!(cases.len() >= 40, "{} cases", cases.len());
+    for case in cases.iter_mut() {
+        let case = case.as_table_mut().expect("a case is a table");
+        let config = match (case.remove("config"), case.remove("config_json")) {
+            (Some(c), _) => to_json(&c),
+            (None, Some(text)) => {
+                serde_json::from_str(text.as_str().expect("config_json is text")).expect("JSON")
+            }
+            (None, None) => default_config.clone(),
+        };
+        case.insert(
+            "config_json".into(),
+            toml::Value::String(cel_twin(&config).to_string()),
+        );
+    }
+    toml::to_string(&doc).expect("serialize")
+}
+
+#[test]
+fn cel_decides_every_refund_limit_case_like_the_refund_limit_plugins() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cases = dir.path().join("refund-limit-cel.toml");
+    std::fs::write(&cases, translated_cases()).expect("write cases");
+    // The same cases, unchanged, still pass against the Rust build (so the translation is
+    // what differs, not the cases); the conformance module runs all three languages.
+    let out = Command::new(env!("CARGO_BIN_EXE_capgate"))
+        .args(["plugin", "test", "cel", "--cases"])
+        .arg(&cases)
+        .output()
+        .expect("run capgate plugin test");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
+}
+
+#[test]
+fn check_places_a_syntax_error_a_type_error_and_an_unknown_field_at_their_character() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = deployment(
+        dir.path(),
+        |t| {
+            t.replace(
+                "policies = [\"orgIsolation\", \"refundLimit\"]",
+                "policies = [\"orgIsolation\", \"refundLimit\", \"rules\"]",
+            )
+        },
+        "[policies.rules]\nplugin = \"cel\"\n\n\
+         [[policies.rules.config.rules]]\n\
+         when = \"input.amount > > 500\"\n\
+         stance = \"deny\"\n\n\
+         [[policies.rules.config.rules]]\n\
+         when = \"input.amount > '500'\"\n\
+         stance = \"deny\"\n\n\
+         [[policies.rules.config.rules]]\n\
+         when = \"input.amout > 500\"\n\
+         stance = \"require-approval\"\n\
+         reason = \"Refund of $${input.amount} needs a manager\"\n",
+    );
+    let stderr = refused_by_check(&config);
+    let text = std::fs::read_to_string(&config).expect("read");
+    // Where each `when` value starts in the file (1-based line; column of its first character).
+    let place = |needle: &str, char_in_value: usize| {
+        let at = text.find(needle).expect("the rule is in the file");
+        let line = text[..at].matches('\n').count() + 1;
+        let column = at - text[..at].rfind('\n').map_or(0, |i| i + 1) + 1 + char_in_value;
+        format!("{}:{line}:{column}:", config.display())
+    };
+    for (needle, offset, what) in [
+        ("input.amount > > 500", 15, "CEL syntax error"),
+        (
+            "input.amount > '500'",
+            13,
+            "CEL type error: cannot order a number against a string",
+        ),
+        (
+            "input.amout > 500",
+            5,
+            "`input.amout` is not in the input schema of capability `orders.refund`",
+        ),
+    ] {
+        let at = place(needle, offset);
+        assert!(
+            stderr
+                .lines()
+                .any(|l| l.starts_with(&at) && l.contains(what)),
+            "no `{what}` at {at}:\n{stderr}"
+        );
+    }
+}
+
+#[test]
+fn inspect_shows_the_rules_of_a_cel_policy() {
+    let out = Command::new(env!("CARGO_BIN_EXE_capgate"))
+        .args(["inspect", "--config"])
+        .arg(example_config())
+        .args(["--output", "json"])
+        .output()
+        .expect("run capgate inspect");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let inventory: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        inventory["rules"],
+        json!([{
+            "policy": "refundLimitCel",
+            "plugin": "cel",
+            "rules": [{
+                "when": "phase != 'discovery' && input.amount > 500",
+                "stance": "require-approval",
+                "type": "manager",
+                "reason": "Refund of $${input.amount} exceeds $500",
+            }],
+        }])
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_capgate"))
+        .args(["inspect", "--config"])
+        .arg(example_config())
+        .output()
+        .expect("run capgate inspect");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("policy refundLimitCel (cel): 1 rules")
+            && table.contains("1. when phase != 'discovery' && input.amount > 500  =>  require-approval (manager): Refund of $${input.amount} exceeds $500"),
+        "{table}"
+    );
+}
+
+#[test]
+fn the_cel_twin_of_refund_limit_passes_every_shipped_scenario() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // refundLimit's binding becomes the twin's: same name (the scenarios' events name it),
+    // the CEL rule instead of the plugin.
+    let config = deployment(
+        dir.path(),
+        |t| {
+            let swapped = t
+                .replace(
+                    "[policies.refundLimit]\nplugin = \"refund-limit\"\nconfig = { maxAmount = 500, approvalType = \"manager\" }\n",
+                    "",
+                )
+                .replace("[policies.refundLimitCel]", "[policies.refundLimit]")
+                .replace("[[policies.refundLimitCel.", "[[policies.refundLimit.");
+            assert!(
+                !swapped.contains("refund-limit\"") && swapped.contains("plugin = \"cel\""),
+                "the example's refundLimit bindings changed"
+            );
+            swapped
+        },
+        "",
+    );
+    let stdout = shipped_scenarios_pass(&config);
+    let summary = stdout.lines().last().unwrap_or_default();
+    assert!(summary.contains(" 0 failed"), "{summary}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("PASS") && l.contains("walkthrough: Dana's $649 refund")),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn the_redact_redactor_passes_its_cases() {
+    let out = Command::new(env!("CARGO_BIN_EXE_capgate"))
+        .args(["plugin", "test", "redact", "--cases"])
+        .arg(root().join("plugins/conformance/redact.toml"))
+        .output()
+        .expect("run capgate plugin test");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("8 passed, 0 failed"), "{stdout}");
+}
+
+#[test]
+fn a_redact_binding_strips_the_example_output_and_check_refuses_a_pointer_the_schema_lacks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // stripGatewayRef becomes a `redact` binding: the example's scenarios still pass, and
+    // they check that `/gatewayRef` is absent from every refund answer whose stubbed
+    // payment service sent one.
+    let swap = |t: String| {
+        let swapped = t.replace(
+            "[redactors.stripGatewayRef]\nplugin = \"pii-redactor\"\nconfig = { paths = [\"/gatewayRef\"], emails = false, phones = false, cards = false }",
+            "[redactors.stripGatewayRef]\nplugin = \"redact\"\nconfig = { drop = [\"/gatewayRef\"] }",
+        );
+        assert_ne!(swapped, t, "the example's stripGatewayRef changed");
+        swapped
+    };
+    shipped_scenarios_pass(&deployment(dir.path(), swap, ""));
+
+    let typo = tempfile::tempdir().expect("tempdir");
+    let config = deployment(
+        typo.path(),
+        |t| {
+            swap(t).replace(
+                "config = { drop = [\"/gatewayRef\"] }",
+                "config = { drop = [\"/gatewayRefs\"] }",
+            )
+        },
+        "",
+    );
+    let stderr = refused_by_check(&config);
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("redactors.stripGatewayRef.config.drop")
+                && l.contains(
+                    "`/gatewayRefs` is not in the output schema of capability `orders.refund`"
+                )),
+        "{stderr}"
+    );
+}
+
+/// `capgate test --config CONFIG` over the example's shipped scenarios passes; its stdout.
+fn shipped_scenarios_pass(config: &std::path::Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_capgate"))
+        .args(["test", "--config"])
+        .arg(config)
+        .arg("examples/customer-support/scenarios")
+        .current_dir(root())
+        .env("CAPGATE_LOG", "warn")
+        .output()
+        .expect("run capgate test");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// `capgate check --config CONFIG` refuses the file (exit 1); its stderr.
+fn refused_by_check(config: &std::path::Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_capgate"))
+        .args(["check", "--config"])
+        .arg(config)
+        .output()
+        .expect("run capgate check");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    stderr
+}
