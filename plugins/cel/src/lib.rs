@@ -19,7 +19,9 @@ use capgate_plugin::{Decision, Policy, PolicyRequest, Value as Json, export_poli
 use cel::objects::Map;
 use cel::{Context, Program, Value};
 use serde::Deserialize;
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::rc::Rc;
 use std::sync::Arc;
 
 #[derive(Deserialize)]
@@ -187,7 +189,7 @@ fn wire<T: serde::Serialize>(t: &T) -> Value {
 }
 
 fn variables(request: &PolicyRequest) -> Result<Context<'static, 'static>, String> {
-    let mut ctx = Context::default();
+    let mut ctx = Context::with_env(STDLIB.with(Arc::clone));
     ctx.add_variable_from_value("phase", wire(&request.phase));
     ctx.add_variable_from_value("surface", wire(&request.surface));
     let c = &request.capability;
@@ -221,11 +223,34 @@ fn variables(request: &PolicyRequest) -> Result<Context<'static, 'static>, Strin
     Ok(ctx)
 }
 
+thread_local! {
+    /// The rules of the last configuration seen, compiled. capgate runs its shipped
+    /// plugins pooled: an instance serves many calls of one binding, and parsing the rules
+    /// again on every call would be most of the call. It holds the binding's configuration
+    /// only, never anything of a request.
+    static COMPILED: RefCell<Option<(String, Rc<Vec<Rule>>)>> = const { RefCell::new(None) };
+    /// CEL's standard functions, built once per instance instead of once per call.
+    static STDLIB: Arc<cel::Env> = Arc::new(cel::Env::stdlib());
+}
+
+fn rules(config_json: &str) -> Result<Rc<Vec<Rule>>, String> {
+    if let Some(rules) = COMPILED.with_borrow(|c| {
+        c.as_ref()
+            .filter(|(text, _)| text == config_json)
+            .map(|(_, r)| Rc::clone(r))
+    }) {
+        return Ok(rules);
+    }
+    let rules = Rc::new(compile(config_json)?);
+    COMPILED.set(Some((config_json.to_string(), Rc::clone(&rules))));
+    Ok(rules)
+}
+
 struct Cel;
 
 impl Policy for Cel {
     fn evaluate(request: PolicyRequest) -> Result<Decision, String> {
-        let rules = compile(&request.config_json)?;
+        let rules = rules(&request.config_json)?;
         let ctx = variables(&request)?;
         for (i, rule) in rules.iter().enumerate() {
             match rule.when.execute(&ctx) {

@@ -4,7 +4,7 @@
 use capgate_core::actor::{Actor, ActorKind, Surface};
 use capgate_core::meta::{Risk, SideEffect};
 use capgate_core::policy::{CapabilityInfo, Phase, PolicyDecision, PolicyRequest, SharedJson};
-use capgate_wasm::{Binding, CallError, Limits, Plugin, WasmHost};
+use capgate_wasm::{Binding, CallError, Isolation, Limits, Plugin, WasmHost, WasmPolicy};
 use serde_json::{Value, json};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -14,6 +14,11 @@ async fn evaluate(
     limits: Limits,
     input: Value,
 ) -> Result<PolicyDecision, CallError> {
+    let policy = bind(config, limits, Isolation::Fresh);
+    decide(&policy, input).await
+}
+
+fn bind(config: Value, limits: Limits, isolation: Isolation) -> WasmPolicy {
     // Compiled once for every test of this binary.
     static PLUGIN: OnceLock<Arc<Plugin>> = OnceLock::new();
     let plugin = PLUGIN.get_or_init(|| {
@@ -23,9 +28,17 @@ async fn evaluate(
             .load_shipped(None, cel.name, cel.wasm, cel.sha256)
             .expect("the shipped CEL policy loads")
     });
-    let policy = plugin
-        .policy(Binding::new("t").config(config).limits(limits))
-        .expect("it exports the policy interface");
+    plugin
+        .policy(
+            Binding::new("t")
+                .config(config)
+                .limits(limits)
+                .isolation(isolation),
+        )
+        .expect("it exports the policy interface")
+}
+
+async fn decide(policy: &WasmPolicy, input: Value) -> Result<PolicyDecision, CallError> {
     let capability = CapabilityInfo {
         id: "orders.refund".into(),
         side_effect: SideEffect::Write,
@@ -117,5 +130,38 @@ async fn an_evaluation_error_or_a_non_bool_is_an_error_never_an_allow() {
     ] {
         let out = evaluate(rules(when), Limits::default(), json!({"amount": 5})).await;
         assert!(matches!(out, Err(CallError::Guest(_))), "{when}: {out:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_pooled_instance_decides_each_call_on_its_own_input_and_its_own_binding() {
+    // capgate binds its shipped plugins pooled: an instance serves call after call, and
+    // two bindings of the same plugin may share instances. Each call still decides on its
+    // own input and its own binding's rules, never on what an earlier call left behind.
+    let limit = |max: i64| {
+        bind(
+            json!({"rules": [{"when": format!("input.amount > {max}"), "stance": "deny", "reason": format!("over {max}")}]}),
+            Limits::default(),
+            Isolation::pooled(),
+        )
+    };
+    let (low, high) = (limit(100), limit(1000));
+    for round in 0..3 {
+        for (policy, amount, denied) in [
+            (&low, 500, true),
+            (&high, 500, false),
+            (&low, 50, false),
+            (&high, 5000, true),
+        ] {
+            let out = decide(policy, json!({"amount": amount})).await;
+            assert_eq!(
+                matches!(out, Ok(PolicyDecision::Deny { .. })),
+                denied,
+                "round {round}, {amount}: {out:?}"
+            );
+        }
+        // An input without the field is an error, not the amount of the call before.
+        let out = decide(&low, json!({})).await;
+        assert!(matches!(out, Err(CallError::Guest(_))), "{out:?}");
     }
 }

@@ -34,10 +34,18 @@ pub(super) fn isolation_of(p: Option<&PluginSection>) -> Isolation {
 }
 
 pub(super) fn binding_of(name: &str, b: &BindingSection, p: Option<&PluginSection>) -> Binding {
+    // A shipped plugin (no [plugins.NAME] of its own) runs pooled: it is capgate's own code
+    // and keeps nothing between calls but its compiled configuration, so reusing its
+    // instances within a namespace shares nothing a fresh one would not, and spares the
+    // CEL parser's start-up on every call (README "Policies without a plugin").
+    let isolation = match p {
+        None if capgate_builtin::get(&b.plugin).is_some() => Isolation::pooled(),
+        _ => isolation_of(p),
+    };
     Binding::new(name)
         .config(b.config.clone())
         .limits(limits_of(p, Limits::default()))
-        .isolation(isolation_of(p))
+        .isolation(isolation)
         .reserve(reserve_of(p))
 }
 
