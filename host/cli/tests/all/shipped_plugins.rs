@@ -3,7 +3,8 @@
 //! plugins do (each case's config translated into CEL rules), `capgate check` places a
 //! syntax error, a type error and an unknown input field at their line and column,
 //! `inspect` shows the rules, and the example's CEL twin of refundLimit passes every
-//! shipped scenario. The declarative redactor (`plugin = "redact"`) passes its cases, and a
+//! shipped scenario, and in shadow mode records where it would have decided otherwise. The
+//! declarative redactor (`plugin = "redact"`) passes its cases, and a
 //! pointer its capability's output schema lacks is refused by `check`.
 
 use crate::common;
@@ -350,4 +351,72 @@ fn refused_by_check(config: &std::path::Path) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     stderr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cel_policy_in_shadow_mode_records_where_it_would_have_decided_otherwise() {
+    // The rollout step before enforcing a stricter limit: the CEL twin with a $100 limit
+    // rides along refundLimit in shadow mode. A $120 refund completes (refundLimit allows
+    // it) and records one divergence naming the CEL policy; a $50 refund records none.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = deployment(
+        dir.path(),
+        |t| {
+            let edited = t
+                .replace(
+                    "policies = [\"orgIsolation\", \"refundLimit\"]",
+                    "policies = [\"orgIsolation\", \"refundLimit\", \"refundLimitCel\"]",
+                )
+                .replace(
+                    "[policies.refundLimitCel]\nplugin = \"cel\"\n",
+                    "[policies.refundLimitCel]\nplugin = \"cel\"\nmode = \"shadow\"\n",
+                )
+                .replace(
+                    "when = \"phase != 'discovery' && input.amount > 500\"",
+                    "when = \"phase != 'discovery' && input.amount > 100\"",
+                );
+            assert_eq!(edited.matches("input.amount > 100").count(), 1);
+            edited
+        },
+        "",
+    );
+    let store = format!("sqlite://{}", dir.path().join("capgate.db").display());
+    let server = Server::start(&config, &store);
+    let agent = format!("{}/agent/invoke", server.base);
+    let dana = Caller::new("dana-dev-key");
+    let mut executions = Vec::new();
+    for (i, amount) in [120, 50].into_iter().enumerate() {
+        let (status, body) = dana
+            .post(
+                &agent,
+                &json!({"capabilityId": "orders.refund", "invocationId": format!("cel-{i}"),
+                        "input": {"orderId": "ord_43", "amount": amount, "reason": "late"}}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["status"], "completed", "{body}");
+        executions.push(
+            body["executionId"]
+                .as_str()
+                .expect("executionId")
+                .to_string(),
+        );
+    }
+    let out = capgate(&[
+        "audit",
+        "query",
+        "--store",
+        &store,
+        "--type",
+        "capgate.policy.shadow_divergence",
+    ]);
+    let events: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(events.len(), 1, "{out}");
+    assert_eq!(events[0]["executionId"], executions[0].as_str());
+    assert_eq!(events[0]["data"]["policy"], "refundLimitCel");
+    assert_eq!(events[0]["data"]["wouldBe"], "require-approval");
+    assert_eq!(events[0]["data"]["outcome"], "allow");
 }
