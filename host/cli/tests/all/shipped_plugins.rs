@@ -420,3 +420,24 @@ async fn a_cel_policy_in_shadow_mode_records_where_it_would_have_decided_otherwi
     assert_eq!(events[0]["data"]["wouldBe"], "require-approval");
     assert_eq!(events[0]["data"]["outcome"], "allow");
 }
+
+#[test]
+fn a_plugins_section_named_like_a_shipped_plugin_is_refused() {
+    // What capgate's build pinned cannot be replaced by a file of the same name.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = deployment(
+        dir.path(),
+        |t| t,
+        &format!(
+            "[plugins.cel]\npath = \"refund_limit.wasm\"\nsha256 = \"{}\"\n",
+            "0".repeat(64)
+        ),
+    );
+    let stderr = refused_by_check(&config);
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains(": plugins.cel: `cel` ships with capgate")),
+        "{stderr}"
+    );
+}
