@@ -12,8 +12,7 @@
 //! Figures compare only within one run on one machine: read the ratios to `native`.
 
 use capgate_core::actor::{Actor, ActorKind, Surface};
-use capgate_core::meta::{Risk, SideEffect};
-use capgate_core::policy::{CapabilityInfo, Phase, Policy, PolicyRequest, SharedJson};
+use capgate_core::policy::{Phase, Policy, PolicyRequest, SharedJson};
 use capgate_wasm::{Binding, Isolation, PluginDir, ReserveOptions, WasmHost};
 use serde_json::json;
 use std::sync::Arc;
@@ -87,12 +86,7 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    let capability = CapabilityInfo {
-        id: "orders.refund".into(),
-        side_effect: SideEffect::Write,
-        risk: Risk::High,
-        tags: vec![],
-    };
+    let capability = capgate_testkit::walkthrough::refund_info();
     let actor = Actor {
         id: "u_dana".into(),
         kind: ActorKind::User,

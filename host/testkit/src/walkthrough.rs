@@ -3,7 +3,7 @@
 
 use capgate_core::actor::Surface;
 use capgate_core::meta::{CapabilityMeta, Risk, SideEffect};
-use capgate_core::policy::{FnPolicy, PolicyDecision, policy_sync};
+use capgate_core::policy::{CapabilityInfo, FnPolicy, PolicyDecision, policy_sync};
 use capgate_core::procedure::{Procedure, handler};
 use serde_json::json;
 use std::sync::Arc;
@@ -17,6 +17,16 @@ pub fn refund_meta() -> CapabilityMeta {
         Surface::Mcp,
         Surface::Direct,
     ])
+}
+
+/// `orders.refund` as a policy is told about it (what a policy request carries).
+pub fn refund_info() -> CapabilityInfo {
+    CapabilityInfo {
+        id: "orders.refund".into(),
+        side_effect: SideEffect::Write,
+        risk: Risk::High,
+        tags: vec![],
+    }
 }
 
 /// The walkthrough's refund limit written natively (what the `refund-limit` plugin decides),

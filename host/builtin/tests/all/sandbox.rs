@@ -2,8 +2,7 @@
 //! that would run away is cut by fuel or the deadline and fails closed, like any plugin.
 
 use capgate_core::actor::{Actor, ActorKind, Surface};
-use capgate_core::meta::{Risk, SideEffect};
-use capgate_core::policy::{CapabilityInfo, Phase, PolicyDecision, PolicyRequest, SharedJson};
+use capgate_core::policy::{Phase, PolicyDecision, PolicyRequest, SharedJson};
 use capgate_wasm::{Binding, CallError, Isolation, Limits, Plugin, WasmHost, WasmPolicy};
 use serde_json::{Value, json};
 use std::sync::{Arc, OnceLock};
@@ -39,12 +38,7 @@ fn bind(config: Value, limits: Limits, isolation: Isolation) -> WasmPolicy {
 }
 
 async fn decide(policy: &WasmPolicy, input: Value) -> Result<PolicyDecision, CallError> {
-    let capability = CapabilityInfo {
-        id: "orders.refund".into(),
-        side_effect: SideEffect::Write,
-        risk: Risk::High,
-        tags: vec![],
-    };
+    let capability = capgate_testkit::walkthrough::refund_info();
     let actor = Actor {
         id: "u_dana".into(),
         kind: ActorKind::User,

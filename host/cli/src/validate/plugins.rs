@@ -315,39 +315,45 @@ impl Validation<'_> {
     /// at its character inside the expression).
     pub(super) fn shipped_bindings(&mut self) {
         let cfg = self.cfg;
+        let shipped = |b: &BindingSection| {
+            capgate_builtin::get(&b.plugin).is_some() && !cfg.plugins.contains_key(&b.plugin)
+        };
+        if !cfg
+            .policies
+            .values()
+            .chain(cfg.redactors.values())
+            .any(shipped)
+        {
+            return;
+        }
+        // Each capability's schemas read once (a schema may be a file), not per binding.
+        let resolve = |s: &Option<capgate_config::SchemaRef>| {
+            s.as_ref().and_then(|s| cfg.resolve_schema(s).ok())
+        };
+        let schemas: Vec<(Option<serde_json::Value>, Option<serde_json::Value>)> = cfg
+            .capabilities
+            .iter()
+            .map(|c| (resolve(&c.input_schema), resolve(&c.output_schema)))
+            .collect();
         for (section, bindings) in [("policies", &cfg.policies), ("redactors", &cfg.redactors)] {
-            for (name, b) in bindings {
-                if capgate_builtin::get(&b.plugin).is_none() || cfg.plugins.contains_key(&b.plugin)
-                {
-                    continue;
-                }
-                let everywhere = section == "policies" && cfg.runtime.policies.contains(name);
-                let schemas: Vec<(String, Option<serde_json::Value>)> = cfg
+            let policy = section == "policies";
+            for (name, b) in bindings.iter().filter(|(_, b)| shipped(b)) {
+                let everywhere = policy && cfg.runtime.policies.contains(name);
+                let attached: Vec<capgate_builtin::Attached<'_>> = cfg
                     .capabilities
                     .iter()
-                    .filter(|c| {
+                    .zip(&schemas)
+                    .filter(|(c, _)| {
                         everywhere
-                            || if section == "policies" {
+                            || if policy {
                                 c.policies.contains(name)
                             } else {
                                 c.redactors.contains(name)
                             }
                     })
-                    .map(|c| {
-                        let schema = if section == "policies" {
-                            &c.input_schema
-                        } else {
-                            &c.output_schema
-                        };
-                        let schema = schema.as_ref().and_then(|s| cfg.resolve_schema(s).ok());
-                        (c.id.clone(), schema)
-                    })
-                    .collect();
-                let attached: Vec<capgate_builtin::Attached<'_>> = schemas
-                    .iter()
-                    .map(|(id, schema)| capgate_builtin::Attached {
-                        id,
-                        schema: schema.as_ref(),
+                    .map(|(c, (input, output))| capgate_builtin::Attached {
+                        id: &c.id,
+                        schema: if policy { input } else { output }.as_ref(),
                     })
                     .collect();
                 for found in capgate_builtin::check(&b.plugin, &b.config, &attached) {
