@@ -148,7 +148,8 @@ fn rendered(root: &Path) -> anyhow::Result<String> {
     fill(root, &text, &template.display().to_string())
 }
 
-/// `text` with every `@sha256:FILE@` and `@keyhash:KEY@` filled in; `origin` names it in errors.
+/// `text` with every `@sha256:FILE@` and `@keyhash:KEY@` filled in (any other `@kind:value@`
+/// is an error, an `@` of anything else is text); `origin` names it in errors.
 fn fill(root: &Path, text: &str, origin: &str) -> anyhow::Result<String> {
     let plugins = root.join("plugins/target/wasm32-wasip2/release");
     let mut out = String::with_capacity(text.len());
@@ -162,6 +163,13 @@ fn fill(root: &Path, text: &str, origin: &str) -> anyhow::Result<String> {
             break;
         };
         let token = &after[..end];
+        // A placeholder is `@kind:value@` without spaces; any other `@` (a Cedar
+        // annotation such as `@stance("hide")`) is text.
+        if !token.contains(':') || token.contains(char::is_whitespace) || token.contains('"') {
+            out.push('@');
+            rest = after;
+            continue;
+        }
         if let Some(file) = token.strip_prefix("sha256:") {
             let path = plugins.join(file);
             let bytes = std::fs::read(&path).with_context(|| {
