@@ -1,4 +1,4 @@
-//! Build the shipped plugins (plugins/cel, plugins/redact) for `wasm32-wasip2` from source, in the guest
+//! Build the shipped plugins (plugins/cel, plugins/cedar, plugins/redact) for `wasm32-wasip2` from source, in the guest
 //! workspace's own target directory (shared with `cargo xtask build-plugins`, so CI builds
 //! them once), and pin each by its SHA-256 for `include_bytes!`.
 
@@ -8,7 +8,11 @@ use std::process::Command;
 
 const TARGET: &str = "wasm32-wasip2";
 /// (package in plugins/, file it builds)
-const SHIPPED: &[(&str, &str)] = &[("cel-policy", "cel_policy.wasm"), ("redact", "redact.wasm")];
+const SHIPPED: &[(&str, &str)] = &[
+    ("cel-policy", "cel_policy.wasm"),
+    ("cedar-policy-plugin", "cedar_policy_plugin.wasm"),
+    ("redact", "redact.wasm"),
+];
 
 fn main() {
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
@@ -16,6 +20,7 @@ fn main() {
     let plugins = root.join("plugins");
     for watched in [
         "plugins/cel",
+        "plugins/cedar",
         "plugins/redact",
         "plugins/Cargo.toml",
         "plugins/Cargo.lock",

@@ -1,4 +1,4 @@
-//! Per-call cost of a policy written as a CEL rule next to the same policy as a Rust Wasm
+//! Per-call cost of a policy written as a CEL rule and as a Cedar policy set next to the same policy as a Rust Wasm
 //! plugin (`refund-limit`) and natively (README "Policies without a plugin"): one call in
 //! flight, `Instant` around each evaluation, nearest-rank percentiles, warm-up excluded.
 //!
@@ -48,6 +48,15 @@ fn main() {
     let cel = host
         .load_shipped(Some(&pdir), cel.name, cel.wasm, cel.sha256)
         .expect("load cel");
+    let cedar = &capgate_builtin::CEDAR;
+    let cedar = host
+        .load_shipped(Some(&pdir), cedar.name, cedar.wasm, cedar.sha256)
+        .expect("load cedar");
+    let cedar_config = json!({"policies": "permit(principal, action, resource);\n\
+        @stance(\"require-approval\")\n@type(\"manager\")\n\
+        @reason(\"Refund of $${context.input.amount} exceeds $500\")\n\
+        forbid(principal, action, resource)\n\
+        when { context.phase != \"discovery\" && context.input.amount.greaterThan(decimal(\"500.0\")) };"});
     let rust_config = json!({"maxAmount": 500, "approvalType": "manager"});
     let cel_config = json!({"rules": [{
         "when": "phase != 'discovery' && input.amount > 500",
@@ -77,10 +86,18 @@ fn main() {
         ),
         ("cel, pooled", bind(&cel, &cel_config, Isolation::pooled())),
         (
+            "cedar, pooled",
+            bind(&cedar, &cedar_config, Isolation::pooled()),
+        ),
+        (
             "rust plugin, fresh",
             bind(&rust, &rust_config, Isolation::Fresh),
         ),
         ("cel, fresh", bind(&cel, &cel_config, Isolation::Fresh)),
+        (
+            "cedar, fresh",
+            bind(&cedar, &cedar_config, Isolation::Fresh),
+        ),
     ];
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -3,7 +3,7 @@
 //!
 //! A policy such as "refunds over 500 need a manager" should not need a crate, a build and
 //! a pin of its own. capgate ships policy components that are configured with expressions
-//! instead: `[policies.X] plugin = "cel"` needs no `[plugins.cel]` section. Each one is a
+//! instead: `[policies.X] plugin = "cel"` (or `"cedar"`) needs no `[plugins.cel]` section. Each one is a
 //! WebAssembly component like any other (same sandbox, fuel, deadline and memory cap, fails
 //! closed), built from source under `plugins/` by this crate's build script and embedded
 //! with the SHA-256 the build computed, so the binary pins it as a deployment pins its own
@@ -15,10 +15,16 @@
 //! assert!(cel.wasm.starts_with(b"\0asm"));
 //! ```
 //!
+//! [`cedar::check`] checks a `cedar` binding's shape, and [`cedar::check_config`] gives the
+//! shipped component itself a Cedar schema generated from the capabilities the binding is
+//! attached to, so it parses and validates the set with the very crate its calls run (the
+//! host does not link Cedar; see [`cedar`]).
+//!
 //! [`cel::check`] compiles a `cel` binding's expressions with the same parser the component
 //! runs, and types them against each capability's input schema, so a syntax error, a type
 //! error or a field the schema does not have is reported at its place in the file.
 
+pub mod cedar;
 pub mod cel;
 pub mod redact;
 
@@ -53,8 +59,16 @@ pub static REDACT: Builtin = Builtin {
     sha256: include_str!(concat!(env!("OUT_DIR"), "/redact.wasm.sha256")),
 };
 
+/// The Cedar policy (`plugins/cedar`).
+pub static CEDAR: Builtin = Builtin {
+    name: "cedar",
+    summary: "policy: a Cedar policy set (forbid wins; @stance for hide and require-approval)",
+    wasm: include_bytes!(concat!(env!("OUT_DIR"), "/cedar_policy_plugin.wasm")),
+    sha256: include_str!(concat!(env!("OUT_DIR"), "/cedar_policy_plugin.wasm.sha256")),
+};
+
 /// Every shipped plugin.
-pub static ALL: &[&Builtin] = &[&CEL, &REDACT];
+pub static ALL: &[&Builtin] = &[&CEL, &CEDAR, &REDACT];
 
 /// The shipped plugin called `name`, if there is one.
 pub fn get(name: &str) -> Option<&'static Builtin> {
@@ -82,6 +96,20 @@ pub enum Problem {
     #[error("CEL type error: {message}")]
     Type {
         /// What does not type.
+        message: String,
+    },
+    /// A Cedar policy set does not parse.
+    #[error("Cedar syntax error: {message}")]
+    CedarSyntax {
+        /// Cedar's message.
+        message: String,
+    },
+    /// A Cedar policy set does not validate against the schema generated from the
+    /// capabilities it is attached to (an unknown attribute, a type error, an unknown
+    /// action).
+    #[error("Cedar validation error: {message}")]
+    CedarValidation {
+        /// Cedar's message.
         message: String,
     },
     /// An expression reads a field the capability's input schema does not have (or a
@@ -130,7 +158,8 @@ impl fmt::Display for Found {
     }
 }
 
-/// The load-time check of a shipped plugin's binding (`cel` policies, `redact` redactors)
+/// The load-time check of a shipped plugin's binding (`cel` and `cedar` policies, `redact`
+/// redactors; a `cedar` config with `policiesFile` inlined first by [`cedar::inline`])
 /// against the capabilities it is attached to; nothing for other plugins.
 pub fn check(
     plugin: &str,
@@ -139,6 +168,7 @@ pub fn check(
 ) -> Vec<Found> {
     match plugin {
         "cel" => cel::check(config, capabilities),
+        "cedar" => cedar::check(config, capabilities),
         "redact" => redact::check(config, capabilities),
         _ => Vec::new(),
     }

@@ -60,8 +60,8 @@ pub struct Inventory {
     pub shadow_policies: Vec<String>,
     /// One row per capability, by id.
     pub capabilities: Vec<Row>,
-    /// The rules of every policy written as expressions (`plugin = "cel"`), by name: what
-    /// a reviewer reads instead of a plugin's source.
+    /// The rules of every policy written as expressions (`plugin = "cel"` or `"cedar"`), by
+    /// name: what a reviewer reads instead of a plugin's source.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<RulePolicy>,
 }
@@ -72,10 +72,18 @@ pub struct Inventory {
 pub struct RulePolicy {
     /// The binding's name.
     pub policy: String,
-    /// The shipped plugin (`cel`).
+    /// The shipped plugin (`cel` or `cedar`).
     pub plugin: String,
-    /// The rules as written (`when`, `stance`, …); the first whose `when` holds decides.
+    /// A `cel` policy's rules as written (`when`, `stance`, …); the first whose `when`
+    /// holds decides.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<serde_json::Value>,
+    /// A `cedar` policy's policy set as written inline.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policies: Option<String>,
+    /// A `cedar` policy's `policiesFile` and the SHA-256 that pins it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policies_file: Option<String>,
 }
 
 /// Read `path` and take its inventory; a refused file has every problem located.
@@ -111,17 +119,30 @@ pub fn inventory(config: &Config) -> Inventory {
             .policies
             .iter()
             .filter(|(_, b)| {
-                b.plugin == capgate_builtin::CEL.name && !config.plugins.contains_key(&b.plugin)
+                [capgate_builtin::CEL.name, capgate_builtin::CEDAR.name]
+                    .contains(&b.plugin.as_str())
+                    && !config.plugins.contains_key(&b.plugin)
             })
-            .map(|(name, b)| RulePolicy {
-                policy: name.clone(),
-                plugin: b.plugin.clone(),
-                rules: b
-                    .config
-                    .get("rules")
-                    .and_then(serde_json::Value::as_array)
-                    .cloned()
-                    .unwrap_or_default(),
+            .map(|(name, b)| {
+                let text = |k: &str| {
+                    b.config
+                        .get(k)
+                        .and_then(serde_json::Value::as_str)
+                        .map(str::to_string)
+                };
+                RulePolicy {
+                    policy: name.clone(),
+                    plugin: b.plugin.clone(),
+                    rules: b
+                        .config
+                        .get("rules")
+                        .and_then(serde_json::Value::as_array)
+                        .cloned()
+                        .unwrap_or_default(),
+                    policies: text("policies"),
+                    policies_file: text("policiesFile")
+                        .map(|f| format!("{f} (sha256 {})", text("sha256").unwrap_or_default())),
+                }
             })
             .collect(),
     }
@@ -233,7 +254,27 @@ impl Inventory {
                 self.marked(&self.runtime_policies).join(", ")
             }
         ));
-        for p in &self.rules {
+        for p in self
+            .rules
+            .iter()
+            .filter(|p| p.plugin == capgate_builtin::CEDAR.name)
+        {
+            out.push_str(&format!(
+                "\npolicy {} (cedar): a satisfied forbid decides (@stance), else a satisfied permit allows, else deny\n",
+                p.policy
+            ));
+            if let Some(file) = &p.policies_file {
+                out.push_str(&format!("  policies from {file}\n"));
+            }
+            for line in p.policies.iter().flat_map(|t| t.lines()) {
+                out.push_str(&format!("  | {line}\n"));
+            }
+        }
+        for p in self
+            .rules
+            .iter()
+            .filter(|p| p.plugin == capgate_builtin::CEL.name)
+        {
             out.push_str(&format!(
                 "\npolicy {} ({}): {} rules, the first that holds decides, none allows\n",
                 p.policy,

@@ -56,6 +56,6 @@ pub use located::{Located, Problem};
 pub use model::*;
 
 /// The plugins that ship inside capgate (`capgate-builtin`), which a binding names without
-/// a `[plugins.NAME]` section (`plugin = "cel"`, `plugin = "redact"`). The file is read without loading them, so
+/// a `[plugins.NAME]` section (`plugin = "cel"`, `"cedar"`, `"redact"`). The file is read without loading them, so
 /// the names live here; the binary checks they are the ones it embeds.
-pub const SHIPPED_PLUGINS: &[&str] = &["cel", "redact"];
+pub const SHIPPED_PLUGINS: &[&str] = &["cel", "cedar", "redact"];

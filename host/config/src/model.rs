@@ -353,7 +353,8 @@ pub struct PluginSection {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BindingSection {
     /// The plugin: the name of a `[plugins.NAME]`, or of a plugin that ships with capgate
-    /// (`cel`, a policy of CEL rules in `config.rules`; `redact`, a redactor of JSON
+    /// (`cel`, a policy of CEL rules in `config.rules`; `cedar`, a policy of a Cedar policy
+    /// set in `config.policies` or `config.policiesFile`; `redact`, a redactor of JSON
     /// pointers in `config.drop` / `config.mask`; README "Policies without a plugin").
     pub plugin: String,
     /// Phases (policies only).

@@ -157,10 +157,15 @@ pub fn validate(path: &Path) -> Result<Checked, Refused> {
     };
     let identity = v.identity();
     let plugins = v.plugins();
-    v.shipped_bindings();
+    v.shipped_bindings(&plugins);
     let policies = v.bindings("policies", &config.policies, &plugins, |plugin, b, name| {
         let mut p = plugin
-            .policy(binding_of(name, b, plugins_section(&config, &b.plugin)))?
+            .policy(binding_of(
+                &config,
+                name,
+                b,
+                plugins_section(&config, &b.plugin),
+            ))?
             .with_revision(&config.revision);
         if let Some(phases) = &b.phases {
             p = p.with_phases(phases.iter().copied());
@@ -176,7 +181,12 @@ pub fn validate(path: &Path) -> Result<Checked, Refused> {
         &config.redactors,
         &plugins,
         |plugin, b, name| {
-            let r = plugin.redactor(binding_of(name, b, plugins_section(&config, &b.plugin)))?;
+            let r = plugin.redactor(binding_of(
+                &config,
+                name,
+                b,
+                plugins_section(&config, &b.plugin),
+            ))?;
             Ok(Arc::new(r) as Arc<dyn Redactor>)
         },
     );

@@ -33,7 +33,24 @@ pub(super) fn isolation_of(p: Option<&PluginSection>) -> Isolation {
     }
 }
 
-pub(super) fn binding_of(name: &str, b: &BindingSection, p: Option<&PluginSection>) -> Binding {
+/// The config a binding's plugin is given: as written, except that a shipped `cedar`
+/// policy's `policiesFile` is read (relative to the configuration) and inlined once its
+/// SHA-256 matches. A file that cannot be, stays unresolved: the component refuses it on
+/// every call, and `check` (which every load runs first) has already refused the file.
+pub(super) fn shipped_config(cfg: &Config, b: &BindingSection) -> serde_json::Value {
+    if b.plugin != "cedar" || cfg.plugins.contains_key(&b.plugin) {
+        return b.config.clone();
+    }
+    capgate_builtin::cedar::inline(&b.config, |path| std::fs::read(cfg.relative(path)))
+        .map_or_else(|_| b.config.clone(), |i| i.config)
+}
+
+pub(super) fn binding_of(
+    cfg: &Config,
+    name: &str,
+    b: &BindingSection,
+    p: Option<&PluginSection>,
+) -> Binding {
     // A shipped plugin (no [plugins.NAME] of its own) runs pooled: it is capgate's own code
     // and keeps nothing between calls but its compiled configuration, so reusing its
     // instances within a namespace shares nothing a fresh one would not, and spares the
@@ -43,7 +60,7 @@ pub(super) fn binding_of(name: &str, b: &BindingSection, p: Option<&PluginSectio
         _ => isolation_of(p),
     };
     Binding::new(name)
-        .config(b.config.clone())
+        .config(shipped_config(cfg, b))
         .limits(limits_of(p, Limits::default()))
         .isolation(isolation)
         .reserve(reserve_of(p))
@@ -313,7 +330,7 @@ impl Validation<'_> {
     /// (every capability for a `[runtime] policies` one), a `redact` redactor's pointers
     /// against their output schemas; each problem at its place in the file (a CEL problem
     /// at its character inside the expression).
-    pub(super) fn shipped_bindings(&mut self) {
+    pub(super) fn shipped_bindings(&mut self, plugins: &BTreeMap<String, Arc<Plugin>>) {
         let cfg = self.cfg;
         let shipped = |b: &BindingSection| {
             capgate_builtin::get(&b.plugin).is_some() && !cfg.plugins.contains_key(&b.plugin)
@@ -356,17 +373,121 @@ impl Validation<'_> {
                         schema: if policy { input } else { output }.as_ref(),
                     })
                     .collect();
-                for found in capgate_builtin::check(&b.plugin, &b.config, &attached) {
-                    let pointer = format!("/{section}/{}/config{}", seg(name), found.pointer);
-                    let problem = match found.offset {
-                        Some(at) => self.doc.problem_in_string(&pointer, at, found.to_string()),
-                        None => self.doc.problem(&pointer, found.to_string()),
+                let base = format!("/{section}/{}/config", seg(name));
+                let (config, file) = if b.plugin == "cedar" {
+                    match capgate_builtin::cedar::inline(&b.config, |path| {
+                        std::fs::read(cfg.relative(path))
+                    }) {
+                        Ok(i) => (i.config, i.file),
+                        Err(e) => {
+                            let at = match e {
+                                capgate_builtin::cedar::FileError::Digest { .. } => "/sha256",
+                                _ => "/policiesFile",
+                            };
+                            let problem = self.doc.problem(&format!("{base}{at}"), e.to_string());
+                            self.problems.push(problem);
+                            continue;
+                        }
+                    }
+                } else {
+                    (b.config.clone(), None)
+                };
+                let mut found = capgate_builtin::check(&b.plugin, &config, &attached);
+                // A Cedar set whose shape is right is checked by the shipped component
+                // itself: parsed, its annotations read, validated against the schema
+                // generated from `attached` (the host does not link Cedar).
+                if b.plugin == "cedar"
+                    && found.is_empty()
+                    && let Some(plugin) = plugins.get("cedar")
+                {
+                    let given = capgate_builtin::cedar::check_config(&config, &attached);
+                    if let Err(e) = cedar_check(plugin, name, given) {
+                        match capgate_builtin::cedar::problems(&e) {
+                            Some(problems) => found = problems,
+                            None => {
+                                let problem = self.doc.problem(
+                                    &base,
+                                    format!("the Cedar policy cannot be checked: {e}"),
+                                );
+                                self.problems.push(problem);
+                            }
+                        }
+                    }
+                }
+                for found in found {
+                    let pointer = format!("{base}{}", found.pointer);
+                    let problem = match (&file, found.offset) {
+                        // Policies read from a file: the place is in that file.
+                        (Some((path, text)), at) if found.pointer == "/policies" => {
+                            let (line, column) = line_column(text, at.unwrap_or(0));
+                            self.doc.problem(
+                                &format!("{base}/policiesFile"),
+                                format!("{path}:{line}:{column}: {found}"),
+                            )
+                        }
+                        (_, Some(at)) => {
+                            self.doc.problem_in_string(&pointer, at, found.to_string())
+                        }
+                        (_, None) => self.doc.problem(&pointer, found.to_string()),
                     };
                     self.problems.push(problem);
                 }
             }
         }
     }
+}
+
+/// Give the shipped Cedar component a binding's config with the generated schema
+/// ([`capgate_builtin::cedar::check_config`]) on one call: it answers allow when the set
+/// validates, else its problems as the error. Driven here, synchronously, as `capgate plugin
+/// test` drives its cases.
+fn cedar_check(plugin: &Arc<Plugin>, name: &str, config: serde_json::Value) -> Result<(), String> {
+    use capgate_core::actor::ActorKind;
+    use capgate_core::policy::{PolicyRequest, SharedJson};
+    let policy = plugin
+        .policy(
+            Binding::new(name)
+                .config(config)
+                .isolation(Isolation::Fresh),
+        )
+        .map_err(|e| e.to_string())?;
+    let capability = CapabilityInfo {
+        id: "capgate.check".into(),
+        side_effect: capgate_core::meta::SideEffect::Read,
+        risk: capgate_core::meta::Risk::Low,
+        tags: Vec::new(),
+    };
+    let actor = Actor {
+        id: "capgate".into(),
+        kind: ActorKind::Service,
+        attributes: serde_json::Value::Null,
+    };
+    let shared = SharedJson::default();
+    let request = PolicyRequest {
+        phase: Phase::Discovery,
+        capability: &capability,
+        surface: Surface::Direct,
+        namespace: "",
+        actor: &actor,
+        context: &serde_json::Value::Null,
+        input: None,
+        execution_id: "",
+        approval: None,
+        shared: &shared,
+    };
+    match futures::executor::block_on(policy.evaluate_raw(&request, None)) {
+        Ok(_) => Ok(()),
+        Err(capgate_wasm::CallError::Guest(message)) => Err(message),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// 1-based line and column of the character at `chars` in `text`.
+fn line_column(text: &str, chars: usize) -> (usize, usize) {
+    let before: String = text.chars().take(chars).collect();
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
 }
 
 #[cfg(test)]

@@ -5,7 +5,10 @@
 //! `inspect` shows the rules, and the example's CEL twin of refundLimit passes every
 //! shipped scenario, and in shadow mode records where it would have decided otherwise. The
 //! declarative redactor (`plugin = "redact"`) passes its cases, and a
-//! pointer its capability's output schema lacks is refused by `check`.
+//! pointer its capability's output schema lacks is refused by `check`. The Cedar policy
+//! (`plugin = "cedar"`) decides the refund-limit cases alike wherever Cedar can represent
+//! the request (and fails closed where it cannot), `check` places its errors, its twin of
+//! refundLimit passes every shipped scenario, and a `policiesFile` is pinned by SHA-256.
 
 use crate::common;
 
@@ -90,6 +93,12 @@ fn to_json(v: &toml::Value) -> Value {
 
 /// `plugins/conformance/refund-limit.toml` with every case's config replaced by its CEL twin.
 fn translated_cases() -> String {
+    translated_cases_with(cel_twin, &[])
+}
+
+/// The case file with every config replaced by `twin(config)`, and each case named in
+/// `fails_closed` expecting a policy error instead of what it expects.
+fn translated_cases_with(twin: fn(&Value) -> Value, fails_closed: &[&str]) -> String {
     let text = std::fs::read_to_string(root().join("plugins/conformance/refund-limit.toml"))
         .expect("read the refund-limit cases");
     let mut doc: toml::Table = toml::from_str(&text).expect("the case file parses");
@@ -114,22 +123,161 @@ fn translated_cases() -> String {
         };
         case.insert(
             "config_json".into(),
-            toml::Value::String(cel_twin(&config).to_string()),
+            toml::Value::String(twin(&config).to_string()),
         );
+        let name = case
+            .get("name")
+            .and_then(toml::Value::as_str)
+            .unwrap_or_default();
+        if fails_closed.contains(&name) {
+            let expected = case
+                .get("expect")
+                .and_then(|e| e.get("decision"))
+                .and_then(toml::Value::as_str);
+            assert_ne!(expected, Some("error"), "{name} already expects an error");
+            let mut expect = toml::Table::new();
+            expect.insert("decision".into(), toml::Value::String("error".into()));
+            case.insert("expect".into(), toml::Value::Table(expect));
+        }
+    }
+    let names: Vec<&str> = cases
+        .iter()
+        .filter_map(|c| c.get("name").and_then(toml::Value::as_str))
+        .collect();
+    for name in fails_closed {
+        assert!(names.contains(name), "no case named {name:?}");
     }
     toml::to_string(&doc).expect("serialize")
 }
 
+/// A JSON pointer as a Cedar access on `context.input` (`/refund/total` →
+/// `context.input["refund"]["total"]`), and as a `@reason` hole path
+/// (`context.input.refund.total`). Cedar sets have no index: `/items/1` has no access.
+fn cedar_access(pointer: &str) -> (String, String) {
+    if pointer.is_empty() {
+        return ("context.input".into(), "context.input".into());
+    }
+    let Some(rest) = pointer.strip_prefix('/') else {
+        // Not a pointer: a missing attribute, an error on every call, as refund-limit's.
+        return (
+            "context.input.amountPath_is_not_a_json_pointer".into(),
+            "context.input.amountPath_is_not_a_json_pointer".into(),
+        );
+    };
+    let (mut access, mut hole) = (String::from("context.input"), String::from("context.input"));
+    for seg in rest.split('/') {
+        let seg = seg.replace("~1", "/").replace("~0", "~");
+        access.push_str(&format!(
+            "[{}]",
+            serde_json::to_string(&seg).expect("a string")
+        ));
+        hole.push('.');
+        hole.push_str(&seg);
+    }
+    (access, hole)
+}
+
+/// A Cedar string literal (the escapes Cedar reads: `\\`, `\"`).
+fn cedar_string(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// refund-limit's config as a Cedar policy set: permit everything, and forbid, with
+/// `@stance("require-approval")`, an amount over the limit outside discovery. A config
+/// refund-limit refuses becomes one the Cedar policy refuses: an unknown key stays, a
+/// missing `maxAmount` leaves no `policies`, a wrong type lands where Cedar rejects it.
+fn cedar_twin(config: &Value) -> Value {
+    let Some(c) = config.as_object() else {
+        return config.clone();
+    };
+    let mut out = serde_json::Map::new();
+    let (access, hole) = cedar_access(
+        c.get("amountPath")
+            .and_then(Value::as_str)
+            .unwrap_or("/amount"),
+    );
+    let mut notes = String::from("@stance(\"require-approval\")\n");
+    for (k, v) in c {
+        match (k.as_str(), v) {
+            ("maxAmount" | "amountPath" | "label", _) => {}
+            ("approvalType" | "expiresInMs", Value::Null) => {}
+            ("approvalType", Value::String(t)) => {
+                notes.push_str(&format!("@type({})\n", cedar_string(t)))
+            }
+            ("expiresInMs", v) => notes.push_str(&format!("@expiresInMs(\"{v}\")\n")),
+            (other, v) => {
+                out.insert(other.into(), v.clone());
+            }
+        }
+    }
+    let limit = c.get("maxAmount").map(Value::to_string).unwrap_or_default();
+    match c.get("label") {
+        None => notes.push_str(&format!(
+            "@reason({})\n",
+            cedar_string(&format!("Refund of $${{{hole}}} exceeds ${limit}"))
+        )),
+        Some(Value::String(label)) => notes.push_str(&format!(
+            "@reason({})\n",
+            cedar_string(&format!("{label} of $${{{hole}}} exceeds ${limit}"))
+        )),
+        // Not a string: a hole that names nothing the request has, refused as refund-limit
+        // refuses it.
+        Some(other) => notes.push_str(&format!("@reason(\"${{{other}}}\")\n")),
+    }
+    match c.get("maxAmount") {
+        None => {}
+        Some(Value::Number(n)) => {
+            let text = n.to_string();
+            let literal = if text.contains(['.', 'e', 'E']) {
+                text
+            } else {
+                format!("{text}.0")
+            };
+            out.insert(
+                "policies".into(),
+                json!(format!(
+                    "permit(principal, action, resource);\n{notes}forbid(principal, action, resource)\n\
+                     when {{ context.phase != \"discovery\" && {access}.greaterThan(decimal(\"{literal}\")) }};\n"
+                )),
+            );
+        }
+        // Not a number: not Cedar either.
+        Some(other) => {
+            out.insert("policies".into(), json!(other.to_string()));
+        }
+    }
+    Value::Object(out)
+}
+
+/// The refund-limit cases the Cedar policy fails closed on (a policy error where
+/// refund-limit decides): Cedar has no floating point, its `decimal` holds four decimals
+/// up to ±922337203685477, and its sets have no index.
+const CEDAR_CANNOT_REPRESENT: &[&str] = &[
+    "huge: 2^53 + 1 prints exactly",
+    "huge: u64::MAX prints exactly",
+    "huge: an integer past u64 becomes a double (1e+23)",
+    "huge: 1e300",
+    "huge limit, small amount",
+    "tiny: 1e-7 over a zero limit",
+    "amountPath through an array index",
+];
+
 #[test]
-fn cel_decides_every_refund_limit_case_like_the_refund_limit_plugins() {
+fn cedar_decides_every_refund_limit_case_it_can_represent_like_the_refund_limit_plugins() {
+    cases_pass(
+        "cedar",
+        &translated_cases_with(cedar_twin, CEDAR_CANNOT_REPRESENT),
+    );
+}
+
+/// `capgate plugin test PLUGIN --cases` over `cases` passes every case.
+fn cases_pass(plugin: &str, cases: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cases = dir.path().join("refund-limit-cel.toml");
-    std::fs::write(&cases, translated_cases()).expect("write cases");
-    // The same cases, unchanged, still pass against the Rust build (so the translation is
-    // what differs, not the cases); the conformance module runs all three languages.
+    let file = dir.path().join("cases.toml");
+    std::fs::write(&file, cases).expect("write cases");
     let out = Command::new(env!("CARGO_BIN_EXE_capgate"))
-        .args(["plugin", "test", "cel", "--cases"])
-        .arg(&cases)
+        .args(["plugin", "test", plugin, "--cases"])
+        .arg(&file)
         .output()
         .expect("run capgate plugin test");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -139,6 +287,13 @@ fn cel_decides_every_refund_limit_case_like_the_refund_limit_plugins() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
+}
+
+#[test]
+fn cel_decides_every_refund_limit_case_like_the_refund_limit_plugins() {
+    // The same cases, unchanged, pass against the Rust build (so the translation is what
+    // differs, not the cases); the conformance module runs all three languages.
+    cases_pass("cel", &translated_cases());
 }
 
 #[test]
@@ -197,7 +352,7 @@ fn check_places_a_syntax_error_a_type_error_and_an_unknown_field_at_their_charac
 }
 
 #[test]
-fn inspect_shows_the_rules_of_a_cel_policy() {
+fn inspect_shows_the_rules_of_a_cel_and_a_cedar_policy() {
     let out = Command::new(env!("CARGO_BIN_EXE_capgate"))
         .args(["inspect", "--config"])
         .arg(example_config())
@@ -210,8 +365,16 @@ fn inspect_shows_the_rules_of_a_cel_policy() {
         String::from_utf8_lossy(&out.stderr)
     );
     let inventory: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(inventory["rules"][0]["policy"], "refundLimitCedar");
+    assert_eq!(inventory["rules"][0]["plugin"], "cedar");
+    assert!(
+        inventory["rules"][0]["policies"]
+            .as_str()
+            .is_some_and(|p| p.contains("@stance(\"require-approval\")")),
+        "{inventory}"
+    );
     assert_eq!(
-        inventory["rules"],
+        inventory["rules"].as_array().expect("rules")[1..],
         json!([{
             "policy": "refundLimitCel",
             "plugin": "cel",
@@ -222,6 +385,8 @@ fn inspect_shows_the_rules_of_a_cel_policy() {
                 "reason": "Refund of $${input.amount} exceeds $500",
             }],
         }])
+        .as_array()
+        .expect("an array")[..]
     );
     let out = Command::new(env!("CARGO_BIN_EXE_capgate"))
         .args(["inspect", "--config"])
@@ -230,7 +395,9 @@ fn inspect_shows_the_rules_of_a_cel_policy() {
         .expect("run capgate inspect");
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(
-        table.contains("policy refundLimitCel (cel): 1 rules")
+        table.contains("policy refundLimitCedar (cedar): a satisfied forbid decides")
+            && table.contains("  | @stance(\"require-approval\")")
+            && table.contains("policy refundLimitCel (cel): 1 rules")
             && table.contains("1. when phase != 'discovery' && input.amount > 500  =>  require-approval (manager): Refund of $${input.amount} exceeds $500"),
         "{table}"
     );
@@ -259,15 +426,7 @@ fn the_cel_twin_of_refund_limit_passes_every_shipped_scenario() {
         },
         "",
     );
-    let stdout = shipped_scenarios_pass(&config);
-    let summary = stdout.lines().last().unwrap_or_default();
-    assert!(summary.contains(" 0 failed"), "{summary}");
-    assert!(
-        stdout
-            .lines()
-            .any(|l| l.starts_with("PASS") && l.contains("walkthrough: Dana's $649 refund")),
-        "{stdout}"
-    );
+    shipped_scenarios_pass(&config);
 }
 
 #[test]
@@ -321,8 +480,9 @@ fn a_redact_binding_strips_the_example_output_and_check_refuses_a_pointer_the_sc
     );
 }
 
-/// `capgate test --config CONFIG` over the example's shipped scenarios passes; its stdout.
-fn shipped_scenarios_pass(config: &std::path::Path) -> String {
+/// `capgate test --config CONFIG` over the example's shipped scenarios passes, the
+/// walkthrough among them.
+fn shipped_scenarios_pass(config: &std::path::Path) {
     let out = Command::new(env!("CARGO_BIN_EXE_capgate"))
         .args(["test", "--config"])
         .arg(config)
@@ -338,7 +498,14 @@ fn shipped_scenarios_pass(config: &std::path::Path) -> String {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    stdout
+    let summary = stdout.lines().last().unwrap_or_default();
+    assert!(summary.contains(" 0 failed"), "{summary}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("PASS") && l.contains("walkthrough: Dana's $649 refund")),
+        "{stdout}"
+    );
 }
 
 /// `capgate check --config CONFIG` refuses the file (exit 1); its stderr.
@@ -440,4 +607,136 @@ fn a_plugins_section_named_like_a_shipped_plugin_is_refused() {
             .any(|l| l.contains(": plugins.cel: `cel` ships with capgate")),
         "{stderr}"
     );
+}
+
+/// The example with refundLimit's binding replaced by its Cedar twin (same name: the
+/// scenarios' events name it), the twin's `config.policies` replaced by `config`.
+fn with_cedar_twin(t: String, config: Option<&str>) -> String {
+    let mut swapped = t
+        .replace(
+            "[policies.refundLimit]\nplugin = \"refund-limit\"\nconfig = { maxAmount = 500, approvalType = \"manager\" }\n",
+            "",
+        )
+        .replace("[policies.refundLimitCedar]", "[policies.refundLimit]");
+    assert!(
+        !swapped.contains("refund-limit\"") && swapped.contains("plugin = \"cedar\""),
+        "the example's refundLimit bindings changed"
+    );
+    if let Some(config) = config {
+        let start = swapped
+            .find("config.policies = '''")
+            .expect("the twin's policies");
+        let end = start + swapped[start..].find("'''\n\n").expect("their end") + 5;
+        swapped.replace_range(start..end, config);
+    }
+    swapped
+}
+
+#[test]
+fn the_cedar_twin_of_refund_limit_passes_every_shipped_scenario() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = deployment(dir.path(), |t| with_cedar_twin(t, None), "");
+    shipped_scenarios_pass(&config);
+}
+
+#[test]
+fn a_cedar_policies_file_is_pinned_by_its_sha256() {
+    use sha2::{Digest, Sha256};
+    let text = "permit(principal, action, resource);\n\n\
+        @stance(\"require-approval\")\n@type(\"manager\")\n\
+        @reason(\"Refund of $${context.input.amount} exceeds $500\")\n\
+        forbid(principal, action == Action::\"orders.refund\", resource)\n\
+        when { context.phase != \"discovery\" && context.input.amount.greaterThan(decimal(\"500.0\")) };\n";
+    let digest: String = Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    // Pinned: every shipped scenario passes with the policies read from the file.
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("refund.cedar"), text).expect("write the policies");
+    let pinned =
+        format!("config = {{ policiesFile = \"refund.cedar\", sha256 = \"{digest}\" }}\n\n");
+    let config = deployment(dir.path(), |t| with_cedar_twin(t, Some(&pinned)), "");
+    shipped_scenarios_pass(&config);
+    // The file changed after it was pinned: refused at `sha256`, naming both digests.
+    std::fs::write(
+        dir.path().join("refund.cedar"),
+        text.replace("500.0", "5000.0"),
+    )
+    .expect("edit the policies");
+    let stderr = refused_by_check(&config);
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("policies.refundLimit.config.sha256")
+                && l.contains("refund.cedar has SHA-256")
+                && l.contains(&format!("the configuration pins {digest}"))),
+        "{stderr}"
+    );
+    // A validation error inside the file is placed in the file.
+    let typo = text.replace("context.input.amount.", "context.input.amout.");
+    assert_ne!(typo, text);
+    std::fs::write(dir.path().join("refund.cedar"), &typo).expect("write the typo");
+    let digest: String = Sha256::digest(typo.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let pinned =
+        format!("config = {{ policiesFile = \"refund.cedar\", sha256 = \"{digest}\" }}\n\n");
+    let config = deployment(dir.path(), |t| with_cedar_twin(t, Some(&pinned)), "");
+    let stderr = refused_by_check(&config);
+    assert!(
+        stderr.lines().any(|l| l.contains("refund.cedar:7:")
+            && l.contains("Cedar validation error")
+            && l.contains("amout")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn check_places_a_cedar_syntax_error_a_type_error_and_an_unknown_field_at_their_character() {
+    for (policy, needle, what) in [
+        (
+            "forbid(principal, action, resource) when { context.input.amount >> decimal(\"1.0\") };",
+            "> decimal",
+            "Cedar syntax error",
+        ),
+        (
+            "forbid(principal, action, resource) when { context.input.amount > 500 };",
+            "context.input.amount > 500",
+            "Cedar validation error",
+        ),
+        (
+            "forbid(principal, action, resource) when { context.input.amout.greaterThan(decimal(\"1.0\")) };",
+            "context.input.amout",
+            "Cedar validation error",
+        ),
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = deployment(
+            dir.path(),
+            |t| {
+                t.replace(
+                    "policies = [\"orgIsolation\", \"refundLimit\"]",
+                    "policies = [\"orgIsolation\", \"refundLimit\", \"rules\"]",
+                )
+            },
+            &format!(
+                "[policies.rules]\nplugin = \"cedar\"\nconfig.policies = '''\npermit(principal, action, resource);\n{policy}\n'''\n"
+            ),
+        );
+        let stderr = refused_by_check(&config);
+        let text = std::fs::read_to_string(&config).expect("read");
+        let at = text.find(policy).expect("the policy is in the file")
+            + policy.find(needle).expect("the needle is in the policy");
+        let line = text[..at].matches('\n').count() + 1;
+        let column = at - text[..at].rfind('\n').map_or(0, |i| i + 1) + 1;
+        let place = format!("{}:{line}:{column}:", config.display());
+        assert!(
+            stderr
+                .lines()
+                .any(|l| l.starts_with(&place) && l.contains(what)),
+            "no `{what}` at {place} for {policy}:\n{stderr}"
+        );
+    }
 }

@@ -3,6 +3,10 @@
 use capgate_core::canonical::{canonical_json, input_hash};
 use serde_json::{Value, json};
 
+// canonical_json walks serde_json's map in its own order, sorted unless a crate in the
+// build turns on serde_json's `preserve_order` (cedar-policy-core does, which is why the
+// host does not link Cedar). Features unify across a workspace build, and this sample's keys
+// are out of order, so it fails under `cargo test --workspace` the day a dependency does.
 #[test]
 fn rfc8785_section_3_2_2_sample_canonicalizes_exactly() {
     let input: Value = serde_json::from_str(
