@@ -3,31 +3,19 @@
 //! satisfied permit denies, an error in any policy fails closed instead of being skipped,
 //! and an expensive request is cut by fuel or the deadline like any plugin's.
 
-use capgate_core::actor::{Actor, ActorKind, Surface};
-use capgate_core::policy::{Phase, PolicyDecision, PolicyRequest, SharedJson};
-use capgate_wasm::{Binding, CallError, Isolation, Limits, Plugin, WasmHost, WasmPolicy};
+use crate::decide;
+use capgate_core::policy::{Phase, PolicyDecision};
+use capgate_wasm::{CallError, Isolation, Limits, WasmPolicy};
 use serde_json::{Value, json};
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 fn bind(policies: &str, limits: Limits, isolation: Isolation) -> WasmPolicy {
-    // Compiled once for every test of this module.
-    static PLUGIN: OnceLock<Arc<Plugin>> = OnceLock::new();
-    let plugin = PLUGIN.get_or_init(|| {
-        let cedar = &capgate_builtin::CEDAR;
-        WasmHost::shared()
-            .expect("engine")
-            .load_shipped(None, cedar.name, cedar.wasm, cedar.sha256)
-            .expect("the shipped Cedar policy loads")
-    });
-    plugin
-        .policy(
-            Binding::new("t")
-                .config(json!({ "policies": policies }))
-                .limits(limits)
-                .isolation(isolation),
-        )
-        .expect("it exports the policy interface")
+    crate::bind(
+        &capgate_builtin::CEDAR,
+        json!({ "policies": policies }),
+        limits,
+        isolation,
+    )
 }
 
 async fn evaluate(
@@ -37,33 +25,6 @@ async fn evaluate(
     phase: Phase,
 ) -> Result<PolicyDecision, CallError> {
     decide(&bind(policies, limits, Isolation::Fresh), input, phase).await
-}
-
-async fn decide(
-    policy: &WasmPolicy,
-    input: Value,
-    phase: Phase,
-) -> Result<PolicyDecision, CallError> {
-    let capability = capgate_testkit::walkthrough::refund_info();
-    let actor = Actor {
-        id: "u_dana".into(),
-        kind: ActorKind::User,
-        attributes: json!({"roles": ["agent"], "orgId": "org_1"}),
-    };
-    let shared = SharedJson::default();
-    let request = PolicyRequest {
-        phase,
-        capability: &capability,
-        surface: Surface::AiSdk,
-        namespace: "",
-        actor: &actor,
-        context: &json!({"orgId": "org_1"}),
-        input: Some(&input),
-        execution_id: "exe_1",
-        approval: None,
-        shared: &shared,
-    };
-    policy.evaluate_raw(&request, None).await
 }
 
 const PERMIT_ALL: &str = "permit(principal, action, resource);\n";

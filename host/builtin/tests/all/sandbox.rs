@@ -1,11 +1,10 @@
 //! The shipped CEL policy in the real sandbox: it decides by its rules, and an expression
 //! that would run away is cut by fuel or the deadline and fails closed, like any plugin.
 
-use capgate_core::actor::{Actor, ActorKind, Surface};
-use capgate_core::policy::{Phase, PolicyDecision, PolicyRequest, SharedJson};
-use capgate_wasm::{Binding, CallError, Isolation, Limits, Plugin, WasmHost, WasmPolicy};
+use crate::{bind as bind_builtin, decide as decide_in};
+use capgate_core::policy::{Phase, PolicyDecision};
+use capgate_wasm::{CallError, Isolation, Limits, WasmPolicy};
 use serde_json::{Value, json};
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 async fn evaluate(
@@ -18,46 +17,11 @@ async fn evaluate(
 }
 
 fn bind(config: Value, limits: Limits, isolation: Isolation) -> WasmPolicy {
-    // Compiled once for every test of this binary.
-    static PLUGIN: OnceLock<Arc<Plugin>> = OnceLock::new();
-    let plugin = PLUGIN.get_or_init(|| {
-        let cel = &capgate_builtin::CEL;
-        WasmHost::shared()
-            .expect("engine")
-            .load_shipped(None, cel.name, cel.wasm, cel.sha256)
-            .expect("the shipped CEL policy loads")
-    });
-    plugin
-        .policy(
-            Binding::new("t")
-                .config(config)
-                .limits(limits)
-                .isolation(isolation),
-        )
-        .expect("it exports the policy interface")
+    bind_builtin(&capgate_builtin::CEL, config, limits, isolation)
 }
 
 async fn decide(policy: &WasmPolicy, input: Value) -> Result<PolicyDecision, CallError> {
-    let capability = capgate_testkit::walkthrough::refund_info();
-    let actor = Actor {
-        id: "u_dana".into(),
-        kind: ActorKind::User,
-        attributes: json!({"roles": ["agent"]}),
-    };
-    let shared = SharedJson::default();
-    let request = PolicyRequest {
-        phase: Phase::Invocation,
-        capability: &capability,
-        surface: Surface::AiSdk,
-        namespace: "",
-        actor: &actor,
-        context: &Value::Null,
-        input: Some(&input),
-        execution_id: "exe_1",
-        approval: None,
-        shared: &shared,
-    };
-    policy.evaluate_raw(&request, None).await
+    decide_in(policy, input, Phase::Invocation).await
 }
 
 /// Four nested `all` over 40 elements: 2.5 million steps of the interpreter.

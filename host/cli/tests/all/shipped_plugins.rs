@@ -406,26 +406,7 @@ fn inspect_shows_the_rules_of_a_cel_and_a_cedar_policy() {
 #[test]
 fn the_cel_twin_of_refund_limit_passes_every_shipped_scenario() {
     let dir = tempfile::tempdir().expect("tempdir");
-    // refundLimit's binding becomes the twin's: same name (the scenarios' events name it),
-    // the CEL rule instead of the plugin.
-    let config = deployment(
-        dir.path(),
-        |t| {
-            let swapped = t
-                .replace(
-                    "[policies.refundLimit]\nplugin = \"refund-limit\"\nconfig = { maxAmount = 500, approvalType = \"manager\" }\n",
-                    "",
-                )
-                .replace("[policies.refundLimitCel]", "[policies.refundLimit]")
-                .replace("[[policies.refundLimitCel.", "[[policies.refundLimit.");
-            assert!(
-                !swapped.contains("refund-limit\"") && swapped.contains("plugin = \"cel\""),
-                "the example's refundLimit bindings changed"
-            );
-            swapped
-        },
-        "",
-    );
+    let config = deployment(dir.path(), |t| with_twin(t, "refundLimitCel", "cel"), "");
     shipped_scenarios_pass(&config);
 }
 
@@ -609,19 +590,26 @@ fn a_plugins_section_named_like_a_shipped_plugin_is_refused() {
     );
 }
 
-/// The example with refundLimit's binding replaced by its Cedar twin (same name: the
-/// scenarios' events name it), the twin's `config.policies` replaced by `config`.
-fn with_cedar_twin(t: String, config: Option<&str>) -> String {
-    let mut swapped = t
+/// The example with refundLimit's binding replaced by the binding `twin` of the shipped
+/// `plugin`, under refundLimit's name (the scenarios' events name it).
+fn with_twin(t: String, twin: &str, plugin: &str) -> String {
+    let swapped = t
         .replace(
             "[policies.refundLimit]\nplugin = \"refund-limit\"\nconfig = { maxAmount = 500, approvalType = \"manager\" }\n",
             "",
         )
-        .replace("[policies.refundLimitCedar]", "[policies.refundLimit]");
+        .replace(&format!("[policies.{twin}]"), "[policies.refundLimit]")
+        .replace(&format!("[[policies.{twin}."), "[[policies.refundLimit.");
     assert!(
-        !swapped.contains("refund-limit\"") && swapped.contains("plugin = \"cedar\""),
+        !swapped.contains("refund-limit\"") && swapped.contains(&format!("plugin = \"{plugin}\"")),
         "the example's refundLimit bindings changed"
     );
+    swapped
+}
+
+/// [`with_twin`] for the Cedar twin, its `config.policies` replaced by `config`.
+fn with_cedar_twin(t: String, config: Option<&str>) -> String {
+    let mut swapped = with_twin(t, "refundLimitCedar", "cedar");
     if let Some(config) = config {
         let start = swapped
             .find("config.policies = '''")
