@@ -67,8 +67,9 @@
 //! left of the batch deadline. The binding takes the earlier of that and its own timeout,
 //! turns it into whole epoch ticks (plus one: the epoch is engine-wide), and gets an
 //! instance: in fresh mode a never-called one from the binding's reserve (instantiated ahead
-//! by the upkeep thread), or, when the reserve is empty, a new `Store` (empty WASI context:
-//! no files, environment, sockets; clocks frozen) instantiated now from the `InstancePre`
+//! by the upkeep thread), or, when the reserve is empty, a new `Store` (an empty WASI context,
+//! built on the guest's first WASI call: no files, environment, sockets; clocks frozen)
+//! instantiated now from the `InstancePre`
 //! in a pooling-allocator slot; in pooled mode a warm instance of the binding's namespace.
 //! Fuel and the deadline are armed before instantiation, so start-up code counts too. The
 //! guest runs under `call_async` on the caller's task for at most the inline slice (1 ms);
@@ -79,7 +80,10 @@
 //! — deadline, fuel, the `ResourceLimiter`'s memory cap, stack overflow, a panic — becomes a
 //! [`CallError`] and then a `PolicyError`, so core answers POLICY_FAILED and audits
 //! `policy-failed`; a trapped instance is never entered again. The finished `Store` goes to
-//! the upkeep thread, so the caller has its answer before the slot is reset.
+//! the upkeep thread, so the caller has its answer before the slot is reset; on a process
+//! that may run on one CPU only it is dropped at once instead
+//! ([`HostOptions::reaper_queue`]), since there the upkeep thread could only run in the
+//! callers' time, a whole queue at once.
 
 mod authorizer;
 mod binding;

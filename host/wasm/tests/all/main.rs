@@ -12,5 +12,6 @@ mod idle_cap;
 mod lazy_reads;
 mod loading;
 mod polyglot;
+mod reaper;
 mod sdk_wit;
 mod walkthrough;
