@@ -16,13 +16,7 @@ fn idle_pooled_instances_are_capped_across_namespaces_and_the_oldest_evicted() {
         ..HostOptions::default()
     })
     .expect("host");
-    let plugin = host
-        .load(
-            &plugin_dir(),
-            &wasm_file("hostile_counter"),
-            &digest_of("hostile_counter"),
-        )
-        .expect("load");
+    let plugin = load_on(&host, "hostile_counter");
     let policy = plugin
         .policy(Binding::new("counter").isolation(Isolation::Pooled {
             max_uses: 1_000,

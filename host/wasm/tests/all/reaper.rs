@@ -20,13 +20,7 @@ fn two_slot_policy(reaper_queue: usize) -> (WasmHost, WasmPolicy) {
         ..HostOptions::default()
     })
     .expect("host");
-    let policy = host
-        .load(
-            &plugin_dir(),
-            &wasm_file("refund_limit"),
-            &digest_of("refund_limit"),
-        )
-        .expect("load")
+    let policy = load_on(&host, "refund_limit")
         .policy(
             Binding::new("refundLimit")
                 .config(serde_json::json!({"maxAmount": 500, "amountPath": "/amount"}))

@@ -46,9 +46,12 @@ pub fn host() -> WasmHost {
 
 /// Load a built plugin pinned to its own digest.
 pub fn load(name: &str) -> Arc<Plugin> {
-    let file = wasm_file(name);
-    host()
-        .load(&plugin_dir(), &file, &digest_of(name))
+    load_on(&host(), name)
+}
+
+/// Load a built plugin pinned to its own digest on `host` (a host with its own options).
+pub fn load_on(host: &WasmHost, name: &str) -> Arc<Plugin> {
+    host.load(&plugin_dir(), &wasm_file(name), &digest_of(name))
         .unwrap_or_else(|e| panic!("load {name}: {e}"))
 }
 
