@@ -1,6 +1,11 @@
 //! Build the shipped plugins (plugins/cel, plugins/cedar, plugins/redact) for `wasm32-wasip2` from source, in the guest
 //! workspace's own target directory (shared with `cargo xtask build-plugins`, so CI builds
 //! them once), and pin each by its SHA-256 for `include_bytes!`.
+//!
+//! Each is built in a cargo run of its own: cargo unifies features across the packages of
+//! one build, and cedar turns on serde_json's `preserve_order`, which would otherwise reach
+//! `cel` and `redact` too. `cargo xtask build-plugins` builds these three the same way
+//! (its `BUILT_ALONE`), so the two builds share their artifacts.
 
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
@@ -32,35 +37,40 @@ fn main() {
     }
     ensure_target();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut build = Command::new(&cargo);
-    build
-        .current_dir(&plugins)
-        .args(["build", "--release", "--locked", "--target", TARGET]);
     for (package, _) in SHIPPED {
-        build.args(["-p", package]);
+        let mut build = Command::new(&cargo);
+        build.current_dir(&plugins).args([
+            "build",
+            "--release",
+            "--locked",
+            "--target",
+            TARGET,
+            "-p",
+            package,
+        ]);
+        // The host build's settings must not reach the guest build: its flags are for the
+        // host target, its target directory is locked by the outer cargo, and clippy's
+        // wrapper would lint guest code.
+        for var in [
+            "RUSTFLAGS",
+            "CARGO_ENCODED_RUSTFLAGS",
+            "CARGO_TARGET_DIR",
+            "CARGO_BUILD_TARGET_DIR",
+            "CARGO_BUILD_TARGET",
+            "RUSTC_WORKSPACE_WRAPPER",
+            "CARGO_PRIMARY_PACKAGE",
+        ] {
+            build.env_remove(var);
+        }
+        let status = build
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run `{cargo} build` in {}: {e}", plugins.display()));
+        assert!(
+            status.success(),
+            "building the shipped plugin {package} in {} failed ({status})",
+            plugins.display()
+        );
     }
-    // The host build's settings must not reach the guest build: its flags are for the host
-    // target, its target directory is locked by the outer cargo, and clippy's wrapper
-    // would lint guest code.
-    for var in [
-        "RUSTFLAGS",
-        "CARGO_ENCODED_RUSTFLAGS",
-        "CARGO_TARGET_DIR",
-        "CARGO_BUILD_TARGET_DIR",
-        "CARGO_BUILD_TARGET",
-        "RUSTC_WORKSPACE_WRAPPER",
-        "CARGO_PRIMARY_PACKAGE",
-    ] {
-        build.env_remove(var);
-    }
-    let status = build
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run `{cargo} build` in {}: {e}", plugins.display()));
-    assert!(
-        status.success(),
-        "building the shipped plugins in {} failed ({status})",
-        plugins.display()
-    );
     let built = plugins.join("target").join(TARGET).join("release");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("set by cargo"));
     for (_, file) in SHIPPED {
