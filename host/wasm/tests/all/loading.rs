@@ -91,3 +91,22 @@ fn second_load_comes_from_the_compiled_cache() {
     let third = host().load(&dir, &file, &digest).expect("recompiled");
     assert_eq!(third.load_source(), LoadSource::CacheRefused);
 }
+
+/// `cargo xtask build-plugins` builds the shipped plugins (cel, cedar, redact) in cargo runs
+/// of their own: built with them, every plugin got their dependencies' features, among them
+/// serde_json's `preserve_order`, whose hash maps import a WASI random seed and made the
+/// benchmark's plugins slower (README, "Guests built for speed"). The control is cel, which
+/// needs that seed itself.
+#[test]
+fn plugins_are_built_without_the_features_of_the_shipped_ones() {
+    const SEED: &str = "wasi:random/insecure-seed@";
+    let seeded = |name: &str| load(name).imports().iter().any(|i| i.starts_with(SEED));
+    assert!(
+        seeded("cel_policy"),
+        "cel: {:?}",
+        load("cel_policy").imports()
+    );
+    for name in ["refund_limit", "org_isolation", "pii_redactor", "redact"] {
+        assert!(!seeded(name), "{name}: {:?}", load(name).imports());
+    }
+}
