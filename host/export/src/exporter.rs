@@ -1,5 +1,5 @@
-//! The export loop: lease, read after the cursors, deliver, acknowledge; back off on
-//! failure; report lag and failures.
+//! The export loop: lease, read after the cursors (the chains' signed checkpoints, then
+//! the events), deliver, acknowledge; back off on failure; report lag and failures.
 //!
 //! | metric | type | labels |
 //! |---|---|---|
@@ -269,11 +269,30 @@ impl Exporter {
             self.status.failing.store(false, Ordering::Relaxed);
             return Ok(false);
         }
+        // The chains' signed records first: they are few, and the copy off the box is
+        // what keeps a database writer from rewriting history.
+        let records = self
+            .outbox
+            .next_checkpoints(self.options.batch_events)
+            .await?;
+        if !records.is_empty() {
+            match tokio::time::timeout(
+                self.options.timeout,
+                self.sink.deliver_checkpoints(&records),
+            )
+            .await
+            {
+                Ok(d) => d?,
+                Err(_) => return Err(SinkError::Timeout(self.options.timeout).into()),
+            };
+            self.outbox.acknowledge_checkpoints(&records).await?;
+        }
+        let more_records = records.len() >= self.options.batch_events;
         let events = self.outbox.next(self.options.batch_events).await?;
         self.status.set_lag(oldest(&events));
         if events.is_empty() {
             self.status.failing.store(false, Ordering::Relaxed);
-            return Ok(false);
+            return Ok(more_records);
         }
         let delivered =
             match tokio::time::timeout(self.options.timeout, self.sink.deliver(&events)).await {
@@ -293,7 +312,7 @@ impl Exporter {
             .delivered
             .fetch_add(events.len() as u64, Ordering::Relaxed);
         self.status.failing.store(false, Ordering::Relaxed);
-        Ok(events.len() >= self.options.batch_events)
+        Ok(more_records || events.len() >= self.options.batch_events)
     }
 }
 

@@ -2,7 +2,7 @@
 //! appended to, each batch fsynced before it counts as delivered.
 
 use crate::sink::{Delivered, ExportSink, SinkError};
-use capgate_store::ExportedEvent;
+use capgate_store::{ExportedCheckpoint, ExportedEvent};
 use serde_json::{Map, Value};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -22,6 +22,19 @@ pub fn jsonl_line(e: &ExportedEvent) -> Vec<u8> {
         m.insert("hash".into(), Value::String(h.clone()));
     }
     m.insert("event".into(), e.event.clone());
+    let mut line = Value::Object(m).to_string().into_bytes();
+    line.push(b'\n');
+    line
+}
+
+/// One exported checkpoint line: `{"checkpoint":{…}}` and a newline, the record as
+/// [`ExportedCheckpoint`] serializes (what `capgate audit verify --checkpoints` reads).
+pub fn jsonl_checkpoint_line(c: &ExportedCheckpoint) -> Vec<u8> {
+    let mut m = Map::new();
+    m.insert(
+        "checkpoint".into(),
+        serde_json::to_value(c).unwrap_or(Value::Null),
+    );
     let mut line = Value::Object(m).to_string().into_bytes();
     line.push(b'\n');
     line
@@ -121,6 +134,22 @@ impl ExportSink for JsonlSink {
 
     async fn deliver(&mut self, events: &[ExportedEvent]) -> Result<Delivered, SinkError> {
         let bytes: Vec<u8> = events.iter().flat_map(jsonl_line).collect();
+        self.append(bytes).await
+    }
+
+    /// Checkpoints go into the same files, as `{"checkpoint":{…}}` lines.
+    async fn deliver_checkpoints(
+        &mut self,
+        records: &[ExportedCheckpoint],
+    ) -> Result<Delivered, SinkError> {
+        let bytes: Vec<u8> = records.iter().flat_map(jsonl_checkpoint_line).collect();
+        self.append(bytes).await
+    }
+}
+
+impl JsonlSink {
+    /// Append `bytes` to the current file off the async threads, fsynced.
+    async fn append(&mut self, bytes: Vec<u8>) -> Result<Delivered, SinkError> {
         let (dir, rotate, current) = (self.dir.clone(), self.rotate_bytes, self.current.take());
         let written = tokio::task::spawn_blocking(move || append(&dir, rotate, current, &bytes))
             .await

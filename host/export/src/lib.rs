@@ -19,7 +19,10 @@
 //!   and chain, and a lease per sink, so one replica exports each sink and another takes
 //!   over when it stops.
 //! - **A sink** ([`ExportSink`]) delivers a batch and says when it is safe: the collector
-//!   answered 2xx ([`OtlpSink`]), the lines are written and fsynced ([`JsonlSink`]).
+//!   answered 2xx ([`OtlpSink`]), the lines are written and fsynced ([`JsonlSink`]). A
+//!   sink may also keep the chains' signed checkpoints ([`ExportSink::deliver_checkpoints`]:
+//!   the JSON-lines sink does), the copy off the box `capgate audit verify --checkpoints`
+//!   checks the store against.
 //! - **The exporter** ([`Exporter`]) loops: renew the lease, read the next batch after the
 //!   cursors, deliver it within a timeout, then move the cursors. A failed delivery is
 //!   retried with a growing, jittered back-off; the same batch goes again, so nothing is
@@ -34,7 +37,7 @@ mod sink;
 mod webhook;
 
 pub use exporter::{ExportHandle, ExportOptions, ExportStatus, Exporter};
-pub use jsonl::{JsonlSink, jsonl_line};
+pub use jsonl::{JsonlSink, jsonl_checkpoint_line, jsonl_line};
 pub use otlp::{OtlpSink, OtlpTarget, log_records};
 pub use sink::{Delivered, ExportSink, SinkError};
 pub use webhook::{WebhookSink, WebhookStyle, WebhookTarget, notification, signature};

@@ -1,6 +1,6 @@
 //! What a sink is: something that takes a batch of events and says when it holds them.
 
-use capgate_store::ExportedEvent;
+use capgate_store::{ExportedCheckpoint, ExportedEvent};
 
 /// What a sink did with a delivered batch.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -45,6 +45,17 @@ pub trait ExportSink: Send {
     /// Deliver `events`, in order. `Ok` only once the receiver holds all of them: after it
     /// the exporter moves the cursors past them.
     async fn deliver(&mut self, events: &[ExportedEvent]) -> Result<Delivered, SinkError>;
+    /// Deliver the chains' signed records (start records and checkpoints), in order: the
+    /// copy off the box that `capgate audit verify --checkpoints` checks a store against.
+    /// `Ok` only once the receiver holds them. The default keeps no copy (sinks that carry
+    /// events to people, not evidence): the records count as delivered.
+    async fn deliver_checkpoints(
+        &mut self,
+        records: &[ExportedCheckpoint],
+    ) -> Result<Delivered, SinkError> {
+        let _ = records;
+        Ok(Delivered::default())
+    }
 }
 
 /// The HTTP client of a sink: the delivery timeout, no redirects (a receiver's redirect is

@@ -66,6 +66,11 @@ const SQLITE_FILES: &[(i64, &str, &str)] = &[
         "0009_approval_escalation.sql",
         include_str!("../migrations/sqlite/0009_approval_escalation.sql"),
     ),
+    (
+        10,
+        "0010_audit_checkpoint_chain.sql",
+        include_str!("../migrations/sqlite/0010_audit_checkpoint_chain.sql"),
+    ),
 ];
 
 /// The Postgres migrations, embedded (see [`SQLITE_FILES`]).
@@ -114,6 +119,11 @@ const POSTGRES_FILES: &[(i64, &str, &str)] = &[
         9,
         "0009_approval_escalation.sql",
         include_str!("../migrations/postgres/0009_approval_escalation.sql"),
+    ),
+    (
+        10,
+        "0010_audit_checkpoint_chain.sql",
+        include_str!("../migrations/postgres/0010_audit_checkpoint_chain.sql"),
     ),
 ];
 
@@ -809,7 +819,8 @@ mod migration_tests {
                 (6, "shared limits and mcp sessions"),
                 (7, "audit chain"),
                 (8, "audit export"),
-                (9, "approval escalation")
+                (9, "approval escalation"),
+                (10, "audit checkpoint chain")
             ]
         );
         // sqlx's checksum is SHA-384 of the file's text: a database migrated with

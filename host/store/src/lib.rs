@@ -102,8 +102,8 @@ pub use approvals::SqlApprovalCoordinator;
 pub use audit::{
     AuditExportError, AuditLog, AuditOrder, AuditOutbox, AuditQuery, AuditQueryError,
     AuditSinkOptions, AuditSinkStats, ChainSummary, CheckpointKeyError, CheckpointSigner,
-    ExportedEvent, Finding, MAX_EXPORT_BATCH, MalformedAuditRow, PurgeOptions, PurgeReport,
-    SqlAuditSink, StoredAuditEvent, Tamper, VerifyOptions, VerifyReport, key_id,
+    ExportedCheckpoint, ExportedEvent, Finding, MAX_EXPORT_BATCH, MalformedAuditRow, PurgeOptions,
+    PurgeReport, SqlAuditSink, StoredAuditEvent, Tamper, VerifyOptions, VerifyReport, key_id,
 };
 pub use db::{
     Backend, MigrationReport, MigrationState, Store, StoreError, StoreOptions, migrate_url,

@@ -61,11 +61,13 @@ enum AuditCommand {
         limit: u32,
     },
     /// Verify the trail: every chain's links, hashes and `seq` without gaps, and the signed
-    /// checkpoints (with `--public-key`). Names the first edited, deleted, inserted or
-    /// reordered event of each chain, and a tail truncated after a checkpoint. Exits 0 when
-    /// intact, 1 when something was found.
+    /// checkpoints (with `--public-key`: every chain must open on its signed start record,
+    /// be covered by chained checkpoints and end on one). Names the first edited, deleted,
+    /// inserted, reordered or unsigned event of each chain, a deleted checkpoint, and a tail
+    /// truncated after a checkpoint; with `--checkpoints`, also what the store lost of the
+    /// exported copy of the checkpoints. Exits 0 when intact, 1 when something was found.
     ///
-    /// Example: capgate audit verify --store sqlite://capgate.db --public-key audit-key.pub.pem
+    /// Example: capgate audit verify --store sqlite://capgate.db --public-key audit-key.pub.pem --checkpoints /var/lib/capgate/audit-export
     Verify {
         #[command(flatten)]
         store: StoreArg,
@@ -79,6 +81,17 @@ enum AuditCommand {
         /// Start each chain at its first event at or after this RFC 3339 time.
         #[arg(long, value_parser = args::rfc3339)]
         since: Option<DateTime<Utc>>,
+        /// The checkpoints as exported off the box: a JSON-lines file, or a directory of
+        /// them (a `jsonl` export sink's); its `checkpoint` lines are read, other lines
+        /// skipped. Every record in it must still be in the store (unless purged), with the
+        /// events it vouches for. Repeat for several.
+        #[arg(long = "checkpoints")]
+        checkpoints: Vec<std::path::PathBuf>,
+        /// Events at the end of a chain younger than this many seconds need no checkpoint
+        /// yet (verifying a running deployment, whose writers sign about once a
+        /// second). Default 0: every event must be covered.
+        #[arg(long = "grace-seconds", default_value_t = 0)]
+        grace_seconds: u64,
         #[command(flatten)]
         output: OutputArg,
     },
@@ -158,6 +171,8 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
             public_keys,
             chain,
             since,
+            checkpoints,
+            grace_seconds,
             output,
         } => {
             let mut keys = Vec::new();
@@ -168,7 +183,20 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
                 })?;
                 keys.push(key.key());
             }
-            let options = capgate_store::VerifyOptions { chain, since, keys };
+            let mut copy = Vec::new();
+            for path in &checkpoints {
+                copy.extend(read_checkpoint_copy(path).map_err(|message| Exit {
+                    status: Status::Usage,
+                    message,
+                })?);
+            }
+            let options = capgate_store::VerifyOptions {
+                chain,
+                since,
+                keys,
+                copy,
+                grace: std::time::Duration::from_secs(grace_seconds),
+            };
             runtime()?.block_on(verify(&store, &options, output))
         }
         AuditCommand::Export {
@@ -269,6 +297,44 @@ async fn export(
     Ok(ExitCode::SUCCESS)
 }
 
+/// The `checkpoint` lines of a JSON-lines file, or of every `*.jsonl` file of a directory
+/// (in name order); other lines are skipped, a malformed checkpoint line is an error.
+fn read_checkpoint_copy(
+    path: &std::path::Path,
+) -> Result<Vec<capgate_store::ExportedCheckpoint>, String> {
+    let files = if path.is_dir() {
+        let mut files: Vec<_> = std::fs::read_dir(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+            .collect();
+        files.sort();
+        files
+    } else {
+        vec![path.to_path_buf()]
+    };
+    let mut records = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file)
+            .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+        for (n, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let mut value: serde_json::Value = serde_json::from_str(line)
+                .map_err(|e| format!("{}:{}: not a JSON line: {e}", file.display(), n + 1))?;
+            // Only checkpoint lines are read; event lines carry `event`.
+            if value.get("checkpoint").is_none() {
+                continue;
+            }
+            let record = serde_json::from_value(value["checkpoint"].take())
+                .map_err(|e| format!("{}:{}: not a checkpoint: {e}", file.display(), n + 1))?;
+            records.push(record);
+        }
+    }
+    Ok(records)
+}
+
 /// `capgate audit verify`.
 async fn verify(
     store: &StoreArg,
@@ -288,8 +354,13 @@ async fn verify(
             } else {
                 String::new()
             };
+            let legacy = if c.legacy {
+                " (unchained checkpoints, written before they were chained)"
+            } else {
+                ""
+            };
             println!(
-                "chain {}: {} events (last seq {}), {} checkpoints{purged}",
+                "chain {}: {} events (last seq {}), {} checkpoints{purged}{legacy}",
                 c.chain, c.events, c.last_seq, c.checkpoints
             );
         }
@@ -301,6 +372,12 @@ async fn verify(
         }
         if !report.signatures_checked {
             println!("checkpoint signatures not checked (no --public-key)");
+        }
+        if report.copy_checkpoints > 0 {
+            println!(
+                "{} checkpoints of the exported copy checked against the store",
+                report.copy_checkpoints
+            );
         }
         for f in &report.findings {
             println!(

@@ -15,9 +15,14 @@
 //! - **At least once.** A sink delivers a batch, then [`AuditOutbox::acknowledge`] moves
 //!   the cursors. A process killed in between delivers that batch again after its restart:
 //!   at most the unacknowledged batch is duplicated, nothing is lost.
+//! - **Checkpoints too.** The chains' signed records (start records and checkpoints,
+//!   [`ExportedCheckpoint`]) are read after a cursor of their own per `(sink, chain)`
+//!   ([`AuditOutbox::next_checkpoints`]), so a sink keeps a copy of them off the box that
+//!   `capgate audit verify --checkpoints` checks the store against.
 //! - **One exporter per sink.** [`AuditOutbox::lease`]: the replica holding a sink's lease
 //!   exports it; another takes over when the lease runs out.
 
+use super::chain::{ExportedCheckpoint, read_record};
 use super::log::{AuditLog, RawAudit};
 use crate::columns::row;
 use crate::db::{Sql, Store, Via};
@@ -151,6 +156,23 @@ const ADVANCE: &str = "INSERT INTO capgate_audit_export_cursors (sink, chain, se
 /// Most events in one batch.
 pub const MAX_EXPORT_BATCH: usize = 10_000;
 
+/// The chains whose signed records a sink may not have: every open one, and a closed one
+/// only while it holds a record after the sink's cursor (a chain written without a key has
+/// none, and is not read again once closed).
+const CHECKPOINT_CHAINS: &str = "SELECT ch.chain AS chain, ch.closed_seq AS closed_seq, \
+     c.seq AS seq FROM capgate_audit_chains ch LEFT JOIN capgate_audit_export_checkpoint_cursors c \
+     ON c.sink = $1 AND c.chain = ch.chain WHERE ch.closed_seq IS NULL OR EXISTS \
+     (SELECT 1 FROM capgate_audit_checkpoints k WHERE k.chain = ch.chain \
+     AND k.seq > coalesce(c.seq, -1)) ORDER BY ch.chain";
+
+const NEXT_CHECKPOINTS: &str = "SELECT id, chain, seq, hash, at, key_id, signature, kind, prev, \
+     every_events, unchained_through FROM capgate_audit_checkpoints \
+     WHERE chain = $1 AND seq > $2 ORDER BY seq, id LIMIT $3";
+
+const ADVANCE_CHECKPOINTS: &str = "INSERT INTO capgate_audit_export_checkpoint_cursors \
+     (sink, chain, seq) VALUES ($1, $2, $3) ON CONFLICT (sink, chain) DO UPDATE \
+     SET seq = excluded.seq WHERE capgate_audit_export_checkpoint_cursors.seq < excluded.seq";
+
 impl AuditOutbox {
     /// The sink's name.
     pub fn sink(&self) -> &str {
@@ -236,6 +258,68 @@ impl AuditOutbox {
         events.sort_by_key(|e| e.id);
         events.truncate(limit);
         Ok(events)
+    }
+
+    /// The next signed records (start records and checkpoints) this sink has not
+    /// acknowledged, at most `limit` (1 to [`MAX_EXPORT_BATCH`]), by chain and `seq`; a
+    /// chain whose writer stopped is left once its last checkpoint was acknowledged.
+    pub async fn next_checkpoints(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<ExportedCheckpoint>, AuditExportError> {
+        let limit = limit.clamp(1, MAX_EXPORT_BATCH);
+        let chains = self
+            .store
+            .fetch_all(CHECKPOINT_CHAINS, &[&self.sink], ChainCursor::read)
+            .await
+            .map_err(AuditExportError::Backend)?
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(backend)?;
+        let mut records = Vec::new();
+        for c in chains {
+            let left = limit.saturating_sub(records.len());
+            if left == 0 {
+                break;
+            }
+            let after = c.seq.unwrap_or(-1);
+            if c.closed_seq.is_some_and(|end| after >= end) {
+                continue;
+            }
+            let rows = self
+                .store
+                .fetch_all(
+                    NEXT_CHECKPOINTS,
+                    &[&c.chain, &after, &i64::try_from(left).unwrap_or(i64::MAX)],
+                    read_record,
+                )
+                .await
+                .map_err(AuditExportError::Backend)?;
+            for r in rows {
+                records.push(r.map_err(backend)?);
+            }
+        }
+        Ok(records)
+    }
+
+    /// The sink delivered `records`: move its checkpoint cursor in each of their chains
+    /// past them (never backwards).
+    pub async fn acknowledge_checkpoints(
+        &self,
+        records: &[ExportedCheckpoint],
+    ) -> Result<(), AuditExportError> {
+        let mut last: BTreeMap<&str, i64> = BTreeMap::new();
+        for r in records {
+            let at = last.entry(&r.chain).or_insert(r.seq);
+            *at = (*at).max(r.seq);
+        }
+        for (chain, seq) in last {
+            self.store
+                .execute(Via::Group, ADVANCE_CHECKPOINTS, &[&self.sink, &chain, &seq])
+                .await
+                .map_err(AuditExportError::Backend)?;
+        }
+        Ok(())
     }
 
     /// The sink delivered `events`: move its cursor in each of their chains past them

@@ -30,8 +30,8 @@ mod retention;
 mod sink;
 
 pub use chain::{
-    ChainSummary, CheckpointKeyError, CheckpointSigner, Finding, Tamper, VerifyOptions,
-    VerifyReport, key_id,
+    ChainSummary, CheckpointKeyError, CheckpointSigner, ExportedCheckpoint, Finding, Tamper,
+    VerifyOptions, VerifyReport, key_id,
 };
 pub use export::{AuditExportError, AuditOutbox, ExportedEvent, MAX_EXPORT_BATCH};
 pub use log::{

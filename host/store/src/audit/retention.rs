@@ -2,7 +2,8 @@
 //! without breaking `capgate audit verify`.
 //!
 //! A chain is only ever purged up to one of its signed checkpoints (so the last purged
-//! event's hash is known and signed), and the purge leaves a record of its own, signed with
+//! event's hash is known and signed; that checkpoint and the writer's start record are
+//! kept, the chained checkpoints before it go), and the purge leaves a record of its own, signed with
 //! the same key in another domain: "chain C's events through SEQ, the last with hash H, were
 //! purged". `verify` then starts the chain after SEQ and checks that the first remaining
 //! event links to H; a head deleted without such a record is still a deletion. Events an
@@ -45,9 +46,10 @@ const CHUNK: i64 = 1000;
 
 const ANCHOR: Sql = Sql {
     sqlite: "SELECT seq, hash FROM capgate_audit_checkpoints \
-             WHERE chain = $1 AND at < $2 AND seq <= $3 ORDER BY seq DESC LIMIT 1",
+             WHERE chain = $1 AND at < $2 AND seq <= $3 AND seq > 0 ORDER BY seq DESC LIMIT 1",
     postgres: "SELECT seq, hash FROM capgate_audit_checkpoints \
-               WHERE chain = $1 AND at < $2::timestamptz AND seq <= $3 ORDER BY seq DESC LIMIT 1",
+               WHERE chain = $1 AND at < $2::timestamptz AND seq <= $3 AND seq > 0 \
+               ORDER BY seq DESC LIMIT 1",
 };
 
 const DELETE_EVENTS: &str = "DELETE FROM capgate_audit_events WHERE id IN \
@@ -148,11 +150,14 @@ impl AuditLog {
                     break;
                 }
             }
-            // The purge record now vouches for where the chain starts.
+            // The purge record now vouches for where the chain starts. The checkpoint it
+            // ends at stays (the next one is chained to it), and so does the writer's start
+            // record (its checkpoint interval and chain-less bound still apply).
             store
                 .execute(
                     Via::Group,
-                    "DELETE FROM capgate_audit_checkpoints WHERE chain = $1 AND seq <= $2",
+                    "DELETE FROM capgate_audit_checkpoints WHERE chain = $1 AND seq < $2 \
+                     AND (kind IS NULL OR kind <> 'start')",
                     &[&chain, &through],
                 )
                 .await?;

@@ -2,7 +2,7 @@
 //! task that inserts events in batches (retrying a batch that fails to commit), and the
 //! counters a health endpoint reads.
 
-use super::chain::{ChainHead, CheckpointFields, CheckpointSigner, Linked};
+use super::chain::{ChainHead, CheckpointSigner, ExportedCheckpoint, Linked};
 use crate::db::{Db, Store, StoreError, Via};
 use crate::params::{Json, Param, arguments, sqlite_values};
 use crate::time::trunc;
@@ -38,10 +38,19 @@ pub struct AuditSinkOptions {
     /// `capability.started` must still reach the table once the database is back; leave it
     /// off (the default) for strict audit, where the failure refused the call.
     pub keep_failed_write_through: bool,
-    /// Sign checkpoints of this writer's chain (see `chain`); `None`: no checkpoints (the
-    /// chain is still written, but a truncated tail goes unnoticed).
+    /// Sign this writer's chain (see `chain`): a start record before its first event, then
+    /// a checkpoint every `every_events` events, about a second after a commit leaves
+    /// events uncovered, at every flush and at a clean stop, each chained to the one
+    /// before. `None`: nothing is signed (the chain is still written, but a forged,
+    /// rewritten or truncated chain goes unnoticed).
     pub checkpoints: Option<CheckpointSigner>,
 }
+
+/// How long after a commit that leaves events uncovered a running writer signs its chain's
+/// head: the longest a live chain's newest events stay unsigned (and what a writer killed
+/// without a clean stop can leave unsigned), at most one checkpoint a second besides the
+/// every-`every_events` ones.
+const CHECKPOINT_DELAY: Duration = Duration::from_secs(1);
 
 /// First wait before retrying a batch that failed to commit; doubled per failure.
 const RETRY_BACKOFF_MIN: Duration = Duration::from_millis(100);
@@ -181,6 +190,9 @@ impl SqlAuditSink {
             chain: ChainHead::start(),
             checkpoints: options.checkpoints.clone(),
             since_checkpoint: 0,
+            last_signature: None,
+            unstored: Vec::new(),
+            checkpoint_due: None,
             store,
             rx,
             counters: counters.clone(),
@@ -327,8 +339,17 @@ struct Writer {
     /// This writer's chain: the last committed event's `seq` and hash.
     chain: ChainHead,
     checkpoints: Option<CheckpointSigner>,
-    /// Events committed since the last checkpoint.
+    /// Events committed since the last signed record.
     since_checkpoint: u64,
+    /// The signature of this chain's last signed record (its start record first), which
+    /// the next checkpoint signs the digest of.
+    last_signature: Option<String>,
+    /// Records signed (in order) but not stored yet: stored before anything else, retried
+    /// at the next occasion when the database refuses them.
+    unstored: Vec<ExportedCheckpoint>,
+    /// Sign the chain's head by then: set after a commit leaves events uncovered, so a
+    /// running writer's chain ends on a checkpoint `CHECKPOINT_DELAY` later.
+    checkpoint_due: Option<tokio::time::Instant>,
     store: Store,
     rx: mpsc::Receiver<Msg>,
     counters: Arc<Counters>,
@@ -366,16 +387,28 @@ impl Writer {
         let mut pending = Pending::default();
         let mut deadline = tokio::time::Instant::now();
         loop {
-            let msg = if pending.rows.is_empty() {
-                self.rx.recv().await
-            } else {
-                match tokio::time::timeout_at(deadline, self.rx.recv()).await {
+            // The batch's deadline while rows wait, and the head's checkpoint when due.
+            let wake = match (pending.rows.is_empty(), self.checkpoint_due) {
+                (true, due) => due,
+                (false, due) => Some(due.map_or(deadline, |d| d.min(deadline))),
+            };
+            let msg = match wake {
+                None => self.rx.recv().await,
+                Some(at) => match tokio::time::timeout_at(at, self.rx.recv()).await {
                     Ok(m) => m,
                     Err(_) => {
+                        if self
+                            .checkpoint_due
+                            .is_some_and(|d| d <= tokio::time::Instant::now())
+                        {
+                            // Sign the head after this write (it may write nothing).
+                            self.checkpoint_due = None;
+                            pending.flushing = true;
+                        }
                         deadline = self.write(&mut pending).await.unwrap_or(deadline);
                         continue;
                     }
-                }
+                },
             };
             let Some(msg) = msg else {
                 // Every sender is gone: write what is left (once), sign where the chain
@@ -388,6 +421,9 @@ impl Writer {
                     tracing::error!(target: "capgate::audit", lost = left, "audit writer stopped with events it could not commit");
                 } else {
                     self.close().await;
+                }
+                if !self.unstored.is_empty() {
+                    tracing::error!(target: "capgate::audit", unstored = self.unstored.len(), chain = %self.chain.id, "audit writer stopped before it could store its last checkpoint: verification will name the chain's unsigned tail");
                 }
                 self.counters.awaiting_retry.store(0, Ordering::Relaxed);
                 return;
@@ -452,16 +488,65 @@ impl Writer {
         }
     }
 
-    /// The first `n` pending rows were committed: advance the chain's head past them.
+    /// The first `n` pending rows were committed: advance the chain's head past them, and
+    /// sign a checkpoint at every `every_events`-th event among them (exactly there, so no
+    /// run of events longer than that goes unsigned).
     fn committed(&mut self, pending: &mut Pending, n: usize) {
         let Some(last) = n.checked_sub(1).and_then(|i| pending.rows.get(i)) else {
             return;
         };
         self.chain.seq = last.seq;
         self.chain.hash = Some(last.hash.clone());
-        self.since_checkpoint += n as u64;
-        pending.rows.drain(..n);
+        let every = self.checkpoints.as_ref().map(|s| s.every_events);
+        for row in pending.rows.drain(..n) {
+            self.since_checkpoint += 1;
+            if every.is_some_and(|every| self.since_checkpoint >= every) {
+                self.sign_at(row.seq, &row.hash);
+            }
+        }
         self.counters.written.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Sign a checkpoint at `seq` (hash `hash`), chained to the last signed record, and
+    /// keep it for storing.
+    fn sign_at(&mut self, seq: i64, hash: &str) {
+        let (Some(signer), Some(prev)) = (&self.checkpoints, &self.last_signature) else {
+            return;
+        };
+        let record = signer.sign_checkpoint(&self.chain.id, seq, hash, trunc(Utc::now()), prev);
+        self.last_signature = Some(record.signature.clone());
+        self.unstored.push(record);
+        self.since_checkpoint = 0;
+    }
+
+    /// Store the signed records not stored yet, in order; the first failure stops (the
+    /// rest are tried again at the next occasion). A record whose insert committed but
+    /// answered an error is stored twice: verification reads it once.
+    async fn store_unstored(&mut self) -> Result<(), BoxError> {
+        while let Some(r) = self.unstored.first() {
+            self.store
+                .execute(
+                    Via::Group,
+                    "INSERT INTO capgate_audit_checkpoints (chain, seq, hash, at, key_id, \
+                     signature, kind, prev, every_events, unchained_through) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                    &[
+                        &r.chain,
+                        &r.seq,
+                        &r.hash,
+                        &r.at,
+                        &r.key_id,
+                        &r.signature,
+                        &r.kind,
+                        &r.prev,
+                        &r.every_events,
+                        &r.unchained_through,
+                    ],
+                )
+                .await?;
+            self.unstored.remove(0);
+        }
+        Ok(())
     }
 
     /// After a failed write: how many of `rows` (linked by the failed attempt) the
@@ -489,12 +574,42 @@ impl Writer {
         }
     }
 
-    /// Put this writer's chain in `capgate_audit_chains` (once; tried again before every
-    /// write until it lands), so exporters find it without scanning the events. A failure
-    /// is logged: the events' own write says whether the database is there.
-    async fn register(&mut self) {
+    /// Before this writer's first event: sign and store its start record (with a key),
+    /// then put its chain in `capgate_audit_chains`, where exporters find it. Tried again
+    /// before every write until it lands. With a key a failure fails the write (no event
+    /// of a chain is stored before its start record); without one it is logged (the
+    /// events' own write says whether the database is there).
+    async fn register(&mut self) -> Result<(), String> {
         if self.registered {
-            return;
+            return Ok(());
+        }
+        if let Some(signer) = &self.checkpoints
+            && self.last_signature.is_none()
+        {
+            // The highest id of a chain-less row now: rows above it are not older than
+            // this chain, so they were inserted (verification takes the lowest any start
+            // record signed).
+            let through = self
+                .store
+                .fetch_optional(
+                    Via::Writer,
+                    "SELECT coalesce(max(id), 0) AS id FROM capgate_audit_events \
+                     WHERE chain IS NULL",
+                    &[],
+                    |r| r.int("id"),
+                )
+                .await
+                .map_err(|e| e.to_string())?
+                .transpose()?
+                .unwrap_or(0)
+                .max(0);
+            let start = signer.sign_start(&self.chain.id, trunc(Utc::now()), through);
+            self.last_signature = Some(start.signature.clone());
+            self.unstored.push(start);
+        }
+        if let Err(e) = self.store_unstored().await {
+            tracing::warn!(target: "capgate::audit", error = %e, chain = %self.chain.id, "cannot store the audit chain's start record yet");
+            return Err(format!("cannot store the audit chain's start record: {e}"));
         }
         match self
             .store
@@ -506,9 +621,17 @@ impl Writer {
             )
             .await
         {
-            Ok(_) => self.registered = true,
+            Ok(_) => {
+                self.registered = true;
+                Ok(())
+            }
             Err(e) => {
                 tracing::warn!(target: "capgate::audit", error = %e, chain = %self.chain.id, "cannot register the audit chain for export yet");
+                if self.checkpoints.is_some() {
+                    Err(format!("cannot register the audit chain: {e}"))
+                } else {
+                    Ok(())
+                }
             }
         }
     }
@@ -532,45 +655,13 @@ impl Writer {
         }
     }
 
-    /// Sign and store a checkpoint at the chain's head (nothing if no key or no new events).
-    /// A checkpoint that fails to store is tried again at the next occasion.
-    async fn checkpoint(&mut self) {
-        let (Some(signer), Some(hash)) = (&self.checkpoints, &self.chain.hash) else {
-            return;
-        };
+    /// Sign a checkpoint at the chain's head (nothing without a key or new events).
+    fn sign_head(&mut self) {
         if self.since_checkpoint == 0 {
             return;
         }
-        let at = trunc(chrono::Utc::now());
-        let fields = CheckpointFields {
-            chain: &self.chain.id,
-            seq: self.chain.seq,
-            hash,
-            at,
-        };
-        let signature = signer.sign(&fields);
-        let key_id = signer.key_id();
-        let done = self
-            .store
-            .execute(
-                Via::Group,
-                "INSERT INTO capgate_audit_checkpoints (chain, seq, hash, at, key_id, signature) \
-                 VALUES ($1, $2, $3, $4, $5, $6)",
-                &[
-                    &self.chain.id,
-                    &self.chain.seq,
-                    hash,
-                    &at,
-                    &key_id,
-                    &signature,
-                ],
-            )
-            .await;
-        match done {
-            Ok(_) => self.since_checkpoint = 0,
-            Err(e) => {
-                tracing::error!(target: "capgate::audit", error = %e, "audit checkpoint not stored; retried at the next one")
-            }
+        if let Some(hash) = self.chain.hash.clone() {
+            self.sign_at(self.chain.seq, &hash);
         }
     }
 
@@ -626,10 +717,15 @@ impl Writer {
             });
         }
         self.link(&mut pending.rows);
-        if !pending.rows.is_empty() {
-            self.register().await;
-        }
-        let (committed, mut result) = insert(&self.store, &self.chain.id, &pending.rows).await;
+        let registered = if pending.rows.is_empty() {
+            Ok(())
+        } else {
+            self.register().await
+        };
+        let (committed, mut result) = match registered {
+            Ok(()) => insert(&self.store, &self.chain.id, &pending.rows).await,
+            Err(e) => (0, Err(e)),
+        };
         self.committed(pending, committed);
         if result.is_err() && !pending.rows.is_empty() {
             // A commit whose answer was lost (the connection dropped after COMMIT) must not
@@ -640,15 +736,27 @@ impl Writer {
                 result = Ok(());
             }
         }
-        if result.is_ok()
-            && let Some(signer) = &self.checkpoints
-            && (pending.flushing || self.since_checkpoint >= signer.every_events)
-        {
-            self.checkpoint().await;
+        if result.is_ok() && self.checkpoints.is_some() {
+            if pending.flushing {
+                self.sign_head();
+            }
+            if let Err(e) = self.store_unstored().await {
+                tracing::error!(target: "capgate::audit", error = %e, unstored = self.unstored.len(), "audit checkpoint not stored; retried at the next one");
+            }
+            // Events still uncovered (or a checkpoint still unstored): sign (store) about
+            // `CHECKPOINT_DELAY` from now.
+            if self.since_checkpoint == 0 && self.unstored.is_empty() {
+                self.checkpoint_due = None;
+            } else if self.checkpoint_due.is_none() {
+                self.checkpoint_due = Some(tokio::time::Instant::now() + CHECKPOINT_DELAY);
+            }
         }
         if result.is_ok() {
             // A flush whose write failed keeps asking: the retry that commits signs.
             pending.flushing = false;
+        } else {
+            // The retry's deadline drives the writer while the database fails.
+            self.checkpoint_due = None;
         }
         let retry_at = match &result {
             Ok(()) => {

@@ -56,6 +56,13 @@ async fn a_purge_up_to_a_checkpoint_keeps_the_trail_verifiable_and_an_unsigned_o
     write(20, 30).await;
     write(30, 35).await;
     let chain = verify(&store).await.chains[0].chain.clone();
+    // The checkpoints as an export sink kept them before any purge.
+    let copy = store
+        .audit_outbox("archive")
+        .expect("outbox")
+        .next_checkpoints(100)
+        .await
+        .expect("checkpoints");
 
     // An export sink that acknowledged the first 12 events holds the purge at the
     // checkpoint of seq 10.
@@ -97,6 +104,22 @@ async fn a_purge_up_to_a_checkpoint_keeps_the_trail_verifiable_and_an_unsigned_o
         (c.purged_through, c.events, c.last_seq),
         (20, 15, 35),
         "{c:?}"
+    );
+    // The copy taken before the purges still agrees: retention removed what it vouched
+    // for on purpose, and signed that it did.
+    let checked = store
+        .audit_log()
+        .verify(&VerifyOptions {
+            keys: vec![signer().verifying_key()],
+            copy: copy.clone(),
+            ..VerifyOptions::default()
+        })
+        .await
+        .expect("verify runs");
+    assert!(checked.is_intact(), "{checked:#?}");
+    assert_eq!(
+        checked.copy_checkpoints, 5,
+        "start, 10, 20, 30, 35: {copy:#?}"
     );
     // The export reads on after what was purged.
     let rest = outbox.next(100).await.expect("next");
