@@ -13,7 +13,9 @@ STATE_DIR is how the test talks to it:
     line to STATE_DIR/cancelled;
   - every call of `orders_lookup` appends a line to STATE_DIR/calls.
 Its tools: `orders_lookup` and `notes_read` (read-only), `slow_report` (sleeps),
-`internal_fail` (raises ValueError with a message that must never reach a model).
+`internal_fail` (raises ValueError with a message that must never reach a model),
+`huge_answer` (an answer of N MiB), `stderr_flood` (one stderr line of N MiB) and
+`drift_now` (writes STATE_DIR/drift and sends `notifications/tools/list_changed`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 
 STATE = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(".")
@@ -67,6 +69,28 @@ async def slow_report(seconds: float) -> str:
         append("cancelled", f"slow_report {seconds}")
         raise
     return "report ready"
+
+
+@server.tool(description="Change notes_read's description now, and say so", structured_output=False)
+async def drift_now(text: str, ctx: Context) -> str:
+    (STATE / "drift").write_text(text)
+    await ctx.session.send_tool_list_changed()
+    return "drifted"
+
+
+@server.tool(description="An answer of the given size", annotations=READ, structured_output=False)
+def huge_answer(megabytes: int) -> str:
+    return "x" * (megabytes * 1024 * 1024)
+
+
+@server.tool(description="Write one long line to stderr", annotations=READ, structured_output=False)
+def stderr_flood(megabytes: int) -> str:
+    chunk = "y" * (1024 * 1024)
+    for _ in range(megabytes):
+        sys.stderr.write(chunk)
+    sys.stderr.write("\n")
+    sys.stderr.flush()
+    return "flooded"
 
 
 @server.tool(description="A tool that fails", annotations=READ, structured_output=False)

@@ -203,7 +203,11 @@ pub fn packaged(root: &Path) -> anyhow::Result<String> {
         hex::encode(Sha256::digest(b"dana-dev-key"))
     );
     let mut out = String::new();
-    let (mut plugin_dir, mut runtime, mut key) = (0, 0, 0);
+    let (mut plugin_dir, mut runtime, mut key, mut dropped) = (0, 0, 0, 0);
+    // The other development keys' hashes are public (their keys are in the repository):
+    // an image listening on every interface must not accept them, so their tables are
+    // left out of the packaged example (issue 55).
+    let text = without_public_keys(&text, &dana, &mut dropped);
     for (i, line) in text.lines().enumerate() {
         let trimmed = line.trim();
         // The header goes below a `#:schema` directive, which editors read on line 1 only.
@@ -234,6 +238,11 @@ pub fn packaged(root: &Path) -> anyhow::Result<String> {
             runtime += 1;
         }
     }
+    if dropped == 0 {
+        bail!(
+            "examples/customer-support/capgate.template.toml: no development key other than Dana's was found to leave out; update xtask/src/example.rs (packaged) with the template"
+        );
+    }
     if (plugin_dir, runtime, key) != (1, 1, 1) {
         bail!(
             "examples/customer-support/capgate.template.toml: expected one `pluginDir`, one [runtime] table and Dana's `@keyhash:dana-dev-key@` (found {plugin_dir}, {runtime}, {key}); update xtask/src/example.rs (packaged) with the template"
@@ -242,13 +251,60 @@ pub fn packaged(root: &Path) -> anyhow::Result<String> {
     Ok(out)
 }
 
+/// `text` without the `[[gateway.apiKeys]]` tables whose key hash is not `keep` (each such
+/// table, from its header to the first blank line, becomes one comment line); `dropped`
+/// counts them.
+fn without_public_keys(text: &str, keep: &str, dropped: &mut usize) -> String {
+    let mut out = String::new();
+    let mut table: Vec<&str> = Vec::new();
+    let mut in_table = false;
+    let flush = |table: &mut Vec<&str>, out: &mut String, dropped: &mut usize| {
+        if table.iter().any(|l| l.trim() == keep) {
+            for l in table.iter() {
+                out.push_str(l);
+                out.push('\n');
+            }
+        } else if !table.is_empty() {
+            *dropped += 1;
+            out.push_str(
+                "# (a development key whose hash is public was left out of the packaged example)\n",
+            );
+        }
+        table.clear();
+    };
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if trimmed == "[[gateway.apiKeys]]" {
+            flush(&mut table, &mut out, dropped);
+            in_table = true;
+            table.push(line);
+            continue;
+        }
+        if in_table && (trimmed.is_empty() || trimmed.starts_with('[')) {
+            flush(&mut table, &mut out, dropped);
+            in_table = false;
+        }
+        if in_table {
+            table.push(line);
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    flush(&mut table, &mut out, dropped);
+    out
+}
+
 /// What the packaged example says about itself, above the template's own comments.
 const PACKAGED_HEADER: &str = "\
 # The customer-support example as packaged by `cargo xtask dist` (etc/capgate/ of the archive)
 # and `cargo xtask image` (/etc/capgate/ of the image). Differences from
 # examples/customer-support/capgate.template.toml: the plugins are in plugins/ beside this
-# file, runtime.stateDir points outside this directory, and Dana's agent key is a secret
-# from the environment (CAPGATE_DANA_KEY_SHA256).
+# file, runtime.stateDir points outside this directory, Dana's agent key is a secret from
+# the environment (CAPGATE_DANA_KEY_SHA256), and the template's other development keys
+# (Priya, Eve, the console and workflow keys), whose hashes are public, are left out: the
+# image listens on every interface. Add your own keys (hashes from the environment) in a
+# configuration of your own.
 #
 ";
 
@@ -278,5 +334,29 @@ mod tests {
     fn plugin_files_are_the_plugin_tables_paths() {
         let text = "[runtime]\npluginDir = \"x\"\n[plugins.a]\npath = \"a.wasm\"\nsha256 = \"0\"\n[plugins.b]\npath = \"b.wasm\"\n[other]\npath = \"not-a-plugin.wasm\"\n";
         assert_eq!(super::plugin_files(text), ["a.wasm", "b.wasm"]);
+    }
+
+    /// Issue 55: the packaged example (the archive's, the image's, which listens on every
+    /// interface) accepts none of the template's development keys whose hashes are public:
+    /// only Dana's agent key, and that one from the environment.
+    #[test]
+    fn the_packaged_example_serves_no_public_development_key() {
+        use sha2::{Digest, Sha256};
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("the repository");
+        let packaged = super::packaged(root).expect("the packaged example");
+        for key in [
+            "dana-dev-key",
+            "dana-console-key",
+            "priya-dev-key",
+            "eve-dev-key",
+            "ops-workflow-key",
+        ] {
+            let hash = hex::encode(Sha256::digest(key.as_bytes()));
+            assert!(!packaged.contains(&hash), "{key}'s hash is served");
+        }
+        assert_eq!(packaged.matches("[[gateway.apiKeys]]").count(), 1);
+        assert!(packaged.contains("sha256 = { env = \"CAPGATE_DANA_KEY_SHA256\" }"));
     }
 }

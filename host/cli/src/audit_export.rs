@@ -55,6 +55,7 @@ pub fn sink(
                     },
                     console_url: e.console_url.clone(),
                     events: e.events.clone(),
+                    namespaces: e.namespaces.clone(),
                     headers: headers(cfg, name, e)?,
                     ca_pem: ca_pem(cfg, name, e)?,
                     timeout: timeout(e),

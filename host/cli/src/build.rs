@@ -136,8 +136,16 @@ pub async fn build(checked: &Checked, store: Store, what: &str) -> anyhow::Resul
     let cfg = &checked.config;
     require_migrated(&store, what).await?;
     let (audit, sinks) = audit_sinks(cfg, &store)?;
-    let approvals: Arc<dyn ApprovalCoordinator> =
-        Arc::new(Traced::new(store.approvals(), store.backend()));
+    // One storage budget per namespace: its receipts and its approvals (each holds a call's
+    // whole input, at every door, /mcp included) count against it together.
+    let budget = capgate_core::journal::JournalBudget {
+        max_rows: cfg.gateway.journal_max_rows_per_namespace,
+        max_bytes: cfg.gateway.journal_max_bytes_per_namespace,
+    };
+    let approvals: Arc<dyn ApprovalCoordinator> = Arc::new(Traced::new(
+        store.approvals().with_budget(budget),
+        store.backend(),
+    ));
     let runtime = runtime_over(checked, approvals.clone(), sinks.clone())?;
     let journal: Arc<dyn InvocationJournal> = Arc::new(Traced::new(
         store
@@ -145,10 +153,7 @@ pub async fn build(checked: &Checked, store: Store, what: &str) -> anyhow::Resul
             .with_replay_horizon(Duration::from_secs(
                 cfg.gateway.replay_horizon_hours.saturating_mul(3600),
             ))
-            .with_budget(capgate_core::journal::JournalBudget {
-                max_rows: cfg.gateway.journal_max_rows_per_namespace,
-                max_bytes: cfg.gateway.journal_max_bytes_per_namespace,
-            }),
+            .with_budget(budget),
         store.backend(),
     ));
     Ok(Deployment {

@@ -22,6 +22,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// The largest document read.
 pub const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
+/// The deepest chain of `$ref`s inlined (`#/A` → `#/B` → …): a deeper one is refused,
+/// located, instead of exhausting the stack.
+const MAX_REF_DEPTH: usize = 64;
+
 /// The most JSON nodes one schema may have once its references are inlined.
 pub const MAX_SCHEMA_NODES: usize = 100_000;
 /// The longest capability id written (its tool name, the id with `.` → `_`, must fit 64).
@@ -154,6 +158,14 @@ impl Resolver<'_> {
         nodes: &mut usize,
     ) -> Result<Value, ImportError> {
         *nodes += 1;
+        // A chain of references (or of nested schemas) deeper than this is refused before
+        // it can exhaust the stack: each level is a frame of this walk.
+        if stack.len() > MAX_REF_DEPTH {
+            return Err(invalid(
+                at,
+                format!("references chained more than {MAX_REF_DEPTH} deep"),
+            ));
+        }
         if *nodes > MAX_SCHEMA_NODES {
             return Err(invalid(
                 at,
@@ -1008,6 +1020,28 @@ mod tests {
         let got = import(&bomb, &Options::default()).expect("imported");
         assert!(
             got.warnings[0].contains("schema nodes"),
+            "{:?}",
+            got.warnings
+        );
+        // Issue 55: a document of 20 000 chained references (about 1 MB) is refused,
+        // located, instead of overflowing the stack.
+        let mut schemas = Map::new();
+        schemas.insert("C0".into(), json!({ "type": "string" }));
+        for i in 1..20_000 {
+            schemas.insert(
+                format!("C{i}"),
+                json!({ "$ref": format!("#/components/schemas/C{}", i - 1) }),
+            );
+        }
+        let chain = doc(
+            json!({ "/x": { "get": { "responses": { "200": { "description": "ok", "content": {
+                "application/json": { "schema": { "$ref": "#/components/schemas/C19999" } } } } } } } }),
+            json!({ "schemas": schemas }),
+        );
+        assert!(chain.to_string().len() > 700_000);
+        let got = import(&chain, &Options::default()).expect("imported");
+        assert!(
+            got.warnings[0].contains("chained more than 64 deep"),
             "{:?}",
             got.warnings
         );

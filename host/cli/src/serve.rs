@@ -427,6 +427,10 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
         deployment.audit.clone(),
         deployment.sinks.clone(),
     );
+    let pending_horizon = cfg
+        .gateway
+        .pending_horizon_hours
+        .map(|h| Duration::from_secs(h.saturating_mul(3600)));
     let journal = deployment
         .store
         .journal()
@@ -537,7 +541,12 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
         shutdown.unready_delay.as_millis(),
         shutdown.drain.as_millis()
     );
-    let purger = tokio::spawn(purge_receipts(journal));
+    let purger = tokio::spawn(purge_receipts(
+        journal,
+        store_handle.approvals(),
+        pending_horizon,
+        sinks.clone(),
+    ));
     let sweeper = tokio::spawn(sweep_expired_approvals(reloader.clone()));
     let audit_purger = match (retain_days, audit_signer) {
         (Some(days), Some(signer)) => Some(tokio::spawn(purge_audit(
@@ -799,21 +808,104 @@ async fn sweep_expired_approvals(reloader: Arc<Reloader>) {
     }
 }
 
+/// Settle the receipts pending longer than `horizon` as `outcome-unknown`, auditing each.
+async fn abandon_pending(
+    journal: &capgate_store::SqlInvocationJournal,
+    horizon: Duration,
+    now: chrono::DateTime<chrono::Utc>,
+    sinks: &[Arc<dyn capgate_core::audit::AuditSink>],
+) {
+    let Some(cutoff) = chrono::Duration::from_std(horizon)
+        .ok()
+        .and_then(|h| now.checked_sub_signed(h))
+    else {
+        return;
+    };
+    let abandoned = match journal.abandon_pending_before(cutoff, now, 10_000).await {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::warn!("settling receipts pending past the pending horizon failed: {e}");
+            return;
+        }
+    };
+    for a in &abandoned {
+        let event = capgate_core::audit::AuditEvent {
+            timestamp: now,
+            surface: capgate_core::actor::Surface::Direct,
+            actor: capgate_core::actor::ActorRef {
+                id: "capgate".into(),
+                kind: capgate_core::actor::ActorKind::Service,
+            },
+            execution_id: None,
+            capability_id: Some(a.record.capability_id.clone()),
+            correlation_id: a.record.correlation_id.clone(),
+            input_hash: Some(a.record.input_hash.clone()),
+            payload: capgate_core::audit::EventPayload::InvocationAbandoned {
+                invocation_id: a.record.invocation_id.clone(),
+                pending_since: a.record.created_at,
+                namespace: a.namespace.clone(),
+            },
+        };
+        for sink in sinks {
+            if let Err(e) = sink.emit(&event).await {
+                tracing::warn!(sink = %e.sink, error = %e.message, "an abandoned receipt could not be audited");
+            }
+        }
+    }
+    for sink in sinks {
+        let _ = sink.flush().await;
+    }
+    if !abandoned.is_empty() {
+        tracing::warn!(
+            settled = abandoned.len(),
+            "receipts pending past the pending horizon settled as outcome-unknown"
+        );
+    }
+}
+
 /// Audit events deleted by retention.
 const AUDIT_PURGED: &str = "capgate_audit_purged_events_total";
 
-async fn purge_receipts(journal: capgate_store::SqlInvocationJournal) {
+/// Settled receipts and expired approvals past the replay horizon, purged periodically
+/// (approval records hold whole inputs and count against their namespace's budget); with
+/// `pending_horizon`, receipts pending longer first settled as `outcome-unknown`, each
+/// audited (`capgate.invocation.abandoned`) to `sinks`.
+async fn purge_receipts(
+    journal: capgate_store::SqlInvocationJournal,
+    approvals: capgate_store::SqlApprovalCoordinator,
+    pending_horizon: Option<Duration>,
+    sinks: Vec<Arc<dyn capgate_core::audit::AuditSink>>,
+) {
     let mut every = tokio::time::interval(PURGE_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         every.tick().await;
-        match journal.purge_expired(chrono::Utc::now()).await {
+        let now = chrono::Utc::now();
+        if let Some(horizon) = pending_horizon {
+            abandon_pending(&journal, horizon, now, &sinks).await;
+        }
+        match journal.purge_expired(now).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(
                 purged = n,
                 "settled receipts past the replay horizon purged"
             ),
             Err(e) => tracing::warn!("purging settled receipts failed: {e}"),
+        }
+        let purged = match journal.horizon_cutoff(now) {
+            Ok(cutoff) => approvals
+                .purge_expired_before(cutoff)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match purged {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                purged = n,
+                "approvals expired past the replay horizon purged"
+            ),
+            Err(e) => tracing::warn!("purging expired approvals failed: {e}"),
         }
     }
 }

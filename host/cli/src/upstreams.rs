@@ -100,9 +100,12 @@ async fn run(
             }
             p.last = now;
         }
+        // The next listing at the interval, or at once when the upstream says its tools
+        // changed (it has forgotten the stale listing already: nothing drifted runs).
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
+            _ = upstream.list_changed() => {}
         }
     }
 }
@@ -170,7 +173,9 @@ async fn audit(
     }
 }
 
-/// `/readyz` checks: one per upstream, `mcp:NAME`, failing while it is down.
+/// `/readyz` checks: one per upstream, `mcp:NAME`, failing while it is down. Each only
+/// degrades readiness: an upstream that is down fails its own tools' calls, never the
+/// gateway's other calls, so `/readyz` stays `200` (`degraded`).
 pub fn readiness(
     upstreams: &BTreeMap<String, Arc<McpUpstream>>,
 ) -> Vec<(String, Arc<dyn capgate_gateway::health::ReadinessProbe>)> {
@@ -178,14 +183,15 @@ pub fn readiness(
         .iter()
         .map(|(name, u)| {
             let u = u.clone();
-            let probe: Arc<dyn capgate_gateway::health::ReadinessProbe> =
-                Arc::new(capgate_gateway::health::FnProbe(move || {
+            let probe: Arc<dyn capgate_gateway::health::ReadinessProbe> = Arc::new(
+                capgate_gateway::health::Degrades(capgate_gateway::health::FnProbe(move || {
                     if u.is_up() {
                         Ok(())
                     } else {
                         Err("the MCP upstream is not reachable".to_owned())
                     }
-                }));
+                })),
+            );
             (format!("mcp:{name}"), probe)
         })
         .collect()

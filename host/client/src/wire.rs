@@ -178,6 +178,24 @@ impl CapabilityOutcome {
         }
     }
 
+    /// This outcome, naming `execution_id` when it is a failure that names none yet (a
+    /// door's refusal answered after the runtime opened and audited an execution for it),
+    /// so the caller can find the execution the trail recorded.
+    pub fn in_execution(self, execution_id: &str) -> Self {
+        match self {
+            CapabilityOutcome::Failed {
+                invocation_id,
+                execution_id: none,
+                error,
+            } if none.is_empty() => CapabilityOutcome::Failed {
+                invocation_id,
+                execution_id: execution_id.to_string(),
+                error,
+            },
+            other => other,
+        }
+    }
+
     /// The error of a failed or cancelled outcome.
     pub fn error(&self) -> Option<&OutcomeError> {
         match self {

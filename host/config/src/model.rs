@@ -289,6 +289,10 @@ pub struct ExportSection {
     /// `webhook`: the approval console's public URL (`https://capgate.example.com/console`);
     /// each notification links to `CONSOLEURL/approvals/ID`.
     pub console_url: Option<String>,
+    /// `webhook`: only approvals of these namespaces (the requester's tenant), e.g. one
+    /// tenant's channel takes `["org_1"]` (default: every namespace). Every notification
+    /// carries its `namespace`.
+    pub namespaces: Option<Vec<String>>,
     /// `otlp`, `webhook`: headers sent with every export (`authorization = { env = "OTLP_TOKEN",
     /// prefix = "Bearer " }`); values as written, `{ env = "VAR" }` or `{ file = "path" }`.
     #[serde(default)]
@@ -588,6 +592,13 @@ pub struct GatewaySection {
     #[key(restart = "the invocation journal and its purge are set up at start")]
     #[key(range = 1..=MAX_REPLAY_HORIZON_HOURS, unit = "hours")]
     pub replay_horizon_hours: u64,
+    /// Settle a receipt still pending this long after its claim as `outcome-unknown`
+    /// (audited as `capgate.invocation.abandoned`), so an unreconciled call stops holding
+    /// its namespace's budget once the replay horizon purges it. Absent: pending receipts
+    /// wait for an operator's `capgate invocations reconcile` forever.
+    #[key(restart = "the invocation journal and its purge are set up at start")]
+    #[key(range = 1..=MAX_REPLAY_HORIZON_HOURS, unit = "hours")]
+    pub pending_horizon_hours: Option<u64>,
     /// The most invocation receipts one namespace may hold (`journalMaxRowsPerNamespace`,
     /// default 100 000); a claim past it is refused `507 STORAGE_QUOTA_EXCEEDED`.
     #[key(range = 1..=MAX_STORAGE)]
@@ -671,7 +682,8 @@ pub struct ConsoleSection {
     pub sign_in_per_minute: u32,
     /// Burst of sign-ins per principal.
     pub sign_in_burst: u32,
-    /// Sign-ins per client address per minute, successful or not.
+    /// Refused sign-ins per client address per minute (a valid sign-in is never refused by
+    /// it; past it, refusals answer `429`).
     pub sign_in_per_address_per_minute: u32,
     /// Burst of sign-ins per client address.
     pub sign_in_per_address_burst: u32,
@@ -819,6 +831,7 @@ impl Default for GatewaySection {
             jwt: None,
             approval_console_url: None,
             replay_horizon_hours: 24 * 7,
+            pending_horizon_hours: None,
             journal_max_rows_per_namespace: capgate_core::journal::JournalBudget::DEFAULT.max_rows,
             journal_max_bytes_per_namespace: capgate_core::journal::JournalBudget::DEFAULT
                 .max_bytes,
@@ -1117,7 +1130,9 @@ pub struct RateLimitSection {
     /// Burst per namespace.
     pub namespace_burst: u32,
     /// Unauthenticated requests per client address per minute, every door together
-    /// (0 with `unauthenticatedBurst` 0: not throttled). Past it: `429`, credential untried.
+    /// (0 with `unauthenticatedBurst` 0: not throttled). Counts failures only, after the
+    /// credential is tried; failures past it answer `429`. A valid credential is never
+    /// refused by it.
     pub unauthenticated_per_minute: u32,
     /// Burst of unauthenticated requests per client address.
     pub unauthenticated_burst: u32,
@@ -1220,6 +1235,11 @@ pub struct McpSection {
     pub resource: Option<String>,
     /// Scopes published in that metadata and asked for in a `401`'s challenge.
     pub scopes: Vec<String>,
+    /// The most MCP sessions one principal holds open at `/mcp` in one process (default
+    /// 32). A handshake past it is refused `429` and its session closed at once; a session
+    /// ends with the client's `DELETE` or after 5 minutes unused.
+    #[key(range = 1..=100_000, unit = "sessions")]
+    pub max_sessions_per_principal: Option<u32>,
 }
 
 /// `[runtime.oci]`: where registry plugins are cached, which registries may be spoken to

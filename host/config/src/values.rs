@@ -194,6 +194,7 @@ impl Config {
                         only("secret", e.secret.is_some(), "`webhook`", out);
                         only("format", e.format.is_some(), "`webhook`", out);
                         only("consoleUrl", e.console_url.is_some(), "`webhook`", out);
+                        only("namespaces", e.namespaces.is_some(), "`webhook`", out);
                     }
                 }
                 ExportTo::Jsonl => {
@@ -221,6 +222,7 @@ impl Config {
                     only("secret", e.secret.is_some(), "`webhook`", out);
                     only("format", e.format.is_some(), "`webhook`", out);
                     only("consoleUrl", e.console_url.is_some(), "`webhook`", out);
+                    only("namespaces", e.namespaces.is_some(), "`webhook`", out);
                     only("events", e.events.is_some(), "`webhook`", out);
                     only(
                         "headers",

@@ -350,6 +350,15 @@ pub enum ApprovalStoreError {
     /// The backing store failed (the database error, or why the store gave up).
     #[error("approval store unavailable: {0}")]
     Backend(#[source] crate::error::BoxError),
+    /// The requester's namespace is at its storage budget (the one its invocation receipts
+    /// count against): nothing was written.
+    #[error("namespace `{namespace}` is over its storage budget ({limit})")]
+    QuotaExceeded {
+        /// The namespace that is over budget.
+        namespace: String,
+        /// Which bound: `rows` or `bytes`.
+        limit: &'static str,
+    },
 }
 
 /// The durable home of approvals. Every cross-process guarantee (one decision, one
@@ -381,9 +390,10 @@ pub trait ApprovalCoordinator: Send + Sync + 'static {
         filter: &ApprovalFilter,
         now: DateTime<Utc>,
     ) -> Result<Vec<ApprovalRecord>, ApprovalStoreError>;
-    /// Mark up to `limit` records still pending past their expiry at `now` as expired and
-    /// return them, each to exactly one caller across processes (a compare-and-set per
-    /// record), so an expiry is announced once ([`crate::runtime::Approvals::expire_due`]).
+    /// Mark up to `limit` records past their expiry at `now` that are still pending, or were
+    /// approved and never run (consumed), as expired and return them, each to exactly one
+    /// caller across processes (a compare-and-set per record), so an expiry, or an approval
+    /// that lapsed unused, is announced once ([`crate::runtime::Approvals::expire_due`]).
     /// The default marks nothing: expiry then stays lazy (every read at `now` still sees it).
     async fn expire_due(
         &self,
@@ -540,7 +550,10 @@ impl ApprovalCoordinator for InMemoryApprovalCoordinator {
         let mut map = self.lock();
         let mut due: Vec<&mut ApprovalRecord> = map
             .values_mut()
-            .filter(|r| r.status == ApprovalStatus::Pending && r.request.expires_at <= now)
+            .filter(|r| {
+                matches!(r.status, ApprovalStatus::Pending | ApprovalStatus::Approved)
+                    && r.request.expires_at <= now
+            })
             .collect();
         due.sort_by_key(|r| r.request.expires_at);
         Ok(due

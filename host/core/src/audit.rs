@@ -80,7 +80,9 @@ pub enum EventPayload {
     ApprovalRequested {
         /// The approval the call now waits for.
         approval_id: String,
-        /// Why approval is needed, one reason per requirement.
+        /// Why approval is needed, as codes that carry no input value (SI-10): the name of
+        /// each policy that asked, `approval.required` for the capability's own. The
+        /// reasons' text (which may quote the input) stays with the approval record.
         reasons: Vec<String>,
         /// The approval types asked for, which decide who may approve.
         types: Vec<String>,
@@ -89,6 +91,9 @@ pub enum EventPayload {
         /// Every policy's stance in the phase that asked, with its provenance (capgate
         /// extension).
         policy_decisions: Option<Vec<PolicyStance>>,
+        /// The requester's tenant (capgate extension), so a notification sink can be
+        /// limited to namespaces.
+        namespace: Option<String>,
     },
     /// A human approved.
     #[serde(rename = "capability.approved", rename_all = "camelCase")]
@@ -106,6 +111,9 @@ pub enum EventPayload {
         /// `requester` when the requester confirmed their own call (capgate extension;
         /// absent for an approver's own decision).
         via: Option<String>,
+        /// The requester's tenant, the approval's own (capgate extension), so a
+        /// notification sink can be limited to namespaces whoever decided.
+        requester_namespace: Option<String>,
     },
     /// A human rejected.
     #[serde(rename = "capability.rejected", rename_all = "camelCase")]
@@ -123,6 +131,9 @@ pub enum EventPayload {
         /// `requester` when the requester confirmed their own call (capgate extension;
         /// absent for an approver's own decision).
         via: Option<String>,
+        /// The requester's tenant, the approval's own (capgate extension), so a
+        /// notification sink can be limited to namespaces whoever decided.
+        requester_namespace: Option<String>,
     },
     /// Stage 10: the procedure is about to run (strict audit: no record, no execution).
     #[serde(rename = "capability.started", rename_all = "camelCase")]
@@ -218,6 +229,9 @@ pub enum EventPayload {
         expires_at: DateTime<Utc>,
         /// The requester's tenant, when the approval has one.
         namespace: Option<String>,
+        /// `true` when it had been approved and was never run: it lapsed unused (absent for
+        /// an approval nobody decided).
+        lapsed: Option<bool>,
     },
     /// An approval still pending after the configured time was escalated to a second role
     /// (capgate extension, once per approval: [`crate::runtime::Approvals::escalate_due`]).
@@ -283,6 +297,19 @@ pub enum EventPayload {
         /// lists the tool.
         observed_sha256: Option<String>,
     },
+    /// A receipt left pending past the pending horizon (`[gateway] pendingHorizonHours`) was
+    /// settled as `outcome-unknown` by the serving process (capgate extension): nobody
+    /// reconciled the effect in time; the receipt stops counting against its namespace's
+    /// budget once the replay horizon purges it. Envelope: the receipt's capability.
+    #[serde(rename = "capgate.invocation.abandoned", rename_all = "camelCase")]
+    InvocationAbandoned {
+        /// The invocation id of the receipt.
+        invocation_id: String,
+        /// When the invocation was first claimed.
+        pending_since: DateTime<Utc>,
+        /// The namespace it counts against, when it has one.
+        namespace: Option<String>,
+    },
     /// A concealed MCP tool matches its pin again (re-pinned, or the upstream reverted):
     /// its capability is served again (capgate extension).
     #[serde(rename = "capgate.mcp.tool_restored", rename_all = "camelCase")]
@@ -318,6 +345,7 @@ impl EventPayload {
             EventPayload::ConfigReloadRefused { .. } => "capgate.config.reload_refused",
             EventPayload::McpToolConcealed { .. } => "capgate.mcp.tool_concealed",
             EventPayload::McpToolRestored { .. } => "capgate.mcp.tool_restored",
+            EventPayload::InvocationAbandoned { .. } => "capgate.invocation.abandoned",
         }
     }
 }

@@ -499,6 +499,10 @@ pub struct Evaluated {
     pub provenance: Option<Arc<Provenance>>,
 }
 
+/// The reason code recorded for a capability's own `approval.required`
+/// ([`ApprovalRequirement::reason_codes`]).
+pub const CAPABILITY_REASON_CODE: &str = "approval.required";
+
 /// The merged approval requirement of a batch.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ApprovalRequirement {
@@ -513,9 +517,24 @@ pub struct ApprovalRequirement {
     pub expires_in_ms: Option<u64>,
     /// At least one requirement named no type: never self-confirmable (SI-4).
     pub untyped: bool,
+    /// The capability's own `approval.required` is one of the requirements.
+    pub by_capability: bool,
 }
 
 impl ApprovalRequirement {
+    /// What the audit trail, exports and notifications record of why approval is needed:
+    /// where each requirement came from (the asking policy's name, `approval.required` for
+    /// the capability's own), never a reason's text. A reason is policy text that may quote
+    /// the input ("Refund of $649 exceeds $500"); it stays with the approval record, which
+    /// approvers read together with the input (SI-10).
+    pub fn reason_codes(&self) -> Vec<String> {
+        self.by_capability
+            .then(|| CAPABILITY_REASON_CODE.to_string())
+            .into_iter()
+            .chain(self.policies.iter().cloned())
+            .collect()
+    }
+
     /// Merge one more requirement in, from `policy` (`None`: the capability's own):
     /// reasons appended, types and policies deduplicated, minimum expiry; a requirement
     /// without a type marks the whole as untyped.
@@ -527,10 +546,10 @@ impl ApprovalRequirement {
         expires_in_ms: Option<u64>,
     ) {
         self.reasons.push(reason.to_string());
-        if let Some(p) = policy
-            && !self.policies.iter().any(|x| x == p)
-        {
-            self.policies.push(p.to_string());
+        match policy {
+            Some(p) if !self.policies.iter().any(|x| x == p) => self.policies.push(p.to_string()),
+            Some(_) => {}
+            None => self.by_capability = true,
         }
         match approval_type {
             Some(t) if !self.types.iter().any(|x| x == t) => self.types.push(t.to_string()),

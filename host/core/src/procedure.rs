@@ -97,6 +97,13 @@ pub enum ProcedureError {
     /// An already-governed error, passed through unchanged.
     #[error("{0}")]
     Governed(CapabilityError),
+    /// The adapter provably sent nothing (the upstream could not be reached, a pinned
+    /// tool no longer matched before the call was made, the input could not be encoded):
+    /// EXECUTION_FAILED hidden like [`ProcedureError::Internal`], but the effect is known
+    /// not to have happened, so the call's receipt settles as failed instead of waiting
+    /// for an operator's reconcile.
+    #[error("not sent: {0}")]
+    NotSent(String),
 }
 
 impl ProcedureError {
@@ -113,6 +120,22 @@ impl ProcedureError {
     /// An internal error (hidden from the model).
     pub fn internal(message: impl Into<String>) -> Self {
         ProcedureError::Internal(message.into())
+    }
+
+    /// A [`ProcedureError::NotSent`].
+    pub fn not_sent(message: impl Into<String>) -> Self {
+        ProcedureError::NotSent(message.into())
+    }
+
+    /// Whether this failure shows that the attempt had no effect: the procedure answered a
+    /// defined error (its contract's deliberate failure: an upstream's mapped error, an
+    /// OpenAPI 404), or the adapter sent nothing. Any other failure of an entered procedure
+    /// (a refusal included: it may come after part of the work) leaves the effect unknown.
+    pub fn had_no_effect(&self) -> bool {
+        matches!(
+            self,
+            ProcedureError::Defined { .. } | ProcedureError::NotSent(_)
+        )
     }
 
     /// The stage-11 error mapping (docs/pipeline.md, "Stage-11 error mapping").
@@ -134,9 +157,11 @@ impl ProcedureError {
             ProcedureError::Forbidden(m) => {
                 CapabilityError::new(ErrorCode::Forbidden).with_cause(m)
             }
-            ProcedureError::Internal(m) => CapabilityError::new(ErrorCode::ExecutionFailed)
-                .with_stage(Stage::Execution)
-                .with_cause(m),
+            ProcedureError::Internal(m) | ProcedureError::NotSent(m) => {
+                CapabilityError::new(ErrorCode::ExecutionFailed)
+                    .with_stage(Stage::Execution)
+                    .with_cause(m)
+            }
             ProcedureError::TimedOut(m) => CapabilityError::new(ErrorCode::Timeout).with_cause(m),
             ProcedureError::Governed(e) => e,
         }

@@ -86,7 +86,12 @@ fn open_new(dir: &Path) -> Result<Current, SinkError> {
             format!("audit-{stamp}-{n}.jsonl")
         };
         let path = dir.join(name);
-        match OpenOptions::new().append(true).create_new(true).open(&path) {
+        let mut open = OpenOptions::new();
+        open.append(true).create_new(true);
+        // The trail is the operator's: readable and writable by capgate's user only.
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut open, 0o600);
+        match open.open(&path) {
             Ok(file) => {
                 return Ok(Current {
                     path,
@@ -178,6 +183,18 @@ mod tests {
             hash: Some(format!("h{seq}")),
             event: json!({"type": "capability.started", "data": {"attempt": 1}}),
         }
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn exported_files_are_readable_by_their_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut sink = JsonlSink::new(dir.path().join("out"), 1 << 20).expect("sink");
+        sink.deliver(&[event(1)]).await.expect("deliver");
+        let file = sink.current_file().expect("a file").to_path_buf();
+        let mode = std::fs::metadata(&file).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{mode:o}");
     }
 
     #[tokio::test]

@@ -177,7 +177,7 @@ impl ExportSink for OtlpSink {
         for (k, v) in &self.target.headers {
             req = req.header(k, v);
         }
-        let mut resp = req.send().await.map_err(SinkError::Transport)?;
+        let mut resp = req.send().await.map_err(SinkError::transport)?;
         let status = resp.status();
         if !status.is_success() {
             return Err(SinkError::Status {
@@ -186,7 +186,7 @@ impl ExportSink for OtlpSink {
         }
         // A partial success names records the collector refused; read a bounded answer.
         let mut answer = Vec::new();
-        while let Some(chunk) = resp.chunk().await.map_err(SinkError::Transport)? {
+        while let Some(chunk) = resp.chunk().await.map_err(SinkError::transport)? {
             if answer.len() + chunk.len() > MAX_RESPONSE_BYTES {
                 break;
             }

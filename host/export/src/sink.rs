@@ -20,7 +20,10 @@ pub enum SinkError {
         /// The HTTP status.
         status: u16,
     },
-    /// The request did not complete (connection refused, reset, TLS).
+    /// The request did not complete (connection refused, reset, TLS). Built with
+    /// [`SinkError::transport`], which strips the URL: a receiver's URL may carry its
+    /// credentials (a Slack webhook URL is its own secret, `user:password@`, a token in
+    /// the query), and this error is logged on every failed delivery.
     #[error("cannot reach the collector: {0}")]
     Transport(#[source] reqwest::Error),
     /// A file could not be created, written or synced.
@@ -35,6 +38,13 @@ pub enum SinkError {
     /// The delivery did not finish within the sink's timeout.
     #[error("the delivery took longer than {0:?}")]
     Timeout(std::time::Duration),
+}
+
+impl SinkError {
+    /// [`SinkError::Transport`] for `e`, without the URL it carried.
+    pub fn transport(e: reqwest::Error) -> SinkError {
+        SinkError::Transport(e.without_url())
+    }
 }
 
 /// A place audit events are exported to.
@@ -70,11 +80,11 @@ pub(crate) fn http_client(
         .redirect(reqwest::redirect::Policy::none());
     #[cfg(feature = "tls")]
     if let Some(pem) = ca_pem {
-        for cert in reqwest::Certificate::from_pem_bundle(pem).map_err(SinkError::Transport)? {
+        for cert in reqwest::Certificate::from_pem_bundle(pem).map_err(SinkError::transport)? {
             builder = builder.add_root_certificate(cert);
         }
     }
     #[cfg(not(feature = "tls"))]
     let _ = ca_pem;
-    builder.build().map_err(SinkError::Transport)
+    builder.build().map_err(SinkError::transport)
 }

@@ -36,6 +36,9 @@ pub struct WebhookTarget {
     pub console_url: Option<String>,
     /// Which notifications to send (`approval.requested`, …); `None`: all.
     pub events: Option<Vec<String>>,
+    /// Only approvals of these namespaces (the requester's tenant); `None`: every
+    /// namespace. A notification that names no namespace is not sent to a limited sink.
+    pub namespaces: Option<Vec<String>>,
     /// More headers (already resolved).
     pub headers: Vec<(String, String)>,
     /// PEM CA certificates trusted besides the system's.
@@ -100,8 +103,10 @@ pub fn notification(e: &ExportedEvent, console_url: Option<&str>) -> Option<Valu
             "approval.escalated"
         }
         "capgate.approval.expired" => {
-            if let Some(v) = data.get("expiresAt") {
-                n.insert("expiresAt".into(), v.clone());
+            for key in ["expiresAt", "lapsed"] {
+                if let Some(v) = data.get(key) {
+                    n.insert(key.into(), v.clone());
+                }
             }
             "approval.expired"
         }
@@ -117,6 +122,15 @@ pub fn notification(e: &ExportedEvent, console_url: Option<&str>) -> Option<Valu
         }
         _ => return None,
     };
+    // The approval's namespace (the requester's tenant): `requesterNamespace` on a
+    // decision (its `namespace` is the approver's), `namespace` on the others.
+    if let Some(ns) = data
+        .get("requesterNamespace")
+        .or_else(|| data.get("namespace"))
+        .and_then(Value::as_str)
+    {
+        n.insert("namespace".into(), Value::String(ns.into()));
+    }
     n.insert("type".into(), Value::String(kind.into()));
     n.insert("id".into(), Value::String(message_id(e)));
     n.insert("approvalId".into(), Value::String(approval_id.into()));
@@ -137,44 +151,76 @@ pub fn notification(e: &ExportedEvent, console_url: Option<&str>) -> Option<Valu
     Some(Value::Object(n))
 }
 
-/// A notification as a Slack message.
+/// `text` with Slack's control characters escaped (`&`, `<`, `>`), as Slack asks of every
+/// value put into message text: nothing a requester, a policy or an approver wrote can
+/// become a mention (`<!channel>`), a link (`<https://…|…>`) or formatting markup there.
+fn slack_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for ch in text.chars() {
+        match ch {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '`' => out.push('\''),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A notification as a Slack message. Every value from the event is escaped
+/// ([`slack_escape`]).
 fn slack(n: &Value) -> Value {
-    let s = |k: &str| n.get(k).and_then(Value::as_str).unwrap_or("");
+    let s = |k: &str| slack_escape(n.get(k).and_then(Value::as_str).unwrap_or(""));
     let capability = s("capabilityId");
-    let mut text = match s("type") {
+    let kind = n.get("type").and_then(Value::as_str).unwrap_or("");
+    let mut text = match kind {
         "approval.requested" => {
-            let reasons: Vec<&str> = n
+            let reasons: Vec<String> = n
                 .get("reasons")
                 .and_then(Value::as_array)
-                .map(|r| r.iter().filter_map(Value::as_str).collect())
+                .map(|r| {
+                    r.iter()
+                        .filter_map(Value::as_str)
+                        .map(slack_escape)
+                        .collect()
+                })
                 .unwrap_or_default();
             format!(
                 "*Approval requested* for `{capability}`: {}",
                 reasons.join("; ")
             )
         }
+        "approval.expired" if n.get("lapsed") == Some(&Value::Bool(true)) => {
+            format!("*Approval lapsed* approved but never run: `{capability}`")
+        }
         "approval.expired" => format!("*Approval expired* undecided: `{capability}`"),
         "approval.escalated" => format!(
             "*Approval waiting*{}: `{capability}` has been pending for {} min",
             n.get("escalateTo")
                 .and_then(Value::as_str)
-                .map_or(String::new(), |r| format!(", escalated to {r}")),
+                .map_or(String::new(), |r| format!(
+                    ", escalated to {}",
+                    slack_escape(r)
+                )),
             n.get("pendingMs").and_then(Value::as_u64).unwrap_or(0) / 60_000
         ),
         _ => format!(
             "*{}* by {}: `{capability}`",
-            if s("decision") == "approved" {
+            if n.get("decision").and_then(Value::as_str) == Some("approved") {
                 "Approved"
             } else {
                 "Rejected"
             },
-            n.pointer("/approver/id")
-                .and_then(Value::as_str)
-                .unwrap_or("?")
+            slack_escape(
+                n.pointer("/approver/id")
+                    .and_then(Value::as_str)
+                    .unwrap_or("?")
+            )
         ),
     };
     match n.get("link").and_then(Value::as_str) {
-        Some(link) => text.push_str(&format!(" (<{link}|{}>)", s("approvalId"))),
+        Some(link) => text.push_str(&format!(" (<{}|{}>)", slack_escape(link), s("approvalId"))),
         None => text.push_str(&format!(" ({})", s("approvalId"))),
     }
     json!({ "text": text })
@@ -218,6 +264,13 @@ impl ExportSink for WebhookSink {
             {
                 continue;
             }
+            if let Some(limited) = &self.target.namespaces
+                && !n["namespace"]
+                    .as_str()
+                    .is_some_and(|ns| limited.iter().any(|l| l == ns))
+            {
+                continue;
+            }
             let body = match self.target.style {
                 WebhookStyle::Json => n.to_string(),
                 WebhookStyle::Slack => slack(&n).to_string(),
@@ -239,7 +292,7 @@ impl ExportSink for WebhookSink {
             for (k, v) in &self.target.headers {
                 req = req.header(k, v);
             }
-            let resp = req.body(body).send().await.map_err(SinkError::Transport)?;
+            let resp = req.body(body).send().await.map_err(SinkError::transport)?;
             if !resp.status().is_success() {
                 return Err(SinkError::Status {
                     status: resp.status().as_u16(),
@@ -264,6 +317,38 @@ mod tests {
             event: json!({"type": ty, "timestamp": "2026-12-04T10:00:00Z", "capabilityId": "orders.refund",
                 "actor": {"id": "dana", "kind": "user"}, "data": data}),
         }
+    }
+
+    #[test]
+    fn slack_text_escapes_every_value() {
+        let evil = "<!channel> <https://evil.example|click> & `code`";
+        let req = event(
+            "capability.approval_requested",
+            json!({"approvalId": "apr_1", "reasons": [evil], "types": ["manager"], "expiresAt": "x", "namespace": "org_1"}),
+        );
+        let n = notification(&req, Some("https://cg.example/console")).expect("a notification");
+        assert_eq!(n["namespace"], "org_1");
+        let text = slack(&n)["text"].as_str().expect("text").to_string();
+        assert!(!text.contains("<!channel>"), "{text}");
+        assert!(!text.contains("<https://evil"), "{text}");
+        assert!(
+            text.contains("&lt;!channel&gt; &lt;https://evil.example|click&gt; &amp; 'code'"),
+            "{text}"
+        );
+        let dec = event(
+            "capability.approved",
+            json!({"approvalId": "apr_1", "approver": {"id": "<!here>", "kind": "user"}, "namespace": "org_9", "requesterNamespace": "org_1"}),
+        );
+        let n = notification(&dec, None).expect("a notification");
+        assert_eq!(
+            n["namespace"], "org_1",
+            "the approval's namespace, not the approver's"
+        );
+        let text = slack(&n)["text"].as_str().expect("text").to_string();
+        assert!(
+            text.contains("&lt;!here&gt;") && !text.contains("<!here>"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -413,10 +413,7 @@ pub fn principal_of(
     let m = map
         .map(claims)
         .map_err(|e| AuthError::Invalid(e.to_string()))?;
-    let expires_at = claims
-        .get("exp")
-        .and_then(|v| v.as_i64())
-        .and_then(|s| DateTime::from_timestamp(s, 0));
+    let expires_at = Some(expiry(claims)?);
     let org_id = m
         .attributes
         .get("orgId")
@@ -439,6 +436,22 @@ pub fn principal_of(
         operator: false,
         credential: Credential::Token,
     })
+}
+
+/// When a verified token expires: its `exp`, a NumericDate (RFC 7519: seconds since the
+/// epoch, which may have a fraction; a fraction is cut, so the token ends no later than it
+/// says). A token without a readable `exp` maps to no principal: nothing it opens (a
+/// console session included) may outlive a token whose end cannot be read.
+fn expiry(claims: &serde_json::Value) -> Result<DateTime<Utc>, AuthError> {
+    let exp = claims.get("exp");
+    let seconds = exp.and_then(serde_json::Value::as_i64).or_else(|| {
+        exp.and_then(serde_json::Value::as_f64)
+            .filter(|f| f.is_finite() && f.abs() < 1e15)
+            .map(|f| f.floor() as i64)
+    });
+    seconds
+        .and_then(|s| DateTime::from_timestamp(s, 0))
+        .ok_or_else(|| AuthError::Invalid("the token's `exp` is not a NumericDate".into()))
 }
 
 /// JWT claims a token may carry; used by tests and tools that mint tokens.
@@ -507,3 +520,39 @@ pub fn check_principal(a: &Authenticated, now: DateTime<Utc>) -> Result<(), Auth
 
 /// An authenticator shared by every door of a deployment.
 pub type SharedAuthenticator = Arc<dyn Authenticator>;
+
+#[cfg(test)]
+mod expiry_tests {
+    use super::*;
+
+    /// Issue 55: a token whose `exp` has a fraction ends when it says (no console session
+    /// of the 8-hour default), and one whose `exp` cannot be read maps to no principal.
+    #[test]
+    fn a_fractional_exp_is_the_tokens_end_and_an_unreadable_one_is_refused() {
+        let claims = |exp: serde_json::Value| serde_json::json!({"sub": "u_priya", "org": "org_1", "exp": exp});
+        let map = ClaimMap::default();
+        let who =
+            principal_of(&map, &claims(serde_json::json!(1_900_000_000.75))).expect("a principal");
+        assert_eq!(
+            who.expires_at,
+            DateTime::from_timestamp(1_900_000_000, 0),
+            "the fraction is cut"
+        );
+        let whole =
+            principal_of(&map, &claims(serde_json::json!(1_900_000_000))).expect("a principal");
+        assert_eq!(whole.expires_at, DateTime::from_timestamp(1_900_000_000, 0));
+        for bad in [
+            serde_json::json!("1900000000"),
+            serde_json::json!(null),
+            serde_json::json!(1e300),
+        ] {
+            assert!(
+                matches!(
+                    principal_of(&map, &claims(bad.clone())),
+                    Err(AuthError::Invalid(_))
+                ),
+                "{bad}"
+            );
+        }
+    }
+}

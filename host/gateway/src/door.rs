@@ -340,18 +340,18 @@ impl Doorkeeper {
         client: Option<std::net::IpAddr>,
         door: Door,
     ) -> Result<Authenticated, Reject> {
+        // The credential is verified first: a valid one is never refused by the
+        // unauthenticated throttle, whatever else came from its address (a NAT, a proxy
+        // without `trustedProxies`, a neighbour guessing keys). Only failures spend the
+        // address's budget, and a failure past it answers 429 instead of 401.
         let throttled = self.unauthenticated.as_ref().zip(client);
-        if let Some((t, ip)) = &throttled
-            && let Some(secs) = t.exhausted(&ip.to_string())
-        {
-            tracing::info!(target: LOG, client = %ip, "unauthenticated requests throttled");
-            return Err(Reject::too_many_requests(secs));
-        }
         let refused = |reason: &dyn std::fmt::Display| {
             tracing::info!(target: LOG, reason = %reason, "request not authenticated");
-            if let Some((t, ip)) = &throttled {
-                // Spent whether or not the budget is left: the next request is refused.
-                let _ = t.charge(&ip.to_string());
+            if let Some((t, ip)) = &throttled
+                && let Err(secs) = t.charge(&ip.to_string())
+            {
+                tracing::info!(target: LOG, client = %ip, "unauthenticated requests throttled");
+                return Reject::too_many_requests(secs);
             }
             Reject::unauthenticated()
         };

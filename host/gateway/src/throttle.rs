@@ -2,11 +2,14 @@
 //! instead of) a principal's own quota: unauthenticated requests per client address at
 //! every door, and console sign-ins per principal and per client address.
 //!
-//! A [`Throttle`] is a token bucket per key that can be *looked at* without spending a
-//! token ([`Throttle::exhausted`]): a door refuses an address that already spent its
-//! unauthenticated budget before it even tries the credential, so guessing stops at the
-//! budget whether or not the next guess would have been right. The number of keys is
-//! bounded ([`MAX_KEYS`]): past it, full buckets are forgotten first, then the oldest.
+//! A [`Throttle`] is a token bucket per key. A door verifies the credential first and
+//! charges the address only for a failure ([`Throttle::charge`]): a valid credential is
+//! never refused by the unauthenticated throttle, so failures from one address (a NAT, a
+//! proxy that is not a configured `trustedProxies` entry, a neighbour guessing keys) slow
+//! only themselves and never deny another principal. A failure past the budget answers
+//! `429` with `Retry-After` instead of `401`. [`Throttle::exhausted`] looks at a bucket
+//! without spending a token. The number of keys is bounded ([`MAX_KEYS`]): past it, full
+//! buckets are forgotten first, then the oldest.
 //!
 //! [`ClientAddresses`] says which address a request comes from: the connection's peer, or,
 //! only when that peer is a configured trusted proxy, the last address in

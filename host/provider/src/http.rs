@@ -520,7 +520,7 @@ impl HttpUpstream {
     ) -> Result<ExecutionOutcome, ProcedureError> {
         let req = &run.request;
         let planned = plan.plan(&self.url, &req.input)?;
-        let span = crate::trace_context::upstream_span(&planned.url);
+        let span = crate::trace_context::upstream_span(plan.method.as_str(), &planned.url);
         let mut builder = self
             .client
             .request(plan.method.clone(), planned.url)
@@ -568,7 +568,7 @@ impl HttpUpstream {
             context: &req.context,
             agent: req.agent.as_deref(),
         };
-        let span = crate::trace_context::upstream_span(&self.url);
+        let span = crate::trace_context::upstream_span("POST", &self.url);
         let builder = self
             .client
             .post(self.url.clone())
@@ -633,7 +633,14 @@ async fn send(
     let sent = builder.send().instrument(span.clone()).await;
     crate::trace_context::record_status(span, sent.as_ref().ok().map(|r| r.status().as_u16()));
     sent.map_err(|e| {
-        ProcedureError::internal(format!("upstream request failed: {}", with_causes(&e)))
+        let message = format!("upstream request failed: {}", with_causes(&e));
+        // No connection was made, or the request could not be built: nothing reached the
+        // upstream, so the call failed rather than leaving its effect unknown.
+        if e.is_connect() || e.is_builder() {
+            ProcedureError::not_sent(message)
+        } else {
+            ProcedureError::internal(message)
+        }
     })
 }
 

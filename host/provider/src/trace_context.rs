@@ -1,5 +1,6 @@
-//! W3C trace context on HTTP upstream calls: a client span per request (`POST`, OpenTelemetry's
-//! `http.request.method`, `server.address`, `server.port`, `http.response.status_code`) whose
+//! W3C trace context on HTTP upstream calls: a client span per request (named by its
+//! method, with OpenTelemetry's `http.request.method`, `server.address`, `server.port`,
+//! `http.response.status_code`) whose
 //! context goes to the upstream as `traceparent` / `tracestate`, so the upstream's own spans
 //! join the caller's trace. The headers are written by the process's global propagator
 //! (the W3C one when `capgate serve` has traces on, the no-op one otherwise).
@@ -10,14 +11,15 @@ use reqwest::Url;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-/// The client span of one upstream request to `url`.
-pub(crate) fn upstream_span(url: &Url) -> tracing::Span {
+/// The client span of one upstream request of `method` to `url` (named by its method, as
+/// OpenTelemetry's HTTP client spans are).
+pub(crate) fn upstream_span(method: &str, url: &Url) -> tracing::Span {
     tracing::info_span!(
         "http.client.request",
-        otel.name = "POST",
+        otel.name = method,
         otel.kind = "client",
         otel.status_code = tracing::field::Empty,
-        http.request.method = "POST",
+        http.request.method = method,
         server.address = url.host_str().unwrap_or_default(),
         server.port = url.port_or_known_default().unwrap_or_default(),
         http.response.status_code = tracing::field::Empty,

@@ -32,6 +32,39 @@ const INSERT: &str = "INSERT INTO capgate_approvals (id, capability_id, surface,
      namespace, untyped, policies, descriptor_digest) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $13, $14, $15, $16, $17, $18)";
 
+/// [`INSERT`] within the namespace's storage budget (shared with its invocation receipts,
+/// kept in `capgate_journal_usage` by the triggers of migration 0012): nothing is inserted
+/// when the namespace holds `$19` rows or would pass `$21` bytes with this input's `$20`.
+/// SQLite runs it on its one writer; Postgres locks the namespace's usage row first, as a
+/// journal claim does, so concurrent inserts cannot overshoot the budget.
+const INSERT_BUDGETED: Sql = Sql {
+    sqlite: "INSERT INTO capgate_approvals (id, capability_id, surface, actor, input, input_hash, \
+     reasons, types, risk, side_effect, status, requested_at, expires_at, execution_id, correlation_id, \
+     namespace, untyped, policies, descriptor_digest) \
+     SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $13, $14, $15, $16, $17, $18 \
+     WHERE $20 <= $21 AND NOT EXISTS (SELECT 1 FROM capgate_journal_usage \
+       WHERE namespace = $15 AND (row_count >= $19 OR byte_count + $20 > $21))",
+    postgres: "WITH usage AS (SELECT row_count, byte_count FROM capgate_journal_usage \
+       WHERE namespace = $15 FOR UPDATE) \
+     INSERT INTO capgate_approvals (id, capability_id, surface, actor, input, input_hash, \
+     reasons, types, risk, side_effect, status, requested_at, expires_at, execution_id, correlation_id, \
+     namespace, untyped, policies, descriptor_digest) \
+     SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $13, $14, $15, $16, $17, $18 \
+     WHERE $20::bigint <= $21::bigint \
+       AND NOT EXISTS (SELECT 1 FROM usage WHERE row_count >= $19 OR byte_count + $20 > $21)",
+};
+
+/// Postgres: make sure the namespace has a usage row to lock before its first approval.
+const ENSURE_USAGE: &str =
+    "INSERT INTO capgate_journal_usage (namespace) VALUES ($1) ON CONFLICT (namespace) DO NOTHING";
+
+/// A namespace's usage, to say which bound refused an approval.
+const USAGE: &str = "SELECT row_count, byte_count FROM capgate_journal_usage WHERE namespace = $1";
+
+/// Forget approvals that can no longer be used: expired before the cutoff (an approval is
+/// decided and consumed, or not, before its expiry), whatever their status.
+const PURGE: &str = "DELETE FROM capgate_approvals WHERE expires_at < $1";
+
 const GET: &str = concat!("SELECT ", cols!(), " FROM capgate_approvals WHERE id = $1");
 
 const DECIDE: &str = concat!(
@@ -41,10 +74,12 @@ const DECIDE: &str = concat!(
     cols!()
 );
 
+/// Mark the next approval past its expiry that nobody decided, or that was approved and
+/// never run (it lapsed unused), as expired: one compare-and-set per record.
 const EXPIRE_NEXT: &str = concat!(
-    "UPDATE capgate_approvals SET status = 'expired' WHERE status = 'pending' AND id = \
-     (SELECT id FROM capgate_approvals WHERE status = 'pending' AND expires_at <= $1 \
-     ORDER BY expires_at LIMIT 1) RETURNING ",
+    "UPDATE capgate_approvals SET status = 'expired' WHERE status IN ('pending', 'approved') \
+     AND id = (SELECT id FROM capgate_approvals WHERE status IN ('pending', 'approved') \
+     AND expires_at <= $1 ORDER BY expires_at LIMIT 1) RETURNING ",
     cols!()
 );
 
@@ -101,12 +136,65 @@ const LIST: Sql = Sql {
 #[derive(Clone)]
 pub struct SqlApprovalCoordinator {
     store: Store,
+    budget: Option<capgate_core::journal::JournalBudget>,
 }
 
 impl SqlApprovalCoordinator {
     /// A coordinator on `store` (also [`Store::approvals`]).
     pub fn new(store: Store) -> Self {
-        SqlApprovalCoordinator { store }
+        SqlApprovalCoordinator {
+            store,
+            budget: None,
+        }
+    }
+
+    /// Refuse new approvals that would take their namespace past `budget`, the storage
+    /// budget its invocation receipts count against too (a held call stores its whole input
+    /// with its approval, at every door): [`ApprovalStoreError::QuotaExceeded`], nothing
+    /// written. Usage is counted whether or not a budget is set.
+    pub fn with_budget(mut self, budget: capgate_core::journal::JournalBudget) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// Delete every approval that expired before `cutoff` (the end of the replay horizon):
+    /// none of them can be decided or run any more, and each holds a call's whole input.
+    /// Returns how many were deleted.
+    pub async fn purge_expired_before(
+        &self,
+        cutoff: DateTime<Utc>,
+    ) -> Result<u64, ApprovalStoreError> {
+        crate::metrics::timed(self.store.backend(), "approvals.purge", async move {
+            let cutoff = trunc(cutoff);
+            self.store
+                .execute(Via::Writer, PURGE, &[&cutoff])
+                .await
+                .map_err(backend)
+        })
+        .await
+    }
+
+    /// Which bound of the budget `namespace` is at, with `size` more bytes.
+    async fn over_budget(
+        &self,
+        namespace: &str,
+        size: i64,
+    ) -> Result<&'static str, ApprovalStoreError> {
+        let usage = self
+            .store
+            .fetch_optional(Via::Readers, USAGE, &[&namespace], |row| {
+                Ok::<_, String>((row.int("row_count")?, row.int("byte_count")?))
+            })
+            .await
+            .map_err(backend)?;
+        let max_rows = self
+            .budget
+            .map_or(i64::MAX, |b| i64::try_from(b.max_rows).unwrap_or(i64::MAX));
+        Ok(match usage {
+            Some(Ok((rows, _))) if rows >= max_rows => "rows",
+            _ if size > 0 => "bytes",
+            _ => "rows",
+        })
     }
 }
 
@@ -350,7 +438,34 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
                 &Json("policies", &r.policies),
                 &r.descriptor_digest,
             ];
-            let result = self.store.execute(Via::Group, INSERT, &params).await;
+            let budgeted = self.budget.filter(|_| !r.namespace.is_empty());
+            let result = match budgeted {
+                None => self.store.execute(Via::Group, INSERT, &params).await,
+                Some(budget) => {
+                    if self.store.backend() == crate::db::Backend::Postgres {
+                        self.store
+                            .execute(Via::Group, ENSURE_USAGE, &[&r.namespace])
+                            .await
+                            .map_err(backend)?;
+                    }
+                    let size = serde_json::to_string(&r.input)
+                        .map_or(i64::MAX, |t| i64::try_from(t.len()).unwrap_or(i64::MAX));
+                    let max_rows = i64::try_from(budget.max_rows).unwrap_or(i64::MAX);
+                    let max_bytes = i64::try_from(budget.max_bytes).unwrap_or(i64::MAX);
+                    let mut all: Vec<&dyn Param> = params.to_vec();
+                    all.extend([&max_rows as &dyn Param, &size, &max_bytes]);
+                    match self.store.execute(Via::Group, INSERT_BUDGETED, &all).await {
+                        Ok(0) => {
+                            let limit = self.over_budget(&r.namespace, size).await?;
+                            return Err(ApprovalStoreError::QuotaExceeded {
+                                namespace: r.namespace.clone(),
+                                limit,
+                            });
+                        }
+                        other => other,
+                    }
+                }
+            };
             match result {
                 Ok(_) => Ok(ApprovalRecord::pending(request)),
                 Err(e) if unique_violation(&e) => Err(ApprovalStoreError::Duplicate(request.id)),
@@ -426,8 +541,8 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
             let now = trunc(now);
             let mut expired = Vec::new();
             // One record per statement, each a compare-and-set: a record another replica
-            // expired first is not `pending` any more, so it is returned to that one only
-            // (and this sweep stops; the next one goes on).
+            // expired first is not `pending` (or `approved`) any more, so it is returned to
+            // that one only (and this sweep stops; the next one goes on).
             while expired.len() < limit {
                 match self
                     .store

@@ -71,6 +71,11 @@ const SQLITE_FILES: &[(i64, &str, &str)] = &[
         "0010_audit_checkpoint_chain.sql",
         include_str!("../migrations/sqlite/0010_audit_checkpoint_chain.sql"),
     ),
+    (
+        12,
+        "0012_approval_budget.sql",
+        include_str!("../migrations/sqlite/0012_approval_budget.sql"),
+    ),
 ];
 
 /// The Postgres migrations, embedded (see [`SQLITE_FILES`]).
@@ -124,6 +129,11 @@ const POSTGRES_FILES: &[(i64, &str, &str)] = &[
         10,
         "0010_audit_checkpoint_chain.sql",
         include_str!("../migrations/postgres/0010_audit_checkpoint_chain.sql"),
+    ),
+    (
+        12,
+        "0012_approval_budget.sql",
+        include_str!("../migrations/postgres/0012_approval_budget.sql"),
     ),
 ];
 
@@ -629,6 +639,24 @@ impl Store {
     }
 }
 
+/// Create the database file readable and writable by its owner only (`0600`), when it does
+/// not exist yet: it holds inputs, approvals and the audit trail. SQLite gives the WAL and
+/// shared-memory files it makes beside it the database file's permissions. An existing
+/// file is left as its operator set it.
+fn create_private(path: &std::path::Path) -> Result<(), StoreError> {
+    let mut open = std::fs::OpenOptions::new();
+    open.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut open, 0o600);
+    match open.open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        // A directory that does not exist is refused by SQLite itself, with its own error.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(StoreError::Connect(sqlx::Error::Io(e))),
+    }
+}
+
 /// Every SQLite pool here skips sqlx's ping before handing out a connection
 /// (`test_before_acquire(false)`): the database is in-process, so there is no peer that can
 /// have hung up, and the ping is one more round trip to the connection's worker thread (two
@@ -661,6 +689,9 @@ async fn open_sqlite(url: &str, options: &StoreOptions) -> Result<Store, StoreEr
         });
     }
     let path = base.get_filename().to_path_buf();
+    if !options.read_only {
+        create_private(&path)?;
+    }
     let writer_options = if options.read_only {
         base.clone().read_only(true).create_if_missing(false)
     } else {
@@ -820,7 +851,8 @@ mod migration_tests {
                 (7, "audit chain"),
                 (8, "audit export"),
                 (9, "approval escalation"),
-                (10, "audit checkpoint chain")
+                (10, "audit checkpoint chain"),
+                (12, "approval budget"),
             ]
         );
         // sqlx's checksum is SHA-384 of the file's text: a database migrated with

@@ -131,6 +131,28 @@ const RECORDED: &str = concat!(
      ORDER BY created_at, scope, invocation_id LIMIT $5"
 );
 
+/// Pending records last changed before `$1`, oldest first, at most `$2`: the receipts the
+/// pending horizon settles as `outcome-unknown`.
+const PENDING_BEFORE: &str = concat!(
+    "SELECT ",
+    cols!(),
+    ", namespace FROM capgate_invocations WHERE state = 'pending' AND updated_at < $1 \
+     ORDER BY updated_at, scope, invocation_id LIMIT $2"
+);
+
+/// Withdraw a pending claim (its call was concealed before it ran): deleted only while the
+/// caller's claim token holds it pending (usage row first on Postgres, as [`SETTLE`]).
+const RELEASE: Sql = Sql {
+    sqlite: "DELETE FROM capgate_invocations \
+     WHERE scope = $1 AND invocation_id = $2 AND state = 'pending' AND claim_token = $3",
+    postgres: concat!(
+        usage_first!(),
+        "DELETE FROM capgate_invocations \
+         WHERE scope = $1 AND invocation_id = $2 AND state = 'pending' AND claim_token = $3 \
+         AND (SELECT count(*) FROM usage) >= 0"
+    ),
+};
+
 const PURGE: &str = "DELETE FROM capgate_invocations WHERE state = 'settled' AND updated_at < $1";
 
 /// One recorded invocation, as [`SqlInvocationJournal::recorded`] pages through them: the
@@ -331,12 +353,17 @@ impl SqlInvocationJournal {
     /// Delete settled receipts older than the replay horizon as of `now`; returns how many.
     /// Run it periodically (or from an operator command); pending receipts are never purged.
     pub async fn purge_expired(&self, now: DateTime<Utc>) -> Result<u64, JournalError> {
+        let cutoff = self.horizon_cutoff(now)?;
+        self.purge_settled_before(cutoff).await
+    }
+
+    /// The end of the replay horizon as of `now`: what is older is purged (settled
+    /// receipts here, expired approvals by [`crate::SqlApprovalCoordinator::purge_expired_before`]).
+    pub fn horizon_cutoff(&self, now: DateTime<Utc>) -> Result<DateTime<Utc>, JournalError> {
         let horizon = chrono::Duration::from_std(self.replay_horizon)
             .map_err(|e| JournalError::Invalid(format!("replay horizon: {e}")))?;
-        let cutoff = now
-            .checked_sub_signed(horizon)
-            .ok_or_else(|| JournalError::Invalid("replay horizon reaches before time".into()))?;
-        self.purge_settled_before(cutoff).await
+        now.checked_sub_signed(horizon)
+            .ok_or_else(|| JournalError::Invalid("replay horizon reaches before time".into()))
     }
 
     /// One page of the records created in a window, oldest first, inputs included: what
@@ -369,6 +396,59 @@ impl SqlInvocationJournal {
                 })
             })
             .collect()
+    }
+
+    /// Settle up to `limit` receipts still pending since before `cutoff` as
+    /// `outcome-unknown` (marked reconciled, each a compare-and-set on the claim token it
+    /// was read with, so a receipt settled meanwhile is left as it is), and return them: a
+    /// call nobody reconciled within the pending horizon stops holding its namespace's
+    /// budget once the replay horizon purges it. The caller audits each.
+    pub async fn abandon_pending_before(
+        &self,
+        cutoff: DateTime<Utc>,
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<RecordedInvocation>, JournalError> {
+        let cutoff = trunc(cutoff);
+        let limit = i64::from(limit);
+        let rows = self
+            .store
+            .fetch_all(PENDING_BEFORE, &[&cutoff, &limit], |row| {
+                let raw = <RawInvocation as crate::columns::Record>::decode(row)?;
+                let namespace = row
+                    .opt_text("namespace")
+                    .map_err(|e| malformed(&raw.invocation_id, e))?;
+                Ok::<_, JournalError>((raw, namespace))
+            })
+            .await
+            .map_err(backend)?;
+        let mut abandoned = Vec::new();
+        for row in rows {
+            let (raw, namespace) = row?;
+            let record = raw.validate()?;
+            let outcome = serde_json::json!({
+                "status": "outcome-unknown",
+                "invocationId": record.invocation_id,
+            });
+            let observed = capgate_core::journal::ObservedClaim {
+                scope: &record.scope,
+                invocation_id: &record.invocation_id,
+                claim_token: &record.claim_token,
+            };
+            match self
+                .reconcile(observed, Settlement::final_outcome(outcome), now)
+                .await
+            {
+                Ok(settled) => abandoned.push(RecordedInvocation {
+                    namespace,
+                    record: settled,
+                }),
+                // Settled or reclaimed meanwhile: not abandoned.
+                Err(JournalError::StaleClaim(_) | JournalError::NotPending(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(abandoned)
     }
 
     /// The record `sql` selects by scope and `key` (its invocation or approval id).
@@ -555,6 +635,23 @@ impl InvocationJournal for SqlInvocationJournal {
                     Err(JournalError::NotPending(id.to_string()))
                 }
             }
+        })
+        .await
+    }
+
+    async fn release(
+        &self,
+        scope: &str,
+        invocation_id: &str,
+        claim_token: &str,
+    ) -> Result<bool, JournalError> {
+        crate::metrics::timed(self.store.backend(), "journal.release", async move {
+            let deleted = self
+                .store
+                .execute(Via::Group, RELEASE, &[&scope, &invocation_id, &claim_token])
+                .await
+                .map_err(backend)?;
+            Ok(deleted > 0)
         })
         .await
     }

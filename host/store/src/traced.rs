@@ -131,6 +131,7 @@ impl ErrorKind for ApprovalStoreError {
             ApprovalStoreError::Duplicate(_) => "duplicate",
             ApprovalStoreError::Malformed { .. } => "malformed",
             ApprovalStoreError::Backend(_) => "backend",
+            ApprovalStoreError::QuotaExceeded { .. } => "quota_exceeded",
         }
     }
     fn is_failure(&self) -> bool {
@@ -215,6 +216,9 @@ traced!(InvocationJournal {
         -> Result<Option<InvocationRecord>, JournalError>;
     DELETE_INVOCATIONS "invocation.purge" => fn purge_settled_before(cutoff: DateTime<Utc>)
         -> Result<u64, JournalError>;
+    DELETE_INVOCATIONS "invocation.release" => fn release(
+        scope: &str, invocation_id: &str, claim_token: &str,
+    ) -> Result<bool, JournalError>;
 } also {
     // `settle` and `reconcile` are the trait's own, through this: one span either way,
     // named after which of the two it is.

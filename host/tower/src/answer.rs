@@ -55,9 +55,29 @@ pub fn answer(result: &ExecutionResult) -> Response<Body> {
         ExecutionResult::Completed { output, .. } => json(StatusCode::OK, output),
         ExecutionResult::ApprovalRequired { .. } => json(StatusCode::ACCEPTED, result),
         ExecutionResult::Failed { error, .. } | ExecutionResult::Cancelled { error, .. } => {
-            json(status_for(&error.to_public()), result)
+            let status =
+                application_status(error).unwrap_or_else(|| status_for(&error.to_public()));
+            json(status, result)
         }
     }
+}
+
+/// The procedure code of the application's own 4xx refusal of a governed request:
+/// `HTTP_` and the status (`HTTP_409`).
+pub(crate) const APP_STATUS_CODE: &str = "HTTP_";
+
+/// The application's own 4xx, when the call failed because the wrapped service refused it
+/// (its defined, exposed failure): the governed route answers with that status, as the
+/// application would have.
+fn application_status(error: &capgate_core::error::CapabilityError) -> Option<StatusCode> {
+    if error.code() != ErrorCode::ExecutionFailed || !error.expose_to_model() {
+        return None;
+    }
+    let code = error.private_details()?.get("procedureCode")?.as_str()?;
+    let status = code.strip_prefix(APP_STATUS_CODE)?.parse::<u16>().ok()?;
+    StatusCode::from_u16(status)
+        .ok()
+        .filter(StatusCode::is_client_error)
 }
 
 /// A door refusal in the gateway's error body (`capgate_client::wire::GatewayErrorBody`):

@@ -26,6 +26,10 @@ use tower::{BoxError, Layer, Service, ServiceExt};
 
 pub(crate) const LOG: &str = "capgate::tower";
 
+/// A path no application has: asked for the application's own answer to an unknown path,
+/// which a concealed governed route answers.
+const CONCEALED_PATH: &str = "/.capgate/concealed-route-answers-as-an-unknown-path";
+
 /// The default bound of a governed request's body and of the wrapped service's answer a
 /// procedure reads: 1 MiB, the gateway's default body limit.
 const DEFAULT_MAX_BYTES: usize = 1024 * 1024;
@@ -201,6 +205,7 @@ impl Gate {
                 surface: self.surface,
                 routes,
                 max_body_bytes: self.max_body_bytes,
+                slot: self.slot.clone(),
             }),
             slot: self.slot,
             max_output_bytes: self.max_output_bytes,
@@ -215,6 +220,9 @@ struct State {
     /// Method, then exact path, to the capability id.
     routes: HashMap<Method, HashMap<String, String>>,
     max_body_bytes: usize,
+    /// The wrapped service, once bound: what answers a concealed route as it answers a
+    /// path it does not have.
+    slot: Slot,
 }
 
 /// The tower [`Layer`] of a [`Gate`]: wraps one service, which becomes the procedure of
@@ -290,18 +298,23 @@ where
     }
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
-        let capability = self
-            .state
-            .routes
-            .get(request.method())
-            .and_then(|by_path| by_path.get(request.uri().path()))
-            .cloned();
-        match capability {
-            None => {
+        match self.state.lookup(request.method(), request.uri().path()) {
+            Lookup::Ungoverned => {
                 let answer = self.inner.call(request);
                 Box::pin(async move { answer.await.map(|r| r.map(Body::new)) })
             }
-            Some(capability_id) => {
+            Lookup::Refused(status) => {
+                // Another spelling of a governed route (`/orders//refund`, `/orders/refund/`,
+                // `/orders/%72efund`, `HEAD` of a governed `GET`): the application might
+                // route it to the governed handler, so it never reaches the application.
+                let answer = refusal(
+                    status,
+                    "BAD_REQUEST",
+                    "Send a governed route with its declared method and spelling.",
+                );
+                Box::pin(async move { Ok(answer) })
+            }
+            Lookup::Governed(capability_id) => {
                 let state = self.state.clone();
                 let bound = self.bound;
                 Box::pin(async move { Ok(state.govern(capability_id, request, bound).await) })
@@ -310,7 +323,86 @@ where
     }
 }
 
+/// What the gate makes of a request's method and path.
+enum Lookup {
+    /// Not a governed route in any spelling: the application's.
+    Ungoverned,
+    /// Exactly a governed route: this capability.
+    Governed(String),
+    /// Another spelling of a governed route: refused with this status.
+    Refused(StatusCode),
+}
+
+/// `path` as a router that is lenient about spelling could read it: `%XX` of an unreserved
+/// character decoded, empty and `.` segments dropped, `..` resolved, no trailing slash. Two
+/// spellings an application may route to one handler have one canonical form.
+fn canonical_path(path: &str) -> String {
+    let bytes = path.as_bytes();
+    let mut decoded: Vec<u8> = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match hex {
+            Some(v)
+                if bytes[i] == b'%'
+                    && (v.is_ascii_alphanumeric() || matches!(v, b'-' | b'.' | b'_' | b'~')) =>
+            {
+                decoded.push(v);
+                i += 3;
+            }
+            _ => {
+                decoded.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    let decoded = String::from_utf8_lossy(&decoded);
+    let mut segments: Vec<&str> = Vec::new();
+    for segment in decoded.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                segments.pop();
+            }
+            s => segments.push(s),
+        }
+    }
+    format!("/{}", segments.join("/"))
+}
+
 impl State {
+    /// Whether `method path` is governed: exactly a declared route, another spelling of one
+    /// (refused), or neither.
+    fn lookup(&self, method: &Method, path: &str) -> Lookup {
+        if let Some(id) = self
+            .routes
+            .get(method)
+            .and_then(|by_path| by_path.get(path))
+        {
+            return Lookup::Governed(id.clone());
+        }
+        // `HEAD` is answered by a router's `GET` handler.
+        if method == Method::HEAD
+            && self
+                .routes
+                .get(&Method::GET)
+                .is_some_and(|by_path| by_path.contains_key(&canonical_path(path)))
+        {
+            return Lookup::Refused(StatusCode::METHOD_NOT_ALLOWED);
+        }
+        let canonical = canonical_path(path);
+        if canonical != path
+            && let Some(by_path) = self.routes.get(method)
+            && by_path.contains_key(&canonical)
+        {
+            return Lookup::Refused(StatusCode::BAD_REQUEST);
+        }
+        Lookup::Ungoverned
+    }
+
     /// A governed request: the door's refusals, then the runtime's call and its answer.
     async fn govern(
         self: Arc<Self>,
@@ -351,6 +443,7 @@ impl State {
             Ok(input) => input,
             Err(refused) => return refused,
         };
+        let (method, headers) = (parts.method.clone(), parts.headers.clone());
         let cancel = CancellationToken::new();
         // Fires if this answer is dropped (the client went away) before the call ended.
         let on_drop = cancel.clone().drop_guard();
@@ -368,6 +461,15 @@ impl State {
         let joined = run.await;
         let _ = on_drop.disarm();
         match joined {
+            // Concealed (unexposed, hidden, refused as not found): answered exactly as the
+            // application answers a path it does not have, never with capgate's own 404.
+            Ok(result)
+                if result.error().is_some_and(|e| {
+                    e.code() == capgate_core::error::ErrorCode::CapabilityNotFound
+                }) =>
+            {
+                self.unknown_path(method, &headers).await
+            }
             Ok(result) => answer(&result),
             Err(e) => {
                 tracing::error!(target: LOG, error = %e, "a governed call's task failed");
@@ -376,6 +478,39 @@ impl State {
                     "INTERNAL_ERROR",
                     OPERATION_FAILED,
                 )
+            }
+        }
+    }
+
+    /// The wrapped application's answer to `method` of a path it does not have, with the
+    /// request's headers (not its body): what a concealed governed route answers, so its
+    /// caller cannot tell it from a route that does not exist (SI-8). A bare `404` (axum's
+    /// own fallback) if the application cannot be asked.
+    async fn unknown_path(&self, method: Method, headers: &HeaderMap) -> Response<Body> {
+        let bare = || {
+            let mut r = Response::new(Body::empty());
+            *r.status_mut() = StatusCode::NOT_FOUND;
+            r
+        };
+        let Some(bound) = self.slot.get() else {
+            return bare();
+        };
+        let mut request = Request::new(Body::empty());
+        *request.method_mut() = method;
+        *request.uri_mut() = Uri::from_static(CONCEALED_PATH);
+        for (name, value) in headers {
+            if name != header::CONTENT_LENGTH
+                && name != header::CONTENT_TYPE
+                && name != header::TRANSFER_ENCODING
+            {
+                request.headers_mut().append(name.clone(), value.clone());
+            }
+        }
+        match bound.service.clone().oneshot(request).await {
+            Ok(response) => response,
+            Err(e) => {
+                tracing::warn!(target: LOG, error = %e, "the application could not answer an unknown path");
+                bare()
             }
         }
     }

@@ -65,6 +65,13 @@
 //!
 //! # How a governed request is answered
 //!
+//! A request is governed when its method and path are exactly a declared route's. Another
+//! spelling of a governed route that an application's router might send to the same
+//! handler is refused and never reaches it: a `HEAD` of a governed `GET` (`405`), and a path
+//! that is a governed one once percent-encoded unreserved characters are decoded, empty and
+//! `.` segments dropped, `..` resolved and a trailing slash removed (`400`). Every other
+//! request is the application's, untouched.
+//!
 //! In this order, each refusal before the runtime runs anything (the wrapped service is
 //! never called for them), with the gateway's door-refusal body
 //! `{"error": {"code", "message", "retryable"}}`:
@@ -80,7 +87,10 @@
 //! [`answer`] writes its envelope: `completed` is `200` with the validated, redacted
 //! output (the application's own answer, as its clients know it); `approval-required` is
 //! `202` with the envelope (`{"status", "executionId", "approval": {"id", …}}`); `failed`
-//! and `cancelled` carry the envelope with its model-safe error under [`status_for`].
+//! and `cancelled` carry the envelope with its model-safe error under [`status_for`]. A
+//! concealed call (`CAPABILITY_NOT_FOUND`: unexposed, or hidden by a policy) is answered by
+//! the application itself as it answers a path it does not have (the gate asks it for one,
+//! with the request's headers), so a hidden route cannot be told from an unknown one (SI-8).
 //!
 //! # The wrapped service as a procedure
 //!
@@ -96,9 +106,10 @@
 //!
 //! A `2xx` answer's body (at most [`Gate::max_output_bytes`], default 1 MiB) must be JSON
 //! (an empty body is `null`); anything else fails the call. A non-`2xx` answer fails it as
-//! `UNAUTHENTICATED` (`401`), `FORBIDDEN` (`403`) or a hidden `EXECUTION_FAILED`: the
-//! wrapped service's body never reaches the caller (SI-9), and its status goes to the
-//! private cause only.
+//! `UNAUTHENTICATED` (`401`), `FORBIDDEN` (`403`), another `4xx` as the application's own
+//! defined refusal (an exposed `EXECUTION_FAILED`, "The application refused the request
+//! (409 Conflict).", answered with that same status), a `5xx` or anything else as a hidden
+//! `EXECUTION_FAILED` (`500`): the wrapped service's body never reaches the caller (SI-9).
 //!
 //! The layer binds the one service it wraps: put it around the whole application
 //! (`gate_layer.layer(app)` or `ServiceBuilder`), not through `Router::layer`, which wraps

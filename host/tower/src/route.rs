@@ -65,6 +65,15 @@ impl Procedure for RouteProcedure {
             return Err(match status {
                 StatusCode::UNAUTHORIZED => ProcedureError::Unauthorized(cause),
                 StatusCode::FORBIDDEN => ProcedureError::Forbidden(cause),
+                // The application's own refusal of the request (a 404 of an unknown order,
+                // a 409): a defined failure the caller may act on, answered with the same
+                // status and a message naming only the status (its body stays unread).
+                s if s.is_client_error() => ProcedureError::Defined {
+                    code: format!("{}{}", crate::answer::APP_STATUS_CODE, s.as_u16()),
+                    message: format!("The application refused the request ({s})."),
+                    data: Some(serde_json::json!({ "cause": cause })),
+                    retryable: false,
+                },
                 _ => ProcedureError::Internal(cause),
             });
         }

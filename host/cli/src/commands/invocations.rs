@@ -209,20 +209,29 @@ async fn reconcile(
 async fn purge(store: &StoreArg, older_than_hours: u64, output: OutputArg) -> anyhow::Result<()> {
     let store = store.open_existing().await?;
     let horizon = std::time::Duration::from_secs(older_than_hours.saturating_mul(3600));
-    let purged = store
-        .journal()
-        .with_replay_horizon(horizon)
-        .purge_expired(chrono::Utc::now())
+    let journal = store.journal().with_replay_horizon(horizon);
+    let now = chrono::Utc::now();
+    let purged = journal
+        .purge_expired(now)
         .await
         .context("could not purge receipts")?;
+    let cutoff = journal
+        .horizon_cutoff(now)
+        .context("could not purge approvals")?;
+    let approvals = store
+        .approvals()
+        .purge_expired_before(cutoff)
+        .await
+        .context("could not purge approvals")?;
     if output.json() {
         print_json(&serde_json::json!({
             "purged": purged,
+            "approvalsPurged": approvals,
             "olderThanHours": older_than_hours,
         }))?;
     } else {
         println!(
-            "purged {purged} settled receipt(s) older than {older_than_hours} h; pending receipts are kept"
+            "purged {purged} settled receipt(s) and {approvals} approval(s) expired more than {older_than_hours} h ago; pending receipts are kept"
         );
     }
     store.close().await;

@@ -163,6 +163,10 @@ impl Checked {
             resume_tool: self.config.mcp.resume_tool,
             allowed_hosts: self.config.mcp.allowed_hosts.clone(),
             protected_resource: self.protected_resource.clone(),
+            max_sessions_per_principal: self.config.mcp.max_sessions_per_principal.map_or(
+                capgate_gateway::mcp::DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
+                |n| usize::try_from(n).unwrap_or(usize::MAX),
+            ),
             ..Default::default()
         }
     }

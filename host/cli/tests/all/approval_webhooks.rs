@@ -171,10 +171,11 @@ async fn approval_requests_decisions_escalations_and_expiries_reach_signed_webho
     assert_eq!(json[0]["approvalId"], approval.as_str());
     assert_eq!(json[0]["capabilityId"], "orders.refund");
     assert_eq!(json[0]["link"], link.as_str());
-    assert_eq!(
-        json[0]["reasons"][0], "Refund of $649 exceeds $500",
-        "{json:?}"
-    );
+    // The reason as a code (the policy that asked), never its text: the text quotes the
+    // input (SI-10) and stays with the approval record, which approvers read.
+    assert_eq!(json[0]["reasons"][0], "refundLimit", "{json:?}");
+    assert_eq!(json[0]["namespace"], "org_1", "{json:?}");
+    assert!(!json[0].to_string().contains("649"), "{json:?}");
     assert_eq!(json[1]["type"], "approval.decided");
     assert_eq!(json[1]["decision"], "approved");
     assert_eq!(json[1]["approver"]["id"], "u_priya", "{json:?}");
@@ -204,7 +205,7 @@ async fn approval_requests_decisions_escalations_and_expiries_reach_signed_webho
         "{slack:?}"
     );
     assert!(
-        slack[0].starts_with("*Approval requested* for `orders.refund`: Refund of $649"),
+        slack[0].starts_with("*Approval requested* for `orders.refund`: refundLimit"),
         "{slack:?}"
     );
     assert!(
@@ -212,4 +213,176 @@ async fn approval_requests_decisions_escalations_and_expiries_reach_signed_webho
         "{slack:?}"
     );
     assert!(slack[1].starts_with("*Approved* by u_priya"), "{slack:?}");
+}
+
+/// Every JSON value inside `v`, depth first.
+fn values(v: &Value, out: &mut Vec<Value>) {
+    out.push(v.clone());
+    match v {
+        Value::Array(a) => a.iter().for_each(|x| values(x, out)),
+        Value::Object(o) => o.values().for_each(|x| values(x, out)),
+        _ => {}
+    }
+}
+
+/// Issue 55 (SI-10): a CEL policy whose approval reason quotes the model's `reason` field
+/// (`${input.reason}`), given `<!channel> <https://evil.example|click>` by the model. No
+/// exported event (JSON lines) and no notification (JSON webhook, Slack) carries the
+/// call's amount, order id or reason text, so nothing of it is posted to Slack; every
+/// notification names its namespace, and a sink limited to `org_1` receives nothing of
+/// `org_2`'s approvals. The approver still reads the reason, with the input, from the
+/// approvals API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_input_value_leaves_in_events_or_notifications_and_sinks_keep_to_their_namespaces() {
+    const EVE: &str = "eve-dev-key";
+    const EVIL: &str = "<!channel> <https://evil.example|click>";
+    let inbox = Arc::new(Mutex::new(Inbox {
+        refused: 2,
+        ..Inbox::default()
+    }));
+    let app = axum::Router::new()
+        .route("/hooks/{path}", axum::routing::post(hook))
+        .with_state(inbox.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exported = dir.path().join("exported");
+    let config = deployment(
+        dir.path(),
+        |t| {
+            t.replace(
+                "policies = [\"orgIsolation\", \"refundLimit\"]",
+                "policies = [\"orgIsolation\", \"refundLimitCel\"]",
+            )
+            .replace(
+                "reason = \"Refund of $${input.amount} exceeds $500\"",
+                "reason = \"Refund of $${input.amount} for ${input.orderId} exceeds $500: ${input.reason}\"",
+            )
+        },
+        &format!(
+            "[audit.export.everything]\nto = \"jsonl\"\ndirectory = \"{}\"\n\n\
+             [audit.export.all]\nto = \"webhook\"\nendpoint = \"{base}/hooks/all\"\nsecret = \"{SECRET}\"\n\n\
+             [audit.export.org1]\nto = \"webhook\"\nendpoint = \"{base}/hooks/org1\"\nsecret = \"{SECRET}\"\nnamespaces = [\"org_1\"]\n\n\
+             [audit.export.chat]\nto = \"webhook\"\nformat = \"slack\"\nendpoint = \"{base}/hooks/slack\"\nsecret = \"{SECRET}\"\n",
+            exported.display()
+        ),
+    );
+    let store = format!("sqlite://{}", dir.path().join("capgate.db").display());
+    let server = Server::start(&config, &store);
+    let mut approvals = Vec::new();
+    for (key, id) in [(DANA, "si10_dana"), (EVE, "si10_eve")] {
+        let (status, held) = Caller::new(key)
+            .post(
+                &format!("{}/agent/invoke", server.base),
+                &json!({
+                    "capabilityId": "orders.refund",
+                    "input": {"orderId": "ord_SECRET_42", "amount": 64917, "reason": EVIL},
+                    "invocationId": id,
+                }),
+            )
+            .await;
+        assert_eq!(status, 200, "{held}");
+        assert_eq!(held["status"], "approval-required", "{held}");
+        approvals.push(held["approval"]["id"].as_str().expect("id").to_string());
+    }
+    // The approver reads the reason the policy wrote, with the input it quotes.
+    let (status, record) = Caller::new(PRIYA)
+        .get(&format!("{}/approvals/{}", server.base, approvals[0]))
+        .await;
+    assert_eq!(status, 200, "{record}");
+    assert!(record.to_string().contains("ord_SECRET_42"), "{record}");
+    Caller::new(PRIYA)
+        .approve(&server.base, &approvals[0])
+        .await;
+
+    // all: 2 requested + 1 decided; org1: Dana's requested + decided; slack: 3.
+    let end = Instant::now() + Duration::from_secs(60);
+    loop {
+        let n = inbox.lock().expect("inbox").got.len();
+        if n >= 8 {
+            break;
+        }
+        assert!(Instant::now() < end, "8 notifications, got {n}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Time for anything that should not come.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let inbox = inbox.lock().expect("inbox");
+    assert_eq!(inbox.bad, 0);
+    let at = |path: &str| -> Vec<&Value> {
+        inbox
+            .got
+            .iter()
+            .filter(|g| g.0 == path)
+            .map(|g| &g.2)
+            .collect()
+    };
+    let (all, org1, slack) = (at("all"), at("org1"), at("slack"));
+    assert_eq!(all.len(), 3, "{all:?}");
+    assert_eq!(slack.len(), 3, "{slack:?}");
+    assert_eq!(org1.len(), 2, "{org1:?}");
+    for n in &all {
+        assert!(
+            n["namespace"] == "org_1" || n["namespace"] == "org_2",
+            "every notification names its namespace: {n}"
+        );
+    }
+    for n in &org1 {
+        assert_eq!(n["namespace"], "org_1", "{n}");
+        assert_ne!(n["approvalId"], approvals[1].as_str(), "{n}");
+    }
+    for text in slack.iter().filter_map(|n| n["text"].as_str()) {
+        assert!(!text.contains("<!channel>"), "{text}");
+        assert!(!text.contains("evil.example"), "{text}");
+    }
+
+    // Neither the notifications nor any exported event carries the amount, the order id
+    // or the reason text.
+    let mut everything: Vec<Value> = inbox.got.iter().map(|g| g.2.clone()).collect();
+    let end = Instant::now() + Duration::from_secs(30);
+    let lines = loop {
+        let mut lines = Vec::new();
+        for f in std::fs::read_dir(&exported).into_iter().flatten().flatten() {
+            let text = std::fs::read_to_string(f.path()).unwrap_or_default();
+            lines.extend(
+                text.lines()
+                    .filter_map(|l| serde_json::from_str::<Value>(l).ok()),
+            );
+        }
+        let decided = lines
+            .iter()
+            .any(|l| l.to_string().contains("capability.approved"));
+        if decided || Instant::now() > end {
+            break lines;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.to_string().contains("capability.approval_requested")),
+        "the trail was exported"
+    );
+    everything.extend(lines);
+    let mut all_values = Vec::new();
+    for v in &everything {
+        values(v, &mut all_values);
+    }
+    for v in all_values {
+        match &v {
+            Value::Number(n) => assert_ne!(n.as_u64(), Some(64917), "the amount left the box"),
+            Value::String(s) => {
+                assert!(
+                    !s.contains("ord_SECRET_42"),
+                    "the order id left the box: {s}"
+                );
+                assert!(!s.contains("evil.example"), "the reason left the box: {s}");
+                assert!(!s.contains("64917"), "the amount left the box: {s}");
+            }
+            _ => {}
+        }
+    }
 }

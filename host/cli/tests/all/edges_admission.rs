@@ -254,6 +254,60 @@ async fn an_authorizer_refusal_for_a_name_the_caller_cannot_discover_is_the_conc
     assert_eq!(blanked(&hidden["result"]), blanked(&unknown["result"]));
 }
 
+/// Issue 55 (SI-8, seed 004): a principal the authorizer refuses everything (it may not even
+/// describe) cannot tell a real capability id from an unknown one: on `/agent` and on
+/// `/mcp`, both answer the same concealed not-found, and the authorizer is asked for both.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_principal_refused_everything_cannot_tell_real_capability_ids_from_unknown_ones() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = format!("sqlite://{}", dir.path().join("capgate.db").display());
+    let wasm = root().join("plugins/target/wasm32-wasip2/release/namespace_gate.wasm");
+    let digest = hex::encode(sha2::Sha256::digest(
+        std::fs::read(&wasm).expect("namespace-gate plugin built"),
+    ));
+    let config = deployment(
+        dir.path(),
+        |t| {
+            t.replace(
+                "authorize = \"authenticated\"",
+                "authorize = { plugin = \"gate\", config = { denyOperations = [\"invoke\", \"describe\"] } }",
+            )
+        },
+        &format!("[plugins.gate]\npath = \"namespace_gate.wasm\"\nsha256 = \"{digest}\"\n"),
+    );
+    let s = Server::start(&config, &store);
+    let dana = Caller::new(DANA);
+    let url = format!("{}/agent/invoke", s.base);
+    let (real_status, real) = dana
+        .post(
+            &url,
+            &invoke_body("customers.search", "inv_1", json!({"query": "acme"})),
+        )
+        .await;
+    let (unknown_status, unknown) = dana
+        .post(
+            &url,
+            &invoke_body("no.such", "inv_2", json!({"query": "acme"})),
+        )
+        .await;
+    assert_eq!(real_status, unknown_status, "{real} vs {unknown}");
+    assert_eq!(real["error"]["code"], "CAPABILITY_NOT_FOUND", "{real}");
+    let same = |mut v: serde_json::Value| {
+        v["invocationId"] = json!("*");
+        blanked(&v)
+    };
+    assert_eq!(same(real), same(unknown));
+
+    let mut mcp = Mcp::connect(&s.base, DANA).await;
+    let real = mcp.call("customers_search", json!({"query": "acme"})).await;
+    let unknown = mcp.call("no_such_tool", json!({"query": "acme"})).await;
+    assert_eq!(
+        real["result"]["structuredContent"]["error"]["code"], "CAPABILITY_NOT_FOUND",
+        "{real}"
+    );
+    assert_eq!(blanked(&real["result"]), blanked(&unknown["result"]));
+}
+
 // ── 2. Nothing stored before validation; the namespace budget ─────────────────────────────
 
 /// Bytes of the stopped server's SQLite database once its WAL is checkpointed into it and

@@ -442,8 +442,22 @@ async fn unauthenticated_requests_are_throttled_per_client_address_at_every_door
             .expect("send");
         assert_eq!(r.status().as_u16(), 401, "{:?}", r.url());
     }
-    // ... and then the address is refused at every door, even with a right key (the
-    // credential is not tried), with Retry-After.
+    // ... and then the address's further failures answer 429 at every door, with
+    // Retry-After ...
+    let wrong_keys = [
+        http.post(format!("{}/agent/describe", s.base))
+            .bearer_auth("still-not-a-key")
+            .json(&json!({})),
+        http.get(format!("{}/approvals", s.base))
+            .bearer_auth("still-not-a-key"),
+    ];
+    for request in wrong_keys {
+        let r = from("198.51.100.1")(request).send().await.expect("send");
+        assert_eq!(r.status().as_u16(), 429, "{:?}", r.url());
+        assert!(r.headers().get("retry-after").is_some());
+    }
+    // ... while a right key from the same address is admitted: the credential is tried
+    // first, and only failures are throttled.
     let right_keys = [
         http.post(format!("{}/agent/describe", s.base))
             .bearer_auth(DANA)
@@ -452,8 +466,7 @@ async fn unauthenticated_requests_are_throttled_per_client_address_at_every_door
     ];
     for request in right_keys {
         let r = from("198.51.100.1")(request).send().await.expect("send");
-        assert_eq!(r.status().as_u16(), 429, "{:?}", r.url());
-        assert!(r.headers().get("retry-after").is_some());
+        assert_eq!(r.status().as_u16(), 200, "{:?}", r.url());
     }
     // Another address (through the trusted proxy) is untouched.
     let r = from("198.51.100.2")(
@@ -465,6 +478,83 @@ async fn unauthenticated_requests_are_throttled_per_client_address_at_every_door
     .await
     .expect("send");
     assert_eq!(r.status().as_u16(), 200);
+}
+
+/// Issue 55: one address sending wrong keys (a NAT, a proxy not listed in
+/// `trustedProxies`, a neighbour guessing) never locks out the valid credentials that share
+/// it: Dana's agent key, Priya's `/approvals` and her console sign-in keep working while 3
+/// wrong keys a second (agent keys and console sign-ins) come from the same address, and
+/// the wrong ones are answered 429 once past the budget.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_valid_credential_is_never_refused_by_the_throttle_of_its_address() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = format!("sqlite://{}", dir.path().join("capgate.db").display());
+    let config = deployment(
+        dir.path(),
+        |t| {
+            t.replace(
+                "namespaceBurst = 10000",
+                "namespaceBurst = 10000\nunauthenticatedPerMinute = 1\nunauthenticatedBurst = 3",
+            )
+        },
+        "[gateway.console]\nsignInPerAddressPerMinute = 1\nsignInPerAddressBurst = 3\n",
+    );
+    let s = Server::start(&config, &store);
+    let http = reqwest::Client::new();
+    let (mut wrong_401, mut wrong_429) = (0, 0);
+    let started = std::time::Instant::now();
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(333));
+    for round in 0..12 {
+        tick.tick().await;
+        // Eve's guesses, every third an (invalid) console sign-in.
+        let status = if round % 3 == 2 {
+            sign_in(&http, &s.base, "eve-guess", None).await.0
+        } else {
+            http.post(format!("{}/agent/describe", s.base))
+                .bearer_auth(format!("eve-guess-{round}"))
+                .json(&json!({}))
+                .send()
+                .await
+                .expect("send")
+                .status()
+                .as_u16()
+        };
+        match status {
+            401 => wrong_401 += 1,
+            429 => wrong_429 += 1,
+            other => panic!("a wrong key answered {other}"),
+        }
+        // Dana's agent key, Priya's approvals API and her console sign-in, all from the
+        // same (loopback) address.
+        let dana = http
+            .post(format!("{}/agent/describe", s.base))
+            .bearer_auth(DANA)
+            .json(&json!({}))
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(dana.status().as_u16(), 200, "round {round}: Dana's key");
+        let priya = http
+            .get(format!("{}/approvals", s.base))
+            .bearer_auth(PRIYA)
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(
+            priya.status().as_u16(),
+            200,
+            "round {round}: Priya's /approvals"
+        );
+        if round % 4 == 0 {
+            let (status, body, _) = sign_in(&http, &s.base, PRIYA, None).await;
+            assert_eq!(status, 200, "round {round}: Priya's sign-in: {body}");
+        }
+    }
+    assert!(started.elapsed() >= std::time::Duration::from_secs(3));
+    assert!(
+        wrong_429 >= 6,
+        "the guesses past the budget are throttled ({wrong_401} x 401, {wrong_429} x 429)"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

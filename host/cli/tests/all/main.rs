@@ -16,6 +16,7 @@ mod crash_safety;
 mod db_loss;
 mod docs_truth;
 mod edges_admission;
+mod edges_budgets;
 mod edges_cliwasm;
 mod edges_identity;
 mod example_commands;

@@ -113,6 +113,7 @@ async fn an_approver_never_reaches_another_namespaces_approvals_and_they_read_as
     .await;
 }
 
+/// SI-3 (identity and its doors come from the credential, never from the request).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_key_is_refused_at_every_door_it_is_not_bound_to_like_a_wrong_key() {
     let dir = tempfile::tempdir().expect("tempdir");

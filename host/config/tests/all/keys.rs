@@ -102,6 +102,7 @@ fn the_keys_a_reload_refuses_are_the_ones_fixed_at_start() {
         "/audit/export",
         "/audit/retainDays",
         "/gateway/replayHorizonHours",
+        "/gateway/pendingHorizonHours",
         "/telemetry",
         "/gateway/shutdownUnreadyDelayMs",
         "/gateway/shutdownDrainMs",
@@ -112,7 +113,7 @@ fn the_keys_a_reload_refuses_are_the_ones_fixed_at_start() {
             "{expected} is not a restart key: {restart:?}"
         );
     }
-    assert_eq!(restart.len(), 12, "{restart:?}");
+    assert_eq!(restart.len(), 13, "{restart:?}");
     // A key inside a fixed table shares its class without being compared on its own.
     let all = keys::all();
     let url = declared(&all, "/store/url").expect("store.url");

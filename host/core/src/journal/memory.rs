@@ -109,6 +109,23 @@ impl InvocationJournal for InMemoryInvocationJournal {
         Ok(r.clone())
     }
 
+    async fn release(
+        &self,
+        scope: &str,
+        invocation_id: &str,
+        claim_token: &str,
+    ) -> Result<bool, JournalError> {
+        let mut map = self.lock();
+        let k = key(scope, invocation_id);
+        let held = map
+            .get(&k)
+            .is_some_and(|r| r.state == InvocationState::Pending && r.claim_token == claim_token);
+        if held {
+            map.remove(&k);
+        }
+        Ok(held)
+    }
+
     async fn get(
         &self,
         scope: &str,

@@ -624,6 +624,18 @@ pub trait InvocationJournal: Send + Sync + 'static {
         now: DateTime<Utc>,
     ) -> Result<InvocationRecord, JournalError>;
 
+    /// Withdraw a pending claim whose call turned out to be concealed before anything of it
+    /// ran (hidden by an execution-phase policy, SI-8): the record is deleted, so the
+    /// invocation id reads and can be reused exactly as one that was never claimed, as for
+    /// an unknown name. Only while `claim_token` still holds the record pending; `false`
+    /// when it no longer does (nothing is deleted then).
+    async fn release(
+        &self,
+        scope: &str,
+        invocation_id: &str,
+        claim_token: &str,
+    ) -> Result<bool, JournalError>;
+
     /// Load a record.
     async fn get(
         &self,

@@ -15,6 +15,7 @@ pub(crate) async fn describe(
     rt: &Inner,
     surface: Surface,
     opts: DescribeOptions,
+    announce: bool,
 ) -> Result<Vec<CapabilityDescriptor>, CapabilityError> {
     let budget =
         tokio::time::Instant::now() + Duration::from_millis(rt.defaults.discovery_budget_ms);
@@ -80,7 +81,11 @@ pub(crate) async fn describe(
         }
     };
 
-    // 5. capabilities.discovered (ids only when verbose).
+    // 5. capabilities.discovered (ids only when verbose), unless this is an adapter's own
+    // check and no discovery the caller made.
+    if !announce {
+        return Ok(descriptors);
+    }
     let ids: Vec<String> = descriptors.iter().map(|d| d.id.clone()).collect();
     let digest = sha256_hex(serde_json::to_vec(&ids).unwrap_or_default());
     let _ = rt

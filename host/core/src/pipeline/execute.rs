@@ -31,6 +31,10 @@ pub(crate) struct Admitted {
     pub(crate) actor: Actor,
     pub(crate) context: serde_json::Value,
     pub(crate) approval: Option<ApprovalRef>,
+    /// The approval types `approval` was granted for: stage 9 accepts it for a fresh
+    /// require-approval only when they cover every type that asks (type-matched, as the
+    /// re-check on resume is).
+    pub(crate) approval_types: Vec<String>,
     pub(crate) cancel: Option<CancellationToken>,
     pub(crate) idempotency_key: Option<String>,
     pub(crate) progress: Option<ProgressFn>,
@@ -71,14 +75,17 @@ pub(crate) async fn execute(exec: Exec<'_>, mut a: Admitted) -> ExecutionResult 
         if let (Verdict::ApprovalRequired(requirement), None) = (&verdict, &a.approval) {
             match stage_9_gate(&exec, &a, requirement.clone()).await {
                 Gate::Suspended(result) => return result,
-                Gate::Approved(approval) => a.approval = Some(approval),
+                Gate::Approved(approval, types) => {
+                    a.approval = Some(approval);
+                    a.approval_types = types;
+                }
             }
         } else if let Some(result) = refuse(
             &exec,
             Phase::Execution,
             &evaluated,
             &verdict,
-            a.approval.is_some(),
+            a.approval.as_ref().map(|_| a.approval_types.as_slice()),
         )
         .await
         {
@@ -129,6 +136,15 @@ pub(crate) async fn execute(exec: Exec<'_>, mut a: Admitted) -> ExecutionResult 
         .filter(|_| cap.meta.retry_eligible());
     let max_attempts = 1 + retry.map_or(0, |r| r.max_attempts);
     let mut attempt = 1u32;
+    // Whether an earlier attempt may have had an effect: a failure that does not show it
+    // had none (ProcedureError::had_no_effect).
+    let mut uncertain = false;
+    // What the attempts so far leave of the effect.
+    let progress_after = |attempts: u32, uncertain: bool| match (attempts, uncertain) {
+        (0, _) => EffectProgress::NotStarted,
+        (attempts, true) => EffectProgress::Attempted { attempts },
+        (attempts, false) => EffectProgress::Refused { attempts },
+    };
     let mut input = Some(a.input);
     let output = loop {
         let this_input = if attempt < max_attempts {
@@ -149,17 +165,21 @@ pub(crate) async fn execute(exec: Exec<'_>, mut a: Admitted) -> ExecutionResult 
             Err(Failure {
                 error: err,
                 entered: false,
+                ..
             }) => {
                 // Cancelled before this attempt entered the middleware chain: nothing of it
                 // ran. Before the first attempt the call settles as cancelled with nothing
-                // entered; before a retry the earlier attempts still leave the effect unknown.
-                let progress = match attempt - 1 {
-                    0 => EffectProgress::NotStarted,
-                    attempts => EffectProgress::Attempted { attempts },
-                };
-                return exec.failed(err, progress, None).await;
+                // entered; before a retry the earlier attempts decide.
+                return exec
+                    .failed(err, progress_after(attempt - 1, uncertain), None)
+                    .await;
             }
-            Err(Failure { error: err, .. }) => {
+            Err(Failure {
+                error: err,
+                no_effect,
+                ..
+            }) => {
+                uncertain |= !no_effect;
                 let retry_allowed = retry.is_some_and(|r| {
                     r.retry_on
                         .as_ref()
@@ -171,7 +191,7 @@ pub(crate) async fn execute(exec: Exec<'_>, mut a: Admitted) -> ExecutionResult 
                     || attempt >= max_attempts;
                 if terminal {
                     return exec
-                        .failed(err, EffectProgress::Attempted { attempts: attempt }, None)
+                        .failed(err, progress_after(attempt, uncertain), None)
                         .await;
                 }
                 let base = retry
@@ -182,7 +202,7 @@ pub(crate) async fn execute(exec: Exec<'_>, mut a: Admitted) -> ExecutionResult 
                     biased;
                     _ = caller.cancelled() => {
                         let err = CapabilityError::new(ErrorCode::Cancelled);
-                        return exec.failed(err, EffectProgress::Attempted { attempts: attempt }, None).await;
+                        return exec.failed(err, progress_after(attempt, uncertain), None).await;
                     }
                     _ = tokio::time::sleep(Duration::from_millis(backoff)) => {}
                 }
@@ -291,6 +311,9 @@ struct Failure {
     /// The chain (middleware, then the procedure) was polled: whatever it does may have
     /// taken effect. False only when the caller had cancelled before it was first polled.
     entered: bool,
+    /// The chain answered a failure that shows the attempt had no effect
+    /// ([`ProcedureError::had_no_effect`]).
+    no_effect: bool,
 }
 
 /// One attempt of stage 11 under the composite signal: the caller's cancellation and a
@@ -318,6 +341,7 @@ async fn run_attempt(
     let failed = |error| Failure {
         error,
         entered: entered.load(Ordering::Relaxed),
+        no_effect: false,
     };
     tokio::select! {
         biased;
@@ -330,7 +354,10 @@ async fn run_attempt(
         // Polled before the timer so a procedure that is ready at once never arms it.
         r = guarded => match r {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(failed(e.into_capability_error())),
+            Ok(Err(e)) => {
+                let no_effect = e.had_no_effect();
+                Err(Failure { no_effect, ..failed(e.into_capability_error()) })
+            }
             Err(p) => Err(failed(ProcedureError::Internal(format!("procedure panicked: {}", panic_message(&*p))).into_capability_error())),
         },
         _ = tokio::time::sleep(timeout) => {

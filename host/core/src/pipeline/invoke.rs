@@ -44,10 +44,13 @@ pub(crate) async fn conceal(rt: &Inner, req: InvokeRequest, reason: DenyReason) 
     let exec = begin(rt, &req);
     let span = exec.span.clone();
     let (started, surface) = (exec.started, req.surface);
+    // A known id is recorded with its side effect and risk, as any other call of it is
+    // (the trail is the operator's; the caller is answered as for an unknown id).
+    let known = rt.registry.get(&req.capability_id).cloned();
     let result = async {
         exec.emit(EventPayload::Requested {
-            side_effect: None,
-            risk: None,
+            side_effect: known.as_ref().map(|c| c.meta.side_effect),
+            risk: known.as_ref().map(|c| c.meta.risk),
         })
         .await;
         exec.denied(reason, CapabilityError::not_found(), None)
@@ -144,7 +147,7 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
             }
         }
     }
-    if let Some(refused) = refuse(&exec, Phase::Invocation, &evaluated, &verdict, false).await {
+    if let Some(refused) = refuse(&exec, Phase::Invocation, &evaluated, &verdict, None).await {
         return refused;
     }
     let decisions = stances_in(&evaluated, Phase::Invocation);
@@ -164,6 +167,7 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
         );
     }
     let mut approval = None;
+    let mut approval_types = Vec::new();
     if let Some(requirement) = requirement {
         let hash = match hash.unwrap_or_else(|| input_hash(&input)) {
             Ok(h) => h,
@@ -182,7 +186,10 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
         let gate = approval_gate(&exec, &cap, &actor, &input, hash, asked);
         match gate.await {
             Gate::Suspended(result) => return result,
-            Gate::Approved(a) => approval = Some(a),
+            Gate::Approved(a, types) => {
+                approval = Some(a);
+                approval_types = types;
+            }
         }
     }
 
@@ -195,6 +202,7 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
             actor,
             context: req.context,
             approval,
+            approval_types,
             cancel: req.cancel,
             idempotency_key,
             progress: req.progress,
@@ -205,12 +213,17 @@ async fn stages(mut exec: Exec<'_>, req: InvokeRequest) -> ExecutionResult {
     .await
 }
 
+/// What a call held for approval is told when its namespace is at its storage budget.
+pub const STORAGE_BUDGET_MESSAGE: &str =
+    "This namespace is at its storage budget: nothing was stored or run.";
+
 /// What the approval gate made of a call: suspended (or ended) here, or approved inline.
 pub(crate) enum Gate {
     /// The call ends with this envelope: `approval-required`, or a failure of the gate.
     Suspended(ExecutionResult),
-    /// The inline handler approved: the call goes on carrying this approval.
-    Approved(ApprovalRef),
+    /// The inline handler approved: the call goes on carrying this approval, granted for
+    /// these approval types.
+    Approved(ApprovalRef, Vec<String>),
 }
 
 /// What the approval gate is asked to hold a call for.
@@ -253,6 +266,7 @@ pub(crate) async fn approval_gate(
                 .unwrap_or(i64::MAX / 4)
                 .min(i64::MAX / 4),
         );
+    let reason_codes = requirement.reason_codes();
     let request = ApprovalRequest {
         id: new_id("apr"),
         capability_id: cap.id.clone(),
@@ -276,10 +290,11 @@ pub(crate) async fn approval_gate(
     span.record("capgate.approval_id", request.id.as_str());
     let requested = EventPayload::ApprovalRequested {
         approval_id: request.id.clone(),
-        reasons: request.reasons.clone(),
+        reasons: reason_codes,
         types: request.types.clone(),
         expires_at,
         policy_decisions: (!decisions.is_empty()).then_some(decisions),
+        namespace: (!exec.namespace.is_empty()).then(|| exec.namespace.clone()),
     };
     async {
         let mut announced = false;
@@ -303,6 +318,8 @@ pub(crate) async fn approval_gate(
                                 comment: payload_common.2,
                                 namespace: None,
                                 via: None,
+                                requester_namespace: (!exec.namespace.is_empty())
+                                    .then(|| exec.namespace.clone()),
                             })
                             .await;
                             return Gate::Suspended(
@@ -327,12 +344,17 @@ pub(crate) async fn approval_gate(
                                 comment: payload_common.2,
                                 namespace: None,
                                 via: None,
+                                requester_namespace: (!exec.namespace.is_empty())
+                                    .then(|| exec.namespace.clone()),
                             })
                             .await;
-                            return Gate::Approved(ApprovalRef {
-                                id: payload_common.0,
-                                approver: payload_common.1,
-                            });
+                            return Gate::Approved(
+                                ApprovalRef {
+                                    id: payload_common.0,
+                                    approver: payload_common.1,
+                                },
+                                request.types.clone(),
+                            );
                         }
                     }
                 }
@@ -363,6 +385,16 @@ pub(crate) async fn approval_gate(
                     execution_id: exec.execution_id.clone(),
                     approval: record.summary(now),
                 })
+            }
+            // The namespace is at its storage budget: refused with nothing stored, told
+            // plainly (the caller can do nothing else about it), at every door.
+            Err(e @ crate::approval::ApprovalStoreError::QuotaExceeded { .. }) => {
+                let err = CapabilityError::new(ErrorCode::AdapterError)
+                    .with_stage(crate::error::Stage::Approval)
+                    .with_exposed(true)
+                    .with_message(STORAGE_BUDGET_MESSAGE)
+                    .with_cause(e);
+                Gate::Suspended(exec.failed_before_procedure(err).await)
             }
             Err(e) => {
                 let err = CapabilityError::new(ErrorCode::InternalError)

@@ -41,6 +41,14 @@ pub(crate) enum EffectProgress {
         /// Attempts made, the failed one included.
         attempts: u32,
     },
+    /// The procedure was entered and every attempt failed in a way that shows it had no
+    /// effect (a defined error it answered, a refusal, an adapter that sent nothing:
+    /// [`crate::procedure::ProcedureError::had_no_effect`]): the call failed, and its
+    /// receipt can say so.
+    Refused {
+        /// Attempts made, the failed one included.
+        attempts: u32,
+    },
     /// The procedure returned, then a later stage (output validation, redaction) failed:
     /// the effect happened, its output is withheld.
     Executed {
@@ -53,14 +61,19 @@ impl EffectProgress {
     fn attempts(self) -> u32 {
         match self {
             EffectProgress::NotStarted => 0,
-            EffectProgress::Attempted { attempts } | EffectProgress::Executed { attempts } => {
-                attempts
-            }
+            EffectProgress::Attempted { attempts }
+            | EffectProgress::Refused { attempts }
+            | EffectProgress::Executed { attempts } => attempts,
         }
     }
 
-    fn entered_procedure(self) -> bool {
-        !matches!(self, EffectProgress::NotStarted)
+    /// Whether the effect is unknown: the procedure was entered, and it did not answer a
+    /// failure that shows it had none.
+    fn effect_unknown(self) -> bool {
+        !matches!(
+            self,
+            EffectProgress::NotStarted | EffectProgress::Refused { .. }
+        )
     }
 
     fn executed_before_failure(self) -> bool {
@@ -159,9 +172,7 @@ impl Exec<'_> {
         progress: EffectProgress,
         policy_decisions: Option<Vec<crate::policy::PolicyStance>>,
     ) -> ExecutionResult {
-        let effect_status = progress
-            .entered_procedure()
-            .then_some(EffectStatus::Unknown);
+        let effect_status = progress.effect_unknown().then_some(EffectStatus::Unknown);
         if matches!(error.code(), ErrorCode::Timeout | ErrorCode::Cancelled) {
             let metadata = error
                 .private_details()

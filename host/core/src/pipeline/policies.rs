@@ -146,26 +146,44 @@ pub(crate) fn any_applicable(rt: &Inner, cap: &Capability, phase: Phase) -> bool
 ///   decides about approval).
 /// - Execution phase (stage 9): `capability.denied` is kept for stages 3, 4 and 7,
 ///   so a failure, deny or hide here ends the call with `capability.failed` carrying the
-///   `policyDecisions`. A require-approval is satisfied by the approval the call carries
-///   (`approved`: a resume, or an inline decision); without one, stage 9 opens the approval
-///   gate before asking here (`execute.rs`), so one reaching here fails closed as
+///   `policyDecisions`. Without an approval, stage 9 opens the approval gate before asking
+///   here (`execute.rs`), so a require-approval reaching here fails closed as
 ///   POLICY_DENIED.
+/// - A require-approval on a call that carries an approval (`approval_types`: the types it
+///   was granted for; a resume, or an inline decision) is satisfied only when those types
+///   cover every type the verdict asks for, in either phase: an approval of another type
+///   is refused as POLICY_DENIED, naming the missing type privately.
 pub(crate) async fn refuse(
     exec: &Exec<'_>,
     phase: Phase,
     evaluated: &[Evaluated],
     verdict: &Verdict,
-    approved: bool,
+    approval_types: Option<&[String]>,
 ) -> Option<ExecutionResult> {
     let (reason, err) = match verdict.clone() {
         Verdict::Allowed => return None,
-        Verdict::ApprovalRequired(_) if phase != Phase::Execution || approved => return None,
-        Verdict::ApprovalRequired(_) => (
-            DenyReason::PolicyDenied,
-            CapabilityError::new(ErrorCode::PolicyDenied).with_private_details(
-                serde_json::json!({ "reason": "require-approval at the execution phase" }),
+        Verdict::ApprovalRequired(required) => match approval_types {
+            None if phase != Phase::Execution => return None,
+            None => (
+                DenyReason::PolicyDenied,
+                CapabilityError::new(ErrorCode::PolicyDenied).with_private_details(
+                    serde_json::json!({ "reason": "require-approval at the execution phase" }),
+                ),
             ),
-        ),
+            Some(have) => match uncovered_type(&required.types, have) {
+                None => return None,
+                Some(missing) => (
+                    DenyReason::PolicyDenied,
+                    CapabilityError::new(ErrorCode::PolicyDenied).with_private_details(
+                        serde_json::json!({
+                            "reason": "the approval's types do not cover a fresh require-approval",
+                            "missingType": missing,
+                            "approvalTypes": have,
+                        }),
+                    ),
+                ),
+            },
+        },
         Verdict::Failed { policy, reason } => (
             DenyReason::PolicyFailed,
             CapabilityError::new(ErrorCode::PolicyFailed)
@@ -197,4 +215,13 @@ pub(crate) async fn refuse(
         }
         Phase::Invocation | Phase::Discovery => exec.denied(reason, err, decisions).await,
     })
+}
+
+/// The first approval type `required` asks for that an approval granted for `granted`
+/// does not cover, if any.
+pub(crate) fn uncovered_type<'a>(required: &'a [String], granted: &[String]) -> Option<&'a str> {
+    required
+        .iter()
+        .find(|t| !granted.contains(t))
+        .map(String::as_str)
 }

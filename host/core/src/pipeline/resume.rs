@@ -6,10 +6,9 @@ use super::execute::{Admitted, execute};
 use super::policies::{invocation_phase, refuse};
 use super::{Exec, missing_actor, new_id};
 use crate::approval::{ApprovalRef, ApprovalStatus, ApprovalStoreError};
-use crate::audit::DenyReason;
 use crate::canonical::input_hash;
 use crate::error::{CapabilityError, ErrorCode, Stage};
-use crate::policy::{Phase, Verdict, combine, stances, stances_in};
+use crate::policy::{Phase, combine, stances_in};
 use crate::result::ExecutionResult;
 use crate::runtime::{Inner, ResumeOptions};
 use std::time::Instant;
@@ -239,28 +238,13 @@ async fn checks(
     // approval unconsumed; a fresh require-approval is satisfied by this approval.
     let evaluated = invocation_phase(&exec, &cap, &actor, &opts.context, &input).await;
     let verdict = combine(&evaluated);
-    if let Some(result) = refuse(&exec, Phase::Invocation, &evaluated, &verdict, true).await {
+    // A fresh require-approval is satisfied only by an approval of the types it asks for
+    // (`refuse`): an approval of another type (a self-confirmable `human-confirmation`,
+    // say) does not stand in for a `manager` approval a policy now requires. Refused as a
+    // denial; the approval stays unconsumed.
+    let types = Some(record.request.types.as_slice());
+    if let Some(result) = refuse(&exec, Phase::Invocation, &evaluated, &verdict, types).await {
         return result;
-    }
-    // A fresh require-approval is satisfied only by an approval of the types it asks for:
-    // an approval of another type (a self-confirmable `human-confirmation`, say) does not
-    // stand in for a `manager` approval a policy now requires. Refused as a denial; the
-    // approval stays unconsumed.
-    if let Verdict::ApprovalRequired(required) = &verdict
-        && let Some(missing) = required
-            .types
-            .iter()
-            .find(|t| !record.request.types.contains(t))
-    {
-        let err =
-            CapabilityError::new(ErrorCode::PolicyDenied).with_private_details(serde_json::json!({
-                "reason": "the approval's types do not cover a fresh require-approval",
-                "missingType": missing,
-                "approvalTypes": record.request.types,
-            }));
-        return exec
-            .denied(DenyReason::PolicyDenied, err, Some(stances(&evaluated)))
-            .await;
     }
 
     // 6. Consume atomically: at most one execution per approval.
@@ -296,6 +280,7 @@ async fn checks(
                 id: approval_id.to_string(),
                 approver: decision.approver,
             }),
+            approval_types: record.request.types,
             cancel: opts.cancel,
             idempotency_key: opts.idempotency_key,
             progress: opts.progress,

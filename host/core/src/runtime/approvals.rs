@@ -381,6 +381,7 @@ impl Approvals<'_> {
             DecisionStatus::Rejected => crate::metrics::ApprovalEvent::Rejected,
         });
         let via = (via != DecidedVia::Approver).then(|| via.as_str().to_string());
+        let requester_namespace = Some(record.request.namespace.clone()).filter(|n| !n.is_empty());
         let payload = match request.status {
             DecisionStatus::Approved => EventPayload::Approved {
                 approval_id: id.to_string(),
@@ -388,6 +389,7 @@ impl Approvals<'_> {
                 comment: request.comment,
                 namespace,
                 via,
+                requester_namespace,
             },
             DecisionStatus::Rejected => EventPayload::Rejected {
                 approval_id: id.to_string(),
@@ -395,6 +397,7 @@ impl Approvals<'_> {
                 comment: request.comment,
                 namespace,
                 via,
+                requester_namespace,
             },
         };
         let _ = self
@@ -414,7 +417,8 @@ impl Approvals<'_> {
         Ok(self.for_review(record, now).await)
     }
 
-    /// Mark up to `limit` approvals still pending past their expiry as expired, announce
+    /// Mark up to `limit` approvals past their expiry, still pending or approved and never
+    /// run, as expired, announce
     /// each once (a `capgate.approval.expired` event, `capgate_approvals_total{event="expired"}`)
     /// and return them. Run it periodically (`capgate serve` does, every few seconds); with
     /// several replicas on one store each approval is announced by one of them.
@@ -423,10 +427,16 @@ impl Approvals<'_> {
         let expired = self.rt.coordinator.expire_due(now, limit).await?;
         for r in &expired {
             crate::metrics::approval(crate::metrics::ApprovalEvent::Expired);
+            let lapsed = r
+                .decision
+                .as_ref()
+                .is_some_and(|d| d.status == DecisionStatus::Approved)
+                .then_some(true);
             let payload = EventPayload::ApprovalExpired {
                 approval_id: r.request.id.clone(),
                 expires_at: r.request.expires_at,
                 namespace: namespace_of(r),
+                lapsed,
             };
             self.announce(r, now, payload).await;
         }
@@ -465,7 +475,9 @@ impl Approvals<'_> {
     }
 
     /// Record what became of an approval on its own (expired, escalated): the requester as
-    /// the actor, the call's execution and capability in the envelope.
+    /// the actor, the call's capability in the envelope, and no execution id: the call's
+    /// execution ended when it asked for the approval (`approval_requested`); the event
+    /// names the approval (`approvalId`), as a decision does.
     async fn announce(
         &self,
         r: &ApprovalRecord,
@@ -479,7 +491,7 @@ impl Approvals<'_> {
                 timestamp: now,
                 surface: r.request.surface,
                 actor: ActorRef::from(&r.request.actor),
-                execution_id: Some(r.request.execution_id.clone()),
+                execution_id: None,
                 capability_id: Some(r.request.capability_id.clone()),
                 correlation_id: r.request.correlation_id.clone(),
                 input_hash: Some(r.request.input_hash.clone()),

@@ -82,7 +82,19 @@ impl Runtime {
         surface: Surface,
         options: DescribeOptions,
     ) -> Result<Vec<CapabilityDescriptor>, CapabilityError> {
-        crate::pipeline::describe(&self.inner, surface, options).await
+        crate::pipeline::describe(&self.inner, surface, options, true).await
+    }
+
+    /// The discovery pipeline's answer without announcing it (no
+    /// `capabilities.discovered`): an adapter's own check of what a caller could discover,
+    /// such as whether a refused call is answered as the concealed not-found. Not a
+    /// discovery the caller made, so the trail does not say it made one.
+    pub async fn discoverable(
+        &self,
+        surface: Surface,
+        options: DescribeOptions,
+    ) -> Result<Vec<CapabilityDescriptor>, CapabilityError> {
+        crate::pipeline::describe(&self.inner, surface, options, false).await
     }
 
     /// Continue an approved call at stage 8 (check order: docs/pipeline.md, "Resume").

@@ -448,3 +448,72 @@ fn refund_runtime(
         .build()
         .expect("a valid runtime")
 }
+
+/// Issue 55: an approval's own events (expired, escalated) name the approval and carry no
+/// execution id: the call's execution ended when it asked for the approval, and an event
+/// of that execution after its end would break "one terminal event per execution".
+#[tokio::test]
+async fn expiry_and_escalation_events_name_the_approval_not_an_ended_execution() {
+    let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
+    let c = Counter::default();
+    let sink = Arc::new(MemorySink::new());
+    let coord = Arc::new(InMemoryApprovalCoordinator::new());
+    let rt = refund_runtime(&c, |b| {
+        b.clock(clock.clone())
+            .approvals(coord)
+            .audit_sink(sink.clone())
+    });
+    let id = pending(&rt).await;
+    clock.advance(chrono::Duration::minutes(5));
+    let escalated = rt
+        .approvals()
+        .escalate_due(std::time::Duration::from_secs(60), Some("director"), 10)
+        .await
+        .expect("escalate");
+    assert_eq!(escalated.len(), 1);
+    clock.advance(chrono::Duration::milliseconds(900_001));
+    let expired = rt.approvals().expire_due(10).await.expect("expire");
+    assert_eq!(expired.len(), 1);
+    for ty in ["capgate.approval.escalated", "capgate.approval.expired"] {
+        let event = sink
+            .events()
+            .into_iter()
+            .find(|e| e.type_name() == ty)
+            .unwrap_or_else(|| panic!("no {ty}"));
+        assert_eq!(event.execution_id, None, "{ty}");
+        assert_eq!(data_of(&sink, ty)["approvalId"], id.as_str(), "{ty}");
+    }
+}
+
+/// Issue 55: an approval that was approved and never run lapses at its expiry and is
+/// announced once, as such (`lapsed: true`), like one nobody decided.
+#[tokio::test]
+async fn an_approved_approval_that_lapses_unused_is_announced_once() {
+    let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
+    let c = Counter::default();
+    let sink = Arc::new(MemorySink::new());
+    let coord = Arc::new(InMemoryApprovalCoordinator::new());
+    let rt = refund_runtime(&c, |b| {
+        b.clock(clock.clone())
+            .approvals(coord)
+            .audit_sink(sink.clone())
+    });
+    let id = pending(&rt).await;
+    approve(&rt, &id).await;
+    clock.advance(chrono::Duration::milliseconds(900_001));
+    let expired = rt.approvals().expire_due(10).await.expect("expire");
+    assert_eq!(expired.len(), 1);
+    assert!(
+        rt.approvals()
+            .expire_due(10)
+            .await
+            .expect("again")
+            .is_empty()
+    );
+    let data = data_of(&sink, "capgate.approval.expired");
+    assert_eq!(data["approvalId"], id.as_str());
+    assert_eq!(data["lapsed"], true, "{data}");
+    let r = rt.resume(&id, ResumeOptions::default()).await;
+    assert_eq!(code(&r), Some(ErrorCode::ApprovalExpired));
+    assert_eq!(c.get(), 0);
+}

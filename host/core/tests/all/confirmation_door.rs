@@ -419,3 +419,68 @@ async fn the_requester_door_runs_the_approval_types_role_check() {
     assert_eq!(decided.status, ApprovalStatus::Approved);
     assert_eq!(sent.get(), 0, "deciding executes nothing");
 }
+
+/// Issue 55 (stage 9 type-matched): Dana self-confirms a `human-confirmation` send, and an
+/// execution-phase policy requires a `manager` approval. Resuming with her confirmation
+/// must not run the send: stage 9 accepts the carried approval only for the types it was
+/// granted for, as the invocation-phase re-check on resume does. A policy asking for the
+/// same type the approval carries still lets it run.
+#[tokio::test]
+async fn a_self_confirmation_does_not_satisfy_an_execution_phase_manager_requirement() {
+    for (asked, runs) in [("manager", false), ("human-confirmation", true)] {
+        let sent = Counter::default();
+        let sink = Arc::new(MemorySink::new());
+        let def = send_def(&sent, None).policy(
+            policy_sync("managerAtExecution", move |_| {
+                Ok(PolicyDecision::RequireApproval {
+                    reason: "sending needs a manager now".into(),
+                    approval_type: Some(asked.into()),
+                    expires_in_ms: None,
+                })
+            })
+            .with_phases([Phase::Execution]),
+        );
+        let rt = Runtime::builder(Registry::builder().capability(def).build().unwrap())
+            .self_confirmable_types(["human-confirmation"])
+            .approval_type_roles("manager", ["manager"])
+            .audit_sink(sink.clone())
+            .build()
+            .expect("a valid runtime");
+        let id = send_held(&rt).await;
+        rt.approvals()
+            .decide(
+                &id,
+                as_requester(dana().reference(), ORG, DecisionStatus::Approved),
+            )
+            .await
+            .expect("Dana may confirm her own send");
+        let resumed = rt
+            .resume(
+                &id,
+                ResumeOptions {
+                    expected_actor: Some(dana().reference()),
+                    expected_namespace: Some(ORG.into()),
+                    ..Default::default()
+                },
+            )
+            .await;
+        if runs {
+            assert_eq!(resumed.status(), "completed", "{:?}", resumed.error());
+            assert_eq!(sent.get(), 1);
+        } else {
+            assert_eq!(code(&resumed), Some(ErrorCode::PolicyDenied), "{resumed:?}");
+            assert_eq!(
+                sent.get(),
+                0,
+                "the send must not run on a self-confirmation"
+            );
+            let failed = data_of(&sink, "capability.failed");
+            assert!(
+                failed["policyDecisions"]
+                    .to_string()
+                    .contains("managerAtExecution"),
+                "{failed}"
+            );
+        }
+    }
+}

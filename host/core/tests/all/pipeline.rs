@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// SI-1 (deny by default: an unexposed capability is unreachable) and SI-8.
 #[tokio::test]
 async fn si8_unexposed_is_indistinguishable_from_unknown() {
     let sink = Arc::new(MemorySink::new());
@@ -91,6 +92,7 @@ async fn input_validation_runs_before_the_actor_check() {
     assert_eq!(c.get(), 0);
 }
 
+/// SI-9 (validation details never echo the input).
 #[tokio::test]
 async fn input_invalid_details_never_echo_values() {
     let c = Counter::default();
@@ -294,6 +296,7 @@ async fn si7_a_policy_error_fails_closed() {
     assert!(!serde_json::to_string(&r).unwrap().contains("db down"));
 }
 
+/// SI-12 (bounded execution: the composed timeout ends the run with one envelope).
 #[tokio::test]
 async fn timeout_returns_the_cancelled_envelope() {
     let sink = Arc::new(MemorySink::new());
@@ -316,6 +319,7 @@ async fn timeout_returns_the_cancelled_envelope() {
     assert_eq!(data_of(&sink, "capability.cancelled")["code"], "TIMEOUT");
 }
 
+/// SI-12 (bounded execution: the caller's cancellation ends the run with one envelope).
 #[tokio::test]
 async fn caller_cancellation_returns_cancelled() {
     let sink = Arc::new(MemorySink::new());
@@ -559,6 +563,7 @@ async fn best_effort_audit_keeps_serving_and_counts_lost_events() {
     assert_eq!(errors.load(Ordering::SeqCst), 3);
 }
 
+/// SI-9 (internal details never reach models).
 #[tokio::test]
 async fn procedure_error_mapping_keeps_internals_from_models() {
     let cases: Vec<(ProcedureError, serde_json::Value)> = vec![
@@ -596,6 +601,7 @@ async fn procedure_error_mapping_keeps_internals_from_models() {
     }
 }
 
+/// SI-9 (a panic is a hidden execution failure).
 #[tokio::test]
 async fn a_panicking_procedure_is_a_hidden_execution_failure() {
     let def = CapabilityDef::new("orders.refund", refund_meta())
@@ -649,6 +655,7 @@ async fn middleware_runs_in_order_extends_context_and_can_reject() {
     assert_eq!(code(&r), Some(ErrorCode::Forbidden));
 }
 
+/// SI-12 (exactly one envelope and one terminal event per run).
 #[tokio::test]
 async fn every_run_yields_exactly_one_terminal_event() {
     let sink = Arc::new(MemorySink::new());
@@ -714,4 +721,28 @@ async fn the_policies_of_one_batch_share_one_serialization_of_the_request() {
         "one serialization, shared by the batch"
     );
     assert_eq!(seen[0].1, seen[1].1);
+}
+
+/// Issue 55: a call an adapter conceals (`Runtime::conceal`: an authorizer's refusal of a
+/// capability the caller cannot learn exists) is on record like any other call of that
+/// capability, `capability.requested` with its side effect and risk, and answered as an
+/// unknown id; an unknown id's record has neither.
+#[tokio::test]
+async fn a_concealed_call_of_a_known_capability_records_its_side_effect_and_risk() {
+    let sink = Arc::new(MemorySink::new());
+    let c = Counter::default();
+    let rt = runtime_with(vec![refund_def(&c)], sink.clone());
+    let concealed = rt
+        .conceal(call("orders.refund", json!({"orderId": "o", "amount": 5})))
+        .await;
+    assert_eq!(code(&concealed), Some(ErrorCode::CapabilityNotFound));
+    let requested = data_of(&sink, "capability.requested");
+    assert_eq!(requested["sideEffect"], "write", "{requested}");
+    assert_eq!(requested["risk"], "high", "{requested}");
+    let sink2 = Arc::new(MemorySink::new());
+    let rt2 = runtime_with(vec![refund_def(&c)], sink2.clone());
+    let _ = rt2.conceal(call("orders.nope", json!({}))).await;
+    let unknown = data_of(&sink2, "capability.requested");
+    assert!(unknown.get("sideEffect").is_none(), "{unknown}");
+    assert_eq!(c.get(), 0);
 }

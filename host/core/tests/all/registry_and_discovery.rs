@@ -166,6 +166,7 @@ fn opts(scope: Option<Scope>) -> DescribeOptions {
     }
 }
 
+/// SI-1 (deny by default: only an exposure flag of exactly `true` lists a capability).
 #[tokio::test]
 async fn discovery_filters_by_exposure_and_policy_in_registry_order_and_fails_closed() {
     let (rt, sink) = discovery_runtime(5000, 30_000);

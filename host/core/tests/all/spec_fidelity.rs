@@ -502,7 +502,9 @@ async fn a_cancellation_during_the_backoff_ends_the_call_without_another_attempt
     assert_eq!(r.status(), "cancelled", "{r:?}");
     assert_eq!(code(&r), Some(ErrorCode::Cancelled));
     assert_eq!(n.load(Ordering::SeqCst), 1, "no second attempt");
-    assert!(r.effect_unknown(), "attempt 1 was entered");
+    // Attempt 1 was entered, and answered a defined error: the procedure's deliberate
+    // failure, which shows it had no effect (issue 55), so the effect is known.
+    assert!(!r.effect_unknown(), "attempt 1 answered a defined error");
     assert_eq!(
         types_for(&sink, r.execution_id()),
         [
@@ -1040,4 +1042,50 @@ async fn the_call_span_is_ok_when_suspended_and_error_when_failed_or_cancelled()
         span.get("capgate.error_code").map(String::as_str),
         Some("INTERNAL_ERROR")
     );
+}
+
+/// Issue 55: a call whose every attempt failed in a way that shows it had no effect (a
+/// defined error the procedure answered, an adapter that sent nothing) ends with its effect
+/// known, so a gateway settles its receipt as failed; an internal failure of an entered
+/// procedure still leaves the effect unknown.
+#[tokio::test]
+async fn a_failure_that_shows_no_effect_leaves_the_effect_known() {
+    for (error, unknown) in [
+        (
+            ProcedureError::defined("ORDER_NOT_FOUND", "No such order."),
+            false,
+        ),
+        (ProcedureError::not_sent("connection refused"), false),
+        (
+            ProcedureError::internal("the upstream hung up mid-answer"),
+            true,
+        ),
+    ] {
+        let sink = Arc::new(MemorySink::new());
+        let failing = error.to_string();
+        let def = CapabilityDef::new(
+            "orders.refund",
+            CapabilityMeta::new("refund", SideEffect::Write, Risk::High)
+                .exposed_on([Surface::AiSdk]),
+        )
+        .procedure(handler(move |_call| {
+            let error = match &error {
+                ProcedureError::Defined { code, message, .. } => {
+                    ProcedureError::defined(code.clone(), message.clone())
+                }
+                ProcedureError::NotSent(m) => ProcedureError::not_sent(m.clone()),
+                other => ProcedureError::internal(other.to_string()),
+            };
+            async move { Err::<serde_json::Value, _>(error) }
+        }));
+        let rt = runtime_with(vec![def], sink.clone());
+        let r = rt.invoke(call("orders.refund", json!({}))).await;
+        assert_eq!(r.status(), "failed", "{failing}: {r:?}");
+        assert_eq!(r.effect_unknown(), unknown, "{failing}");
+        assert_eq!(
+            data_of(&sink, "capability.failed")["attempts"],
+            1,
+            "{failing}"
+        );
+    }
 }

@@ -1,7 +1,7 @@
 //! What stops another site from acting with a signed-in human's cookie: the origin check,
 //! the CSRF token derived from the session id, and reading the cookie itself.
 
-use super::{COOKIE, CSRF_HEADER};
+use super::CSRF_HEADER;
 use crate::reject::Reject;
 use axum::http::header::{self, HeaderMap};
 use sha2::{Digest, Sha256};
@@ -46,15 +46,16 @@ pub(super) fn same_origin(headers: &HeaderMap) -> Result<(), Reject> {
     Ok(())
 }
 
-/// The session id from the `Cookie` headers, if any.
-pub(super) fn session_id(headers: &HeaderMap) -> Option<String> {
+/// The session id from the `Cookie` headers' cookie `name` (the console's
+/// [`super::Console::cookie_name`] for the request), if any.
+pub(super) fn session_id(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(cookie::Cookie::split_parse)
         .filter_map(Result::ok)
-        .find(|c| c.name() == COOKIE)
+        .find(|c| c.name() == name)
         .map(|c| c.value().to_owned())
         .filter(|v| capgate_core::digest::Sha256Hex::is_valid(&v.to_ascii_lowercase()))
 }

@@ -97,12 +97,32 @@ pub(super) async fn sign_in_inner(
     let headers = &parts.headers;
     same_origin(headers)?;
     let client = c.doorkeeper.client(&parts.extensions, headers);
-    if let (Some(t), Some(ip)) = (&c.per_address, client)
-        && let Err(secs) = t.charge(&ip.to_string())
-    {
-        tracing::info!(target: LOG, client = %ip, "console sign-in throttled for this address");
-        return Err(Reject::too_many_requests(secs));
-    }
+    // The credential is checked first: a valid sign-in is never refused for what others
+    // did from its address (only the principal's own throttle applies to it). A refused
+    // sign-in spends the address's budget; past it, refusals answer 429.
+    sign_in_checked(c, parts, body, client)
+        .await
+        .map_err(|refused| match (&c.per_address, client) {
+            (Some(t), Some(ip)) if refused.status != StatusCode::TOO_MANY_REQUESTS => {
+                match t.charge(&ip.to_string()) {
+                    Ok(()) => refused,
+                    Err(secs) => {
+                        tracing::info!(target: LOG, client = %ip, "console sign-in throttled for this address");
+                        Reject::too_many_requests(secs)
+                    }
+                }
+            }
+            _ => refused,
+        })
+}
+
+async fn sign_in_checked(
+    c: &Console,
+    parts: &axum::http::request::Parts,
+    body: &[u8],
+    client: Option<std::net::IpAddr>,
+) -> Result<Response, Reject> {
+    let headers = &parts.headers;
     let json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -217,7 +237,7 @@ pub(super) async fn sign_out(State(c): St, headers: HeaderMap) -> Response {
     if let Err(e) = same_origin(&headers) {
         return e.into_response();
     }
-    let Some(id) = session_id(&headers) else {
+    let Some(id) = session_id(&headers, c.cookie_name(&headers)) else {
         return cleared(&c, &headers);
     };
     if !csrf_ok(&headers, &id) {

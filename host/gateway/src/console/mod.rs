@@ -34,9 +34,10 @@
 //!
 //! **Nobody fills the table for others.** Each principal keeps at most
 //! [`ConsoleOptions::max_sessions_per_principal`] live sessions (a new sign-in evicts its
-//! own oldest), and sign-in is throttled per principal and per client address
-//! ([`ConsoleOptions::sign_in_per_principal`], [`ConsoleOptions::sign_in_per_address`]:
-//! `429` with `Retry-After`). The throttles are this process's and start afresh at a
+//! own oldest), and sign-in is throttled per principal
+//! ([`ConsoleOptions::sign_in_per_principal`], every sign-in) and per client address
+//! ([`ConsoleOptions::sign_in_per_address`], refused sign-ins only: a valid one is never
+//! refused for what others did from its address), `429` with `Retry-After`. The throttles are this process's and start afresh at a
 //! reload.
 //!
 //! **CSRF.** Every state-changing request (`POST`/`DELETE` under `P/api`, and sign-out)
@@ -70,7 +71,7 @@ pub use options::{
     CONTENT_SECURITY_POLICY, COOKIE, CSRF_HEADER, ConsoleError, ConsoleOptions,
     DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, DEFAULT_SESSION_TTL,
     DEFAULT_SIGN_IN_PER_ADDRESS, DEFAULT_SIGN_IN_PER_PRINCIPAL, MAX_CREDENTIAL_BYTES,
-    MAX_SIGN_IN_BODY_BYTES, SecureCookie, check_prefix,
+    MAX_SIGN_IN_BODY_BYTES, SECURE_COOKIE, SecureCookie, check_prefix,
 };
 pub use router::{console_router, console_router_with};
 pub use session::SessionView;
@@ -143,12 +144,17 @@ mod tests {
             HeaderValue::from_str(&format!("other=1; {COOKIE}={id}"))
                 .unwrap_or(HeaderValue::from_static("")),
         );
-        assert_eq!(session_id(&h), Some(id));
+        assert_eq!(session_id(&h, COOKIE), Some(id.clone()));
+        assert_eq!(
+            session_id(&h, SECURE_COOKIE),
+            None,
+            "the plain name on a secure console"
+        );
         h.insert(
             header::COOKIE,
             HeaderValue::from_static("capgate_console=short"),
         );
-        assert_eq!(session_id(&h), None);
+        assert_eq!(session_id(&h, COOKIE), None);
     }
 
     #[test]

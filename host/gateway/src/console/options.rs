@@ -4,8 +4,13 @@ use crate::approvals_api::APPROVER_ROLE;
 use crate::throttle::PerMinute;
 use std::time::Duration;
 
-/// The session cookie's name.
+/// The session cookie's name over plain HTTP (a loopback host, or `secureCookie = false`).
 pub const COOKIE: &str = "capgate_console";
+/// The session cookie's name whenever it is `Secure`: the `__Host-` prefix makes browsers
+/// accept it only from this origin over HTTPS with `Path=/` and no `Domain`, so a
+/// neighbouring subdomain or a plain-HTTP page cannot plant (or overwrite) a session
+/// cookie here. Only this name is read on a secure console.
+pub const SECURE_COOKIE: &str = "__Host-capgate_console";
 /// The header state-changing requests carry the CSRF token in.
 pub const CSRF_HEADER: &str = "x-csrf-token";
 /// Default session lifetime.
@@ -56,7 +61,8 @@ pub struct ConsoleOptions {
     pub max_sessions_per_principal: u32,
     /// Sign-ins per principal (`None`: not throttled).
     pub sign_in_per_principal: Option<PerMinute>,
-    /// Sign-ins per client address, successful or not (`None`: not throttled).
+    /// Refused sign-ins per client address (`None`: not throttled); a valid sign-in is never
+    /// refused by it.
     pub sign_in_per_address: Option<PerMinute>,
     /// The role an approver holds (the approvals API's).
     pub approver_role: String,

@@ -144,7 +144,7 @@ async fn session_to_principal(State(c): St, mut request: Request<Body>, next: Ne
     let safe = matches!(*request.method(), Method::GET | Method::HEAD);
     if !safe {
         // The CSRF token before anything is looked up: a forged request costs nothing.
-        match session_id(headers) {
+        match session_id(headers, c.cookie_name(headers)) {
             Some(id) if csrf_ok(headers, &id) => {}
             Some(_) => {
                 tracing::info!(target: LOG, "console request refused: CSRF token missing or wrong");

@@ -47,19 +47,41 @@ pub(super) struct Live {
 }
 
 impl Console {
+    /// Whether the session cookie of this request's host is `Secure`.
+    pub(super) fn secure_cookie(&self, headers: &HeaderMap) -> bool {
+        match self.options.secure_cookie {
+            SecureCookie::Always => true,
+            SecureCookie::Never => false,
+            SecureCookie::Auto => !is_loopback_host(headers),
+        }
+    }
+
+    /// The session cookie's name for this request's host: [`super::SECURE_COOKIE`] when it
+    /// is `Secure`, [`COOKIE`] over plain HTTP.
+    pub(super) fn cookie_name(&self, headers: &HeaderMap) -> &'static str {
+        if self.secure_cookie(headers) {
+            super::SECURE_COOKIE
+        } else {
+            COOKIE
+        }
+    }
+
     pub(super) fn cookie(
         &self,
         headers: &HeaderMap,
         value: &str,
         max_age: Duration,
     ) -> HeaderValue {
-        let secure = match self.options.secure_cookie {
-            SecureCookie::Always => true,
-            SecureCookie::Never => false,
-            SecureCookie::Auto => !is_loopback_host(headers),
+        let secure = self.secure_cookie(headers);
+        // A `__Host-` cookie must have `Path=/` (the browser refuses it otherwise); the
+        // plain one keeps to the console's prefix.
+        let path = if secure {
+            "/".to_owned()
+        } else {
+            self.options.prefix.clone()
         };
-        let c = cookie::Cookie::build((COOKIE, value.to_owned()))
-            .path(self.options.prefix.clone())
+        let c = cookie::Cookie::build((self.cookie_name(headers), value.to_owned()))
+            .path(path)
             .http_only(true)
             .same_site(cookie::SameSite::Strict)
             .secure(secure)
@@ -87,7 +109,7 @@ impl Console {
     /// doorkeeper (a removed key ends it). `Err` is the response to send instead.
     pub(super) async fn session(&self, headers: &HeaderMap) -> Result<Live, Box<Response>> {
         let unauthenticated = || Box::new(self.unauthenticated(headers));
-        let id = session_id(headers).ok_or_else(unauthenticated)?;
+        let id = session_id(headers, self.cookie_name(headers)).ok_or_else(unauthenticated)?;
         let key = digest(&id);
         let now = self.doorkeeper.clock.now();
         let stored = self

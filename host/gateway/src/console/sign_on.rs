@@ -125,14 +125,10 @@ pub(super) async fn login(axum::extract::State(c): St, request: Request) -> Resp
     let Some(sign_on) = &c.options.sign_on else {
         return not_configured();
     };
+    // Starting a sign-in verifies nothing and keeps nothing on the server (the pending
+    // sign-in is in the browser's cookie): it is not throttled, so nobody sharing an
+    // address can keep a colleague from signing in. Refused callbacks are (`callback`).
     let (parts, _) = request.into_parts();
-    let client = c.doorkeeper.client(&parts.extensions, &parts.headers);
-    if let (Some(t), Some(ip)) = (&c.per_address, client)
-        && let Err(secs) = t.charge(&ip.to_string())
-    {
-        tracing::info!(target: LOG, client = %ip, "console sign-in throttled for this address");
-        return Reject::too_many_requests(secs).into_response();
-    }
     let (pending, url) = match sign_on.client.start() {
         Ok(started) => started,
         Err(e) => {
@@ -162,16 +158,28 @@ pub(super) async fn callback(
     };
     let (parts, _) = request.into_parts();
     let headers = &parts.headers;
+    // A refused callback spends its address's sign-in budget; past it, refusals answer
+    // 429. A sign-in that succeeds is never refused for its address.
+    let client = c.doorkeeper.client(&parts.extensions, headers);
+    let refused = |why: &str| -> Response {
+        if let (Some(t), Some(ip)) = (&c.per_address, client)
+            && let Err(secs) = t.charge(&ip.to_string())
+        {
+            tracing::info!(target: LOG, client = %ip, "console sign-in throttled for this address");
+            return Reject::too_many_requests(secs).into_response();
+        }
+        c.back_to_page(headers, Some(why), None)
+    };
     let Some(pending) = pending_of(headers) else {
         tracing::info!(target: LOG, "single sign-on callback without a sign-in under way (expired, or another browser)");
-        return c.back_to_page(headers, Some("expired"), None);
+        return refused("expired");
     };
     let state_ok = q.state.as_deref().is_some_and(|s| {
         s.len() <= MAX_PARAM_BYTES && constant_time_eq(s.as_bytes(), pending.state.as_bytes())
     });
     if !state_ok {
         tracing::info!(target: LOG, "single sign-on callback refused: state mismatch");
-        return c.back_to_page(headers, Some("expired"), None);
+        return refused("expired");
     }
     if let Some(error) = &q.error {
         let error: String = error
@@ -180,14 +188,14 @@ pub(super) async fn callback(
             .filter(|c| c.is_ascii_graphic())
             .collect();
         tracing::info!(target: LOG, error = %error, "the identity provider did not sign the user in");
-        return c.back_to_page(headers, Some("denied"), None);
+        return refused("denied");
     }
     let Some(code) = q
         .code
         .as_deref()
         .filter(|c| !c.is_empty() && c.len() <= MAX_PARAM_BYTES)
     else {
-        return c.back_to_page(headers, Some("refused"), None);
+        return refused("refused");
     };
     let claims = match sign_on.client.finish(&pending, code).await {
         Ok(claims) => claims,
@@ -197,26 +205,24 @@ pub(super) async fn callback(
         }
         Err(e) => {
             tracing::info!(target: LOG, error = %e, "single sign-on refused");
-            return c.back_to_page(headers, Some("refused"), None);
+            return refused("refused");
         }
     };
     let who = match principal_of(&sign_on.claims, &claims) {
         Ok(who) => who,
         Err(e) => {
             tracing::info!(target: LOG, error = %e, "single sign-on refused: the ID token's claims do not map to a principal");
-            return c.back_to_page(headers, Some("refused"), None);
+            return refused("refused");
         }
     };
     let who = match c.doorkeeper.admit_principal(who, Door::Approvals).await {
         Ok(who) => who,
         Err(e) if e.status == StatusCode::TOO_MANY_REQUESTS => return e.into_response(),
-        Err(_) => return c.back_to_page(headers, Some("refused"), None),
+        Err(_) => return refused("refused"),
     };
     match open_session(&c, headers, who).await {
         Ok((_, session)) => c.back_to_page(headers, None, Some(session)),
-        Err(e) if e.status == StatusCode::FORBIDDEN => {
-            c.back_to_page(headers, Some("refused"), None)
-        }
+        Err(e) if e.status == StatusCode::FORBIDDEN => refused("refused"),
         Err(e) => e.into_response(),
     }
 }

@@ -214,17 +214,47 @@ impl Gateway {
         replay(record)
     }
 
+    /// Whether this caller may learn that `capability_id` exists: the authorizer lets it
+    /// describe, and discovery shows it this capability. A refusal for anything else is
+    /// answered as the concealed not-found (SI-8).
+    pub(crate) async fn may_learn(
+        &self,
+        who: &Authenticated,
+        capability_id: &str,
+    ) -> Result<bool, Reject> {
+        if self
+            .authorize(who, Operation::Describe, None, None)
+            .await
+            .is_err()
+        {
+            return Ok(false);
+        }
+        self.discoverable(who, capability_id).await
+    }
+
     /// Whether this caller can discover `capability_id` here (describe's filtering).
     pub(crate) async fn discoverable(
         &self,
         who: &Authenticated,
         capability_id: &str,
     ) -> Result<bool, Reject> {
-        let scope = Scope {
-            tags: vec![],
-            ids: vec![capability_id.to_string()],
+        let options = DescribeOptions {
+            namespace: who.principal.namespace.clone(),
+            actor: who.principal.actor.clone(),
+            context: who.context.clone(),
+            scope: Some(Scope {
+                tags: vec![],
+                ids: vec![capability_id.to_string()],
+            }),
         };
-        Ok(!self.describe_for(who, Some(scope)).await?.is_empty())
+        // The runtime's answer without a `capabilities.discovered`: this is the door's own
+        // check, not a discovery the caller made.
+        let found = self
+            .runtime
+            .discoverable(self.surface, options)
+            .await
+            .map_err(|e| describe_error(&e))?;
+        Ok(!found.is_empty())
     }
 
     /// The discovery pipeline for this caller.
@@ -281,10 +311,12 @@ impl Gateway {
 
     /// The one admission order of `invoke` (docs/gateway.md, "Invocation semantics"):
     ///
-    /// 1. A name this surface has is authorized with the capability and input; a refusal
-    ///    for a capability this caller cannot discover is the concealed not-found. A name
-    ///    it does not have is not shown to the authorizer at all (an authorizer that
-    ///    allowlists real ids would answer it apart from a hidden one).
+    /// 1. Every name is authorized with the capability id as sent and the input (seed 004:
+    ///    authorization runs for every invocation). A refusal is the authorizer's `403`
+    ///    only where this caller may learn the capability exists (it may describe, and
+    ///    discovery shows it); anywhere else it is the concealed not-found, identical to a
+    ///    name that does not exist (SI-8), so a principal refused everything cannot tell
+    ///    real ids from unknown ones.
     /// 2. A stale `contractDigest`: CONTRACT_MISMATCH for what the caller can discover,
     ///    else the concealed not-found.
     /// 3. A read-only journal lookup: an existing record is replayed or is a conflict
@@ -299,39 +331,38 @@ impl Gateway {
     ) -> Result<Admission, Reject> {
         let scope = self.scope(&who)?;
         let current = self.digest_of(&req.capability_id).map(str::to_string);
-        if let Some(current) = &current {
-            let asked = self
-                .authorize(
-                    &who,
-                    Operation::Invoke,
-                    Some(&req.capability_id),
-                    Some(&req.input),
-                )
-                .await;
-            if let Err(refused) = asked {
-                if refused.status == axum::http::StatusCode::FORBIDDEN
-                    && !self.discoverable(&who, &req.capability_id).await?
-                {
-                    return Ok(self.concealed(&who, &req).await);
-                }
-                return Err(refused);
-            }
-            if let Some(given) = &req.contract_digest
-                && given != current
+        let asked = self
+            .authorize(
+                &who,
+                Operation::Invoke,
+                Some(&req.capability_id),
+                Some(&req.input),
+            )
+            .await;
+        if let Err(refused) = asked {
+            if refused.status == axum::http::StatusCode::FORBIDDEN
+                && !(current.is_some() && self.may_learn(&who, &req.capability_id).await?)
             {
-                // CONTRACT_MISMATCH only for what this caller can discover; for anything
-                // else the same concealed not-found an unknown id gets (SI-8).
-                if !self.discoverable(&who, &req.capability_id).await? {
-                    return Ok(self.concealed(&who, &req).await);
-                }
-                return Ok(Admission::Answer(CapabilityOutcome::preflight(
-                    &req.invocation_id,
-                    OutcomeError::gateway(
-                        gateway_codes::CONTRACT_MISMATCH,
-                        "The contract digest does not match this deployment; fetch the current contract.",
-                    ),
-                )));
+                return Ok(self.concealed(&who, &req).await);
             }
+            return Err(refused);
+        }
+        if let Some(current) = &current
+            && let Some(given) = &req.contract_digest
+            && given != current
+        {
+            // CONTRACT_MISMATCH only for what this caller can discover; for anything
+            // else the same concealed not-found an unknown id gets (SI-8).
+            if !self.discoverable(&who, &req.capability_id).await? {
+                return Ok(self.concealed(&who, &req).await);
+            }
+            return Ok(Admission::Answer(CapabilityOutcome::preflight(
+                &req.invocation_id,
+                OutcomeError::gateway(
+                    gateway_codes::CONTRACT_MISMATCH,
+                    "The contract digest does not match this deployment; fetch the current contract.",
+                ),
+            )));
         }
 
         let existing = self
@@ -545,10 +576,14 @@ impl Gateway {
         recorded: CapabilityError,
         error: OutcomeError,
     ) -> Admission {
-        self.runtime
+        let opened = self
+            .runtime
             .refuse_resume(&req.approval_id, self.refusal_options(who, req), recorded)
             .await;
-        Admission::Answer(CapabilityOutcome::preflight(&req.invocation_id, error))
+        Admission::Answer(
+            CapabilityOutcome::preflight(&req.invocation_id, error)
+                .in_execution(opened.execution_id()),
+        )
     }
 
     /// Unknown, someone else's, or bound to another invocation: one concealed answer,
@@ -557,13 +592,14 @@ impl Gateway {
         let recorded = CapabilityError::new(ErrorCode::InternalError)
             .with_stage(capgate_core::error::Stage::Approval)
             .with_cause("unknown approval for this caller");
-        self.runtime
+        let opened = self
+            .runtime
             .refuse_resume(&req.approval_id, self.refusal_options(who, req), recorded)
             .await;
-        Admission::Answer(CapabilityOutcome::preflight(
-            &req.invocation_id,
-            PublicError::internal(),
-        ))
+        Admission::Answer(
+            CapabilityOutcome::preflight(&req.invocation_id, PublicError::internal())
+                .in_execution(opened.execution_id()),
+        )
     }
 }
 

@@ -102,7 +102,11 @@ impl Gateway {
                 match slot.take() {
                     // The journal answered instead (a replay, a conflict, a refusal): the
                     // call stopped before it was run and this request claimed nothing.
-                    SlotState::Answered(answer) => return answer,
+                    // An answer that names no execution names the one the runtime opened
+                    // and audited for it.
+                    SlotState::Answered(answer) => {
+                        return answer.map(|a| a.in_execution(result.execution_id()));
+                    }
                     SlotState::Claimed(claimed) => run.claimed = Some(claimed),
                     // Never admitted: concealed, invalid or otherwise refused before the
                     // claim. Nothing was stored, so nothing is settled.
@@ -147,6 +151,23 @@ impl Gateway {
                 "effect status unknown; receipt left pending"
             );
             return Ok(unknown);
+        }
+        if matches!(run.call, Call::Invoke { .. })
+            && result
+                .error()
+                .is_some_and(|e| e.code() == ErrorCode::CapabilityNotFound)
+        {
+            // Hidden by an execution-phase policy after the claim, before anything ran: the
+            // call is stored exactly as an unknown name is, that is not at all (SI-8), so
+            // its id reads and can be reused as one never claimed.
+            if let Err(e) = self
+                .journal
+                .release(&run.scope, &run.invocation_id, &claim_token)
+                .await
+            {
+                tracing::error!(target: LOG, invocation = %run.invocation_id, error = %e, "releasing a concealed call's claim failed; it stays pending");
+            }
+            return Ok(outcome_of(&run.invocation_id, result));
         }
         let outcome = outcome_of(&run.invocation_id, result.clone());
         let Ok(value) = serde_json::to_value(&outcome) else {

@@ -18,6 +18,7 @@ pub(super) async fn healthz() -> Json<Value> {
 pub(super) async fn readyz(State(checks): State<Arc<Checks>>) -> (StatusCode, Json<Value>) {
     let results = futures::future::join_all(checks.0.iter().map(|(name, probe)| async move {
         let word = probe.failing_word();
+        let required = probe.required();
         let ok = match tokio::time::timeout(READINESS_TIMEOUT, probe.ready()).await {
             Ok(Ok(())) => true,
             // A deliberate state (such as draining) is no fault.
@@ -34,18 +35,22 @@ pub(super) async fn readyz(State(checks): State<Arc<Checks>>) -> (StatusCode, Js
                 false
             }
         };
-        (name.clone(), if ok { "ok" } else { word })
+        (name.clone(), if ok { "ok" } else { word }, required)
     }))
     .await;
-    let ready = results.iter().all(|(_, word)| *word == "ok");
+    let ready = results
+        .iter()
+        .all(|(_, word, required)| *word == "ok" || !required);
+    let whole = results.iter().all(|(_, word, _)| *word == "ok");
     let checks: serde_json::Map<String, Value> = results
         .into_iter()
-        .map(|(n, word)| (n, Value::from(word)))
+        .map(|(n, word, _)| (n, Value::from(word)))
         .collect();
-    let (code, status) = if ready {
-        (StatusCode::OK, "ready")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
+    let (code, status) = match (ready, whole) {
+        (true, true) => (StatusCode::OK, "ready"),
+        // Only checks the gateway serves without failed: still ready, said so.
+        (true, false) => (StatusCode::OK, "degraded"),
+        (false, _) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
     };
     (
         code,

@@ -9,7 +9,7 @@ mod handlers;
 mod options;
 mod router;
 
-pub use options::{FnProbe, JournalProbe, ReadinessError, ReadinessProbe, ShutdownProbe};
+pub use options::{Degrades, FnProbe, JournalProbe, ReadinessError, ReadinessProbe, ShutdownProbe};
 pub use router::{LIVENESS, READINESS, READINESS_TIMEOUT, health_router, readiness_router};
 
 const LOG: &str = "capgate::gateway";

@@ -35,6 +35,33 @@ pub trait ReadinessProbe: Send + Sync + 'static {
     fn failing_word(&self) -> &'static str {
         "failing"
     }
+
+    /// Whether the gateway is unready while this check fails (default true). A check of
+    /// one dependency among several (an MCP upstream, say) is not: while it fails, the
+    /// calls that need it fail on their own, every other call is served, and `/readyz`
+    /// answers `200` `degraded` so a load balancer keeps the replica.
+    fn required(&self) -> bool {
+        true
+    }
+}
+
+/// `probe`, as a check the gateway stays ready without ([`ReadinessProbe::required`] false):
+/// its failure answers `degraded`, never `503`.
+pub struct Degrades<P>(pub P);
+
+#[async_trait]
+impl<P: ReadinessProbe> ReadinessProbe for Degrades<P> {
+    async fn ready(&self) -> Result<(), ReadinessError> {
+        self.0.ready().await
+    }
+
+    fn failing_word(&self) -> &'static str {
+        self.0.failing_word()
+    }
+
+    fn required(&self) -> bool {
+        false
+    }
 }
 
 /// A readiness probe that reads one (absent) record from an invocation journal.

@@ -35,3 +35,64 @@ pub fn readiness_router(checks: Vec<(String, Arc<dyn ReadinessProbe>)>) -> Route
         .route(READINESS, get(handlers::readyz))
         .with_state(Arc::new(Checks(checks)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::{Degrades, FnProbe};
+
+    async fn readyz(checks: Vec<(String, Arc<dyn ReadinessProbe>)>) -> (u16, serde_json::Value) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, readiness_router(checks)).await;
+        });
+        let r = reqwest::get(format!("http://{addr}{READINESS}"))
+            .await
+            .expect("GET /readyz");
+        let status = r.status().as_u16();
+        let body = r.json().await.expect("JSON");
+        server.abort();
+        (status, body)
+    }
+
+    fn probe(ok: bool) -> FnProbe<impl Fn() -> Result<(), String> + Send + Sync + 'static> {
+        FnProbe(move || if ok { Ok(()) } else { Err("down".into()) })
+    }
+
+    /// Issue 55: one MCP upstream down does not take the whole gateway out of the load
+    /// balancer: a failing check that only degrades answers `200` `degraded`; a required
+    /// one still answers `503`.
+    #[tokio::test]
+    async fn a_failing_check_that_only_degrades_keeps_the_gateway_ready() {
+        let store: Arc<dyn ReadinessProbe> = Arc::new(probe(true));
+        let upstream: Arc<dyn ReadinessProbe> = Arc::new(Degrades(probe(false)));
+        let (status, body) = readyz(vec![
+            ("store".into(), store.clone()),
+            ("mcp:shop".into(), upstream.clone()),
+        ])
+        .await;
+        assert_eq!(
+            (status, body["status"].as_str()),
+            (200, Some("degraded")),
+            "{body}"
+        );
+        assert_eq!(body["checks"]["mcp:shop"], "failing");
+        let down: Arc<dyn ReadinessProbe> = Arc::new(probe(false));
+        let (status, body) =
+            readyz(vec![("store".into(), down), ("mcp:shop".into(), upstream)]).await;
+        assert_eq!(
+            (status, body["status"].as_str()),
+            (503, Some("unavailable")),
+            "{body}"
+        );
+        let (status, body) = readyz(vec![("store".into(), store)]).await;
+        assert_eq!(
+            (status, body["status"].as_str()),
+            (200, Some("ready")),
+            "{body}"
+        );
+    }
+}

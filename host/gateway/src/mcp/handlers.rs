@@ -139,10 +139,25 @@ impl CapgateMcp {
         })
     }
 
+    /// Whether `caller` may learn that `capability_id` exists: the authorizer lets it list
+    /// tools and discovery shows it this one. A refusal for anything else is answered as
+    /// the concealed not-found (SI-8).
+    async fn may_learn(&self, caller: &Caller, capability_id: &str) -> Result<bool, ErrorData> {
+        if self
+            .authorize(caller, Operation::Describe, None, None)
+            .await
+            .is_err()
+        {
+            return Ok(false);
+        }
+        self.discoverable(caller, capability_id).await
+    }
+
     /// Whether `caller` can discover `capability_id` on the `mcp` surface.
     async fn discoverable(&self, caller: &Caller, capability_id: &str) -> Result<bool, ErrorData> {
         let found = describe_mcp(
             self.runtime.clone(),
+            false,
             DescribeOptions {
                 namespace: caller.principal.namespace.clone(),
                 actor: caller.principal.actor.clone(),
@@ -284,31 +299,30 @@ impl CapgateMcp {
         if resume {
             return self.resume(caller, &input, context).await;
         }
-        // The one admission order (docs/gateway.md, "Invocation semantics"): a tool this
-        // surface has is authorized with its capability and input, and a refusal for one
-        // this caller cannot discover is the concealed not-found; a name it does not have
-        // is never shown to the authorizer (an allowlist of real ids would answer it apart
-        // from a hidden one). Either way the caller learns nothing a describe would not
-        // tell it.
-        if let Some(cap) = cap.as_ref().filter(|c| c.meta.expose.allows(Surface::Mcp)) {
-            let asked = self
-                .authorize(&caller, Operation::Invoke, Some(&cap.id), Some(&input))
-                .await;
-            if let Err(refused) = asked {
-                if self.discoverable(&caller, &cap.id).await? {
-                    return Err(refused);
-                }
-                let invoke = InvokeRequest::new(
-                    Surface::Mcp,
-                    cap.id.clone(),
-                    Value::Null,
-                    caller.principal.actor,
-                )
-                .namespace(caller.principal.namespace);
-                let result = self.runtime.conceal(invoke).await;
-                self.drain_audit().await;
-                return Ok(self.tool_result(&result));
+        // The one admission order (docs/gateway.md, "Invocation semantics"): every call is
+        // authorized (seed 004), a tool this surface has with its capability id and input, a
+        // name it does not have with that name; a refusal is answered as the authorizer's
+        // only where this caller may learn the tool exists (it may describe, and discovery
+        // shows it), else as the concealed not-found, identical to a name that does not
+        // exist. The caller learns nothing a describe would not tell it (SI-8).
+        let exposed = cap.as_ref().filter(|c| c.meta.expose.allows(Surface::Mcp));
+        let asked_for = exposed.map_or_else(|| bounded_name(&request.name), |c| c.id.clone());
+        let asked = self
+            .authorize(&caller, Operation::Invoke, Some(&asked_for), Some(&input))
+            .await;
+        if let Err(refused) = asked {
+            if exposed.is_some() && self.may_learn(&caller, &asked_for).await? {
+                return Err(refused);
             }
+            let invoke =
+                InvokeRequest::new(Surface::Mcp, asked_for, Value::Null, caller.principal.actor)
+                    .namespace(caller.principal.namespace);
+            let result = match exposed {
+                Some(_) => self.runtime.conceal(invoke).await,
+                None => self.runtime.refuse_unknown(invoke).await,
+            };
+            self.drain_audit().await;
+            return Ok(self.tool_result(&result));
         }
         let (progress, forwarder) = progress_channel(&context);
         let result = match cap {
@@ -488,6 +502,7 @@ impl ServerHandler for CapgateMcp {
             .await?;
         let descriptors = describe_mcp(
             self.runtime.clone(),
+            true,
             DescribeOptions {
                 namespace: caller.principal.namespace,
                 actor: caller.principal.actor,
@@ -536,17 +551,28 @@ impl ServerHandler for CapgateMcp {
 /// higher-ranked lifetime in its candidate filter closure, held across an await), and rmcp
 /// handlers must be `Send`. `Handle::block_on` needs no `Send` future. Remove once
 /// `capgate_core`'s discovery collects its candidates before awaiting.
+/// The discovery pipeline on the `mcp` surface; `announce`: a `tools/list` the caller made
+/// (recorded as `capabilities.discovered`), else the door's own check (not recorded).
 async fn describe_mcp(
     runtime: Runtime,
+    announce: bool,
     options: DescribeOptions,
 ) -> Result<Vec<CapabilityDescriptor>, CapabilityError> {
     let handle = tokio::runtime::Handle::current();
-    tokio::task::spawn_blocking(move || handle.block_on(runtime.describe(Surface::Mcp, options)))
-        .await
-        .unwrap_or_else(|e| {
-            tracing::error!(target: "capgate::mcp", error = %e, "describe task failed");
-            Err(CapabilityError::new(ErrorCode::InternalError))
+    tokio::task::spawn_blocking(move || {
+        handle.block_on(async {
+            if announce {
+                runtime.describe(Surface::Mcp, options).await
+            } else {
+                runtime.discoverable(Surface::Mcp, options).await
+            }
         })
+    })
+    .await
+    .unwrap_or_else(|e| {
+        tracing::error!(target: "capgate::mcp", error = %e, "describe task failed");
+        Err(CapabilityError::new(ErrorCode::InternalError))
+    })
 }
 
 /// An MCP input schema is always an object schema (see [`capgate_contract::tools::object_schema`]).

@@ -38,7 +38,7 @@ mod router;
 mod stdio;
 
 pub use handlers::{CapgateMcp, McpIdentity, RESUME_TOOL};
-pub use options::McpOptions;
+pub use options::{DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, McpOptions};
 pub use router::{
     McpSessions, PREFIX, SharedMcpSession, SharedMcpSessions, streamable_http_router,
     streamable_http_router_with,

@@ -39,7 +39,15 @@ pub struct McpOptions {
     /// Streamable HTTP only: `/mcp` as an OAuth protected resource (its metadata served,
     /// and named in every `401`'s `WWW-Authenticate`). `None`: a plain `401`.
     pub protected_resource: Option<super::oauth::ProtectedResource>,
+    /// Streamable HTTP only: the most MCP sessions one principal holds open in this process
+    /// (each keeps a worker and its buffers until it ends or idles out). A handshake past
+    /// it is refused `429`, its session closed at once, so one key cannot exhaust the
+    /// memory every tenant shares. Default [`DEFAULT_MAX_SESSIONS_PER_PRINCIPAL`].
+    pub max_sessions_per_principal: usize,
 }
+
+/// The default [`McpOptions::max_sessions_per_principal`].
+pub const DEFAULT_MAX_SESSIONS_PER_PRINCIPAL: usize = 32;
 
 impl Default for McpOptions {
     fn default() -> Self {
@@ -54,13 +62,15 @@ impl Default for McpOptions {
             session_store: None,
             allowed_hosts: None,
             protected_resource: None,
+            max_sessions_per_principal: DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
         }
     }
 }
 
 crate::debug::debug_fields! {
     McpOptions { server_name, server_version, approval_url, resume_tool, stateful_sessions,
-        session_store: Option::is_some, allowed_hosts, protected_resource }
+        session_store: Option::is_some, allowed_hosts, protected_resource,
+        max_sessions_per_principal }
 }
 
 impl McpOptions {

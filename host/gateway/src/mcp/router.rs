@@ -30,6 +30,10 @@ const MAX_BINDINGS: usize = 65_536;
 #[derive(Clone)]
 struct McpHttpState {
     service: StreamableHttpService<CapgateMcp, LocalSessionManager>,
+    /// rmcp's sessions, to close one opened past its principal's cap.
+    manager: Arc<LocalSessionManager>,
+    /// [`McpOptions::max_sessions_per_principal`].
+    max_sessions_per_principal: usize,
     doorkeeper: Doorkeeper,
     bindings: Arc<SessionBindings>,
     /// The shared session rows, to learn who opened a session another replica opened.
@@ -186,19 +190,19 @@ pub fn streamable_http_router_with(
         .protected_resource
         .as_ref()
         .and_then(|p| p.challenge());
+    let max_sessions_per_principal = options.max_sessions_per_principal.max(1);
     let handler = CapgateMcp::new(
         runtime,
         McpIdentity::PerRequest,
         doorkeeper.authorizer.clone(),
         options,
     );
-    let service = StreamableHttpService::new(
-        move || Ok(handler.clone()),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
+    let manager = Arc::new(LocalSessionManager::default());
+    let service = StreamableHttpService::new(move || Ok(handler.clone()), manager.clone(), config);
     let state = McpHttpState {
         service,
+        manager,
+        max_sessions_per_principal,
         doorkeeper,
         bindings: sessions.bindings,
         shared: sessions.shared,
@@ -266,12 +270,39 @@ async fn mcp_entry(State(state): State<McpHttpState>, mut request: Request) -> R
     let is_delete = request.method() == axum::http::Method::DELETE;
     request.extensions_mut().insert(authenticated);
     let response = OPENER.scope(opener, state.service.handle(request)).await;
-    if let Some(id) = response
+    let opened = response
         .headers()
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
-    {
-        state.bindings.check_or_bind(id, &principal);
+        .filter(|id| session.as_deref() != Some(*id))
+        .map(str::to_string);
+    if let Some(id) = opened {
+        // A handshake opened a session: past the principal's cap it is closed at once and
+        // the handshake refused, so one key cannot hold the memory of every tenant.
+        if state.bindings.live_for(&principal) >= state.max_sessions_per_principal
+            && !state.bindings.knows(&id)
+        {
+            let sid: rmcp::transport::streamable_http_server::session::SessionId =
+                id.as_str().into();
+            if let Err(e) =
+                rmcp::transport::streamable_http_server::session::SessionManager::close_session(
+                    state.manager.as_ref(),
+                    &sid,
+                )
+                .await
+            {
+                tracing::warn!(target: "capgate::mcp", error = %e, "closing a session past the cap failed");
+            }
+            if let Some(store) = &state.shared {
+                let _ = store.delete(&capgate_core::digest::sha256_hex(&id)).await;
+            }
+            tracing::info!(target: "capgate::mcp", limit = state.max_sessions_per_principal, "MCP session refused: the principal holds the most sessions allowed");
+            return too_many_sessions(state.max_sessions_per_principal);
+        }
+        state.bindings.check_or_bind(&id, &principal);
+    }
+    if let Some(id) = &session {
+        state.bindings.touch(id);
     }
     if is_delete && let Some(id) = &session {
         state.bindings.forget(id);
@@ -279,7 +310,34 @@ async fn mcp_entry(State(state): State<McpHttpState>, mut request: Request) -> R
     response.map(Body::new)
 }
 
-/// Which principal opened which MCP session.
+/// The refusal of a handshake past the principal's session cap: `429` with a JSON-RPC error
+/// saying what to do.
+fn too_many_sessions(limit: usize) -> Response {
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {
+            "code": -32000,
+            "message": format!(
+                "This principal holds {limit} open MCP sessions, the most allowed: end one \
+                 (HTTP DELETE with its mcp-session-id) or let one idle out, then connect again."
+            ),
+        },
+    });
+    let mut response = (StatusCode::TOO_MANY_REQUESTS, axum::Json(body)).into_response();
+    response.headers_mut().insert(
+        axum::http::header::RETRY_AFTER,
+        axum::http::HeaderValue::from_static("60"),
+    );
+    response
+}
+
+/// How long a session nobody uses stays open: rmcp's session keep-alive, after which its
+/// worker ends (and the session no longer counts against its principal's cap).
+const SESSION_IDLE: std::time::Duration =
+    rmcp::transport::streamable_http_server::session::local::SessionConfig::DEFAULT_KEEP_ALIVE;
+
+/// Which principal opened which MCP session, and when each was last used.
 #[derive(Default)]
 struct SessionBindings {
     inner: Mutex<Bindings>,
@@ -289,6 +347,8 @@ struct SessionBindings {
 struct Bindings {
     by_session: HashMap<String, String>,
     order: VecDeque<String>,
+    /// When each bound session was last used.
+    used: HashMap<String, std::time::Instant>,
 }
 
 impl SessionBindings {
@@ -305,10 +365,13 @@ impl SessionBindings {
                     && let Some(oldest) = b.order.pop_front()
                 {
                     b.by_session.remove(&oldest);
+                    b.used.remove(&oldest);
                 }
                 b.by_session
                     .insert(session.to_string(), principal.to_string());
                 b.order.push_back(session.to_string());
+                b.used
+                    .insert(session.to_string(), std::time::Instant::now());
                 true
             }
         }
@@ -322,9 +385,44 @@ impl SessionBindings {
 
     fn forget(&self, session: &str) {
         let mut b = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        b.used.remove(session);
         if b.by_session.remove(session).is_some() {
             b.order.retain(|s| s != session);
         }
+    }
+
+    /// Note a use of a bound session (it stays open for another [`SESSION_IDLE`]).
+    fn touch(&self, session: &str) {
+        let mut b = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(at) = b.used.get_mut(session) {
+            *at = std::time::Instant::now();
+        }
+    }
+
+    /// How many sessions `principal` holds open: bound to it and used within
+    /// [`SESSION_IDLE`]. Sessions idle past it are forgotten on the way (rmcp ended them).
+    fn live_for(&self, principal: &str) -> usize {
+        let mut b = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        let idle: Vec<String> = b
+            .by_session
+            .iter()
+            .filter(|(s, owner)| {
+                *owner == principal
+                    && b.used
+                        .get(*s)
+                        .is_none_or(|at| now.saturating_duration_since(*at) > SESSION_IDLE)
+            })
+            .map(|(s, _)| s.clone())
+            .collect();
+        for s in &idle {
+            b.by_session.remove(s);
+            b.used.remove(s);
+        }
+        if !idle.is_empty() {
+            b.order.retain(|s| !idle.contains(s));
+        }
+        b.by_session.values().filter(|o| *o == principal).count()
     }
 }
 

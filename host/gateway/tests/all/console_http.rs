@@ -503,3 +503,61 @@ async fn single_sign_on_binds_the_callback_to_the_browser_that_started_it() {
         .await;
     assert_eq!(ok(plain).status(), 404);
 }
+
+/// Issue 55: on a console served over HTTPS (a host that is not loopback) the session
+/// cookie is `__Host-capgate_console` (`Secure`, `Path=/`, no `Domain`), which browsers
+/// accept only from this origin over HTTPS; the plain name is not read there, so a cookie
+/// planted by a neighbouring subdomain or a plain-HTTP page opens nothing.
+#[tokio::test]
+async fn a_secure_console_sets_and_reads_only_a_host_prefixed_cookie() {
+    let s = TestServer::sqlite().await;
+    let http = reqwest::Client::new();
+    let host = "capgate.example";
+    let res = ok(http
+        .post(format!("{}/console/session", s.origin))
+        .header("host", host)
+        .json(&json!({ "credential": "tok-priya" }))
+        .send()
+        .await);
+    assert_eq!(res.status().as_u16(), 200);
+    let set_cookie = res
+        .headers()
+        .get("set-cookie")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let attrs = set_cookie.to_ascii_lowercase();
+    assert!(
+        set_cookie.starts_with("__Host-capgate_console="),
+        "{set_cookie}"
+    );
+    for want in ["secure", "path=/;", "httponly", "samesite=strict"] {
+        assert!(
+            attrs.contains(want) || (want == "path=/;" && attrs.ends_with("path=/")),
+            "{want} missing from {attrs}"
+        );
+    }
+    assert!(!attrs.contains("domain="), "{attrs}");
+    let id = set_cookie
+        .split(';')
+        .next()
+        .and_then(|c| c.split_once('='))
+        .map(|(_, v)| v.to_owned())
+        .unwrap_or_default();
+    let me = |cookie: String| {
+        let http = http.clone();
+        let url = format!("{}/console/session", s.origin);
+        async move {
+            ok(http
+                .get(url)
+                .header("host", host)
+                .header("cookie", cookie)
+                .send()
+                .await)
+            .status()
+            .as_u16()
+        }
+    };
+    assert_eq!(me(format!("__Host-capgate_console={id}")).await, 200);
+    assert_eq!(me(format!("capgate_console={id}")).await, 401);
+}

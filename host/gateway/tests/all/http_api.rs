@@ -490,6 +490,7 @@ async fn another_actors_or_namespaces_records_read_as_null() {
         && a.input.is_none()));
 }
 
+/// SI-3 (the model is never the actor: identity comes from the credential only).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn requests_without_valid_credentials_are_401() {
     let s = TestServer::sqlite().await;
@@ -514,6 +515,7 @@ async fn requests_without_valid_credentials_are_401() {
     );
 }
 
+/// SI-3 (a body cannot carry an actor, namespace, context or surface).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn malformed_requests_are_400_with_a_precise_message_and_large_ones_413() {
     let s = TestServer::sqlite().await;

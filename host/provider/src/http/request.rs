@@ -220,10 +220,11 @@ impl RequestPlan {
     }
 
     /// The request for one input: the base URL's path joined with the filled template, the
-    /// query parameters appended to any the base has. Fails closed (internal: the input
-    /// passed the capability's schema, so a mismatch is the deployment's fault) on a missing
-    /// or non-scalar path value, a non-scalar query or header value, a header value that is
-    /// not a valid header, or a filled segment that is `.` or `..`.
+    /// query parameters appended to any the base has. Fails closed (not sent, hidden as an
+    /// internal error: the input passed the capability's schema, so a mismatch is the
+    /// deployment's fault) on a missing or non-scalar path value, a non-scalar query or
+    /// header value, a header value that is not a valid header, or a filled segment that is
+    /// `.` or `..`.
     pub(crate) fn plan(&self, base: &Url, input: &Value) -> Result<PlannedRequest, ProcedureError> {
         let field = |name: &str| input.get(name).filter(|v| !v.is_null());
         let mut path = String::new();
@@ -232,17 +233,17 @@ impl RequestPlan {
                 Piece::Literal(l) => path.push_str(l),
                 Piece::Field(name) => {
                     let value = field(name).ok_or_else(|| {
-                        ProcedureError::internal(format!(
+                        ProcedureError::not_sent(format!(
                             "request mapping: the path parameter `{name}` is missing from the input"
                         ))
                     })?;
                     let text = scalar(value).ok_or_else(|| {
-                        ProcedureError::internal(format!(
+                        ProcedureError::not_sent(format!(
                             "request mapping: the path parameter `{name}` is not a string, number or boolean"
                         ))
                     })?;
                     if text.is_empty() {
-                        return Err(ProcedureError::internal(format!(
+                        return Err(ProcedureError::not_sent(format!(
                             "request mapping: the path parameter `{name}` is empty"
                         )));
                     }
@@ -253,7 +254,7 @@ impl RequestPlan {
         // A filled segment must not be a dot segment in any spelling (`.`, `%2e`, `..`,
         // `.%2E`…): URL parsing would resolve it and the request would leave its path.
         if path.split('/').any(is_dot_segment) {
-            return Err(ProcedureError::internal(
+            return Err(ProcedureError::not_sent(
                 "request mapping: a path parameter makes a `.` or `..` segment",
             ));
         }
@@ -267,7 +268,7 @@ impl RequestPlan {
         for name in &self.query {
             let Some(value) = field(name) else { continue };
             let bad = || {
-                ProcedureError::internal(format!(
+                ProcedureError::not_sent(format!(
                     "request mapping: the query parameter `{name}` is not a scalar or an array of scalars"
                 ))
             };
@@ -292,12 +293,12 @@ impl RequestPlan {
                 continue;
             };
             let text = scalar(value).ok_or_else(|| {
-                ProcedureError::internal(format!(
+                ProcedureError::not_sent(format!(
                     "request mapping: the header `{name}`'s field `{field_name}` is not a scalar"
                 ))
             })?;
             let v = HeaderValue::from_str(&text).map_err(|_| {
-                ProcedureError::internal(format!(
+                ProcedureError::not_sent(format!(
                     "request mapping: the header `{name}`'s value is not a valid header value"
                 ))
             })?;
@@ -396,7 +397,7 @@ mod tests {
             json!({ "petId": { "a": 1 } }),
         ] {
             match plan.plan(&base(), &input) {
-                Err(ProcedureError::Internal(_)) => {}
+                Err(ProcedureError::NotSent(_)) => {}
                 other => panic!("{input}: {other:?}"),
             }
         }

@@ -153,13 +153,33 @@ impl ProgressRoutes {
     }
 }
 
-/// The client side of the session: announces capgate and routes progress.
+/// The client side of the session: announces capgate, routes progress, and hears the
+/// upstream say its tools changed.
 #[derive(Clone)]
 struct Handler {
     routes: Arc<ProgressRoutes>,
+    /// The upstream's latest listing: forgotten when the upstream says its tools changed.
+    listing: Arc<RwLock<Option<ToolListing>>>,
+    /// Wakes whoever relists (the pin watch) when the upstream says its tools changed.
+    changed: Arc<tokio::sync::Notify>,
 }
 
 impl ClientHandler for Handler {
+    /// `notifications/tools/list_changed`: the listing the pins were checked against is
+    /// stale, so it is forgotten at once (every pinned tool is unverified, its calls refused
+    /// and its capability concealed) and the pin watch relists now rather than at its next
+    /// interval. A drifted tool is never called in between.
+    fn on_tool_list_changed(
+        &self,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + Send + '_ {
+        if let Ok(mut l) = self.listing.write() {
+            *l = None;
+        }
+        self.changed.notify_one();
+        std::future::ready(())
+    }
+
     fn on_progress(
         &self,
         params: ProgressNotificationParam,
@@ -191,7 +211,8 @@ pub struct McpUpstream {
     config: McpUpstreamConfig,
     slot: tokio::sync::Mutex<Slot>,
     permits: Arc<Semaphore>,
-    listing: RwLock<Option<ToolListing>>,
+    listing: Arc<RwLock<Option<ToolListing>>>,
+    changed: Arc<tokio::sync::Notify>,
     routes: Arc<ProgressRoutes>,
     up: AtomicBool,
 }
@@ -234,7 +255,8 @@ impl McpUpstream {
                 backoff: MIN_BACKOFF,
                 last_error: None,
             }),
-            listing: RwLock::new(None),
+            listing: Arc::new(RwLock::new(None)),
+            changed: Arc::new(tokio::sync::Notify::new()),
             routes: Arc::default(),
             up: AtomicBool::new(false),
         })
@@ -261,6 +283,12 @@ impl McpUpstream {
 
     pub(crate) fn routes(&self) -> &Arc<ProgressRoutes> {
         &self.routes
+    }
+
+    /// Wait until the upstream says its tools changed (`notifications/tools/list_changed`):
+    /// its listing is already forgotten then, and whoever watches the pins should relist.
+    pub async fn list_changed(&self) {
+        self.changed.notified().await;
     }
 
     /// The latest listing, if any succeeded.
@@ -407,6 +435,8 @@ impl McpUpstream {
     async fn open(&self) -> Result<RunningService<RoleClient, Handler>, McpUpstreamError> {
         let handler = Handler {
             routes: self.routes.clone(),
+            listing: self.listing.clone(),
+            changed: self.changed.clone(),
         };
         let connect = |e: rmcp::service::ClientInitializeError| McpUpstreamError::Connect {
             reason: e.to_string(),
@@ -432,17 +462,31 @@ impl McpUpstream {
                 if let Some(dir) = cwd {
                     cmd.current_dir(dir);
                 }
-                let (transport, stderr) = rmcp::transport::TokioChildProcess::builder(cmd)
-                    .stderr(std::process::Stdio::piped())
-                    .spawn()
-                    .map_err(|e| McpUpstreamError::Spawn {
-                        program: program.clone(),
-                        reason: e.to_string(),
-                    })?;
-                if let Some(stderr) = stderr {
+                cmd.stdin(std::process::Stdio::piped())
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped());
+                let spawn_failed = |reason: String| McpUpstreamError::Spawn {
+                    program: program.clone(),
+                    reason,
+                };
+                let mut child = cmd.spawn().map_err(|e| spawn_failed(e.to_string()))?;
+                let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+                    return Err(spawn_failed("its stdin and stdout are not pipes".into()));
+                };
+                if let Some(stderr) = child.stderr.take() {
                     tokio::spawn(copy_stderr(self.config.name.clone(), stderr));
                 }
-                handler.serve(transport).await.map_err(connect)
+                // The child lives as long as the session reads it, and a message longer
+                // than the bound ends the session (and the child) at once: the call waiting
+                // for it fails then, instead of waiting out its deadline for a line the
+                // transport dropped.
+                let reader = BoundedStdout {
+                    stdout,
+                    _child: child,
+                    run: 0,
+                    limit: MAX_STDIO_LINE,
+                };
+                handler.serve((reader, stdin)).await.map_err(connect)
             }
             McpTransportConfig::Http {
                 url,
@@ -482,13 +526,88 @@ impl McpUpstream {
     }
 }
 
-/// A stdio upstream's stderr, line by line into the log (bounded lines), so its own
-/// diagnostics are not lost and never reach a caller.
+/// The longest line a stdio upstream may write on stdout: below the MCP transport's own
+/// bound (which drops a longer line and reads on, leaving its call waiting), so
+/// [`BoundedStdout`] ends the session first.
+const MAX_STDIO_LINE: usize = MAX_MESSAGE_BYTES - 16;
+
+/// A stdio upstream's stdout that owns its process: a line longer than `limit` bytes is a
+/// read error (the session ends and its calls fail at once), and dropping it, with the
+/// session, stops the process (`kill_on_drop`).
+struct BoundedStdout {
+    stdout: tokio::process::ChildStdout,
+    /// Kept to be dropped (and so stopped) with the session.
+    _child: tokio::process::Child,
+    /// Bytes since the last newline.
+    run: usize,
+    limit: usize,
+}
+
+impl tokio::io::AsyncRead for BoundedStdout {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        match std::pin::Pin::new(&mut this.stdout).poll_read(cx, buf) {
+            std::task::Poll::Ready(Ok(())) => {}
+            other => return other,
+        }
+        for &b in &buf.filled()[before..] {
+            if b == b'\n' {
+                this.run = 0;
+            } else {
+                this.run += 1;
+                if this.run > this.limit {
+                    return std::task::Poll::Ready(Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!(
+                            "the upstream wrote a message longer than {} bytes",
+                            this.limit
+                        ),
+                    )));
+                }
+            }
+        }
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+/// A stdio upstream's stderr, line by line into the log, so its own diagnostics are not
+/// lost and never reach a caller. A line is cut at [`MAX_LOG_LINE`] bytes as it is read:
+/// the rest of it is skipped without being buffered, so a child writing one endless line
+/// holds no more memory than that.
 async fn copy_stderr(name: String, stderr: tokio::process::ChildStderr) {
     use tokio::io::AsyncBufReadExt;
-    let mut lines = tokio::io::BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        let line: String = line.chars().take(MAX_LOG_LINE).collect();
-        tracing::info!(target: LOG, upstream = %name, "stderr: {line}");
+    let mut reader = tokio::io::BufReader::new(stderr);
+    let mut line: Vec<u8> = Vec::new();
+    let mut cut = false;
+    let log = |line: &[u8], cut: bool| {
+        let text = String::from_utf8_lossy(line);
+        let more = if cut { " …" } else { "" };
+        tracing::info!(target: LOG, upstream = %name, "stderr: {text}{more}");
+    };
+    loop {
+        let buf = match reader.fill_buf().await {
+            Ok([]) | Err(_) => break,
+            Ok(buf) => buf,
+        };
+        let newline = buf.iter().position(|&b| b == b'\n');
+        let chunk = &buf[..newline.unwrap_or(buf.len())];
+        let room = MAX_LOG_LINE.saturating_sub(line.len());
+        line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        cut |= chunk.len() > room;
+        let consumed = newline.map_or(buf.len(), |i| i + 1);
+        reader.consume(consumed);
+        if newline.is_some() {
+            log(&line, cut);
+            line.clear();
+            cut = false;
+        }
+    }
+    if !line.is_empty() {
+        log(&line, cut);
     }
 }

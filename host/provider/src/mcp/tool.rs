@@ -63,26 +63,26 @@ impl McpToolProvider {
             Value::Object(m) => Some(m.clone()),
             Value::Null => None,
             _ => {
-                return Err(ProcedureError::internal(
+                return Err(ProcedureError::not_sent(
                     "an MCP tool's input must be a JSON object",
                 ));
             }
         };
         // Waiting for a slot or the session: a cancellation here means nothing was sent.
-        let cancelled = || ProcedureError::internal("upstream call cancelled");
+        let cancelled = || ProcedureError::not_sent("upstream call cancelled before it was sent");
         let permits = self.upstream.permits().clone();
         let _permit = tokio::select! {
             biased;
             _ = run.cancel.cancelled() => return Err(cancelled()),
             p = permits.acquire_owned() => {
-                p.map_err(|_| ProcedureError::internal("the upstream is closed"))?
+                p.map_err(|_| ProcedureError::not_sent("the upstream is closed"))?
             }
         };
         let peer = tokio::select! {
             biased;
             _ = run.cancel.cancelled() => return Err(cancelled()),
             p = self.upstream.peer() => p.map_err(|e| {
-                ProcedureError::internal(format!("MCP upstream `{name}`: {e}"))
+                ProcedureError::not_sent(format!("MCP upstream `{name}`: {e}"))
             })?,
         };
         // The listing made when the session opened (or the latest one) must still show the
@@ -90,7 +90,7 @@ impl McpToolProvider {
         let state = self.upstream.pin_state(&self.tool, &self.pin);
         if !matches!(state, super::PinState::Matches) {
             count_failure(&name, "pin");
-            return Err(ProcedureError::internal(format!(
+            return Err(ProcedureError::not_sent(format!(
                 "MCP upstream `{name}`: tool `{}` does not match its pin ({state:?})",
                 self.tool
             )));

@@ -41,6 +41,9 @@ on_both_backends!(
     concurrent_audit_events_are_all_written_in_order_and_drained_when_the_sink_is_dropped,
     a_namespace_over_its_journal_budget_is_refused_with_nothing_written,
     concurrent_claims_never_take_a_namespace_past_its_budget,
+    a_released_claim_is_gone_and_frees_its_budget_and_only_its_token_releases_it,
+    approvals_count_against_their_namespaces_budget_and_leave_it_when_purged,
+    receipts_pending_past_the_pending_horizon_are_settled_unknown_and_then_purged,
 );
 
 fn scope() -> String {
@@ -1341,4 +1344,294 @@ async fn unsupported_urls_are_refused_with_a_clear_error() {
         .err()
         .expect("refused");
     assert!(err.to_string().contains("sqlite://"), "{err}");
+}
+
+/// A claim whose call was concealed after it was made (hidden by an execution-phase
+/// policy) is released: the record is gone, as for an id never claimed, its row leaves
+/// the namespace's budget, and only the claim's own token, while it is pending, releases it.
+async fn a_released_claim_is_gone_and_frees_its_budget_and_only_its_token_releases_it(db: &TestDb) {
+    let j = db.open().await.journal().with_budget(JournalBudget {
+        max_rows: 1,
+        max_bytes: 1 << 20,
+    });
+    let now = Utc::now();
+    let ClaimOutcome::Admitted { claim_token, .. } = j
+        .claim(budgeted("org_1", "inv_r", json!({"i": 1})), now)
+        .await
+        .expect("claim")
+    else {
+        panic!("admitted");
+    };
+    assert!(
+        !j.release(&scope(), "inv_r", "clm_forged")
+            .await
+            .expect("release"),
+        "another token releases nothing"
+    );
+    assert!(j.get(&scope(), "inv_r").await.expect("get").is_some());
+    assert!(
+        j.release(&scope(), "inv_r", &claim_token)
+            .await
+            .expect("release")
+    );
+    assert!(j.get(&scope(), "inv_r").await.expect("get").is_none());
+    assert!(
+        !j.release(&scope(), "inv_r", &claim_token)
+            .await
+            .expect("again")
+    );
+    // The row left the budget: another claim fits, and the released id is claimable.
+    let ClaimOutcome::Admitted { claim_token, .. } = j
+        .claim(budgeted("org_1", "inv_r", json!({"i": 2})), now)
+        .await
+        .expect("within budget again")
+    else {
+        panic!("admitted");
+    };
+    // A settled record is never released.
+    j.settle(
+        &scope(),
+        "inv_r",
+        &claim_token,
+        Settlement::final_outcome(json!({"status": "completed"})),
+        now,
+    )
+    .await
+    .expect("settle");
+    assert!(
+        !j.release(&scope(), "inv_r", &claim_token)
+            .await
+            .expect("settled")
+    );
+    assert!(j.get(&scope(), "inv_r").await.expect("get").is_some());
+}
+
+/// Issue 55: a new SQLite store, and the WAL beside it, are readable by their owner only.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_new_sqlite_store_is_readable_by_its_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("capgate.db");
+    let store = Store::open(&format!("sqlite://{}", path.display()))
+        .await
+        .expect("open");
+    store.migrate().await.expect("migrate");
+    for file in [path.clone(), dir.path().join("capgate.db-wal")] {
+        let mode = std::fs::metadata(&file).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}: {mode:o}", file.display());
+    }
+    store.close().await;
+}
+
+/// A pending approval of `namespace` with `input`, expiring `ttl` from `now`.
+fn held(
+    id: &str,
+    namespace: &str,
+    input: serde_json::Value,
+    now: chrono::DateTime<Utc>,
+    ttl: chrono::Duration,
+) -> capgate_core::approval::ApprovalRequest {
+    capgate_core::approval::ApprovalRequest {
+        id: id.into(),
+        capability_id: "messages.send".into(),
+        surface: Surface::Mcp,
+        actor: capgate_core::actor::Actor::user("u_dana", json!({"orgId": namespace})),
+        input_hash: capgate_core::canonical::input_hash(&input).expect("hashable"),
+        input,
+        reasons: vec!["confirm".into()],
+        types: vec!["human-confirmation".into()],
+        policies: Vec::new(),
+        risk: capgate_core::meta::Risk::Medium,
+        side_effect: capgate_core::meta::SideEffect::External,
+        requested_at: now,
+        expires_at: now + ttl,
+        execution_id: format!("exe_{id}"),
+        correlation_id: None,
+        namespace: namespace.into(),
+        untyped: false,
+        descriptor_digest: None,
+    }
+}
+
+/// Issue 55: approval records (each holds a call's whole input, at every door, /mcp
+/// included) count against their namespace's storage budget together with its receipts:
+/// past it a new approval is refused with nothing written, another namespace is not
+/// affected, and approvals expired past the horizon are purged and leave the count.
+async fn approvals_count_against_their_namespaces_budget_and_leave_it_when_purged(db: &TestDb) {
+    let store = db.open().await;
+    let budget = JournalBudget {
+        max_rows: 3,
+        max_bytes: 1 << 20,
+    };
+    let approvals = store.approvals().with_budget(budget);
+    let journal = store.journal().with_budget(budget);
+    let now = Utc::now();
+    let old = now - chrono::Duration::hours(48);
+    // One receipt and two approvals fill org_1's three rows.
+    assert!(matches!(
+        journal
+            .claim(budgeted("org_1", "inv_b", json!({"i": 1})), now)
+            .await
+            .expect("claim"),
+        ClaimOutcome::Admitted { .. }
+    ));
+    approvals
+        .create(held(
+            "apr_old",
+            "org_1",
+            json!({"body": "hi"}),
+            old,
+            chrono::Duration::minutes(5),
+        ))
+        .await
+        .expect("within budget");
+    approvals
+        .create(held(
+            "apr_new",
+            "org_1",
+            json!({"body": "hi"}),
+            now,
+            chrono::Duration::minutes(5),
+        ))
+        .await
+        .expect("within budget");
+    let refused = approvals
+        .create(held(
+            "apr_over",
+            "org_1",
+            json!({"body": "hi"}),
+            now,
+            chrono::Duration::minutes(5),
+        ))
+        .await;
+    assert!(
+        matches!(&refused, Err(ApprovalStoreError::QuotaExceeded { namespace, limit: "rows" }) if namespace == "org_1"),
+        "{refused:?}"
+    );
+    assert!(approvals.get("apr_over").await.expect("get").is_none());
+    // The receipts see the approvals too.
+    let claim = journal
+        .claim(budgeted("org_1", "inv_c", json!({"i": 2})), now)
+        .await;
+    assert!(
+        matches!(claim, Err(JournalError::QuotaExceeded { .. })),
+        "{claim:?}"
+    );
+    // Another namespace has a budget of its own.
+    approvals
+        .create(held(
+            "apr_org2",
+            "org_2",
+            json!({"body": "hi"}),
+            now,
+            chrono::Duration::minutes(5),
+        ))
+        .await
+        .expect("org_2 is within its budget");
+    // The approval that expired before the horizon is purged and leaves the count.
+    let cutoff = now - chrono::Duration::hours(24);
+    assert_eq!(
+        approvals.purge_expired_before(cutoff).await.expect("purge"),
+        1
+    );
+    assert!(approvals.get("apr_old").await.expect("get").is_none());
+    assert!(approvals.get("apr_new").await.expect("get").is_some());
+    approvals
+        .create(held(
+            "apr_again",
+            "org_1",
+            json!({"body": "hi"}),
+            now,
+            chrono::Duration::minutes(5),
+        ))
+        .await
+        .expect("room again");
+    // The bytes bound.
+    let bytes = store.approvals().with_budget(JournalBudget {
+        max_rows: 1000,
+        max_bytes: 50,
+    });
+    let big = bytes
+        .create(held(
+            "apr_big",
+            "org_3",
+            json!({"body": "x".repeat(100)}),
+            now,
+            chrono::Duration::minutes(5),
+        ))
+        .await;
+    assert!(
+        matches!(&refused, Err(ApprovalStoreError::QuotaExceeded { .. }))
+            && matches!(
+                &big,
+                Err(ApprovalStoreError::QuotaExceeded { limit: "bytes", .. })
+            ),
+        "{big:?}"
+    );
+}
+
+/// Issue 55: a receipt nobody reconciled within the pending horizon is settled as
+/// `outcome-unknown` (reconciled), so the replay horizon purges it and it stops holding its
+/// namespace's budget; a receipt pending for less is kept, and a settled one is untouched.
+async fn receipts_pending_past_the_pending_horizon_are_settled_unknown_and_then_purged(
+    db: &TestDb,
+) {
+    let j = db.open().await.journal().with_budget(JournalBudget {
+        max_rows: 2,
+        max_bytes: 1 << 20,
+    });
+    let now = Utc::now();
+    let old = now - chrono::Duration::hours(30);
+    for id in ["inv_old", "inv_new"] {
+        let at = if id == "inv_old" { old } else { now };
+        assert!(matches!(
+            j.claim(budgeted("org_1", id, json!({"id": id})), at)
+                .await
+                .expect("claim"),
+            ClaimOutcome::Admitted { .. }
+        ));
+    }
+    // The namespace is full of pending receipts.
+    assert!(matches!(
+        j.claim(budgeted("org_1", "inv_more", json!({})), now).await,
+        Err(JournalError::QuotaExceeded { .. })
+    ));
+    let abandoned = j
+        .abandon_pending_before(now - chrono::Duration::hours(24), now, 100)
+        .await
+        .expect("abandon");
+    assert_eq!(abandoned.len(), 1);
+    assert_eq!(abandoned[0].record.invocation_id, "inv_old");
+    assert_eq!(abandoned[0].namespace.as_deref(), Some("org_1"));
+    let settled = j
+        .get(&scope(), "inv_old")
+        .await
+        .expect("get")
+        .expect("kept");
+    assert_eq!(settled.state, InvocationState::Settled);
+    assert!(settled.reconciled);
+    assert_eq!(
+        settled.outcome.expect("an outcome")["status"],
+        "outcome-unknown"
+    );
+    let kept = j
+        .get(&scope(), "inv_new")
+        .await
+        .expect("get")
+        .expect("kept");
+    assert_eq!(kept.state, InvocationState::Pending);
+    // Past the replay horizon it is purged, and the namespace has room again.
+    assert_eq!(
+        j.purge_settled_before(now + chrono::Duration::seconds(1))
+            .await
+            .expect("purge"),
+        1
+    );
+    assert!(matches!(
+        j.claim(budgeted("org_1", "inv_more", json!({})), now)
+            .await
+            .expect("room"),
+        ClaimOutcome::Admitted { .. }
+    ));
 }

@@ -261,3 +261,174 @@ async fn a_caller_that_goes_away_cancels_the_governed_call() {
     let event = serde_json::to_value(&cancelled).expect("an event serializes");
     assert_eq!(event["data"]["code"], "CANCELLED", "{event}");
 }
+
+/// Issue 55: the gate governs every spelling of a governed route the application might
+/// route to the same handler, not only the exact one: a `HEAD` of a governed `GET`, a
+/// trailing slash, a doubled slash, a dot segment or a percent-encoded letter is refused and
+/// never reaches the handler; an ungoverned path is the application's, untouched.
+#[tokio::test]
+async fn another_spelling_of_a_governed_route_never_reaches_its_handler() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let reads = Arc::new(AtomicUsize::new(0));
+    let mut gate = Gate::new(Surface::AiSdk);
+    let echo = gate.route(
+        Method::POST,
+        "/orders/refund",
+        echo_capability("echo", &[Surface::AiSdk]),
+    );
+    let read = gate.route(
+        Method::GET,
+        "/orders/list",
+        echo_capability("read", &[Surface::AiSdk]),
+    );
+    let runtime = runtime_of(vec![echo, read], Arc::new(MemorySink::new()));
+    let counted = |n: Arc<AtomicUsize>| {
+        move || async move {
+            n.fetch_add(1, Ordering::SeqCst);
+            "{}"
+        }
+    };
+    // A lenient application: its router would take any of these spellings.
+    let lenient = Router::new()
+        .route("/orders/refund", post(counted(calls.clone())))
+        .route("/orders/list", axum::routing::get(counted(reads.clone())))
+        .fallback(counted(calls.clone()));
+    let app = gate.into_layer(runtime).expect("a gate").layer(lenient);
+    let send = |method: Method, path: &str| {
+        let mut r = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("content-type", "application/json")
+            .body(Body::from("{}"))
+            .expect("a request");
+        r.extensions_mut()
+            .insert(Principal::new(capgate_testkit::actors::dana()));
+        app.clone().oneshot(r)
+    };
+    for path in [
+        "/orders/refund/",
+        "//orders/refund",
+        "/orders//refund",
+        "/orders/./refund",
+        "/orders/x/../refund",
+        "/orders/%72efund",
+        "/%6Frders/refund",
+    ] {
+        let answer = send(Method::POST, path).await.expect("an answer");
+        assert_eq!(answer.status(), StatusCode::BAD_REQUEST, "{path}");
+    }
+    let head = send(Method::HEAD, "/orders/list").await.expect("an answer");
+    assert_eq!(head.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        0,
+        "the governed handler never ran"
+    );
+    assert_eq!(
+        reads.load(Ordering::SeqCst),
+        0,
+        "the governed read never ran"
+    );
+    // An ungoverned path is the application's (here its fallback).
+    let other = send(Method::POST, "/orders/other")
+        .await
+        .expect("an answer");
+    assert_eq!(other.status(), StatusCode::OK);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+/// Issue 55 (SI-8): a governed route capgate conceals (a policy hides it) answers exactly
+/// as the application answers a path it does not have, not with a capgate 404 of its own;
+/// the application's 4xx for an unknown path keeps its body.
+#[tokio::test]
+async fn a_hidden_route_answers_as_the_applications_unknown_paths() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mut gate = Gate::new(Surface::AiSdk);
+    let hidden = gate.route(
+        Method::POST,
+        "/echo",
+        echo_capability("echo", &[Surface::AiSdk])
+            .policy(policy_sync("hidesIt", |_| Ok(PolicyDecision::Hide))),
+    );
+    let runtime = runtime_of(vec![hidden], Arc::new(MemorySink::new()));
+    let app =
+        echo_app(calls.clone()).fallback(|| async { (StatusCode::NOT_FOUND, "no such page here") });
+    let app = gate.into_layer(runtime).expect("a gate").layer(app);
+    let body = |r: http::Response<axum::body::Body>| async move {
+        let status = r.status();
+        let bytes = r.into_body().collect().await.expect("a body").to_bytes();
+        (status, bytes)
+    };
+    let concealed = body(
+        app.clone()
+            .oneshot(echo_request(Body::from("{}")))
+            .await
+            .expect("an answer"),
+    )
+    .await;
+    let mut unknown = Request::post("/nothing-here")
+        .header("content-type", "application/json")
+        .body(Body::from("{}"))
+        .expect("a request");
+    unknown
+        .extensions_mut()
+        .insert(Principal::new(capgate_testkit::actors::dana()));
+    let unknown = body(app.oneshot(unknown).await.expect("an answer")).await;
+    assert_eq!(concealed, unknown);
+    assert_eq!(concealed.0, StatusCode::NOT_FOUND);
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+/// Issue 55: the application's own 4xx refusal of a governed request (a 409 it declares)
+/// reaches the caller as that status with a defined, exposed error naming only the status,
+/// not as a hidden 500; its body never does (SI-9), and a 5xx stays hidden.
+#[tokio::test]
+async fn the_applications_own_4xx_is_answered_as_such_without_its_body() {
+    for (status, want, exposed) in [
+        (StatusCode::CONFLICT, StatusCode::CONFLICT, true),
+        (StatusCode::NOT_FOUND, StatusCode::NOT_FOUND, true),
+        (
+            StatusCode::BAD_GATEWAY,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            false,
+        ),
+    ] {
+        let mut gate = Gate::new(Surface::AiSdk);
+        let def = gate.route(
+            Method::POST,
+            "/echo",
+            echo_capability("echo", &[Surface::AiSdk]),
+        );
+        let runtime = runtime_of(vec![def], Arc::new(MemorySink::new()));
+        let app = Router::new().route(
+            "/echo",
+            post(move || async move { (status, "secret body of the application") }),
+        );
+        let app = gate.into_layer(runtime).expect("a gate").layer(app);
+        let answer = app
+            .oneshot(echo_request(Body::from("{}")))
+            .await
+            .expect("an answer");
+        assert_eq!(answer.status(), want, "{status}");
+        let bytes = answer
+            .into_body()
+            .collect()
+            .await
+            .expect("a body")
+            .to_bytes();
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(!text.contains("secret body"), "{text}");
+        let body: Value = serde_json::from_slice(&bytes).expect("JSON");
+        if exposed {
+            assert_eq!(body["error"]["code"], "EXECUTION_FAILED", "{body}");
+            assert!(
+                body["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains(status.as_str())),
+                "{body}"
+            );
+        } else {
+            assert_eq!(body["error"]["code"], "INTERNAL_ERROR", "{body}");
+        }
+    }
+}
