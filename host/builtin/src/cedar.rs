@@ -260,6 +260,161 @@ pub fn problems(error: &str) -> Option<Vec<Found>> {
     )
 }
 
+/// One policy of a Cedar set as the host reads it without Cedar (see [`scan`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scanned {
+    /// Character offset of the policy's first token (its first annotation, or its effect).
+    pub offset: usize,
+    /// Its `@stance("…")`, as written between the quotes, if it has one.
+    pub stance: Option<String>,
+    /// Whether its code (outside strings and comments) reads `context.input`.
+    pub reads_input: bool,
+}
+
+/// The policies of a Cedar text, read lexically: split at each `;` outside strings and
+/// comments, with the `@stance` annotation and whether the code reads `context.input`.
+/// The host does not link Cedar (see the module docs); this reading serves the host's
+/// decisions that only need the annotations (how many policies a `cedar` binding is
+/// bound as, [`slots`]; whether it hides, [`hides`]) and the warnings of `capgate check`.
+/// The component parses the set for real, and refuses what does not parse.
+pub fn scan(text: &str) -> Vec<Scanned> {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = Vec::new();
+    // The current policy: its start, and its code with strings kept as `"…"` (their
+    // contents raw) and comments and whitespace gone.
+    let mut start: Option<usize> = None;
+    let mut code = String::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '/' && chars.get(i + 1) == Some(&'/') {
+            while i < chars.len() && chars[i] != '\n' {
+                i += 1;
+            }
+            continue;
+        }
+        if c.is_whitespace() {
+            i += 1;
+            continue;
+        }
+        start.get_or_insert(i);
+        if c == '"' {
+            code.push('"');
+            i += 1;
+            while i < chars.len() && chars[i] != '"' {
+                if chars[i] == '\\' && i + 1 < chars.len() {
+                    code.push(chars[i]);
+                    i += 1;
+                }
+                code.push(chars[i]);
+                i += 1;
+            }
+            code.push('"');
+            i += 1;
+            continue;
+        }
+        if c == ';' {
+            if let Some(offset) = start.take() {
+                out.push(scanned(offset, &code));
+            }
+            code.clear();
+            i += 1;
+            continue;
+        }
+        code.push(c);
+        i += 1;
+    }
+    out
+}
+
+fn scanned(offset: usize, code: &str) -> Scanned {
+    let stance = code.find("@stance(\"").and_then(|at| {
+        let rest = &code[at + "@stance(\"".len()..];
+        rest.find("\")").map(|end| rest[..end].to_string())
+    });
+    // Outside strings only: a reason that mentions `context.input` reads nothing.
+    let mut bare = String::new();
+    let mut in_string = false;
+    let mut escaped = false;
+    for c in code.chars() {
+        match (in_string, escaped, c) {
+            (true, true, _) => escaped = false,
+            (true, false, '\\') => escaped = true,
+            (true, false, '"') => in_string = false,
+            (true, false, _) => {}
+            (false, _, '"') => {
+                in_string = true;
+                bare.push_str("\"\"");
+            }
+            (false, _, c) => bare.push(c),
+        }
+    }
+    let reads_input = bare.contains("context.input") || code.contains("context[\"input\"]");
+    Scanned {
+        offset,
+        stance,
+        reads_input,
+    }
+}
+
+/// The Cedar text of a `cedar` config (`policiesFile` inlined first), if it has one.
+fn text(config: &Value) -> Option<&str> {
+    config.get("policies").and_then(Value::as_str)
+}
+
+/// Whether a `cedar` config has a `@stance("hide")` forbid: such a binding runs in
+/// discovery too unless its `phases` say otherwise, so that what it hides is left out of
+/// the capability listings as well as refused when called.
+pub fn hides(config: &Value) -> bool {
+    text(config).is_some_and(|t| scan(t).iter().any(|p| p.stance.as_deref() == Some("hide")))
+}
+
+/// The configs a `cedar` binding is bound with, one policy each. A policy's decision
+/// carries one approval type (`capgate:plugin/policy@0.1.0`), so a set with several
+/// `@stance("require-approval")` forbids is bound as that many policies, each given the
+/// config with `approvalSlot` (its place) and `approvalSlots` (how many): each answers for
+/// one satisfied require-approval forbid, and the pipeline merges them as it merges any
+/// policies (every type, every reason, the shortest expiry). A set with one or none is
+/// bound once, with its config as written.
+pub fn slots(config: &Value) -> Vec<Value> {
+    let n = text(config).map_or(0, |t| {
+        scan(t)
+            .iter()
+            .filter(|p| p.stance.as_deref() == Some("require-approval"))
+            .count()
+    });
+    let Some(top) = config.as_object().filter(|_| n > 1) else {
+        return vec![config.clone()];
+    };
+    (0..n)
+        .map(|i| {
+            let mut c = top.clone();
+            c.insert("approvalSlot".into(), json!(i));
+            c.insert("approvalSlots".into(), json!(n));
+            Value::Object(c)
+        })
+        .collect()
+}
+
+/// The `@stance("hide")` forbids of a `cedar` config that read `context.input`, for a
+/// binding that runs in discovery, where there is no input: each fails there, which hides
+/// the capability from everyone (fails closed). Located at the policy in `policies`.
+pub fn hide_reads_input(config: &Value) -> Vec<Found> {
+    text(config).map_or_else(Vec::new, |t| {
+        scan(t)
+            .into_iter()
+            .filter(|p| p.stance.as_deref() == Some("hide") && p.reads_input)
+            .map(|p| Found {
+                pointer: "/policies".into(),
+                offset: Some(p.offset),
+                problem: Problem::Discovery {
+                    message: "this @stance(\"hide\") forbid reads `context.input`, which discovery (where the binding also runs) does not have: there it fails, and a failed policy hides the capability from every caller. Decide a hide on the principal, the resource or `context.context`, or give the binding `phases` without discovery".into(),
+                },
+            })
+            .collect()
+    })
+}
+
 /// A type name of `actorAttributes` / `contextAttributes` as a Cedar JSON schema type.
 fn cedar_type(name: &str) -> Option<Value> {
     let name = name.trim();
@@ -429,6 +584,50 @@ mod tests {
             }])
         );
         assert_eq!(problems("fuel exhausted"), None);
+    }
+
+    #[test]
+    fn the_host_reads_each_policys_stance_and_slots_a_set_per_approval_forbid() {
+        let text = "// a comment; with @stance(\"hide\") in it\n\
+            permit(principal, action, resource);\n\
+            @stance(\"require-approval\") @type(\"manager\") @reason(\"a; b \\\" context.input\")\n\
+            forbid(principal, action, resource) when { context.input.amount > 1 };\n\
+            @stance( \"require-approval\" ) @reason(\"r\")\n\
+            forbid(principal, action, resource);\n\
+            @stance(\"hide\") @reason(\"context.input\")\n\
+            forbid(principal, action, resource) when { !principal.attributes.gold };\n";
+        let scanned = scan(text);
+        let stances: Vec<Option<&str>> = scanned.iter().map(|p| p.stance.as_deref()).collect();
+        assert_eq!(
+            stances,
+            [
+                None,
+                Some("require-approval"),
+                Some("require-approval"),
+                Some("hide")
+            ]
+        );
+        let reads: Vec<bool> = scanned.iter().map(|p| p.reads_input).collect();
+        assert_eq!(reads, [false, true, false, false], "a reason reads nothing");
+        let config = json!({ "policies": text });
+        assert!(hides(&config));
+        assert_eq!(hide_reads_input(&config), vec![]);
+        let slots = slots(&config);
+        assert_eq!(slots.len(), 2);
+        assert_eq!(slots[1]["approvalSlot"], json!(1));
+        assert_eq!(slots[1]["approvalSlots"], json!(2));
+        assert_eq!(slots[1]["policies"], json!(text));
+        // One approval forbid or none: bound once, as written.
+        let one = json!({ "policies": "@stance(\"require-approval\") @reason(\"r\") forbid(principal, action, resource);" });
+        assert_eq!(super::slots(&one), vec![one.clone()]);
+        assert!(!hides(&one));
+        let reading = json!({ "policies": "@stance(\"hide\")\nforbid(principal, action, resource) when { context.input.amount > 1 };" });
+        let found = hide_reads_input(&reading);
+        assert_eq!(found.len(), 1);
+        assert_eq!(
+            (found[0].pointer.as_str(), found[0].offset),
+            ("/policies", Some(0))
+        );
     }
 
     #[test]

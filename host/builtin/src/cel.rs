@@ -92,6 +92,44 @@ pub fn check(config: &Value, capabilities: &[Attached<'_>]) -> Vec<Found> {
     out
 }
 
+/// The `hide` rules of a `cel` config: (index, its `when`).
+fn hide_rules(config: &Value) -> impl Iterator<Item = (usize, &str)> {
+    config
+        .get("rules")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .filter(|(_, r)| r.get("stance").and_then(Value::as_str) == Some("hide"))
+        .filter_map(|(i, r)| Some((i, r.get("when")?.as_str()?)))
+}
+
+/// Whether a `cel` config has a `hide` rule: such a binding runs in discovery too unless
+/// its `phases` say otherwise, so that what it hides is left out of the capability
+/// listings as well as refused when called.
+pub fn hides(config: &Value) -> bool {
+    hide_rules(config).next().is_some()
+}
+
+/// The `hide` rules of a `cel` config whose `when` reads `input`, for a binding that runs
+/// in discovery, where `input` is `null`: such a rule fails there (or never matches), so
+/// it cannot hide the capability from listings, and a failed policy hides it from every
+/// caller. Located at the first `input` of the expression.
+pub fn hide_reads_input(config: &Value) -> Vec<Found> {
+    hide_rules(config)
+        .filter(|(_, when)| {
+            Program::compile(when).is_ok_and(|p| p.references().has_variable("input"))
+        })
+        .map(|(i, when)| Found {
+            pointer: format!("/rules/{i}/when"),
+            offset: when.find("input").map(|b| when[..b].chars().count()),
+            problem: Problem::Discovery {
+                message: "this hide rule reads `input`, which is null in discovery (where the binding also runs): there it cannot decide, and a failed policy hides the capability from every caller. Decide a hide on `actor`, `capability` or `context`, or give the binding `phases` without discovery".into(),
+            },
+        })
+        .collect()
+}
+
 /// Check the configuration's shape; the expressions to compile: (pointer, offset of the
 /// expression inside that string, its source, whether it must be a bool).
 fn shape(config: &Value, out: &mut Vec<Found>) -> Vec<(String, usize, String, bool)> {
@@ -707,6 +745,23 @@ mod tests {
                 schema: Some(&schema),
             }],
         )
+    }
+
+    #[test]
+    fn a_hide_rule_is_found_and_one_that_reads_the_input_is_located() {
+        let config = json!({"rules": [
+            {"when": "input.amount > 5", "stance": "deny"},
+            {"when": "actor.attributes.tier != 'gold'", "stance": "hide"},
+            {"when": "actor.kind == 'agent' && input.amount > 5", "stance": "hide"},
+        ]});
+        assert!(hides(&config));
+        assert!(!hides(
+            &json!({"rules": [{"when": "true", "stance": "deny"}]})
+        ));
+        let found = hide_reads_input(&config);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].pointer, "/rules/2/when");
+        assert_eq!(found[0].offset, Some(25));
     }
 
     #[test]

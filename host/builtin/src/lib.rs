@@ -112,6 +112,13 @@ pub enum Problem {
         /// Cedar's message.
         message: String,
     },
+    /// A hide rule that cannot decide in discovery, where the binding runs (a warning:
+    /// the configuration loads).
+    #[error("{message}")]
+    Discovery {
+        /// What is wrong, and what to do.
+        message: String,
+    },
     /// An expression reads a field the capability's input schema does not have (or a
     /// redactor names one its output schema does not have).
     #[error("{}", unknown_field(capability, field, known))]
@@ -170,6 +177,31 @@ pub fn check(
         "cel" => cel::check(config, capabilities),
         "cedar" => cedar::check(config, capabilities),
         "redact" => redact::check(config, capabilities),
+        _ => Vec::new(),
+    }
+}
+
+/// Whether a shipped policy's config (a `cedar` one with `policiesFile` inlined) has a
+/// `hide` rule (a CEL rule with `stance = "hide"`, a Cedar forbid with `@stance("hide")`).
+/// capgate runs such a binding, when it names no `phases`, in discovery and invocation
+/// instead of invocation only: a capability hidden only when called
+/// would still be listed, and answering "not found" to what was just listed gives the
+/// hiding away. In discovery the components try only what can hide (see `plugins/cel`
+/// and `plugins/cedar`).
+pub fn hides(plugin: &str, config: &serde_json::Value) -> bool {
+    match plugin {
+        "cel" => cel::hides(config),
+        "cedar" => cedar::hides(config),
+        _ => false,
+    }
+}
+
+/// The warnings of a shipped policy binding that runs in discovery: its hide rules that
+/// read the input, which discovery does not have (located like [`check`]'s problems).
+pub fn discovery_warnings(plugin: &str, config: &serde_json::Value) -> Vec<Found> {
+    match plugin {
+        "cel" => cel::hide_reads_input(config),
+        "cedar" => cedar::hide_reads_input(config),
         _ => Vec::new(),
     }
 }

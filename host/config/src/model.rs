@@ -361,7 +361,12 @@ pub struct BindingSection {
     /// set in `config.policies` or `config.policiesFile`; `redact`, a redactor of JSON
     /// pointers in `config.drop` / `config.mask`; README "Policies without a plugin").
     pub plugin: String,
-    /// Phases (policies only).
+    /// Phases (policies only). Absent: `["invocation"]`, except that a shipped `cel` or
+    /// `cedar` policy with a hide rule (a rule with `stance = "hide"`, a forbid with
+    /// `@stance("hide")`) runs in `["discovery", "invocation"]`, so what it hides is left out
+    /// of `describe` and `tools/list` as well as not found when called. In discovery those
+    /// components try only what can hide; `capgate check` warns at a hide rule that reads the
+    /// input, which discovery does not have.
     pub phases: Option<Vec<capgate_core::policy::Phase>>,
     /// `enforce` (the default) or `shadow` (policies only): a shadow policy is evaluated
     /// like an enforcing one, but its stance never changes the outcome; where it would

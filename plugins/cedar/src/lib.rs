@@ -26,20 +26,30 @@
 //! rounded.
 //!
 //! Cedar decides: a satisfied `forbid` wins over every `permit`, and with no satisfied
-//! `permit` the request is denied. A satisfied `forbid` is a `deny` unless its
+//! `permit` the request is denied (publicly without a message: the private code
+//! `no_permit_applies` says why). A satisfied `forbid` is a `deny` unless its
 //! `@stance("hide")` or `@stance("require-approval")` says otherwise; several satisfied
 //! forbids merge as the pipeline merges decisions (deny > hide > require-approval), the
-//! first in the text giving the reason. `@reason("…")` (the deny message or the approval
-//! reason, with `${context.input.amount}`-style holes), `@type`, `@expiresInMs` and `@code`
-//! fill in the decision. An error in any policy (a missing attribute, a type mismatch) is a
-//! policy error: Cedar itself would skip the erroring policy, which for a `forbid` means
-//! allowing what it was written to stop.
+//! first deny in the text giving the message. Satisfied require-approval forbids all count,
+//! as separate policies would: every approval type, every reason, the shortest expiry. A
+//! decision carries one approval type, so capgate binds a set with several
+//! require-approval forbids as one policy per forbid (`approvalSlot` of `approvalSlots` in
+//! the config it gives), each answering for one of them, and the pipeline merges them; see
+//! [`Slot`]. `@reason("…")` (the deny message or the approval reason, with
+//! `${context.input.amount}`-style holes), `@type`, `@expiresInMs` and `@code` fill in the
+//! decision. An error in any policy (a missing attribute, a type mismatch) is a policy
+//! error: Cedar itself would skip the erroring policy, which for a `forbid` means allowing
+//! what it was written to stop.
+//!
+//! In discovery (no call, no input) only `@stance("hide")` forbids count: one satisfied
+//! hides the capability, an error in one fails closed (hides it too), and every other
+//! policy is left out, satisfied or not, erroring or not.
 
-use capgate_plugin::{Decision, Policy, PolicyRequest, Value as Json, export_policy};
+use capgate_plugin::{Decision, Phase, Policy, PolicyRequest, Value as Json, export_policy};
 use cedar_policy::{
-    Authorizer, Context, Decision as Verdict, Effect, Entities, Entity, EntityId, EntityTypeName,
-    EntityUid, PolicyId, PolicySet, Request, RestrictedExpression, Schema, ValidationMode,
-    Validator,
+    AuthorizationError, Authorizer, Context, Decision as Verdict, Effect, Entities, Entity,
+    EntityId, EntityTypeName, EntityUid, PolicyId, PolicySet, Request, RestrictedExpression,
+    Schema, ValidationMode, Validator,
 };
 use miette::Diagnostic;
 use serde::Deserialize;
@@ -70,6 +80,14 @@ struct Config {
     /// Given by capgate when it checks the configuration, never in a deployment's file.
     #[serde(default)]
     schema: Option<Json>,
+    /// Given by capgate when it binds a set with several `require-approval` forbids (never
+    /// in a deployment's file): this binding answers for the satisfied one at this place
+    /// (0-based, in text order), the last slot for every one from its place on.
+    #[serde(default)]
+    approval_slot: Option<usize>,
+    /// How many slots capgate bound the set as (one policy each, merged by the pipeline).
+    #[serde(default)]
+    approval_slots: Option<usize>,
 }
 
 /// A problem of the policy set, located in it.
@@ -119,6 +137,21 @@ struct Compiled {
     /// Compiled from a config with `schema`: capgate is checking the configuration, and
     /// the call answers allow once the set validates, deciding nothing.
     check_only: bool,
+    /// Which satisfied require-approval forbids this binding answers for (see [`Slot`]).
+    slot: Slot,
+}
+
+/// The part of a require-approval verdict one binding gives. A policy's decision carries
+/// one approval type (`capgate:plugin/policy@0.1.0`), so capgate binds a set with several
+/// `require-approval` forbids as that many policies, one slot each, and the pipeline
+/// merges their requirements as it merges any policies' (every type, every reason, the
+/// shortest expiry). Slot `index` answers for the satisfied require-approval forbid at
+/// that place in text order, the last slot for all from its place on; a slot with none
+/// allows.
+#[derive(Clone, Copy)]
+struct Slot {
+    index: usize,
+    of: usize,
 }
 
 /// Text with `${path}` holes, a path being dot-separated names from `principal`,
@@ -188,7 +221,9 @@ fn compile(config_json: &str) -> Result<Compiled, String> {
     if config.policies_file.is_some() || config.sha256.is_some() {
         return Err("config: `policiesFile` is read by capgate when it loads the configuration; this component was given it unresolved".into());
     }
-    let text = config.policies.ok_or("config: `policies` (the Cedar policy set) is missing")?;
+    let text = config
+        .policies
+        .ok_or("config: `policies` (the Cedar policy set) is missing")?;
     let policies = PolicySet::from_str(&text).map_err(|errors| {
         problems(
             errors
@@ -221,7 +256,11 @@ fn compile(config_json: &str) -> Result<Compiled, String> {
                 offset: text
                     .find(&format!("@{key}"))
                     .map(|b| text[..b].chars().count()),
-                message: format!("{} (the policy at position {}): {message}", p.id(), index(p)),
+                message: format!(
+                    "{} (the policy at position {}): {message}",
+                    p.id(),
+                    index(p)
+                ),
             });
         };
         let note = |key: &str| p.annotation(key).map(str::to_string);
@@ -249,7 +288,10 @@ fn compile(config_json: &str) -> Result<Compiled, String> {
                 None
             }
         };
-        let expires_in_ms = match note("expiresInMs").map(|t| t.parse::<u64>().map_err(|_| t)).transpose() {
+        let expires_in_ms = match note("expiresInMs")
+            .map(|t| t.parse::<u64>().map_err(|_| t))
+            .transpose()
+        {
             Ok(ms) => ms,
             Err(t) => {
                 bad(
@@ -278,6 +320,16 @@ fn compile(config_json: &str) -> Result<Compiled, String> {
     if !wrong.is_empty() {
         return Err(problems(wrong));
     }
+    let slot = match (config.approval_slot, config.approval_slots) {
+        (None, None) => Slot { index: 0, of: 1 },
+        (Some(index), Some(of)) if index < of => Slot { index, of },
+        _ => {
+            return Err(
+                "config: `approvalSlot` must be below `approvalSlots`, and each needs the other"
+                    .into(),
+            );
+        }
+    };
     let check_only = config.schema.is_some();
     if let Some(schema) = config.schema {
         let schema = Schema::from_json_value(schema)
@@ -299,6 +351,7 @@ fn compile(config_json: &str) -> Result<Compiled, String> {
         policies,
         forbids,
         check_only,
+        slot,
     })
 }
 
@@ -433,73 +486,154 @@ fn decide(compiled: &Compiled, request: &PolicyRequest) -> Result<Decision, Stri
     let cedar_request =
         Request::new(principal, action, resource, context, None).map_err(|e| e.to_string())?;
     let response = Authorizer::new().is_authorized(&cedar_request, &compiled.policies, &entities);
+    // In discovery there is no call, only the question whether the capability is shown:
+    // only `hide` forbids count (a deny or an approval is about a call, and a policy that
+    // reads `context.input`, absent in discovery, would otherwise fail every listing).
+    let discovery = request.phase == Phase::Discovery;
+    let counts = |id: &PolicyId| {
+        !discovery
+            || compiled
+                .forbids
+                .get(id)
+                .is_some_and(|f| f.stance == Stance::Hide)
+    };
     let errors: Vec<String> = response
         .diagnostics()
         .errors()
+        .filter(|e| match e {
+            AuthorizationError::PolicyEvaluationError(e) => counts(e.policy_id()),
+        })
         .map(ToString::to_string)
         .collect();
     if !errors.is_empty() {
         return Err(errors.join("; "));
     }
+    if discovery {
+        let hidden = response
+            .diagnostics()
+            .reason()
+            .filter(|id| counts(id))
+            .any(|id| compiled.forbids.contains_key(id));
+        return Ok(if hidden {
+            Decision::Hide
+        } else {
+            Decision::Allow
+        });
+    }
     if response.decision() == Verdict::Allow {
         return Ok(Decision::Allow);
     }
-    let Some(forbid) = response
+    let mut satisfied: Vec<&Forbid> = response
         .diagnostics()
         .reason()
         .filter_map(|id| compiled.forbids.get(id))
-        .min_by_key(|f| (f.stance, f.index))
-    else {
+        .collect();
+    satisfied.sort_by_key(|f| (f.stance, f.index));
+    let Some(first) = satisfied.first() else {
+        // Cedar's default deny. What the model is told names nothing of the set; the
+        // private code (audit and logs) says why.
         return Ok(Decision::Deny {
-            code: None,
-            message: Some("no Cedar permit policy applies".into()),
+            code: Some("no_permit_applies".into()),
+            message: None,
         });
     };
-    let reason = forbid
-        .reason
-        .as_ref()
-        .map(|t| {
-            let whole = serde_json::json!({
-                "principal": v.principal,
-                "resource": v.resource,
-                "action": {"id": request.capability.id},
-                "context": v.context,
-            });
-            t.render(&whole)
+    let whole = || {
+        serde_json::json!({
+            "principal": v.principal,
+            "resource": v.resource,
+            "action": {"id": request.capability.id},
+            "context": v.context,
         })
-        .transpose()?;
-    Ok(match forbid.stance {
-        Stance::Deny => Decision::Deny {
-            code: forbid.code.clone(),
-            message: reason,
-        },
-        Stance::Hide => Decision::Hide,
-        Stance::RequireApproval => Decision::RequireApproval {
-            reason: reason.unwrap_or_default(),
-            approval_type: forbid.approval_type.clone(),
-            expires_in_ms: forbid.expires_in_ms,
-        },
+    };
+    match first.stance {
+        Stance::Deny => Ok(Decision::Deny {
+            code: first.code.clone(),
+            message: first
+                .reason
+                .as_ref()
+                .map(|t| t.render(&whole()))
+                .transpose()?,
+        }),
+        Stance::Hide => Ok(Decision::Hide),
+        Stance::RequireApproval => {
+            // Every satisfied forbid is a require-approval one here (the stricter stances
+            // sort first); this slot's share of them.
+            let Slot { index, of } = compiled.slot;
+            let mine = if index + 1 < of {
+                satisfied.get(index..=index)
+            } else {
+                satisfied.get(index..)
+            }
+            .unwrap_or_default();
+            approval(mine, &whole())
+        }
+    }
+}
+
+/// One decision for `forbids` (satisfied require-approval forbids, in text order): allow
+/// for none; else every reason (joined), the shortest expiry and their approval type, which
+/// must be the same for all (or none for all). A decision carries one type; asking for
+/// fewer types than the set names would let one approver decide what it gave to several,
+/// so forbids of different types in one slot are a policy error (capgate binds a set with
+/// a slot per require-approval forbid, so they never share one).
+fn approval(forbids: &[&Forbid], whole: &Json) -> Result<Decision, String> {
+    let Some(first) = forbids.first() else {
+        return Ok(Decision::Allow);
+    };
+    if let Some(other) = forbids
+        .iter()
+        .find(|f| f.approval_type != first.approval_type)
+    {
+        return Err(format!(
+            "the policies at positions {} and {} require approvals of different types ({} and {}), which one decision cannot carry; bind the set through the capgate configuration, which gives each its own",
+            first.index,
+            other.index,
+            first.approval_type.as_deref().unwrap_or("untyped"),
+            other.approval_type.as_deref().unwrap_or("untyped"),
+        ));
+    }
+    let mut reasons = Vec::with_capacity(forbids.len());
+    for f in forbids {
+        if let Some(t) = &f.reason {
+            reasons.push(t.render(whole)?);
+        }
+    }
+    Ok(Decision::RequireApproval {
+        reason: reasons.join("; "),
+        approval_type: first.approval_type.clone(),
+        expires_in_ms: forbids.iter().filter_map(|f| f.expires_in_ms).min(),
     })
 }
 
+/// How many compiled configurations an instance keeps. capgate runs its shipped plugins
+/// pooled, and the bindings of one plugin share its instances: a set bound as several
+/// slots (see [`Slot`]), or several `cedar` bindings, would otherwise parse their sets
+/// again on nearly every call.
+const KEPT: usize = 8;
+
 thread_local! {
-    /// The policy set of the last configuration seen, parsed. capgate runs its shipped
-    /// plugins pooled: an instance serves many calls of one binding, and parsing the
-    /// policies again on every call would be most of the call. It holds the binding's
-    /// configuration only, never anything of a request.
-    static COMPILED: RefCell<Option<(String, Rc<Compiled>)>> = const { RefCell::new(None) };
+    /// The policy sets of the last configurations seen, parsed, most recent first. Parsing
+    /// the policies again on every call would be most of the call. It holds bindings'
+    /// configurations only, never anything of a request.
+    static COMPILED: RefCell<Vec<(String, Rc<Compiled>)>> = const { RefCell::new(Vec::new()) };
 }
 
 fn compiled(config_json: &str) -> Result<Rc<Compiled>, String> {
-    if let Some(c) = COMPILED.with_borrow(|c| {
-        c.as_ref()
-            .filter(|(text, _)| text == config_json)
-            .map(|(_, r)| Rc::clone(r))
-    }) {
+    let hit = COMPILED.with_borrow_mut(|kept| {
+        let at = kept.iter().position(|(text, _)| text == config_json)?;
+        let entry = kept.remove(at);
+        let c = Rc::clone(&entry.1);
+        kept.insert(0, entry);
+        Some(c)
+    });
+    if let Some(c) = hit {
         return Ok(c);
     }
     let c = Rc::new(compile(config_json)?);
-    COMPILED.set(Some((config_json.to_string(), Rc::clone(&c))));
+    COMPILED.with_borrow_mut(|kept| {
+        kept.truncate(KEPT - 1);
+        kept.insert(0, (config_json.to_string(), Rc::clone(&c)));
+    });
     Ok(c)
 }
 

@@ -3,7 +3,9 @@
 //! Config: `{"rules": [{"when": "input.amount > 500", "stance": "require-approval",
 //! "type": "manager", "expiresInMs": 900000, "reason": "Refund of $${input.amount} exceeds
 //! $500"}, ...]}`. The rules are tried in order and the first whose `when` is `true`
-//! decides; no match allows. `when` must evaluate to a bool: anything else, and every
+//! decides; no match allows. In discovery (no call, `input` is `null`) only `allow` and
+//! `hide` rules are tried, and an `allow` rule that cannot be evaluated there is passed
+//! over: discovery asks only whether the capability is shown. `when` must evaluate to a bool: anything else, and every
 //! evaluation error (a missing field, a type mismatch, an overflow), is a policy error, so
 //! the call fails closed. `${EXPR}` inside `reason` (or `message` for `deny`) is replaced by
 //! the value of the CEL expression EXPR, numbers printed as the host prints them.
@@ -15,7 +17,7 @@
 //! configuration (`capgate check`), so a syntax error, a type error or a field the input
 //! schema does not have is reported at its line and column before anything runs.
 
-use capgate_plugin::{Decision, Policy, PolicyRequest, Value as Json, export_policy};
+use capgate_plugin::{Decision, Phase, Policy, PolicyRequest, Value as Json, export_policy};
 use cel::objects::Map;
 use cel::{Context, Program, Value};
 use serde::Deserialize;
@@ -252,10 +254,20 @@ impl Policy for Cel {
     fn evaluate(request: PolicyRequest) -> Result<Decision, String> {
         let rules = rules(&request.config_json)?;
         let ctx = variables(&request)?;
+        // In discovery there is no call, only the question whether the capability is
+        // shown: deny and require-approval rules are about a call and are passed over, and
+        // so is an allow rule that cannot be evaluated without one (it reads `input`,
+        // `null` here): it could only have shown the capability. A hide rule that fails is
+        // a policy error, which hides it (fails closed).
+        let discovery = request.phase == Phase::Discovery;
         for (i, rule) in rules.iter().enumerate() {
+            if discovery && matches!(rule.stance, Stance::Deny | Stance::RequireApproval) {
+                continue;
+            }
             match rule.when.execute(&ctx) {
                 Ok(Value::Bool(false)) => continue,
                 Ok(Value::Bool(true)) => {}
+                _ if discovery && rule.stance == Stance::Allow => continue,
                 Ok(other) => {
                     return Err(format!(
                         "rules[{i}].when is {:?}, not a bool",

@@ -72,3 +72,30 @@ async fn decide(
     };
     policy.evaluate_raw(&request, None).await
 }
+
+/// One discovery-phase evaluation (no input) for a user with `attributes`.
+async fn decide_in_discovery(
+    policy: &WasmPolicy,
+    attributes: Value,
+) -> Result<PolicyDecision, CallError> {
+    let capability = capgate_testkit::walkthrough::refund_info();
+    let actor = Actor {
+        id: "u_dana".into(),
+        kind: ActorKind::User,
+        attributes,
+    };
+    let shared = SharedJson::default();
+    let request = PolicyRequest {
+        phase: Phase::Discovery,
+        capability: &capability,
+        surface: Surface::AiSdk,
+        namespace: "",
+        actor: &actor,
+        context: &Value::Null,
+        input: None,
+        execution_id: "",
+        approval: None,
+        shared: &shared,
+    };
+    policy.evaluate_raw(&request, None).await
+}

@@ -123,3 +123,34 @@ async fn a_pooled_instance_decides_each_call_on_its_own_input_and_its_own_bindin
         assert!(matches!(out, Err(CallError::Guest(_))), "{out:?}");
     }
 }
+
+#[tokio::test]
+async fn in_discovery_only_allow_and_hide_rules_are_tried() {
+    // What capgate binds by default (a hide rule, no `phases`) runs in discovery too, where
+    // `input` is null: deny and require-approval rules are about a call and are passed
+    // over, and so is an allow rule that cannot be evaluated without one.
+    let config = json!({"rules": [
+        {"when": "input.amount < 10", "stance": "allow"},
+        {"when": "input.amount > 1000", "stance": "deny", "reason": "too big"},
+        {"when": "actor.kind == 'user'", "stance": "require-approval", "type": "manager", "reason": "r"},
+        {"when": "actor.attributes.tier != 'gold'", "stance": "hide"},
+    ]});
+    let policy = bind(config, Limits::default(), Isolation::Fresh);
+    let silver = crate::decide_in_discovery(&policy, json!({"tier": "silver"})).await;
+    assert!(matches!(silver, Ok(PolicyDecision::Hide)), "{silver:?}");
+    let gold = crate::decide_in_discovery(&policy, json!({"tier": "gold"})).await;
+    assert!(matches!(gold, Ok(PolicyDecision::Allow)), "{gold:?}");
+    // An allow rule that does decide in discovery still comes first.
+    let config = json!({"rules": [
+        {"when": "actor.kind == 'user'", "stance": "allow"},
+        {"when": "actor.attributes.tier != 'gold'", "stance": "hide"},
+    ]});
+    let policy = bind(config, Limits::default(), Isolation::Fresh);
+    let shown = crate::decide_in_discovery(&policy, json!({"tier": "silver"})).await;
+    assert!(matches!(shown, Ok(PolicyDecision::Allow)), "{shown:?}");
+    // A hide rule that reads the input fails there: closed.
+    let config = json!({"rules": [{"when": "input.amount > 1", "stance": "hide"}]});
+    let policy = bind(config, Limits::default(), Isolation::Fresh);
+    let failed = crate::decide_in_discovery(&policy, json!({})).await;
+    assert!(matches!(failed, Err(CallError::Guest(_))), "{failed:?}");
+}

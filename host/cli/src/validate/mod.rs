@@ -154,28 +154,47 @@ pub fn validate(path: &Path) -> Result<Checked, Refused> {
         cfg: &config,
         doc: &doc,
         problems: Vec::new(),
+        warnings: Vec::new(),
     };
     let identity = v.identity();
     let plugins = v.plugins();
     v.shipped_bindings(&plugins);
     let policies = v.bindings("policies", &config.policies, &plugins, |plugin, b, name| {
-        let mut p = plugin
-            .policy(binding_of(
-                &config,
-                name,
-                b,
-                plugins_section(&config, &b.plugin),
-            ))?
-            .with_revision(&config.revision);
-        if let Some(phases) = &b.phases {
-            p = p.with_phases(phases.iter().copied());
-        }
-        Ok(match b.mode {
-            capgate_config::PolicyMode::Enforce => Arc::new(p) as Arc<dyn Policy>,
-            capgate_config::PolicyMode::Shadow => Arc::new(capgate_core::policy::Shadow::new(p)),
-        })
+        let phases = phases_of(&config, b);
+        // One policy per config the binding is bound with: a `cedar` set with several
+        // require-approval forbids is bound once per forbid, so that each can ask for its
+        // own approval type (capgate_builtin::cedar::slots); anything else once.
+        let configs = if b.plugin == "cedar" && !config.plugins.contains_key(&b.plugin) {
+            capgate_builtin::cedar::slots(&shipped_config(&config, b))
+        } else {
+            vec![shipped_config(&config, b)]
+        };
+        configs
+            .into_iter()
+            .map(|given| {
+                let p = plugin
+                    .policy(
+                        binding_of(&config, name, b, plugins_section(&config, &b.plugin))
+                            .config(given),
+                    )?
+                    .with_revision(&config.revision)
+                    .with_phases(phases.iter().copied());
+                Ok(match b.mode {
+                    capgate_config::PolicyMode::Enforce => Arc::new(p) as Arc<dyn Policy>,
+                    capgate_config::PolicyMode::Shadow => {
+                        Arc::new(capgate_core::policy::Shadow::new(p))
+                    }
+                })
+            })
+            .collect::<Result<Vec<_>, LoadError>>()
     });
-    v.budgets(&policies);
+    // Every slot of a binding runs in the same phases: the first stands for them all.
+    v.budgets(
+        &policies
+            .iter()
+            .filter_map(|(name, bound)| Some((name.clone(), bound.first()?.clone())))
+            .collect(),
+    );
     let redactors = v.bindings(
         "redactors",
         &config.redactors,
@@ -211,7 +230,7 @@ pub fn validate(path: &Path) -> Result<Checked, Refused> {
                     output_schema: schema(&c.output_schema),
                     policies: providers::pin_policy(c, &upstreams)
                         .into_iter()
-                        .chain(pick(&policies, &c.policies))
+                        .chain(pick(&policies, &c.policies).into_iter().flatten())
                         .collect(),
                     redactors: pick(&redactors, &c.redactors),
                     provider,
@@ -239,8 +258,12 @@ pub fn validate(path: &Path) -> Result<Checked, Refused> {
     if !v.problems.is_empty() {
         return Err(refused(v.problems));
     }
-    let runtime_policies = pick(&policies, &config.runtime.policies);
-    let warnings = config.warnings(&doc);
+    let runtime_policies = pick(&policies, &config.runtime.policies)
+        .into_iter()
+        .flatten()
+        .collect();
+    let mut warnings = config.warnings(&doc);
+    warnings.append(&mut v.warnings);
     let checked = Checked {
         warnings,
         mcp_upstreams: upstreams,
@@ -265,6 +288,22 @@ pub fn validate(path: &Path) -> Result<Checked, Refused> {
     }
 }
 
+/// The phases a policy binding runs in: its `phases`; else, for a shipped `cel` or
+/// `cedar` policy with a hide rule, discovery and invocation (what it hides is left out of
+/// the listings too, not only refused when called: see [`capgate_builtin::hides`]); else
+/// core's default, invocation only.
+pub(crate) fn phases_of(cfg: &Config, b: &BindingSection) -> Vec<Phase> {
+    match &b.phases {
+        Some(phases) => phases.clone(),
+        None if !cfg.plugins.contains_key(&b.plugin)
+            && capgate_builtin::hides(&b.plugin, &shipped_config(cfg, b)) =>
+        {
+            vec![Phase::Discovery, Phase::Invocation]
+        }
+        None => capgate_core::policy::DEFAULT_PHASES.to_vec(),
+    }
+}
+
 /// The bound hooks `names` lists, in its order.
 fn pick<T: Clone>(map: &BTreeMap<String, T>, names: &[String]) -> Vec<T> {
     names.iter().filter_map(|n| map.get(n).cloned()).collect()
@@ -283,6 +322,8 @@ struct Validation<'a> {
     cfg: &'a Config,
     doc: &'a Located,
     problems: Vec<Problem>,
+    /// What loads but `check` warns about (beside [`Config::warnings`]).
+    warnings: Vec<Problem>,
 }
 
 impl Validation<'_> {

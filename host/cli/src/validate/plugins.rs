@@ -414,9 +414,9 @@ impl Validation<'_> {
                         }
                     }
                 }
-                for found in found {
+                let locate = |found: &capgate_builtin::Found| {
                     let pointer = format!("{base}{}", found.pointer);
-                    let problem = match (&file, found.offset) {
+                    match (&file, found.offset) {
                         // Policies read from a file: the place is in that file.
                         (Some((path, text)), at) if found.pointer == "/policies" => {
                             let (line, column) = line_column(text, at.unwrap_or(0));
@@ -429,9 +429,24 @@ impl Validation<'_> {
                             self.doc.problem_in_string(&pointer, at, found.to_string())
                         }
                         (_, None) => self.doc.problem(&pointer, found.to_string()),
-                    };
-                    self.problems.push(problem);
-                }
+                    }
+                };
+                let problems: Vec<_> = found.iter().map(&locate).collect();
+                // A hide rule that reads the input cannot decide in discovery: a warning
+                // where the binding runs there (its `phases`, or by default when it hides).
+                let warnings: Vec<_> = if policy
+                    && found.is_empty()
+                    && phases_of(cfg, b).contains(&Phase::Discovery)
+                {
+                    capgate_builtin::discovery_warnings(&b.plugin, &config)
+                        .iter()
+                        .map(&locate)
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                self.problems.extend(problems);
+                self.warnings.extend(warnings);
             }
         }
     }

@@ -728,3 +728,212 @@ fn check_places_a_cedar_syntax_error_a_type_error_and_an_unknown_field_at_their_
         );
     }
 }
+
+/// A deployment of one capability, `orders.refund`, governed by `policies` (TOML sections
+/// naming shipped policies, attached as `policies = [...]` lists).
+fn hiding_config(dir: &std::path::Path, policies: &str, attached: &str) -> std::path::PathBuf {
+    let text = format!(
+        r#"
+revision = "r1"
+
+[runtime]
+compileCache = "{cache}"
+
+{policies}
+
+[[capabilities]]
+id = "orders.refund"
+description = "Refund an order"
+expose = {{ aiSdk = true }}
+sideEffect = "write"
+risk = "high"
+inputSchema = {{ type = "object", properties = {{ amount = {{ type = "number" }} }}, required = ["amount"] }}
+policies = [{attached}]
+procedure = {{ http = {{ target = "orders", url = "http://127.0.0.1:9/refund" }} }}
+
+[gateway]
+authorize = "authenticated"
+routes = [{{ path = "/agent", surface = "aiSdk" }}]
+
+[[gateway.apiKeys]]
+sha256 = "{key}"
+namespace = "org_1"
+surfaces = ["aiSdk"]
+actor = {{ id = "u_dana", kind = "user" }}
+"#,
+        cache = dir.join(".capgate-cache").display(),
+        key = key_hash("dana-dev-key"),
+    );
+    let path = dir.join("capgate.toml");
+    std::fs::write(&path, text).expect("write config");
+    path
+}
+
+/// What `describe` lists on the AI SDK surface for a user with `attributes`.
+async fn listed(rt: &capgate_core::runtime::Runtime, attributes: Value) -> Vec<String> {
+    use capgate_core::prelude::*;
+    rt.describe(
+        Surface::AiSdk,
+        DescribeOptions {
+            namespace: String::new(),
+            actor: Actor::user("u_dana", attributes),
+            context: Value::Null,
+            scope: None,
+        },
+    )
+    .await
+    .expect("describe")
+    .into_iter()
+    .map(|d| d.id)
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hide_rule_without_phases_hides_in_discovery_as_well_as_when_called() {
+    // Issue 55: a hide rule ran at invocation only, so the capability stayed listed and
+    // then answered not-found. A cel (or cedar) binding with a hide rule and no `phases`
+    // now runs in discovery and invocation.
+    let cel = r#"[policies.goldOnly]
+plugin = "cel"
+[[policies.goldOnly.config.rules]]
+when = "input.amount > 1000000"
+stance = "deny"
+reason = "too big"
+[[policies.goldOnly.config.rules]]
+when = "actor.attributes.tier != 'gold'"
+stance = "hide""#;
+    let cedar = r#"[policies.goldOnly]
+plugin = "cedar"
+config.policies = '''
+permit(principal, action, resource);
+forbid(principal, action, resource) when { context.input.amount.greaterThan(decimal("1000000.0")) };
+@stance("hide")
+forbid(principal, action, resource) when { !(principal.attributes has tier && principal.attributes.tier == "gold") };
+'''
+config.actorAttributes = { tier = "String" }"#;
+    for (plugin, policies) in [("cel", cel), ("cedar", cedar)] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = hiding_config(dir.path(), policies, "\"goldOnly\"");
+        let checked = capgate::validate::validate(&config)
+            .unwrap_or_else(|r| panic!("{plugin}: {:?}", r.problems));
+        assert!(
+            checked.warnings.is_empty(),
+            "{plugin}: {:?}",
+            checked.warnings
+        );
+        let rt = checked.scratch_runtime().expect("runtime");
+        assert_eq!(
+            listed(&rt, json!({"tier": "silver"})).await,
+            Vec::<String>::new(),
+            "{plugin}: a non-gold actor must not see it listed"
+        );
+        assert_eq!(
+            listed(&rt, json!({"tier": "gold"})).await,
+            ["orders.refund"],
+            "{plugin}: a gold actor sees it"
+        );
+        // And when called, not found for the silver actor as before.
+        use capgate_core::prelude::*;
+        let called = rt
+            .invoke(InvokeRequest::new(
+                Surface::AiSdk,
+                "orders.refund",
+                json!({"amount": 5}),
+                Actor::user("u_dana", json!({"tier": "silver"})),
+            ))
+            .await;
+        assert_eq!(
+            called.error().map(|e| e.code()),
+            Some(ErrorCode::CapabilityNotFound),
+            "{plugin}: {called:?}"
+        );
+        // `phases` given: what it says (invocation only: listed again).
+        let explicit = policies.replacen("\n", "\nphases = [\"invocation\"]\n", 1);
+        let config = hiding_config(dir.path(), &explicit, "\"goldOnly\"");
+        let rt = capgate::validate::validate(&config)
+            .unwrap_or_else(|r| panic!("{plugin}: {:?}", r.problems))
+            .scratch_runtime()
+            .expect("runtime");
+        assert_eq!(
+            listed(&rt, json!({"tier": "silver"})).await,
+            ["orders.refund"],
+            "{plugin}: explicit phases win"
+        );
+    }
+}
+
+#[test]
+fn check_warns_where_a_hide_rule_that_reads_the_input_runs_in_discovery() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = hiding_config(
+        dir.path(),
+        r#"[policies.bigHidden]
+plugin = "cel"
+config = { rules = [{ when = "input.amount > 5", stance = "hide" }] }"#,
+        "\"bigHidden\"",
+    );
+    let checked = capgate::validate::validate(&config).expect("it loads: a warning only");
+    let warnings: Vec<String> = checked.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("capgate.toml:")
+            && warnings[0].contains("bigHidden")
+            && warnings[0].contains("reads `input`"),
+        "{warnings:?}"
+    );
+    let out = capgate_output(&["check", "--config", &config.display().to_string()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warning: ") && stderr.contains("reads `input`"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cedar_set_asking_a_manager_and_finance_holds_for_both_through_the_configuration() {
+    // Issue 55: a $20 000 refund the set gives to a manager (1 h) and to finance (15 min)
+    // asked only for the manager, and Priya's approval alone ran it.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = hiding_config(
+        dir.path(),
+        r#"[policies.limits]
+plugin = "cedar"
+config.policies = '''
+permit(principal, action, resource);
+@stance("require-approval") @type("manager") @expiresInMs("3600000")
+@reason("Refund of ${context.input.amount} needs a manager")
+forbid(principal, action, resource) when { context.input.amount.greaterThan(decimal("10000.0")) };
+@stance("require-approval") @type("finance") @expiresInMs("900000")
+@reason("Refund of ${context.input.amount} needs finance")
+forbid(principal, action, resource) when { context.input.amount.greaterThan(decimal("5000.0")) };
+'''"#,
+        "\"limits\"",
+    );
+    let rt = capgate::validate::validate(&config)
+        .unwrap_or_else(|r| panic!("{:?}", r.problems))
+        .scratch_runtime()
+        .expect("runtime");
+    use capgate_core::prelude::*;
+    let held = rt
+        .invoke(InvokeRequest::new(
+            Surface::AiSdk,
+            "orders.refund",
+            json!({"amount": 20_000}),
+            Actor::user("u_dana", json!({})),
+        ))
+        .await;
+    let approval = held.approval().unwrap_or_else(|| panic!("held: {held:?}"));
+    assert_eq!(approval.types, ["manager", "finance"]);
+    assert_eq!(
+        approval.reasons,
+        [
+            "Refund of 20000 needs a manager",
+            "Refund of 20000 needs finance"
+        ]
+    );
+    assert_eq!(
+        (approval.expires_at - approval.requested_at).num_minutes(),
+        15
+    );
+}
