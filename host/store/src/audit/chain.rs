@@ -15,7 +15,7 @@
 //! start record before its first event ("chain C starts; a checkpoint at least every N
 //! events; chain-less rows end at id U") and then checkpoints "chain C reached event SEQ
 //! whose hash is H, after the record whose signature digests to P" (Ed25519), into
-//! `capgate_audit_checkpoints`: every `checkpointEvents` events exactly, about a second
+//! `capgate_audit_checkpoints`: once `checkpointEvents` events went without one, about a second
 //! after a commit leaves events uncovered, at every flush and at a clean stop. Each
 //! record signs the SHA-256 of the previous one's signature, so deleting a checkpoint
 //! breaks the next. With the public key, verification requires every chain to have its
