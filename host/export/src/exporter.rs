@@ -248,6 +248,17 @@ impl Exporter {
                 () = tokio::time::sleep(wait) => {}
             }
         }
+        // A last pass on stop, while the sink answers: what the process wrote last (the
+        // final flush's checkpoint, its last events) leaves the box before it exits. The
+        // caller bounds it ([`ExportHandle::abort_after`]).
+        if !self.status.is_failing() {
+            for _ in 0..16 {
+                match self.round().await {
+                    Ok(true) => continue,
+                    _ => break,
+                }
+            }
+        }
         if self.status.is_holding()
             && let Err(e) = self.outbox.release(&self.options.holder).await
         {

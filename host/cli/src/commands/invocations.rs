@@ -48,7 +48,8 @@ enum InvocationsCommand {
         #[command(flatten)]
         output: OutputArg,
     },
-    /// Delete settled receipts older than the replay horizon; pending receipts are kept.
+    /// Delete settled receipts and approvals expired before the replay horizon; pending
+    /// receipts are kept.
     /// `capgate serve` does this every hour with `gateway.replayHorizonHours`.
     ///
     /// Example: capgate invocations purge --older-than-hours 168 --store sqlite://capgate.db

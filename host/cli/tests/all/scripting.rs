@@ -519,7 +519,7 @@ async fn invocations_json_is_one_document_per_command() {
     assert_eq!(purged.code, 0, "{}", purged.stderr);
     assert_eq!(
         one_json(&purged),
-        json!({"purged": 0, "olderThanHours": 168})
+        json!({"purged": 0, "approvalsPurged": 0, "olderThanHours": 168})
     );
 }
 

@@ -559,8 +559,17 @@ async fn mcp_honours_a_denying_authorizer_plugin_for_list_call_and_resume() {
     let mut eve = Mcp::connect(&s.base, EVE).await;
     let listed = eve.request("tools/list", json!({})).await;
     assert!(listed.get("error").is_some(), "tools/list: {listed}");
+    // A call of a real tool by a principal the authorizer refuses everything (it may not
+    // even list) is the concealed not-found, exactly as an unknown tool's (issue 55: no
+    // enumeration of real names).
     let called = eve.call("customers_search", json!({"query": "acme"})).await;
-    assert!(called.get("error").is_some(), "tools/call: {called}");
+    let unknown = eve.call("no_such_tool", json!({"query": "acme"})).await;
+    let error = |v: &Value| v["result"]["structuredContent"]["error"].clone();
+    assert_eq!(
+        error(&called)["code"], "CAPABILITY_NOT_FOUND",
+        "tools/call: {called}"
+    );
+    assert_eq!(error(&called), error(&unknown), "{called} vs {unknown}");
     let resumed = eve
         .call("approvals_resume", json!({"approvalId": "apr_x"}))
         .await;
