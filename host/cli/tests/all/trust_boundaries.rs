@@ -566,7 +566,8 @@ async fn mcp_honours_a_denying_authorizer_plugin_for_list_call_and_resume() {
     let unknown = eve.call("no_such_tool", json!({"query": "acme"})).await;
     let error = |v: &Value| v["result"]["structuredContent"]["error"].clone();
     assert_eq!(
-        error(&called)["code"], "CAPABILITY_NOT_FOUND",
+        error(&called)["code"],
+        "CAPABILITY_NOT_FOUND",
         "tools/call: {called}"
     );
     assert_eq!(error(&called), error(&unknown), "{called} vs {unknown}");
