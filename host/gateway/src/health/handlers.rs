@@ -2,10 +2,12 @@
 
 use super::router::READINESS_TIMEOUT;
 use super::{LOG, ReadinessProbe};
+use axum::Extension;
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::StatusCode;
 use serde_json::Value;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 /// The named checks `/readyz` runs.
@@ -15,7 +17,23 @@ pub(super) async fn healthz() -> Json<Value> {
     Json(serde_json::json!({ "status": "ok" }))
 }
 
-pub(super) async fn readyz(State(checks): State<Arc<Checks>>) -> (StatusCode, Json<Value>) {
+/// Whether `/readyz` may name its checks to this peer: one on this host (an operator's
+/// `curl`, a sidecar, a port-forward), or an in-process caller with no peer at all. Any
+/// other peer gets the status alone: the names say which dependencies the deployment has.
+fn names_checks(peer: Option<&ConnectInfo<SocketAddr>>) -> bool {
+    peer.is_none_or(|ConnectInfo(addr)| match addr.ip() {
+        IpAddr::V4(v4) => v4.is_loopback(),
+        IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+    })
+}
+
+pub(super) async fn readyz(
+    State(checks): State<Arc<Checks>>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+) -> (StatusCode, Json<Value>) {
+    let peer = peer.map(|Extension(p)| p);
     let results = futures::future::join_all(checks.0.iter().map(|(name, probe)| async move {
         let word = probe.failing_word();
         let required = probe.required();
@@ -52,6 +70,9 @@ pub(super) async fn readyz(State(checks): State<Arc<Checks>>) -> (StatusCode, Js
         (true, false) => (StatusCode::OK, "degraded"),
         (false, _) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
     };
+    if !names_checks(peer.as_ref()) {
+        return (code, Json(serde_json::json!({ "status": status })));
+    }
     (
         code,
         Json(serde_json::json!({ "status": status, "checks": checks })),

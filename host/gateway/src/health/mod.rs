@@ -1,6 +1,7 @@
 //! The health door: `GET /healthz` (the process serves) and `GET /readyz` (every named
 //! check answers in time). Orchestrators and load balancers call it; it takes no
-//! credential and tells nothing but check names and one word each.
+//! credential and tells nothing but one word per check, and the checks' names (which
+//! dependencies the deployment has) only to a peer on this host.
 //!
 //! The shape of every door: `options` (the [`ReadinessProbe`] seam and the probes every
 //! deployment has), `router` ([`readiness_router`]), `handlers`.

@@ -62,6 +62,36 @@ mod tests {
         FnProbe(move || if ok { Ok(()) } else { Err("down".into()) })
     }
 
+    /// Issue 55: `/readyz` names its checks (which dependencies the deployment has) only
+    /// to a peer on this host; any other peer gets the status alone.
+    #[tokio::test]
+    async fn readyz_names_its_checks_only_to_a_peer_on_this_host() {
+        let store: Arc<dyn ReadinessProbe> = Arc::new(probe(true));
+        let router = readiness_router(vec![("store".into(), store)]);
+        let ask = |ip: &str| {
+            let mut request = axum::http::Request::get(READINESS)
+                .body(axum::body::Body::empty())
+                .expect("a request");
+            let addr: std::net::SocketAddr = format!("{ip}:4000").parse().expect("addr");
+            request
+                .extensions_mut()
+                .insert(axum::extract::ConnectInfo(addr));
+            let router = router.clone();
+            async move {
+                use tower::ServiceExt;
+                let r = router.oneshot(request).await.expect("an answer");
+                let bytes = axum::body::to_bytes(r.into_body(), 1 << 16)
+                    .await
+                    .expect("a body");
+                serde_json::from_slice::<serde_json::Value>(&bytes).expect("JSON")
+            }
+        };
+        let local = ask("127.0.0.1").await;
+        assert_eq!(local["checks"]["store"], "ok", "{local}");
+        let remote = ask("203.0.113.7").await;
+        assert_eq!(remote, serde_json::json!({"status": "ready"}));
+    }
+
     /// Issue 55: one MCP upstream down does not take the whole gateway out of the load
     /// balancer: a failing check that only degrades answers `200` `degraded`; a required
     /// one still answers `503`.
