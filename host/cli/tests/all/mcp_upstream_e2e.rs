@@ -36,6 +36,22 @@ fn venv_python() -> PathBuf {
     repo().join("tests/mcp/.venv/bin/python")
 }
 
+/// The `[upstreams.mcp.shop]` entry that runs `tests/mcp/drifting_server.py` over stdio
+/// with `state` as its state directory, `extra` lines appended to the entry.
+fn drifting_shop(state: &Path, extra: &str) -> String {
+    format!(
+        "[upstreams.mcp.shop]\ncommand = [{}, {}, {}]\n{extra}",
+        json!(venv_python().display().to_string()),
+        json!(
+            repo()
+                .join("tests/mcp/drifting_server.py")
+                .display()
+                .to_string()
+        ),
+        json!(state.display().to_string()),
+    )
+}
+
 fn everything_js() -> PathBuf {
     repo().join("tests/mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js")
 }
@@ -564,15 +580,8 @@ async fn a_tool_whose_description_changes_is_concealed_audited_and_restored_by_r
     std::fs::create_dir(&state).expect("mkdir state");
     let config = dir.path().join("capgate.toml");
     let head = format!(
-        "revision = \"mcp-drift\"\n\n[upstreams.mcp.shop]\ncommand = [{}, {}, {}]\nrelistIntervalMs = 200\n\n[telemetry.metrics]\nlisten = \"127.0.0.1:9464\"\n\n{}",
-        json!(venv_python().display().to_string()),
-        json!(
-            repo()
-                .join("tests/mcp/drifting_server.py")
-                .display()
-                .to_string()
-        ),
-        json!(state.display().to_string()),
+        "revision = \"mcp-drift\"\n\n{}\n[telemetry.metrics]\nlisten = \"127.0.0.1:9464\"\n\n{}",
+        drifting_shop(&state, "relistIntervalMs = 200\n"),
         gateway()
     );
     std::fs::write(&config, &head).expect("write config");
@@ -773,15 +782,8 @@ async fn a_tool_list_changed_notification_conceals_a_drifted_tool_at_once() {
     std::fs::create_dir(&state).expect("mkdir state");
     let config = dir.path().join("capgate.toml");
     let head = format!(
-        "revision = \"mcp-list-changed\"\n\n[upstreams.mcp.shop]\ncommand = [{}, {}, {}]\nrelistIntervalMs = 600000\n\n{}",
-        json!(venv_python().display().to_string()),
-        json!(
-            repo()
-                .join("tests/mcp/drifting_server.py")
-                .display()
-                .to_string()
-        ),
-        json!(state.display().to_string()),
+        "revision = \"mcp-list-changed\"\n\n{}\n{}",
+        drifting_shop(&state, "relistIntervalMs = 600000\n"),
         gateway()
     );
     std::fs::write(&config, &head).expect("write config");
@@ -845,15 +847,8 @@ async fn an_oversized_stdio_answer_fails_fast_and_a_flooded_stderr_stays_bounded
     std::fs::create_dir(&state).expect("mkdir state");
     let config = dir.path().join("capgate.toml");
     let head = format!(
-        "revision = \"mcp-huge\"\n\n[upstreams.mcp.shop]\ncommand = [{}, {}, {}]\n\n{}",
-        json!(venv_python().display().to_string()),
-        json!(
-            repo()
-                .join("tests/mcp/drifting_server.py")
-                .display()
-                .to_string()
-        ),
-        json!(state.display().to_string()),
+        "revision = \"mcp-huge\"\n\n{}\n{}",
+        drifting_shop(&state, ""),
         gateway()
     );
     std::fs::write(&config, &head).expect("write config");
