@@ -59,8 +59,13 @@ async fn decides_like_refund_limit(what: &str, plugin: Arc<Plugin>) {
                 "{what} {isolation:?} amount {amount}: {r:?}"
             );
         }
-        let reason = data_of(&sink, "capability.approval_requested")["reasons"].to_string();
-        assert!(reason.contains("500.01"), "{what}: {reason}");
+        // The audit event carries the reason code (SI-10); the message, with the amount the
+        // plugin read from the host's values, goes to the requester's approval summary.
+        let codes = &data_of(&sink, "capability.approval_requested")["reasons"];
+        assert_eq!(codes, &json!(["refundLimit"]), "{what}");
+        let held = rt.invoke(refund_of(json!(500.01))).await;
+        let summary = held.approval().expect("an approval summary").reasons.join(" ");
+        assert!(summary.contains("500.01"), "{what}: {summary}");
     }
 }
 

@@ -237,7 +237,7 @@ async fn walkthrough_with_wasm_plugins_matches_the_native_audit_trail() {
     );
 
     let requested = &native[1]["data"];
-    assert_eq!(requested["reasons"], json!(["Refund of $649 exceeds $500"]));
+    assert_eq!(requested["reasons"], json!(["refundLimit"]));
     assert_eq!(requested["types"], json!(["manager"]));
     assert_eq!(
         native[2]["data"]["approver"],
