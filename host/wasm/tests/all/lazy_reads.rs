@@ -64,7 +64,11 @@ async fn decides_like_refund_limit(what: &str, plugin: Arc<Plugin>) {
         let codes = &data_of(&sink, "capability.approval_requested")["reasons"];
         assert_eq!(codes, &json!(["refundLimit"]), "{what}");
         let held = rt.invoke(refund_of(json!(500.01))).await;
-        let summary = held.approval().expect("an approval summary").reasons.join(" ");
+        let summary = held
+            .approval()
+            .expect("an approval summary")
+            .reasons
+            .join(" ");
         assert!(summary.contains("500.01"), "{what}: {summary}");
     }
 }
