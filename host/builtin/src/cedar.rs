@@ -415,6 +415,71 @@ pub fn hide_reads_input(config: &Value) -> Vec<Found> {
     })
 }
 
+/// The `@reason("…")` annotations of a `cedar` config with a `${…}` hole that reads
+/// `context.input`, located at that hole's `${` in the policy text (see
+/// [`crate::reason_warnings`]). Read lexically, like [`scan`]: annotations in comments or
+/// inside other strings are not annotations.
+pub fn reason_reads_input(config: &Value) -> Vec<Found> {
+    let Some(text) = text(config) else {
+        return Vec::new();
+    };
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    // A string literal from the `"` at `i`: its contents (escapes kept) and where they
+    // start, and the index after its closing quote.
+    let string_at = |mut i: usize| {
+        let start = i + 1;
+        i += 1;
+        while i < chars.len() && chars[i] != '"' {
+            i += if chars[i] == '\\' { 2 } else { 1 };
+        }
+        let end = i.min(chars.len());
+        (
+            start,
+            chars[start.min(end)..end].iter().collect::<String>(),
+            i + 1,
+        )
+    };
+    while i < chars.len() {
+        match chars[i] {
+            '/' if chars.get(i + 1) == Some(&'/') => {
+                while i < chars.len() && chars[i] != '\n' {
+                    i += 1;
+                }
+            }
+            '"' => i = string_at(i).2,
+            '@' if chars[i + 1..].starts_with(&['r', 'e', 'a', 's', 'o', 'n']) => {
+                let mut j = i + 7;
+                while j < chars.len() && (chars[j].is_whitespace() || chars[j] == '(') {
+                    j += 1;
+                }
+                if chars.get(j) != Some(&'"') {
+                    i += 1;
+                    continue;
+                }
+                let (start, reason, next) = string_at(j);
+                if let Ok(holes) = crate::cel::holes(&reason) {
+                    let reads = holes.into_iter().find(|(_, path)| {
+                        let path = path.trim();
+                        path == "context.input" || path.starts_with("context.input.")
+                    });
+                    if let Some((offset, _)) = reads {
+                        out.push(Found {
+                            pointer: "/policies".into(),
+                            offset: Some(start + offset - 2),
+                            problem: crate::reason_reads_input("context.input"),
+                        });
+                    }
+                }
+                i = next;
+            }
+            _ => i += 1,
+        }
+    }
+    out
+}
+
 /// A type name of `actorAttributes` / `contextAttributes` as a Cedar JSON schema type.
 fn cedar_type(name: &str) -> Option<Value> {
     let name = name.trim();
@@ -532,6 +597,28 @@ mod tests {
     fn refund_schema() -> Value {
         json!({"type": "object", "required": ["amount"], "properties": {
             "amount": {"type": "number"}, "orderId": {"type": "string"}}})
+    }
+
+    #[test]
+    fn a_reason_annotation_that_reads_the_input_is_located_at_its_hole() {
+        let text = r#"// @reason("${context.input.amount} in a comment")
+@stance("require-approval")
+@reason("Refund of $${context.input.amount} exceeds $500")
+forbid (principal, action, resource) when { context.input.amount > 500 };
+@reason("Agents (${principal.kind}) may not; \"${context.input.x}\" is quoted")
+forbid (principal, action, resource) when { principal.kind == "agent" };
+forbid (principal, action, resource) when { context.note == "@reason(\"${context.input.a}\")" };
+"#;
+        let found = reason_reads_input(&json!({ "policies": text }));
+        let at: Vec<_> = found.iter().map(|f| f.offset).collect();
+        let first = text
+            .find("${context.input.amount} exceeds")
+            .map(|b| text[..b].chars().count());
+        let second = text
+            .find("${context.input.x}")
+            .map(|b| text[..b].chars().count());
+        assert_eq!(at, [first, second], "{found:?}");
+        assert!(found.iter().all(|f| f.pointer == "/policies"));
     }
 
     #[test]

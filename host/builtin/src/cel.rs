@@ -130,6 +130,29 @@ pub fn hide_reads_input(config: &Value) -> Vec<Found> {
         .collect()
 }
 
+/// The rules of a `cel` config whose `reason` has a `${…}` hole that reads `input`,
+/// located at that hole's `${` (see [`crate::reason_warnings`]).
+pub fn reason_reads_input(config: &Value) -> Vec<Found> {
+    config
+        .get("rules")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .filter_map(|(i, rule)| {
+            let reason = rule.get("reason")?.as_str()?;
+            let (offset, _) = holes(reason).ok()?.into_iter().find(|(_, expr)| {
+                Program::compile(expr).is_ok_and(|p| p.references().has_variable("input"))
+            })?;
+            Some(Found {
+                pointer: format!("/rules/{i}/reason"),
+                offset: Some(offset - 2),
+                problem: crate::reason_reads_input("input"),
+            })
+        })
+        .collect()
+}
+
 /// Check the configuration's shape; the expressions to compile: (pointer, offset of the
 /// expression inside that string, its source, whether it must be a bool).
 fn shape(config: &Value, out: &mut Vec<Found>) -> Vec<(String, usize, String, bool)> {
@@ -762,6 +785,26 @@ mod tests {
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].pointer, "/rules/2/when");
         assert_eq!(found[0].offset, Some(25));
+    }
+
+    #[test]
+    fn a_reason_that_reads_the_input_is_located_at_its_hole() {
+        let config = json!({"rules": [
+            {"when": "true", "stance": "require-approval", "reason": "Refund of $${input.amount}"},
+            {"when": "true", "stance": "deny", "reason": "Agents may not (${actor.kind})"},
+            {"when": "true", "stance": "deny", "reason": "${actor.id} asked: ${input.reason}"},
+            {"when": "true", "stance": "deny", "reason": "no holes, input named in words"},
+        ]});
+        let found = reason_reads_input(&config);
+        let at: Vec<_> = found
+            .iter()
+            .map(|f| (f.pointer.as_str(), f.offset))
+            .collect();
+        assert_eq!(
+            at,
+            [("/rules/0/reason", Some(11)), ("/rules/2/reason", Some(19))]
+        );
+        assert!(matches!(found[0].problem, Problem::ReasonReadsInput { .. }));
     }
 
     #[test]

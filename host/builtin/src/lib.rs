@@ -119,6 +119,14 @@ pub enum Problem {
         /// What is wrong, and what to do.
         message: String,
     },
+    /// A policy's reason reads the input (a warning: the configuration loads). The filled
+    /// text goes to the approver with the approval record, and back to the caller as a
+    /// deny's public message; the audit trail records the policy's name instead (SI-10).
+    #[error("{message}")]
+    ReasonReadsInput {
+        /// What the reason does, and where the text goes.
+        message: String,
+    },
     /// An expression reads a field the capability's input schema does not have (or a
     /// redactor names one its output schema does not have).
     #[error("{}", unknown_field(capability, field, known))]
@@ -203,6 +211,29 @@ pub fn discovery_warnings(plugin: &str, config: &serde_json::Value) -> Vec<Found
         "cel" => cel::hide_reads_input(config),
         "cedar" => cedar::hide_reads_input(config),
         _ => Vec::new(),
+    }
+}
+
+/// The warnings of a shipped policy binding whose reasons read the input: each such reason
+/// (a CEL rule's `reason`, a Cedar `@reason`), located at its first `${…}` that reads it.
+/// Only the approver reads the filled text (and the caller, for a deny); events, exports
+/// and notifications record the policy's name as the reason code, so a reason that needs
+/// the input to make sense says nothing in the trail.
+pub fn reason_warnings(plugin: &str, config: &serde_json::Value) -> Vec<Found> {
+    match plugin {
+        "cel" => cel::reason_reads_input(config),
+        "cedar" => cedar::reason_reads_input(config),
+        _ => Vec::new(),
+    }
+}
+
+/// The message of a [`Problem::ReasonReadsInput`]: `what` names the input as the policy
+/// language spells it.
+fn reason_reads_input(what: &str) -> Problem {
+    Problem::ReasonReadsInput {
+        message: format!(
+            "this reason reads `{what}`: the approver sees it filled in with the approval, and a deny's reason is returned to the caller, but events, exports and notifications carry only the reason code (the policy's name, SI-10), never this text; say in the policy's name or its `code` what the trail should show"
+        ),
     }
 }
 

@@ -434,7 +434,7 @@ impl Validation<'_> {
                 let problems: Vec<_> = found.iter().map(&locate).collect();
                 // A hide rule that reads the input cannot decide in discovery: a warning
                 // where the binding runs there (its `phases`, or by default when it hides).
-                let warnings: Vec<_> = if policy
+                let mut warnings: Vec<_> = if policy
                     && found.is_empty()
                     && phases_of(cfg, b).contains(&Phase::Discovery)
                 {
@@ -445,6 +445,15 @@ impl Validation<'_> {
                 } else {
                     Vec::new()
                 };
+                // A reason that reads the input says nothing in the trail (SI-10: events
+                // carry the policy's name): a warning where the policy governs something.
+                if policy && found.is_empty() && !attached.is_empty() {
+                    warnings.extend(
+                        capgate_builtin::reason_warnings(&b.plugin, &config)
+                            .iter()
+                            .map(&locate),
+                    );
+                }
                 self.problems.extend(problems);
                 self.warnings.extend(warnings);
             }

@@ -890,6 +890,49 @@ config = { rules = [{ when = "input.amount > 5", stance = "hide" }] }"#,
     );
 }
 
+#[test]
+fn check_warns_where_a_reason_of_an_attached_policy_reads_the_input() {
+    // Issue 55 (SI-10): a reason that reads the input is filled in for the approver only;
+    // the trail records the policy's name. `check` says so where the policy governs a
+    // capability, and says nothing of an unattached one or a reason without the input.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let policies = r#"[policies.bigCel]
+plugin = "cel"
+config = { rules = [{ when = "input.amount > 500", stance = "require-approval", type = "manager", reason = "Refund of $${input.amount} exceeds $500" }] }
+
+[policies.bigCedar]
+plugin = "cedar"
+config.policies = '''
+permit(principal, action, resource);
+@stance("require-approval")
+@type("manager")
+@reason("Refund of $${context.input.amount} exceeds $500")
+forbid(principal, action, resource) when { context.input.amount.greaterThan(decimal("500.0")) };
+'''
+
+[policies.plainCel]
+plugin = "cel"
+config = { rules = [{ when = "input.amount > 500", stance = "require-approval", type = "manager", reason = "Refund over $500 (${actor.id})" }] }
+
+[policies.unattachedCel]
+plugin = "cel"
+config = { rules = [{ when = "input.amount > 5", stance = "deny", reason = "${input.amount} is too much" }] }"#;
+    let config = hiding_config(dir.path(), policies, r#""bigCel", "bigCedar", "plainCel""#);
+    let checked = capgate::validate::validate(&config)
+        .unwrap_or_else(|r| panic!("it loads: warnings only: {:?}", r.problems));
+    let warnings: Vec<String> = checked.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    for (policy, what) in [("bigCel", "`input`"), ("bigCedar", "`context.input`")] {
+        assert!(
+            warnings.iter().any(|w| w.contains("capgate.toml:")
+                && w.contains(policy)
+                && w.contains(what)
+                && w.contains("reason code")),
+            "{policy}: {warnings:?}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cedar_set_asking_a_manager_and_finance_holds_for_both_through_the_configuration() {
     // Issue 55: a $20 000 refund the set gives to a manager (1 h) and to finance (15 min)
