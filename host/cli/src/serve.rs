@@ -170,6 +170,7 @@ impl SessionStore for StoredSessions {
             id_sha256: session.id_sha256,
             principal: session.principal,
             credential,
+            namespace: session.namespace,
             created_at: session.created_at,
             expires_at: session.expires_at,
         };
@@ -199,6 +200,7 @@ impl SessionStore for StoredSessions {
             id_sha256: row.id_sha256,
             principal: row.principal,
             credential,
+            namespace: row.namespace,
             created_at: row.created_at,
             expires_at: row.expires_at,
         }))
@@ -212,6 +214,9 @@ impl SessionStore for StoredSessions {
 fn session_store_error(e: capgate_store::SessionRowError) -> SessionStoreError {
     match e {
         capgate_store::SessionRowError::Malformed(m) => SessionStoreError::Malformed(m),
+        capgate_store::SessionRowError::QuotaExceeded { namespace, limit } => {
+            SessionStoreError::QuotaExceeded { namespace, limit }
+        }
         other => SessionStoreError::Unavailable(other.to_string()),
     }
 }
@@ -444,8 +449,16 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
     let admin_reload = cfg.gateway.admin.reload;
     let metrics_section = cfg.telemetry.metrics.clone();
     let kept = Arc::new(
+        // Console sessions count against their namespace's storage budget (restart keys,
+        // like the journal's and the approvals' own).
         Kept::new(ConsoleSessions::new(Arc::new(StoredSessions(
-            deployment.store.console_sessions(),
+            deployment
+                .store
+                .console_sessions()
+                .with_budget(capgate_core::journal::JournalBudget {
+                    max_rows: cfg.gateway.journal_max_rows_per_namespace,
+                    max_bytes: cfg.gateway.journal_max_bytes_per_namespace,
+                }),
         ))))
         .with_mcp_sessions(McpSessions::shared(Arc::new(StoredMcpSessions(
             deployment.store.mcp_sessions(),

@@ -190,12 +190,17 @@ pub struct AuditSection {
     #[key(restart = "the audit file is opened at start")]
     pub jsonl: Option<String>,
     /// Ed25519 private key (PKCS#8 PEM, `openssl genpkey -algorithm ed25519`) that signs
-    /// the audit chain's checkpoints, so `capgate audit verify` detects a truncated tail;
-    /// `{ file = "audit-key.pem" }` or `{ env = "VAR" }`. Absent: no checkpoints.
+    /// each writer's start record and the chained checkpoints of its audit chain, so
+    /// `capgate audit verify --public-key` detects a forged, rewritten or truncated chain
+    /// (`jsonl` and `otlp` export sinks ship the signed records off the box for
+    /// `verify --checkpoints`); `{ file = "audit-key.pem" }` or `{ env = "VAR" }`. Absent:
+    /// no signed records, and verify can only check the hashes.
     #[key(secret, restart = "the audit writer starts with its key")]
     pub checkpoint_key: Option<String>,
-    /// Committed events between two signed checkpoints (one is also signed at every flush
-    /// and at shutdown). Default 1000.
+    /// The most committed events a checkpoint may leave unsigned: one is signed once this
+    /// many went without one, and also when the writer idles, at every flush and at a
+    /// clean stop (each restarts the count); `verify` treats a longer run as a finding.
+    /// Default 1000.
     #[key(range = 1..=1_000_000, unit = "events", restart = "the audit writer starts with it")]
     pub checkpoint_events: Option<u64>,
     /// Days audit events are kept: a background purge deletes older ones, each chain up to
@@ -605,11 +610,15 @@ pub struct GatewaySection {
     #[key(range = 1..=MAX_REPLAY_HORIZON_HOURS, unit = "hours")]
     pub pending_horizon_hours: Option<u64>,
     /// The most invocation receipts one namespace may hold (`journalMaxRowsPerNamespace`,
-    /// default 100 000); a claim past it is refused `507 STORAGE_QUOTA_EXCEEDED`.
+    /// default 100 000), approval records and console sessions counted with them; a claim
+    /// past it is refused `507 STORAGE_QUOTA_EXCEEDED`.
+    #[key(restart = "the journal, the approvals and the console's sessions take it at start")]
     #[key(range = 1..=MAX_STORAGE)]
     pub journal_max_rows_per_namespace: u64,
     /// The most bytes of stored input and outcome JSON one namespace's receipts may hold
-    /// (`journalMaxBytesPerNamespace`, default 256 MiB).
+    /// (`journalMaxBytesPerNamespace`, default 256 MiB), approvals' inputs and console
+    /// sessions counted with them.
+    #[key(restart = "the journal, the approvals and the console's sessions take it at start")]
     #[key(range = 1..=MAX_STORAGE, unit = "bytes")]
     pub journal_max_bytes_per_namespace: u64,
     /// At SIGTERM or Ctrl-C, how long `/readyz` answers 503 (`shutdown: draining`) while

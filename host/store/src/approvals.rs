@@ -54,13 +54,6 @@ const INSERT_BUDGETED: Sql = Sql {
        AND NOT EXISTS (SELECT 1 FROM usage WHERE row_count >= $19 OR byte_count + $20 > $21)",
 };
 
-/// Postgres: make sure the namespace has a usage row to lock before its first approval.
-const ENSURE_USAGE: &str =
-    "INSERT INTO capgate_journal_usage (namespace) VALUES ($1) ON CONFLICT (namespace) DO NOTHING";
-
-/// A namespace's usage, to say which bound refused an approval.
-const USAGE: &str = "SELECT row_count, byte_count FROM capgate_journal_usage WHERE namespace = $1";
-
 /// Forget approvals that can no longer be used: expired before the cutoff (an approval is
 /// decided and consumed, or not, before its expiry), whatever their status.
 const PURGE: &str = "DELETE FROM capgate_approvals WHERE expires_at < $1";
@@ -172,29 +165,6 @@ impl SqlApprovalCoordinator {
                 .map_err(backend)
         })
         .await
-    }
-
-    /// Which bound of the budget `namespace` is at, with `size` more bytes.
-    async fn over_budget(
-        &self,
-        namespace: &str,
-        size: i64,
-    ) -> Result<&'static str, ApprovalStoreError> {
-        let usage = self
-            .store
-            .fetch_optional(Via::Readers, USAGE, &[&namespace], |row| {
-                Ok::<_, String>((row.int("row_count")?, row.int("byte_count")?))
-            })
-            .await
-            .map_err(backend)?;
-        let max_rows = self
-            .budget
-            .map_or(i64::MAX, |b| i64::try_from(b.max_rows).unwrap_or(i64::MAX));
-        Ok(match usage {
-            Some(Ok((rows, _))) if rows >= max_rows => "rows",
-            _ if size > 0 => "bytes",
-            _ => "rows",
-        })
     }
 }
 
@@ -442,21 +412,25 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
             let result = match budgeted {
                 None => self.store.execute(Via::Group, INSERT, &params).await,
                 Some(budget) => {
-                    if self.store.backend() == crate::db::Backend::Postgres {
-                        self.store
-                            .execute(Via::Group, ENSURE_USAGE, &[&r.namespace])
-                            .await
-                            .map_err(backend)?;
-                    }
-                    let size = serde_json::to_string(&r.input)
-                        .map_or(i64::MAX, |t| i64::try_from(t.len()).unwrap_or(i64::MAX));
-                    let max_rows = i64::try_from(budget.max_rows).unwrap_or(i64::MAX);
-                    let max_bytes = i64::try_from(budget.max_bytes).unwrap_or(i64::MAX);
+                    crate::usage::ensure_row(&self.store, &r.namespace)
+                        .await
+                        .map_err(backend)?;
+                    let size = crate::usage::json_size(&r.input);
+                    let (max_rows, max_bytes) = crate::usage::limits(budget);
                     let mut all: Vec<&dyn Param> = params.to_vec();
                     all.extend([&max_rows as &dyn Param, &size, &max_bytes]);
                     match self.store.execute(Via::Group, INSERT_BUDGETED, &all).await {
                         Ok(0) => {
-                            let limit = self.over_budget(&r.namespace, size).await?;
+                            // Refused by the budget (a race that freed room says `rows`).
+                            let limit = crate::usage::bound_reached(
+                                &self.store,
+                                &r.namespace,
+                                budget,
+                                size,
+                            )
+                            .await
+                            .map_err(backend)?
+                            .unwrap_or("rows");
                             return Err(ApprovalStoreError::QuotaExceeded {
                                 namespace: r.namespace.clone(),
                                 limit,

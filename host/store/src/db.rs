@@ -76,6 +76,11 @@ const SQLITE_FILES: &[(i64, &str, &str)] = &[
         "0012_approval_budget.sql",
         include_str!("../migrations/sqlite/0012_approval_budget.sql"),
     ),
+    (
+        13,
+        "0013_console_session_budget.sql",
+        include_str!("../migrations/sqlite/0013_console_session_budget.sql"),
+    ),
 ];
 
 /// The Postgres migrations, embedded (see [`SQLITE_FILES`]).
@@ -134,6 +139,11 @@ const POSTGRES_FILES: &[(i64, &str, &str)] = &[
         12,
         "0012_approval_budget.sql",
         include_str!("../migrations/postgres/0012_approval_budget.sql"),
+    ),
+    (
+        13,
+        "0013_console_session_budget.sql",
+        include_str!("../migrations/postgres/0013_console_session_budget.sql"),
     ),
 ];
 
@@ -853,6 +863,7 @@ mod migration_tests {
                 (9, "approval escalation"),
                 (10, "audit checkpoint chain"),
                 (12, "approval budget"),
+                (13, "console session budget"),
             ]
         );
         // sqlx's checksum is SHA-384 of the file's text: a database migrated with

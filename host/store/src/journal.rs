@@ -3,7 +3,7 @@
 //! UPDATEs, so the database (not a process) decides who owns an invocation.
 
 use crate::columns::{record_errors, row};
-use crate::db::{Backend, Sql, Store, Via};
+use crate::db::{Sql, Store, Via};
 use crate::params::Json;
 use crate::time::trunc;
 use async_trait::async_trait;
@@ -46,13 +46,6 @@ const CLAIM: Sql = Sql {
        WHERE row_count >= $12 OR byte_count + $13 > $14) \
      ON CONFLICT (scope, invocation_id) DO NOTHING RETURNING invocation_id",
 };
-
-/// Postgres: make sure the namespace has a usage row to lock before its first claim.
-const ENSURE_USAGE: &str =
-    "INSERT INTO capgate_journal_usage (namespace) VALUES ($1) ON CONFLICT (namespace) DO NOTHING";
-
-/// A namespace's usage, to say which bound refused a claim.
-const USAGE: &str = "SELECT row_count, byte_count FROM capgate_journal_usage WHERE namespace = $1";
 
 const GET: &str = concat!(
     "SELECT ",
@@ -278,14 +271,6 @@ impl RawInvocation {
     }
 }
 
-/// A budget's bounds as the statements compare them.
-fn limits(budget: JournalBudget) -> (i64, i64) {
-    (
-        i64::try_from(budget.max_rows).unwrap_or(i64::MAX),
-        i64::try_from(budget.max_bytes).unwrap_or(i64::MAX),
-    )
-}
-
 impl SqlInvocationJournal {
     /// A journal on `store` (also [`Store::journal`]).
     pub fn new(store: Store) -> Self {
@@ -318,24 +303,9 @@ impl SqlInvocationJournal {
         let Some(budget) = self.budget else {
             return Ok(None);
         };
-        let usage = self
-            .store
-            .fetch_optional(Via::Readers, USAGE, &[&namespace], |row| {
-                Ok::<_, String>((row.int("row_count")?, row.int("byte_count")?))
-            })
+        crate::usage::bound_reached(&self.store, namespace, budget, size)
             .await
-            .map_err(backend)?;
-        let Some(Ok((rows, bytes))) = usage else {
-            return Ok(None);
-        };
-        let (max_rows, max_bytes) = limits(budget);
-        Ok(if rows >= max_rows {
-            Some("rows")
-        } else if bytes.saturating_add(size) > max_bytes {
-            Some("bytes")
-        } else {
-            None
-        })
+            .map_err(backend)
     }
 
     /// Keep settled receipts for `horizon` (at least as long as clients may retry or look
@@ -484,14 +454,12 @@ impl InvocationJournal for SqlInvocationJournal {
     ) -> Result<ClaimOutcome, JournalError> {
         crate::metrics::timed(self.store.backend(), "journal.claim", async move {
             let now = trunc(now);
-            let (max_rows, max_bytes) = self.budget.map_or((i64::MAX, i64::MAX), limits);
-            let size = serde_json::to_string(&request.input)
-                .map_or(i64::MAX, |t| i64::try_from(t.len()).unwrap_or(i64::MAX));
-            if let Some(ns) = &request.namespace
-                && self.store.backend() == Backend::Postgres
-            {
-                self.store
-                    .execute(Via::Group, ENSURE_USAGE, &[ns])
+            let (max_rows, max_bytes) = self
+                .budget
+                .map_or((i64::MAX, i64::MAX), crate::usage::limits);
+            let size = crate::usage::json_size(&request.input);
+            if let Some(ns) = &request.namespace {
+                crate::usage::ensure_row(&self.store, ns)
                     .await
                     .map_err(backend)?;
             }

@@ -97,6 +97,7 @@ mod sessions;
 mod time;
 mod tls;
 mod traced;
+mod usage;
 
 pub use approvals::SqlApprovalCoordinator;
 pub use audit::{

@@ -4,13 +4,16 @@
 //! The store keeps what the console hands it and nothing more: the SHA-256 of the session
 //! id (the id itself is only in the browser's cookie), a key naming the principal (for the
 //! per-principal cap), the credential's description as the console wrote it (JSON text:
-//! never a raw credential; see `capgate_gateway::console`), and the times. The console's
+//! never a raw credential; see `capgate_gateway::console`), the principal's namespace
+//! (whose storage budget the row counts against, as its receipts and approvals do), and
+//! the times. The console's
 //! session-store seam is implemented over this in `capgate serve`, where the gateway and
 //! the store meet.
 
 use crate::Store;
 use crate::columns::{ColumnError, Columns};
-use crate::db::Via;
+use crate::db::{Sql, Via};
+use capgate_core::journal::JournalBudget;
 use chrono::{DateTime, Utc};
 
 /// One console session row.
@@ -22,6 +25,8 @@ pub struct ConsoleSessionRow {
     pub principal: String,
     /// How the console re-establishes the principal (JSON text written by the console).
     pub credential: String,
+    /// The principal's namespace: the row counts against its storage budget (empty: none).
+    pub namespace: String,
     /// When it was opened (oldest-first eviction).
     pub created_at: DateTime<Utc>,
     /// When it ends.
@@ -38,6 +43,14 @@ pub enum SessionRowError {
     /// A stored row does not decode (a hostile or damaged row).
     #[error("malformed console session row: {0}")]
     Malformed(String),
+    /// The namespace is at its storage budget: no session was stored (nor anyone evicted).
+    #[error("namespace `{namespace}` is at its storage budget ({limit})")]
+    QuotaExceeded {
+        /// The namespace.
+        namespace: String,
+        /// Which bound: `rows` or `bytes`.
+        limit: &'static str,
+    },
 }
 
 /// The longest text a session row's fields may hold (a principal key, a credential
@@ -48,6 +61,7 @@ pub const MAX_SESSION_FIELD_BYTES: usize = 16 * 1024;
 #[derive(Clone)]
 pub struct ConsoleSessionRows {
     store: Store,
+    budget: Option<JournalBudget>,
 }
 
 impl std::fmt::Debug for ConsoleSessionRows {
@@ -59,12 +73,28 @@ impl std::fmt::Debug for ConsoleSessionRows {
 }
 
 const INSERT: &str = "INSERT INTO capgate_console_sessions \
-     (id_sha256, principal, credential, created_at, expires_at) VALUES ($1, $2, $3, $4, $5)";
+     (id_sha256, principal, credential, created_at, expires_at, namespace) \
+     VALUES ($1, $2, $3, $4, $5, $6)";
+/// Insert unless the namespace is at its budget (`$7` rows, `$8` this row's bytes, `$9`
+/// bytes; the usage is kept by the triggers of migration 0013): nothing inserted, no row
+/// back. On Postgres the namespace's usage row is locked, as a claim's is.
+const INSERT_BUDGETED: Sql = Sql {
+    sqlite: "INSERT INTO capgate_console_sessions \
+     (id_sha256, principal, credential, created_at, expires_at, namespace) \
+     SELECT $1, $2, $3, $4, $5, $6 WHERE $8 <= $9 AND NOT EXISTS (SELECT 1 FROM capgate_journal_usage \
+       WHERE namespace = $6 AND (row_count >= $7 OR byte_count + $8 > $9))",
+    postgres: "WITH usage AS (SELECT row_count, byte_count FROM capgate_journal_usage \
+       WHERE namespace = $6 FOR UPDATE) \
+     INSERT INTO capgate_console_sessions \
+     (id_sha256, principal, credential, created_at, expires_at, namespace) \
+     SELECT $1, $2, $3, $4, $5, $6 WHERE $8::bigint <= $9::bigint \
+       AND NOT EXISTS (SELECT 1 FROM usage WHERE row_count >= $7 OR byte_count + $8 > $9)",
+};
 const EVICT: &str = "DELETE FROM capgate_console_sessions WHERE principal = $1 AND id_sha256 NOT IN \
      (SELECT id_sha256 FROM capgate_console_sessions WHERE principal = $1 \
       ORDER BY created_at DESC, id_sha256 DESC LIMIT $2)";
 const PURGE: &str = "DELETE FROM capgate_console_sessions WHERE expires_at <= $1";
-const GET: &str = "SELECT id_sha256, principal, credential, created_at, expires_at \
+const GET: &str = "SELECT id_sha256, principal, credential, namespace, created_at, expires_at \
      FROM capgate_console_sessions WHERE id_sha256 = $1 AND expires_at > $2";
 const DELETE: &str = "DELETE FROM capgate_console_sessions WHERE id_sha256 = $1";
 const COUNT: &str =
@@ -79,6 +109,7 @@ fn decode(row: &dyn Columns) -> Result<ConsoleSessionRow, ColumnError> {
         id_sha256: row.text("id_sha256")?,
         principal: row.text("principal")?,
         credential: row.text("credential")?,
+        namespace: row.text("namespace")?,
         created_at: row.ts("created_at")?,
         expires_at: row.ts("expires_at")?,
     })
@@ -89,11 +120,21 @@ impl Store {
     pub fn console_sessions(&self) -> ConsoleSessionRows {
         ConsoleSessionRows {
             store: self.clone(),
+            budget: None,
         }
     }
 }
 
 impl ConsoleSessionRows {
+    /// Refuse a new session whose namespace is at `budget`, the storage budget its
+    /// receipts and approval records count against too (a sign-in stores a row):
+    /// [`SessionRowError::QuotaExceeded`], nothing written. Usage is counted whether or
+    /// not a budget is set.
+    pub fn with_budget(mut self, budget: JournalBudget) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+
     /// Keep a new session, then leave its principal at most `per_principal` live sessions
     /// (the oldest go first) and drop every expired session. Returns how many sessions of
     /// this principal were evicted.
@@ -107,6 +148,7 @@ impl ConsoleSessionRows {
             ("principal", &row.principal),
             ("credential", &row.credential),
             ("id_sha256", &row.id_sha256),
+            ("namespace", &row.namespace),
         ] {
             if value.len() > MAX_SESSION_FIELD_BYTES {
                 return Err(SessionRowError::Malformed(format!(
@@ -118,19 +160,45 @@ impl ConsoleSessionRows {
         s.execute(Via::Group, PURGE, &[&now])
             .await
             .map_err(backend)?;
-        s.execute(
-            Via::Group,
-            INSERT,
-            &[
-                &row.id_sha256,
-                &row.principal,
-                &row.credential,
-                &row.created_at,
-                &row.expires_at,
-            ],
-        )
-        .await
-        .map_err(backend)?;
+        let params: [&dyn crate::params::Param; 6] = [
+            &row.id_sha256,
+            &row.principal,
+            &row.credential,
+            &row.created_at,
+            &row.expires_at,
+            &row.namespace,
+        ];
+        match self.budget.filter(|_| !row.namespace.is_empty()) {
+            None => {
+                s.execute(Via::Group, INSERT, &params)
+                    .await
+                    .map_err(backend)?;
+            }
+            Some(budget) => {
+                crate::usage::ensure_row(s, &row.namespace)
+                    .await
+                    .map_err(backend)?;
+                let size =
+                    i64::try_from(row.principal.len() + row.credential.len()).unwrap_or(i64::MAX);
+                let (max_rows, max_bytes) = crate::usage::limits(budget);
+                let mut all = params.to_vec();
+                all.extend([&max_rows as &dyn crate::params::Param, &size, &max_bytes]);
+                if s.execute(Via::Group, INSERT_BUDGETED, &all)
+                    .await
+                    .map_err(backend)?
+                    == 0
+                {
+                    let limit = crate::usage::bound_reached(s, &row.namespace, budget, size)
+                        .await
+                        .map_err(backend)?
+                        .unwrap_or("rows");
+                    return Err(SessionRowError::QuotaExceeded {
+                        namespace: row.namespace.clone(),
+                        limit,
+                    });
+                }
+            }
+        }
         let keep = i64::from(per_principal.max(1));
         s.execute(Via::Group, EVICT, &[&row.principal, &keep])
             .await

@@ -204,6 +204,7 @@ pub(super) async fn open_session(
                 id_sha256: digest(&id),
                 principal,
                 credential: stored_credential,
+                namespace: who.principal.namespace.clone(),
                 created_at: now,
                 expires_at,
             },

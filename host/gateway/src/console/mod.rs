@@ -185,6 +185,7 @@ mod tests {
             credential: SessionCredential::ApiKey {
                 sha256: "ab".repeat(32),
             },
+            namespace: "org_1".into(),
             created_at: created,
             expires_at: created + chrono::Duration::hours(1),
         }
@@ -246,5 +247,21 @@ mod tests {
             h.insert(header::HOST, HeaderValue::from_static(host));
             assert_eq!(is_loopback_host(&h), loopback, "{host}");
         }
+    }
+
+    #[test]
+    fn a_namespace_at_its_storage_budget_is_told_507_and_a_broken_store_503() {
+        let full = super::session::store_failed(&SessionStoreError::QuotaExceeded {
+            namespace: "org_2".into(),
+            limit: "rows",
+        });
+        assert_eq!(
+            (full.status.as_u16(), full.code),
+            (507, "STORAGE_QUOTA_EXCEEDED")
+        );
+        assert!(!full.message.contains("org_2"), "{}", full.message);
+        let down = super::session::store_failed(&SessionStoreError::Unavailable("disk".into()));
+        assert_eq!(down.status.as_u16(), 503);
+        assert!(!down.message.contains("disk"), "{}", down.message);
     }
 }

@@ -193,6 +193,16 @@ impl Console {
 }
 
 pub(super) fn store_failed(e: &SessionStoreError) -> Reject {
+    if let SessionStoreError::QuotaExceeded { namespace, limit } = e {
+        tracing::warn!(target: LOG, namespace = %namespace, limit, "console sign-in refused: namespace over its storage budget");
+        return Reject::new(
+            StatusCode::INSUFFICIENT_STORAGE,
+            "STORAGE_QUOTA_EXCEEDED",
+            format!(
+                "This namespace's storage is at its {limit} budget; no console session was opened. Sessions leave it as they expire or sign out."
+            ),
+        );
+    }
     tracing::error!(target: LOG, error = %e, "console session store failed");
     Reject::unavailable("console sessions")
 }

@@ -45,13 +45,16 @@ pub struct StoredSession {
     pub principal: String,
     /// How its principal is re-established.
     pub credential: SessionCredential,
+    /// The principal's namespace, whose storage budget a stored session counts against.
+    pub namespace: String,
     /// When it was opened (eviction goes oldest first).
     pub created_at: DateTime<Utc>,
     /// When it ends.
     pub expires_at: DateTime<Utc>,
 }
 
-/// Why a session store failed; the console answers `503` and logs it.
+/// Why a session store failed; the console answers `503` (`507` past a storage budget)
+/// and logs it.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum SessionStoreError {
@@ -61,6 +64,15 @@ pub enum SessionStoreError {
     /// A stored session does not decode.
     #[error("malformed console session: {0}")]
     Malformed(String),
+    /// The principal's namespace is at its storage budget: nothing was stored, nobody
+    /// signed out; the console answers `507 STORAGE_QUOTA_EXCEEDED`.
+    #[error("namespace `{namespace}` is at its storage budget ({limit})")]
+    QuotaExceeded {
+        /// The namespace.
+        namespace: String,
+        /// Which bound: `rows` or `bytes`.
+        limit: &'static str,
+    },
 }
 
 /// Where console sessions live: implemented over the deployment's database by

@@ -1,7 +1,8 @@
 //! The approval console's session rows (`ConsoleSessionRows`), on SQLite and Postgres: a
 //! principal keeps its newest sessions (the oldest evicted), others are untouched, expired
-//! rows read as missing and are purged, a deleted row is gone, and oversized fields are
-//! refused before anything is written.
+//! rows read as missing and are purged, a deleted row is gone, oversized fields are
+//! refused before anything is written, and sessions count against their namespace's
+//! storage budget with its receipts.
 
 use crate::common::TestDb;
 
@@ -9,12 +10,14 @@ use capgate_store::{ConsoleSessionRow, MAX_SESSION_FIELD_BYTES, SessionRowError}
 use chrono::{DateTime, Duration, Utc};
 
 on_both_backends!(a_principal_keeps_its_newest_sessions_and_expired_ones_are_gone);
+on_both_backends!(console_sessions_count_against_their_namespaces_budget);
 
 fn row(id: &str, principal: &str, created: DateTime<Utc>, ttl: Duration) -> ConsoleSessionRow {
     ConsoleSessionRow {
         id_sha256: id.into(),
         principal: principal.into(),
         credential: r#"{"kind":"apiKey","sha256":"00"}"#.into(),
+        namespace: String::new(),
         created_at: created,
         expires_at: created + ttl,
     }
@@ -108,4 +111,97 @@ async fn mcp_sessions_read_back_as_written_keep_their_first_opener_and_are_purge
         Err(SessionRowError::Malformed(_))
     ));
     assert_eq!(rows.get("m3").await.expect("get"), None);
+}
+
+/// A session of `principal` in `namespace`, opened now for an hour.
+fn in_namespace(id: &str, principal: &str, namespace: &str) -> ConsoleSessionRow {
+    ConsoleSessionRow {
+        namespace: namespace.into(),
+        ..row(id, principal, Utc::now(), Duration::hours(1))
+    }
+}
+
+async fn console_sessions_count_against_their_namespaces_budget(db: &TestDb) {
+    // Issue 55: each sign-in stores a row, so a key that signs in without end grew the
+    // database without end. Sessions now count against their namespace's budget, with its
+    // receipts and approvals.
+    use capgate_core::journal::{
+        ClaimOutcome, ClaimRequest, InvocationJournal, JournalBudget, JournalError,
+    };
+    let store = db.open().await;
+    let budget = JournalBudget {
+        max_rows: 3,
+        max_bytes: 1 << 20,
+    };
+    let rows = store.console_sessions().with_budget(budget);
+    let journal = store.journal().with_budget(budget);
+    let now = Utc::now();
+    // A receipt and two sessions fill org_2's three rows.
+    let claim = |id: &str| {
+        ClaimRequest::new(
+            "scope_org_2",
+            id,
+            "orders.refund",
+            serde_json::json!({"amount": 5}),
+        )
+        .and_then(|c| c.namespace("org_2"))
+        .expect("valid claim")
+    };
+    assert!(matches!(
+        journal.claim(claim("inv_1"), now).await.expect("claim"),
+        ClaimOutcome::Admitted { .. }
+    ));
+    for (id, who) in [("s1", "priya"), ("s2", "omar")] {
+        rows.insert(&in_namespace(id, who, "org_2"), 10, now)
+            .await
+            .expect("within budget");
+    }
+    let refused = rows
+        .insert(&in_namespace("s3", "eve", "org_2"), 10, now)
+        .await;
+    assert!(
+        matches!(&refused, Err(SessionRowError::QuotaExceeded { namespace, limit: "rows" }) if namespace == "org_2"),
+        "{refused:?}"
+    );
+    assert!(
+        rows.get("s3", now).await.expect("get").is_none(),
+        "nothing stored"
+    );
+    assert!(
+        rows.get("s1", now).await.expect("get").is_some(),
+        "nobody signed out"
+    );
+    // The receipts see the sessions too.
+    let over = journal.claim(claim("inv_2"), now).await;
+    assert!(
+        matches!(over, Err(JournalError::QuotaExceeded { .. })),
+        "{over:?}"
+    );
+    // Another namespace, and a session of none (an embedder's), are not held back.
+    rows.insert(&in_namespace("o1", "dana", "org_1"), 10, now)
+        .await
+        .expect("org_1 has a budget of its own");
+    rows.insert(&in_namespace("n1", "ops", ""), 10, now)
+        .await
+        .expect("no namespace, no budget");
+    // A signed-out session leaves the count.
+    rows.delete("s2").await.expect("delete");
+    rows.insert(&in_namespace("s3", "eve", "org_2"), 10, now)
+        .await
+        .expect("room again");
+    // Bytes: a credential larger than the namespace's whole byte budget.
+    let small = store.console_sessions().with_budget(JournalBudget {
+        max_rows: 100,
+        max_bytes: 64,
+    });
+    let mut big = in_namespace("b1", "zoe", "org_3");
+    big.credential = format!(r#"{{"kind":"apiKey","sha256":"{}"}}"#, "0".repeat(64));
+    let refused = small.insert(&big, 10, now).await;
+    assert!(
+        matches!(
+            &refused,
+            Err(SessionRowError::QuotaExceeded { limit: "bytes", .. })
+        ),
+        "{refused:?}"
+    );
 }
