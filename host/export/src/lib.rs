@@ -21,7 +21,8 @@
 //! - **A sink** ([`ExportSink`]) delivers a batch and says when it is safe: the collector
 //!   answered 2xx ([`OtlpSink`]), the lines are written and fsynced ([`JsonlSink`]). A
 //!   sink may also keep the chains' signed checkpoints ([`ExportSink::deliver_checkpoints`]:
-//!   the JSON-lines sink does), the copy off the box `capgate audit verify --checkpoints`
+//!   the JSON-lines sink writes them as lines, the OTLP sink as log records named
+//!   [`CHECKPOINT_EVENT`]), the copy off the box `capgate audit verify --checkpoints`
 //!   checks the store against.
 //! - **The exporter** ([`Exporter`]) loops: renew the lease, read the next batch after the
 //!   cursors, deliver it within a timeout, then move the cursors. A failed delivery is
@@ -38,6 +39,6 @@ mod webhook;
 
 pub use exporter::{ExportHandle, ExportOptions, ExportStatus, Exporter};
 pub use jsonl::{JsonlSink, jsonl_checkpoint_line, jsonl_line};
-pub use otlp::{OtlpSink, OtlpTarget, log_records};
+pub use otlp::{CHECKPOINT_EVENT, OtlpSink, OtlpTarget, checkpoint_records, log_records};
 pub use sink::{Delivered, ExportSink, SinkError};
 pub use webhook::{WebhookSink, WebhookStyle, WebhookTarget, notification, signature};

@@ -5,9 +5,14 @@
 //! (`capability.started`), the body the spec's event envelope as a map, and the attributes
 //! `capgate.audit.chain`, `capgate.audit.seq` and `capgate.audit.hash`, so a receiver can
 //! drop a repeated delivery (`(chain, seq)` is unique) and check the chain.
+//!
+//! The chains' signed records (start records and checkpoints) travel the same way, one
+//! record each named [`CHECKPOINT_EVENT`], the body the record as `capgate audit verify
+//! --checkpoints` reads it (a JSON-lines line's `checkpoint`): the collector's copy is the
+//! one off the box a database writer cannot rewrite.
 
 use crate::sink::{Delivered, ExportSink, SinkError};
-use capgate_store::ExportedEvent;
+use capgate_store::{ExportedCheckpoint, ExportedEvent};
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsServiceRequest, ExportLogsServiceResponse,
 };
@@ -35,6 +40,9 @@ pub struct OtlpTarget {
     /// The bound on one request.
     pub timeout: Duration,
 }
+
+/// The `event_name` of a log record carrying a chain's signed record (start or checkpoint).
+pub const CHECKPOINT_EVENT: &str = "capgate.audit.checkpoint";
 
 /// The largest collector answer read (a partial-success message is a few bytes).
 const MAX_RESPONSE_BYTES: usize = 64 * 1024;
@@ -137,7 +145,32 @@ pub fn log_records(events: &[ExportedEvent]) -> Vec<LogRecord> {
         .collect()
 }
 
-fn request(events: &[ExportedEvent], service_name: &str) -> ExportLogsServiceRequest {
+/// The log records of a chain's signed records, one each: [`CHECKPOINT_EVENT`], the
+/// record as the body, its chain and seq as attributes.
+pub fn checkpoint_records(records: &[ExportedCheckpoint]) -> Vec<LogRecord> {
+    let observed = nanos(chrono::Utc::now());
+    records
+        .iter()
+        .map(|c| LogRecord {
+            time_unix_nano: nanos(c.at),
+            observed_time_unix_nano: observed,
+            severity_number: SeverityNumber::Info as i32,
+            severity_text: "INFO".into(),
+            event_name: CHECKPOINT_EVENT.into(),
+            body: Some(any(&serde_json::to_value(c).unwrap_or(Value::Null))),
+            attributes: vec![
+                kv(
+                    "capgate.audit.chain",
+                    any_value::Value::StringValue(c.chain.clone()),
+                ),
+                kv("capgate.audit.seq", any_value::Value::IntValue(c.seq)),
+            ],
+            ..LogRecord::default()
+        })
+        .collect()
+}
+
+fn request(log_records: Vec<LogRecord>, service_name: &str) -> ExportLogsServiceRequest {
     ExportLogsServiceRequest {
         resource_logs: vec![ResourceLogs {
             resource: Some(Resource {
@@ -153,7 +186,7 @@ fn request(events: &[ExportedEvent], service_name: &str) -> ExportLogsServiceReq
                     version: env!("CARGO_PKG_VERSION").into(),
                     ..InstrumentationScope::default()
                 }),
-                log_records: log_records(events),
+                log_records,
                 ..ScopeLogs::default()
             }],
             ..ResourceLogs::default()
@@ -168,7 +201,23 @@ impl ExportSink for OtlpSink {
     }
 
     async fn deliver(&mut self, events: &[ExportedEvent]) -> Result<Delivered, SinkError> {
-        let body = request(events, &self.target.service_name).encode_to_vec();
+        self.post(log_records(events)).await
+    }
+
+    /// The signed records go to the collector as log records of their own, the copy off
+    /// the box `capgate audit verify --checkpoints` checks a store against.
+    async fn deliver_checkpoints(
+        &mut self,
+        records: &[ExportedCheckpoint],
+    ) -> Result<Delivered, SinkError> {
+        self.post(checkpoint_records(records)).await
+    }
+}
+
+impl OtlpSink {
+    /// POST one request of `records`; what the collector rejected of them.
+    async fn post(&self, records: Vec<LogRecord>) -> Result<Delivered, SinkError> {
+        let body = request(records, &self.target.service_name).encode_to_vec();
         let mut req = self
             .client
             .post(&self.target.endpoint)
@@ -218,7 +267,7 @@ mod tests {
             hash: Some("ab".into()),
             event: json!({"type": "capability.denied", "data": {"n": 1, "f": 0.5, "ok": true, "x": null, "l": ["a"]}}),
         };
-        let bytes = request(std::slice::from_ref(&e), "gw").encode_to_vec();
+        let bytes = request(log_records(std::slice::from_ref(&e)), "gw").encode_to_vec();
         let back = ExportLogsServiceRequest::decode(bytes.as_slice()).expect("decodes");
         let rl = &back.resource_logs[0];
         let r = &rl.scope_logs[0].log_records[0];
@@ -248,5 +297,33 @@ mod tests {
             rl.resource.as_ref().map(|r| r.attributes[0].key.as_str()),
             Some("service.name")
         );
+    }
+
+    #[test]
+    fn a_checkpoint_becomes_a_record_whose_body_verify_reads_back() {
+        let c = ExportedCheckpoint {
+            chain: "019a".into(),
+            seq: 8,
+            hash: "ab".repeat(32),
+            at: chrono::DateTime::from_timestamp(1_796_378_400, 0).unwrap_or_default(),
+            key_id: "k1".into(),
+            signature: "cd".repeat(64),
+            kind: Some("checkpoint".into()),
+            prev: Some("ef".repeat(32)),
+            every_events: None,
+            unchained_through: None,
+        };
+        let bytes = request(checkpoint_records(std::slice::from_ref(&c)), "gw").encode_to_vec();
+        let back = ExportLogsServiceRequest::decode(bytes.as_slice()).expect("decodes");
+        let r = &back.resource_logs[0].scope_logs[0].log_records[0];
+        assert_eq!(r.event_name, CHECKPOINT_EVENT);
+        assert_eq!(r.time_unix_nano, 1_796_378_400_000_000_000);
+        assert_eq!(
+            r.body,
+            Some(any(&serde_json::to_value(&c).expect("serializes")))
+        );
+        assert!(r.attributes.iter().any(|a| a.key == "capgate.audit.seq"
+            && a.value.as_ref().and_then(|v| v.value.clone())
+                == Some(any_value::Value::IntValue(8))));
     }
 }

@@ -96,10 +96,11 @@ enum AuditCommand {
         output: OutputArg,
     },
     /// Export the stored trail once (a backfill): the events at or after `--since` and before
-    /// `--until`, oldest first, as JSON lines on stdout (`--format jsonl`, the lines of a
-    /// `jsonl` sink) or as OTLP logs POSTed to a collector (`--format otlp`). Progress goes
-    /// to stderr; a failed batch stops the export and says how to resume it
-    /// (`--after-id`). Continuous export is `[audit.export.NAME]`.
+    /// `--until`, oldest first, then every signed record of the chains (start records and
+    /// checkpoints, what `verify --checkpoints` reads), as JSON lines on stdout (`--format
+    /// jsonl`, the lines of a `jsonl` sink) or as OTLP logs POSTed to a collector (`--format
+    /// otlp`). Progress goes to stderr; a failed batch stops the export and says how to
+    /// resume it (`--after-id`). Continuous export is `[audit.export.NAME]`.
     ///
     /// Example: capgate audit export --store sqlite://capgate.db --since 2026-11-01T00:00:00Z --format jsonl
     Export {
@@ -292,8 +293,42 @@ async fn export(
             eprintln!("exported {total} events (last id {after})");
         }
     }
+    // Then the chains' signed records, so the copy is one `verify --checkpoints` can check
+    // the store against (a repeat of any of them is harmless to it).
+    let (mut after_record, mut records) = (0i64, 0u64);
+    loop {
+        let page = log
+            .export_checkpoint_page(after_record, range.batch)
+            .await?;
+        let Some(&(last, _)) = page.last() else {
+            break;
+        };
+        let page: Vec<_> = page.into_iter().map(|(_, c)| c).collect();
+        let sent = match &mut otlp {
+            Some(sink) => sink
+                .deliver_checkpoints(&page)
+                .await
+                .map(|_| ())
+                .map_err(anyhow::Error::from),
+            None => {
+                let mut out = stdout.lock();
+                page.iter()
+                    .try_for_each(|c| out.write_all(&capgate_export::jsonl_checkpoint_line(c)))
+                    .and_then(|()| out.flush())
+                    .map_err(anyhow::Error::from)
+            }
+        };
+        if let Err(e) = sent {
+            store.close().await;
+            return Err(e.context(format!(
+                "exported {total} events and {records} signed records; run the export again to send the signed records"
+            )));
+        }
+        records += page.len() as u64;
+        after_record = last;
+    }
     store.close().await;
-    eprintln!("exported {total} events");
+    eprintln!("exported {total} events and {records} signed records");
     Ok(ExitCode::SUCCESS)
 }
 

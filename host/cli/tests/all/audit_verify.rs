@@ -399,6 +399,29 @@ async fn audit_verify_names_each_tamper_of_a_database_writer_and_checks_the_expo
         text.contains("checkpoints of the exported copy checked"),
         "{text}"
     );
+    // A backfill is such a copy too: the events, then every signed record.
+    let backfill = capgate_output(&["audit", "export", "--store", &store]);
+    let stderr = String::from_utf8_lossy(&backfill.stderr);
+    assert!(backfill.status.success(), "{stderr}");
+    let records = String::from_utf8_lossy(&backfill.stdout)
+        .lines()
+        .filter(|l| l.starts_with("{\"checkpoint\""))
+        .count();
+    assert!(records >= copied.len(), "{records} < {}", copied.len());
+    assert!(
+        stderr.contains("signed records") && stderr.contains(&records.to_string()),
+        "{stderr}"
+    );
+    let file = dir.path().join("backfill.jsonl");
+    std::fs::write(&file, &backfill.stdout).expect("write the backfill");
+    let (code, text) = verify(&store, &["--checkpoints", file.to_str().expect("utf-8")]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains(&format!(
+            "{records} checkpoints of the exported copy checked"
+        )),
+        "{text}"
+    );
 
     // Each tamper on a copy of its own; each exits 1 naming the chain and the seq.
     let named = |text: &str, kind: &str, chain: &str, seq: i64| {

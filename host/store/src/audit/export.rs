@@ -354,7 +354,34 @@ const BACKFILL: Sql = Sql {
                ORDER BY id LIMIT $4",
 };
 
+/// Every signed record of the store after a row id, in row order (a backfill's second
+/// part).
+const BACKFILL_CHECKPOINTS: &str = "SELECT id, chain, seq, hash, at, key_id, signature, kind, \
+     prev, every_events, unchained_through FROM capgate_audit_checkpoints \
+     WHERE id > $1 ORDER BY id LIMIT $2";
+
 impl AuditLog {
+    /// A page of the signed records (start records and checkpoints) a backfill ships after
+    /// the events, so the copy can be checked with `capgate audit verify --checkpoints`:
+    /// those stored after row `after_id`, in row order, at most `limit` (1 to
+    /// [`MAX_EXPORT_BATCH`]), each with its row id (pass the last to get the next page).
+    pub async fn export_checkpoint_page(
+        &self,
+        after_id: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, ExportedCheckpoint)>, AuditExportError> {
+        let limit = i64::try_from(limit.clamp(1, MAX_EXPORT_BATCH)).unwrap_or(1);
+        self.store
+            .fetch_all(BACKFILL_CHECKPOINTS, &[&after_id, &limit], |row| {
+                Ok::<_, crate::columns::ColumnError>((row.int("id")?, read_record(row)?))
+            })
+            .await
+            .map_err(AuditExportError::Backend)?
+            .into_iter()
+            .map(|r| r.map_err(backend))
+            .collect()
+    }
+
     /// A page of a backfill (`capgate audit export`): the events stored after row
     /// `after_id` that happened at or after `since` and before `until`, oldest first, at
     /// most `limit` (1 to [`MAX_EXPORT_BATCH`]). Pass the last id of a page to get the next.
