@@ -1,28 +1,23 @@
 //! The code of the `capgate` binary (src/main.rs parses its command line and dispatches to
-//! [`commands`], one module per subcommand): assembling a deployment from its checked
-//! configuration (`capgate-config`), `serve`, and the operator commands. A library so
-//! that the integration tests reach the same code; it is not a stable API.
+//! [`commands`], one module per subcommand): the operator commands and their presentation
+//! over `capgate-server` (checking, assembling and serving a deployment), whose modules it
+//! re-exports under their old names. A library so that the integration tests reach the same
+//! code; it is not a stable API (embedders use `capgate-server`).
 
 pub mod args;
-pub mod audit_export;
-pub mod build;
+pub use capgate_server::{
+    audit_export, build, metrics, reload, serve, store, telemetry, upstreams, validate,
+};
 pub mod commands;
 pub mod diff;
 pub mod exit;
 pub mod inspect;
 pub mod mcp_import;
-pub mod metrics;
 pub mod openapi;
 pub mod plugin_test;
-pub mod reload;
 pub mod replay;
 pub mod scenario;
-pub mod serve;
-pub mod store;
 pub mod table;
-pub mod telemetry;
-pub mod upstreams;
-pub mod validate;
 
 use anyhow::Context;
 

@@ -3,7 +3,7 @@
 //!
 //! This crate is the schema layer (cargo's `cargo-util-schemas`, ripgrep's `LowArgs`): it
 //! knows what the file may say and where each thing was said, never what it means at
-//! run time. Assembling a deployment from it is `capgate-serve`'s job.
+//! run time. Assembling a deployment from it is `capgate-server`'s job.
 //!
 //! ```
 //! let (config, doc) = capgate_config::Config::parse(

@@ -228,6 +228,49 @@ struct Backfill {
     batch: usize,
 }
 
+/// Where `capgate audit export` sends: a collector, or JSON lines on stdout.
+enum BackfillOut {
+    Otlp(capgate_export::OtlpSink),
+    Stdout,
+}
+
+impl BackfillOut {
+    /// A page of events.
+    async fn events(&mut self, page: &[capgate_store::ExportedEvent]) -> anyhow::Result<()> {
+        use capgate_export::ExportSink;
+        match self {
+            BackfillOut::Otlp(sink) => sink.deliver(page).await.map(drop).map_err(Into::into),
+            BackfillOut::Stdout => write_lines(page.iter().map(capgate_export::jsonl_line)),
+        }
+    }
+
+    /// A page of the chains' signed records.
+    async fn records(&mut self, page: &[capgate_store::ExportedCheckpoint]) -> anyhow::Result<()> {
+        use capgate_export::ExportSink;
+        match self {
+            BackfillOut::Otlp(sink) => sink
+                .deliver_checkpoints(page)
+                .await
+                .map(drop)
+                .map_err(Into::into),
+            BackfillOut::Stdout => {
+                write_lines(page.iter().map(capgate_export::jsonl_checkpoint_line))
+            }
+        }
+    }
+}
+
+/// Write `lines` to stdout and flush.
+fn write_lines(lines: impl Iterator<Item = Vec<u8>>) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    for line in lines {
+        out.write_all(&line)?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
 /// `capgate audit export`.
 async fn export(
     store: &StoreArg,
@@ -235,10 +278,8 @@ async fn export(
     format: ExportFormat,
     endpoint: Option<String>,
 ) -> anyhow::Result<ExitCode> {
-    use capgate_export::ExportSink;
-    use std::io::Write;
-    let mut otlp = match format {
-        ExportFormat::Jsonl => None,
+    let mut out = match format {
+        ExportFormat::Jsonl => BackfillOut::Stdout,
         ExportFormat::Otlp => {
             let env = |k: &str| std::env::var(k).ok();
             let endpoint = capgate_config::telemetry::logs_endpoint(endpoint.as_deref(), None, env)
@@ -247,7 +288,7 @@ async fn export(
                     message,
                 })?;
             eprintln!("exporting to {endpoint}");
-            Some(capgate_export::OtlpSink::new(capgate_export::OtlpTarget {
+            BackfillOut::Otlp(capgate_export::OtlpSink::new(capgate_export::OtlpTarget {
                 endpoint,
                 headers: Vec::new(),
                 service_name: capgate_config::telemetry::logs_service_name(None, env),
@@ -256,10 +297,10 @@ async fn export(
             })?)
         }
     };
+    let progress = matches!(out, BackfillOut::Otlp(_));
     let store = store.open_existing().await?;
     let log = store.audit_log();
     let (mut after, mut total) = (range.after_id, 0u64);
-    let stdout = std::io::stdout();
     loop {
         let page = log
             .export_page(range.since, range.until, after, range.batch)
@@ -267,21 +308,7 @@ async fn export(
         let Some(last) = page.last().map(|e| e.id) else {
             break;
         };
-        let sent = match &mut otlp {
-            Some(sink) => sink
-                .deliver(&page)
-                .await
-                .map(|_| ())
-                .map_err(anyhow::Error::from),
-            None => {
-                let mut out = stdout.lock();
-                page.iter()
-                    .try_for_each(|e| out.write_all(&capgate_export::jsonl_line(e)))
-                    .and_then(|()| out.flush())
-                    .map_err(anyhow::Error::from)
-            }
-        };
-        if let Err(e) = sent {
+        if let Err(e) = out.events(&page).await {
             store.close().await;
             return Err(e.context(format!(
                 "exported {total} events; resume with --after-id {after}"
@@ -289,7 +316,7 @@ async fn export(
         }
         total += page.len() as u64;
         after = last;
-        if otlp.is_some() {
+        if progress {
             eprintln!("exported {total} events (last id {after})");
         }
     }
@@ -304,21 +331,7 @@ async fn export(
             break;
         };
         let page: Vec<_> = page.into_iter().map(|(_, c)| c).collect();
-        let sent = match &mut otlp {
-            Some(sink) => sink
-                .deliver_checkpoints(&page)
-                .await
-                .map(|_| ())
-                .map_err(anyhow::Error::from),
-            None => {
-                let mut out = stdout.lock();
-                page.iter()
-                    .try_for_each(|c| out.write_all(&capgate_export::jsonl_checkpoint_line(c)))
-                    .and_then(|()| out.flush())
-                    .map_err(anyhow::Error::from)
-            }
-        };
-        if let Err(e) = sent {
+        if let Err(e) = out.records(&page).await {
             store.close().await;
             return Err(e.context(format!(
                 "exported {total} events and {records} signed records; run the export again to send the signed records"

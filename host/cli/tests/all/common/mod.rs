@@ -122,13 +122,7 @@ pub fn root() -> PathBuf {
 /// The example deployment as `cargo xtask demo` serves it (rendered by `cargo xtask test`
 /// before the tests run).
 pub fn example_config() -> PathBuf {
-    let path = root().join("examples/customer-support/capgate.toml");
-    assert!(
-        path.is_file(),
-        "{} is missing: run `cargo xtask example-config` (or `cargo xtask test`) first",
-        path.display()
-    );
-    path
+    capgate_testkit::paths::example_config()
 }
 
 /// A running `capgate serve`, killed on drop.
@@ -367,22 +361,7 @@ pub fn capgate(args: &[&str]) -> String {
 /// The example deployment, made self-contained in `dir` (absolute plugin, schema and cache
 /// paths), with `edit` applied to its text and `extra` TOML appended.
 pub fn deployment(dir: &Path, edit: impl Fn(String) -> String, extra: &str) -> PathBuf {
-    let example = example_config();
-    let here = example.parent().expect("example dir").to_path_buf();
-    let text = std::fs::read_to_string(&example).expect("read the example");
-    let text = text
-        .replace(
-            "pluginDir = \"../../plugins",
-            &format!("pluginDir = \"{}/../../plugins", here.display()),
-        )
-        .replace(
-            "compileCache = \".capgate-cache\"",
-            &format!("compileCache = \"{}/.capgate-cache\"", dir.display()),
-        )
-        .replace("\"schemas/", &format!("\"{}/schemas/", here.display()));
-    let path = dir.join("capgate.toml");
-    std::fs::write(&path, format!("{}\n{extra}\n", edit(text))).expect("write config");
-    path
+    capgate_testkit::paths::example_in(dir, |text| format!("{}\n{extra}\n", edit(text)))
 }
 
 pub fn key_hash(key: &str) -> String {

@@ -37,6 +37,8 @@ pub enum Trigger {
     Signal,
     /// `POST /admin/reload`, by this operator.
     Admin(Box<Authenticated>),
+    /// The program embedding the server ([`crate::serve::Served::reload`]).
+    Embedder,
 }
 
 impl Trigger {
@@ -44,6 +46,7 @@ impl Trigger {
         match self {
             Trigger::Signal => "signal",
             Trigger::Admin(_) => "admin",
+            Trigger::Embedder => "embedder",
         }
     }
 
@@ -53,6 +56,13 @@ impl Trigger {
             Trigger::Signal => (
                 ActorRef {
                     id: "sighup".into(),
+                    kind: ActorKind::Service,
+                },
+                None,
+            ),
+            Trigger::Embedder => (
+                ActorRef {
+                    id: "embedder".into(),
                     kind: ActorKind::Service,
                 },
                 None,

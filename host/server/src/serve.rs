@@ -15,6 +15,8 @@ use anyhow::Context;
 use arc_swap::ArcSwap;
 use axum::extract::Request;
 use capgate_config::RateLimitScope;
+/// How a reload ended ([`Served::reload`]): re-exported so an embedder needs no other crate.
+pub use capgate_gateway::admin::ReloadAnswer;
 use capgate_gateway::app::{AppBuilder, AppError, Kept};
 use capgate_gateway::approvals_api::{ApprovalsOptions, ExecutionHistory, ExecutionOutcome};
 use capgate_gateway::console::{
@@ -133,7 +135,7 @@ impl Drop for InFlight {
 }
 
 /// The role the approvals API and the console ask of an approver.
-pub(crate) use capgate_gateway::approvals_api::APPROVER_ROLE;
+pub use capgate_gateway::approvals_api::APPROVER_ROLE;
 
 fn console_options(c: &capgate_config::ConsoleSection) -> anyhow::Result<ConsoleOptions> {
     Ok(ConsoleOptions {
@@ -370,152 +372,25 @@ pub struct Listen {
 }
 
 /// `capgate serve`: a [`Checked`] deployment over its store (created if missing), behind
-/// one listener (two when the metrics have their own).
+/// one listener (two when the metrics have their own), until SIGTERM or Ctrl-C; SIGHUP
+/// reloads the configuration. An embedder that owns its process's signals uses [`start`].
 pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> anyhow::Result<()> {
-    let cfg = &checked.config;
-    let traces = crate::telemetry::start_traces(&cfg.telemetry)?;
-    let url = StoreUrl::for_config(store.as_deref(), cfg)?;
-    let addr = listen.gateway.unwrap_or_else(|| cfg.gateway.listen.clone());
-    if let Err(e) = capgate_config::values::check_listen(&addr) {
-        anyhow::bail!("--listen: {e}");
-    }
-    let metrics_on = cfg.telemetry.metrics.as_ref().is_some_and(|m| m.enabled);
     for w in &checked.warnings {
         eprintln!("capgate: warning: {w}");
     }
-    // `check` refused a file that serves metrics unauthenticated off loopback; the command
-    // line can move the listeners, so look again at where they will be.
-    if let Some(m) = cfg.telemetry.metrics.as_ref().filter(|m| m.enabled)
-        && m.bearer_token_sha256.is_none()
-    {
-        let metrics_addr = listen
-            .metrics
-            .clone()
-            .or_else(|| m.listen.clone())
-            .unwrap_or_else(|| addr.clone());
-        if !capgate_config::values::is_loopback_listen(&metrics_addr) {
-            anyhow::bail!(
-                "/telemetry/metrics/bearerTokenSha256: required to serve metrics on `{metrics_addr}`, which is not a loopback address (they name every tenant's namespace); set it (`capgate keys hash` prints one) or listen on 127.0.0.1"
-            );
-        }
-    }
-    if let Some(m) = &listen.metrics {
-        if let Err(e) = capgate_config::values::check_listen(m) {
-            anyhow::bail!("--metrics-listen: {e}");
-        }
-        if !metrics_on {
-            anyhow::bail!(
-                "--metrics-listen: metrics are off in {} (add a [telemetry.metrics] table)",
-                cfg.path.display()
-            );
-        }
-    }
-    let mut deployment = build(
-        &checked,
-        url.open_with(Access::Create, crate::store::options(&cfg.store))
-            .await?,
-        &url.display(),
-    )
-    .await?;
-    // `[audit] retainDays` (a restart key): the purge keeps what export sinks have not
-    // delivered, and signs its records with the checkpoint key (required with it).
-    let (retain_days, audit_signer) =
-        (cfg.audit.retain_days, crate::build::checkpoint_signer(cfg)?);
-    let export_sinks: Vec<String> = cfg.audit.export.keys().cloned().collect();
-    // `[audit.export.NAME]`: restart keys, so started once per process.
-    let exporters = crate::audit_export::start(cfg, &deployment.store)?;
-    deployment.exports = exporters.iter().map(|h| h.status()).collect();
-    let metrics = metrics_router(cfg, &deployment)?;
-    // What shutdown needs, whatever configuration is serving by then.
-    let (store_handle, audit_sink, sinks) = (
-        deployment.store.clone(),
-        deployment.audit.clone(),
-        deployment.sinks.clone(),
-    );
-    let pending_horizon = cfg
+    let addr = listen
         .gateway
-        .pending_horizon_hours
-        .map(|h| Duration::from_secs(h.saturating_mul(3600)));
-    let journal = deployment
-        .store
-        .journal()
-        .with_replay_horizon(Duration::from_secs(
-            cfg.gateway.replay_horizon_hours.saturating_mul(3600),
-        ));
-    let routes = cfg.gateway.routes.clone();
-    let unready_delay = Duration::from_millis(cfg.gateway.shutdown_unready_delay_ms);
-    let drain = Duration::from_millis(cfg.gateway.shutdown_drain_ms);
-    let console = cfg.gateway.console.clone();
-    let admin_reload = cfg.gateway.admin.reload;
-    let metrics_section = cfg.telemetry.metrics.clone();
-    let kept = Arc::new(
-        // Console sessions count against their namespace's storage budget (restart keys,
-        // like the journal's and the approvals' own).
-        Kept::new(ConsoleSessions::new(Arc::new(StoredSessions(
-            deployment
-                .store
-                .console_sessions()
-                .with_budget(capgate_core::journal::JournalBudget {
-                    max_rows: cfg.gateway.journal_max_rows_per_namespace,
-                    max_bytes: cfg.gateway.journal_max_bytes_per_namespace,
-                }),
-        ))))
-        .with_mcp_sessions(McpSessions::shared(Arc::new(StoredMcpSessions(
-            deployment.store.mcp_sessions(),
-        )))),
-    );
-    let current = Arc::new(ArcSwap::from_pointee(axum::Router::new()));
-    let reloader = Reloader::new(checked, deployment, kept.clone(), current.clone())?;
-    let _ = kept.set_reloader(reloader.clone());
-    reloader.serve_first().await?;
-    let in_flight = Arc::new(AtomicUsize::new(0));
-    let mut app = swapped(current, in_flight.clone());
-    let mut metrics_server = None;
-    let mut metrics_on_gateway = None;
-    if let Some(router) = metrics {
-        let m = metrics_section.as_ref();
-        let own = listen
-            .metrics
-            .as_deref()
-            .or_else(|| m.and_then(|m| m.listen.as_deref()));
-        match own {
-            None => {
-                app = app.merge(router);
-                metrics_on_gateway = m.map(|m| m.path.clone());
-            }
-            Some(addr) => {
-                let listener = tokio::net::TcpListener::bind(addr)
-                    .await
-                    .with_context(|| format!("cannot listen for metrics on {addr} (is another process using it? change [telemetry.metrics] listen, or try --metrics-listen 127.0.0.1:0)"))?;
-                let local = listener.local_addr().context("metrics listener address")?;
-                println!(
-                    "capgate: metrics on http://{local}{}",
-                    m.map_or("", |m| m.path.as_str())
-                );
-                metrics_server = Some(tokio::spawn(async move {
-                    if let Err(e) = axum::serve(
-                        listener,
-                        router.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-                    )
-                    .await
-                    {
-                        tracing::error!("the metrics listener failed: {e}");
-                    }
-                }));
-            }
-        }
+        .clone()
+        .unwrap_or_else(|| checked.config.gateway.listen.clone());
+    if let Err(e) = capgate_config::values::check_listen(&addr) {
+        anyhow::bail!("--listen: {e}");
     }
+    let prepared = Prepared::new(checked, store, &listen, &addr).await?;
     // Before announcing the listener: SIGHUP's and SIGTERM's default actions would end the
     // process.
     let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .context("cannot listen for SIGHUP")?;
-    let mut stops = Stops::new()?;
-    let shutdown = Shutdown {
-        unready_delay,
-        drain,
-        probe: kept.shutdown().clone(),
-        in_flight,
-    };
+    let stops = Stops::signals()?;
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
         .with_context(|| {
@@ -524,117 +399,403 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
             )
         })?;
     let local = listener.local_addr().context("listener address")?;
-    println!("capgate: listening on http://{local}");
-    for r in &routes {
-        println!(
-            "capgate:   {} -> surface {} (describe, invoke, getInvocation, getApproval, resumeApproval, contract, tools)",
-            r.path,
-            r.surface.as_str()
-        );
-    }
-    println!(
-        "capgate:   /mcp -> MCP (streamable HTTP), /approvals -> human approvals (role approver)"
-    );
-    if console.enabled {
-        println!(
-            "capgate:   {} -> the approval console (sign in with an approver's or a human's console key, never an agent's) at http://{local}{}",
-            console.path, console.path
-        );
-    }
-    if admin_reload {
-        println!("capgate:   /admin/reload -> reload the configuration (POST, an operator key)");
-    }
-    if let Some(path) = metrics_on_gateway {
-        println!("capgate:   {path} -> Prometheus metrics");
-    }
-    println!("capgate:   /healthz, /readyz -> health (liveness, readiness with named checks)");
-    println!("capgate:   SIGHUP -> reload the configuration");
-    println!(
-        "capgate:   SIGTERM, Ctrl-C -> drain ({} ms unready, then up to {} ms for calls in flight); a second one exits at once",
-        shutdown.unready_delay.as_millis(),
-        shutdown.drain.as_millis()
-    );
-    let purger = tokio::spawn(purge_receipts(
-        journal,
-        store_handle.approvals(),
-        pending_horizon,
-        sinks.clone(),
-    ));
-    let sweeper = tokio::spawn(sweep_expired_approvals(reloader.clone()));
-    let audit_purger = match (retain_days, audit_signer) {
-        (Some(days), Some(signer)) => Some(tokio::spawn(purge_audit(
-            store_handle.audit_log(),
-            days,
-            signer,
-            export_sinks,
-        ))),
-        _ => None,
-    };
-    let shared_purger = tokio::spawn(purge_shared(store_handle.clone()));
-    let reloads = tokio::spawn(reload_on_hangup(hangups, reloader));
-    let (stop_accepting, accepting_stopped) = tokio::sync::oneshot::channel::<()>();
-    let served = axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .with_graceful_shutdown(async {
-        let _ = accepting_stopped.await;
-    })
-    .into_future();
-    let served = shutdown.run(served, stop_accepting, &mut stops).await;
-    purger.abort();
-    sweeper.abort();
-    if let Some(p) = audit_purger {
-        p.abort();
-    }
-    shared_purger.abort();
+    prepared.announce(local);
+    let reloads = tokio::spawn(reload_on_hangup(hangups, prepared.reloader.clone()));
+    let served = prepared.run(listener, stops).await;
     reloads.abort();
-    if let Some(m) = metrics_server {
-        m.abort();
-    }
-    served.context("the server failed")?;
-    for sink in &sinks {
-        let _ = sink.flush().await;
-    }
-    // Exporters stop after the delivery in flight is acknowledged (bounded: a hung
-    // collector is abandoned; those events go again at the next start).
-    for exporter in exporters {
-        exporter.abort_after(EXPORT_STOP_TIMEOUT).await;
-    }
-    if let Some(traces) = traces {
-        traces.shutdown(TRACES_FLUSH_TIMEOUT).await;
-    }
-    let stats = audit_sink.stats();
-    if stats.lost() > 0 {
-        eprintln!(
-            "capgate: {} audit event(s) were lost (queue full or store unavailable); see the log",
-            stats.lost()
-        );
-    }
-    store_handle.close().await;
-    Ok(())
+    served
 }
 
-/// The signals that stop `serve`: SIGTERM (what an orchestrator sends) and SIGINT (Ctrl-C).
-struct Stops {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
+/// A deployment served in process by the program embedding this crate ([`start`]): its
+/// address, a reload on demand, and a stop that drains as SIGTERM does for `capgate serve`.
+pub struct Served {
+    addr: std::net::SocketAddr,
+    reloader: Arc<Reloader>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Served {
+    /// Where it listens.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.addr
+    }
+
+    /// Read the configuration file again and swap it in, or keep the current one and say
+    /// why (as SIGHUP and `POST /admin/reload` do; audited with the trigger `embedder`).
+    pub async fn reload(&self) -> ReloadAnswer {
+        self.reloader.reload(Trigger::Embedder).await
+    }
+
+    /// Stop: `/readyz` turns unready, the listener closes after the configured unready
+    /// delay, calls in flight get the drain time, then the sinks flush and the store
+    /// closes. The server's own failure, if it had one.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match (&mut self.task).await {
+            Ok(result) => result,
+            Err(e) => Err(anyhow::anyhow!("the server task failed: {e}")),
+        }
+    }
+}
+
+/// Serve a [`Checked`] deployment in this process on `listener`, over its store (the
+/// configuration's, or `store`; created if missing), with everything `capgate serve` runs
+/// beside it (export, the background jobs, the metrics), but no signal handling: the
+/// embedder reloads with [`Served::reload`] and stops with [`Served::stop`].
+///
+/// ```no_run
+/// # async fn example() -> anyhow::Result<()> {
+/// let checked = capgate_server::validate::validate("capgate.toml".as_ref())?;
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+/// let served = capgate_server::serve::start(checked, None, listener).await?;
+/// // … later: served.reload().await; served.stop().await?;
+/// # served.stop().await
+/// # }
+/// ```
+pub async fn start(
+    checked: Checked,
+    store: Option<String>,
+    listener: tokio::net::TcpListener,
+) -> anyhow::Result<Served> {
+    let addr = listener.local_addr().context("listener address")?;
+    let prepared = Prepared::new(checked, store, &Listen::default(), &addr.to_string()).await?;
+    let reloader = prepared.reloader.clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(prepared.run(listener, Stops::Embedder(Some(stopped))));
+    Ok(Served {
+        addr,
+        reloader,
+        stop: Some(stop),
+        task,
+    })
+}
+
+/// Everything built before the listener opens: the deployment, its exporters, the reloader
+/// and its application, the metrics, and what the background jobs and shutdown need.
+struct Prepared {
+    traces: Option<crate::telemetry::Traces>,
+    reloader: Arc<Reloader>,
+    app: axum::Router,
+    in_flight: Arc<AtomicUsize>,
+    kept: Arc<Kept>,
+    exporters: Vec<capgate_export::ExportHandle>,
+    metrics_server: Option<tokio::task::JoinHandle<()>>,
+    metrics_on_gateway: Option<String>,
+    store: capgate_store::Store,
+    audit_sink: Arc<capgate_store::SqlAuditSink>,
+    sinks: Vec<Arc<dyn capgate_core::audit::AuditSink>>,
+    journal: capgate_store::SqlInvocationJournal,
+    pending_horizon: Option<Duration>,
+    retain_days: Option<u64>,
+    audit_signer: Option<capgate_store::CheckpointSigner>,
+    export_sinks: Vec<String>,
+    routes: Vec<capgate_config::RouteSection>,
+    console: capgate_config::ConsoleSection,
+    admin_reload: bool,
+    unready_delay: Duration,
+    drain: Duration,
+}
+
+impl Prepared {
+    /// Build the deployment of `checked` for a gateway listening on `addr`.
+    async fn new(
+        checked: Checked,
+        store: Option<String>,
+        listen: &Listen,
+        addr: &str,
+    ) -> anyhow::Result<Prepared> {
+        let cfg = &checked.config;
+        let traces = crate::telemetry::start_traces(&cfg.telemetry)?;
+        let url = StoreUrl::for_config(store.as_deref(), cfg)?;
+        let metrics_on = cfg.telemetry.metrics.as_ref().is_some_and(|m| m.enabled);
+        // `check` refused a file that serves metrics unauthenticated off loopback; the
+        // command line can move the listeners, so look again at where they will be.
+        if let Some(m) = cfg.telemetry.metrics.as_ref().filter(|m| m.enabled)
+            && m.bearer_token_sha256.is_none()
+        {
+            let metrics_addr = listen
+                .metrics
+                .clone()
+                .or_else(|| m.listen.clone())
+                .unwrap_or_else(|| addr.to_string());
+            if !capgate_config::values::is_loopback_listen(&metrics_addr) {
+                anyhow::bail!(
+                    "/telemetry/metrics/bearerTokenSha256: required to serve metrics on `{metrics_addr}`, which is not a loopback address (they name every tenant's namespace); set it (`capgate keys hash` prints one) or listen on 127.0.0.1"
+                );
+            }
+        }
+        if let Some(m) = &listen.metrics {
+            if let Err(e) = capgate_config::values::check_listen(m) {
+                anyhow::bail!("--metrics-listen: {e}");
+            }
+            if !metrics_on {
+                anyhow::bail!(
+                    "--metrics-listen: metrics are off in {} (add a [telemetry.metrics] table)",
+                    cfg.path.display()
+                );
+            }
+        }
+        let mut deployment = build(
+            &checked,
+            url.open_with(Access::Create, crate::store::options(&cfg.store))
+                .await?,
+            &url.display(),
+        )
+        .await?;
+        // `[audit] retainDays` (a restart key): the purge keeps what export sinks have not
+        // delivered, and signs its records with the checkpoint key (required with it).
+        let (retain_days, audit_signer) =
+            (cfg.audit.retain_days, crate::build::checkpoint_signer(cfg)?);
+        let export_sinks: Vec<String> = cfg.audit.export.keys().cloned().collect();
+        // `[audit.export.NAME]`: restart keys, so started once per process.
+        let exporters = crate::audit_export::start(cfg, &deployment.store)?;
+        deployment.exports = exporters.iter().map(|h| h.status()).collect();
+        let metrics = metrics_router(cfg, &deployment)?;
+        let pending_horizon = cfg
+            .gateway
+            .pending_horizon_hours
+            .map(|h| Duration::from_secs(h.saturating_mul(3600)));
+        let journal = deployment
+            .store
+            .journal()
+            .with_replay_horizon(Duration::from_secs(
+                cfg.gateway.replay_horizon_hours.saturating_mul(3600),
+            ));
+        let routes = cfg.gateway.routes.clone();
+        let unready_delay = Duration::from_millis(cfg.gateway.shutdown_unready_delay_ms);
+        let drain = Duration::from_millis(cfg.gateway.shutdown_drain_ms);
+        let console = cfg.gateway.console.clone();
+        let admin_reload = cfg.gateway.admin.reload;
+        let metrics_section = cfg.telemetry.metrics.clone();
+        let (store_handle, audit_sink, sinks) = (
+            deployment.store.clone(),
+            deployment.audit.clone(),
+            deployment.sinks.clone(),
+        );
+        let kept = Arc::new(
+            // Console sessions count against their namespace's storage budget (restart
+            // keys, like the journal's and the approvals' own).
+            Kept::new(ConsoleSessions::new(Arc::new(StoredSessions(
+                deployment.store.console_sessions().with_budget(
+                    capgate_core::journal::JournalBudget {
+                        max_rows: cfg.gateway.journal_max_rows_per_namespace,
+                        max_bytes: cfg.gateway.journal_max_bytes_per_namespace,
+                    },
+                ),
+            ))))
+            .with_mcp_sessions(McpSessions::shared(Arc::new(StoredMcpSessions(
+                deployment.store.mcp_sessions(),
+            )))),
+        );
+        let current = Arc::new(ArcSwap::from_pointee(axum::Router::new()));
+        let reloader = Reloader::new(checked, deployment, kept.clone(), current.clone())?;
+        let _ = kept.set_reloader(reloader.clone());
+        reloader.serve_first().await?;
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let mut app = swapped(current, in_flight.clone());
+        let mut metrics_server = None;
+        let mut metrics_on_gateway = None;
+        if let Some(router) = metrics {
+            let m = metrics_section.as_ref();
+            let own = listen
+                .metrics
+                .as_deref()
+                .or_else(|| m.and_then(|m| m.listen.as_deref()));
+            match own {
+                None => {
+                    app = app.merge(router);
+                    metrics_on_gateway = m.map(|m| m.path.clone());
+                }
+                Some(addr) => {
+                    let listener = tokio::net::TcpListener::bind(addr)
+                        .await
+                        .with_context(|| format!("cannot listen for metrics on {addr} (is another process using it? change [telemetry.metrics] listen, or try --metrics-listen 127.0.0.1:0)"))?;
+                    let local = listener.local_addr().context("metrics listener address")?;
+                    println!(
+                        "capgate: metrics on http://{local}{}",
+                        m.map_or("", |m| m.path.as_str())
+                    );
+                    metrics_server = Some(tokio::spawn(async move {
+                        if let Err(e) = axum::serve(
+                            listener,
+                            router.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+                        )
+                        .await
+                        {
+                            tracing::error!("the metrics listener failed: {e}");
+                        }
+                    }));
+                }
+            }
+        }
+        Ok(Prepared {
+            traces,
+            reloader,
+            app,
+            in_flight,
+            kept,
+            exporters,
+            metrics_server,
+            metrics_on_gateway,
+            store: store_handle,
+            audit_sink,
+            sinks,
+            journal,
+            pending_horizon,
+            retain_days,
+            audit_signer,
+            export_sinks,
+            routes,
+            console,
+            admin_reload,
+            unready_delay,
+            drain,
+        })
+    }
+
+    /// `capgate serve`'s banner: where each door is.
+    fn announce(&self, local: std::net::SocketAddr) {
+        println!("capgate: listening on http://{local}");
+        for r in &self.routes {
+            println!(
+                "capgate:   {} -> surface {} (describe, invoke, getInvocation, getApproval, resumeApproval, contract, tools)",
+                r.path,
+                r.surface.as_str()
+            );
+        }
+        println!(
+            "capgate:   /mcp -> MCP (streamable HTTP), /approvals -> human approvals (role approver)"
+        );
+        if self.console.enabled {
+            println!(
+                "capgate:   {} -> the approval console (sign in with an approver's or a human's console key, never an agent's) at http://{local}{}",
+                self.console.path, self.console.path
+            );
+        }
+        if self.admin_reload {
+            println!(
+                "capgate:   /admin/reload -> reload the configuration (POST, an operator key)"
+            );
+        }
+        if let Some(path) = &self.metrics_on_gateway {
+            println!("capgate:   {path} -> Prometheus metrics");
+        }
+        println!("capgate:   /healthz, /readyz -> health (liveness, readiness with named checks)");
+        println!("capgate:   SIGHUP -> reload the configuration");
+        println!(
+            "capgate:   SIGTERM, Ctrl-C -> drain ({} ms unready, then up to {} ms for calls in flight); a second one exits at once",
+            self.unready_delay.as_millis(),
+            self.drain.as_millis()
+        );
+    }
+
+    /// Serve on `listener` with the background jobs until `stops` says stop, drain, then
+    /// flush the sinks, stop the exporters and the traces, and close the store.
+    async fn run(self, listener: tokio::net::TcpListener, mut stops: Stops) -> anyhow::Result<()> {
+        let shutdown = Shutdown {
+            unready_delay: self.unready_delay,
+            drain: self.drain,
+            probe: self.kept.shutdown().clone(),
+            in_flight: self.in_flight.clone(),
+        };
+        let purger = tokio::spawn(purge_receipts(
+            self.journal,
+            self.store.approvals(),
+            self.pending_horizon,
+            self.sinks.clone(),
+        ));
+        let sweeper = tokio::spawn(sweep_expired_approvals(self.reloader.clone()));
+        let audit_purger = match (self.retain_days, self.audit_signer) {
+            (Some(days), Some(signer)) => Some(tokio::spawn(purge_audit(
+                self.store.audit_log(),
+                days,
+                signer,
+                self.export_sinks,
+            ))),
+            _ => None,
+        };
+        let shared_purger = tokio::spawn(purge_shared(self.store.clone()));
+        let (stop_accepting, accepting_stopped) = tokio::sync::oneshot::channel::<()>();
+        let served = axum::serve(
+            listener,
+            self.app
+                .into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        )
+        .with_graceful_shutdown(async {
+            let _ = accepting_stopped.await;
+        })
+        .into_future();
+        let served = shutdown.run(served, stop_accepting, &mut stops).await;
+        purger.abort();
+        sweeper.abort();
+        if let Some(p) = audit_purger {
+            p.abort();
+        }
+        shared_purger.abort();
+        if let Some(m) = self.metrics_server {
+            m.abort();
+        }
+        served.context("the server failed")?;
+        for sink in &self.sinks {
+            let _ = sink.flush().await;
+        }
+        // Exporters stop after the delivery in flight is acknowledged (bounded: a hung
+        // collector is abandoned; those events go again at the next start).
+        for exporter in self.exporters {
+            exporter.abort_after(EXPORT_STOP_TIMEOUT).await;
+        }
+        if let Some(traces) = self.traces {
+            traces.shutdown(TRACES_FLUSH_TIMEOUT).await;
+        }
+        let stats = self.audit_sink.stats();
+        if stats.lost() > 0 {
+            eprintln!(
+                "capgate: {} audit event(s) were lost (queue full or store unavailable); see the log",
+                stats.lost()
+            );
+        }
+        self.store.close().await;
+        Ok(())
+    }
+}
+
+/// What stops a served deployment: SIGTERM (what an orchestrator sends) and SIGINT
+/// (Ctrl-C) for `capgate serve`, or the embedder's [`Served::stop`] (once).
+enum Stops {
+    Signals {
+        term: tokio::signal::unix::Signal,
+        int: tokio::signal::unix::Signal,
+    },
+    Embedder(Option<tokio::sync::oneshot::Receiver<()>>),
 }
 
 impl Stops {
-    fn new() -> anyhow::Result<Self> {
+    fn signals() -> anyhow::Result<Self> {
         use tokio::signal::unix::{SignalKind, signal};
-        Ok(Stops {
+        Ok(Stops::Signals {
             term: signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?,
             int: signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?,
         })
     }
 
-    /// The next stop signal's name.
+    /// The next stop's name; an embedder stops once (its second stop never comes).
     async fn next(&mut self) -> &'static str {
-        tokio::select! {
-            _ = self.term.recv() => "SIGTERM",
-            _ = self.int.recv() => "SIGINT",
+        match self {
+            Stops::Signals { term, int } => tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+            },
+            Stops::Embedder(stop) => match stop.take() {
+                // A dropped handle stops too.
+                Some(stop) => {
+                    let _ = stop.await;
+                    "stop"
+                }
+                None => std::future::pending().await,
+            },
         }
     }
 }
@@ -717,7 +878,7 @@ async fn reload_on_hangup(mut hangups: tokio::signal::unix::Signal, reloader: Ar
 }
 
 /// How long `serve` waits at shutdown for the last spans to reach the collector.
-pub(crate) const TRACES_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+pub const TRACES_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long shutdown waits for each exporter's delivery in flight.
 const EXPORT_STOP_TIMEOUT: Duration = Duration::from_secs(2);
