@@ -208,7 +208,11 @@ fn cached_artifact(cache: &Dir, key: &str) -> Result<Option<Vec<u8>>, String> {
 /// Write `bytes` to `name` in the cache: a fresh private temporary file, synced, renamed
 /// over `name`.
 fn write_private(cache: &Dir, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = format!("{name}.tmp{}", std::process::id());
+    // Unique per process and per write: processes and threads sharing a cache never write
+    // one temporary file together.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = format!("{name}.tmp{}-{n}", std::process::id());
     let mut options = cap_std::fs::OpenOptions::new();
     options.write(true).create_new(true);
     #[cfg(unix)]

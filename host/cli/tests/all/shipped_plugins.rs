@@ -761,7 +761,7 @@ namespace = "org_1"
 surfaces = ["aiSdk"]
 actor = {{ id = "u_dana", kind = "user" }}
 "#,
-        cache = dir.join(".capgate-cache").display(),
+        cache = capgate_testkit::paths::compile_cache().display(),
         key = key_hash("dana-dev-key"),
     );
     let path = dir.join("capgate.toml");
