@@ -1278,17 +1278,25 @@ pub struct OciSection {
 }
 
 impl Config {
+    /// The config file's directory: `.` for a bare file name (`--config capgate.toml`,
+    /// whose parent is the empty path, which nothing can resolve).
+    pub fn dir(&self) -> &Path {
+        match self.path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        }
+    }
+
     /// A path relative to the config file's directory (an absolute path stays as it is).
     pub fn relative(&self, p: impl AsRef<Path>) -> PathBuf {
-        let base = self.path.parent().unwrap_or(Path::new("."));
-        base.join(p)
+        self.dir().join(p)
     }
 
     /// `runtime.stateDir` (relative to the config file), or the config file's directory.
     pub fn state_dir(&self) -> PathBuf {
         match &self.runtime.state_dir {
             Some(dir) => self.relative(dir),
-            None => self.path.parent().unwrap_or(Path::new(".")).to_path_buf(),
+            None => self.dir().to_path_buf(),
         }
     }
 

@@ -81,7 +81,7 @@ impl Config {
         self.check_mcp(doc, out);
         if let Err(e) = crate::store_url::check_url(&self.store.url).and_then(|()| {
             // The files a Postgres URL names (`sslrootcert`…), relative to this file.
-            let base = self.path.parent().unwrap_or(std::path::Path::new("."));
+            let base = self.dir();
             crate::store_url::check_postgres_files(&self.store.url, base)
         }) {
             out.push(doc.problem("/store/url", e));

@@ -59,8 +59,11 @@ impl StoreUrl {
     /// `store.url` of a configuration file: a relative SQLite path is relative to the file's
     /// directory.
     pub fn from_config_file(url: &str, file: &Path) -> anyhow::Result<StoreUrl> {
-        let state = file.parent().unwrap_or(Path::new(".")).to_path_buf();
-        StoreUrl::from_config_file_in(url, file, &state)
+        let state = match file.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        };
+        StoreUrl::from_config_file_in(url, file, state)
     }
 
     /// `store.url` of a configuration file whose state directory is `state`: a relative
@@ -223,6 +226,30 @@ pub fn options(section: &capgate_config::StoreSection) -> capgate_store::StoreOp
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bare_config_file_name_resolves_against_the_current_directory() {
+        // Issue 57: `capgate serve --config capgate.toml`, run where the file is, failed with
+        // "cannot make an empty path absolute" (the parent of a bare name is empty).
+        let cwd = std::env::current_dir().expect("cwd");
+        let s = StoreUrl::from_config_file("sqlite://capgate.db", Path::new("capgate.toml"))
+            .expect("a bare file name resolves");
+        assert_eq!(
+            s.url(),
+            format!("sqlite://{}", cwd.join("capgate.db").display())
+        );
+        let (cfg, _) = capgate_config::Config::parse(
+            Path::new("capgate.toml"),
+            "revision = \"r1\"\n[store]\nurl = \"sqlite://state.db\"\n".into(),
+        )
+        .expect("parses");
+        assert_eq!(cfg.state_dir(), Path::new("."));
+        let s = StoreUrl::for_config(None, &cfg).expect("the file's store resolves");
+        assert_eq!(
+            s.url(),
+            format!("sqlite://{}", cwd.join("state.db").display())
+        );
+    }
 
     #[test]
     fn a_relative_sqlite_path_in_a_config_file_is_relative_to_the_file() {
