@@ -257,8 +257,19 @@ fn keys_hash_reads_the_key_from_standard_input_and_refuses_it_on_the_command_lin
 fn check_refuses_a_compile_cache_others_can_write() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
-    let config = deployment(dir, |t| t, "");
+    // A cache of its own, not the suite's shared one.
     let cache = dir.join(".capgate-cache");
+    let shared = format!(
+        "compileCache = \"{}\"",
+        capgate_testkit::paths::compile_cache().display()
+    );
+    let own = format!("compileCache = \"{}\"", cache.display());
+    let config = deployment(dir, |t| t.replace(&shared, &own), "");
+    assert!(
+        std::fs::read_to_string(&config)
+            .expect("read")
+            .contains(&own)
+    );
     std::fs::create_dir(&cache).expect("mkdir");
     std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).expect("chmod");
     let out = capgate_output(&["check", "--config", &config.display().to_string()]);
