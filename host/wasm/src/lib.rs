@@ -1,7 +1,7 @@
 //! capgate-wasm: the logic teams write themselves — policies, redactors, procedure adapters,
 //! gateway authorizers — as sandboxed WebAssembly components, bound by the WIT interface
-//! they export (`capgate:plugin@0.2.0`, `wit/capgate.wit`; authorizers built against 0.1.0 keep
-//! loading). A Wasm plugin is just another
+//! they export (`capgate:plugin@0.3.0`, `wit/capgate.wit`; components built against 0.1.0
+//! and 0.2.0 keep loading). A Wasm plugin is just another
 //! implementation of capgate-core's traits, so the pipeline cannot tell it from native code,
 //! except that a plugin that loops, bloats, traps or lies fails closed.
 //!
