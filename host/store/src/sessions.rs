@@ -7,7 +7,7 @@
 //! never a raw credential; see `capgate_gateway::console`), the principal's namespace
 //! (whose storage budget the row counts against, as its receipts and approvals do), and
 //! the times. The console's
-//! session-store seam is implemented over this in `capgate serve`, where the gateway and
+//! session-store seam is implemented over this in `capgate-server`, where the gateway and
 //! the store meet.
 
 use crate::Store;
