@@ -188,7 +188,7 @@ async fn approval_requests_decisions_escalations_and_expiries_reach_signed_webho
     // input (SI-10) and stays with the approval record, which approvers read.
     assert_eq!(json[0]["reasons"][0], "refundLimit", "{json:?}");
     assert_eq!(json[0]["namespace"], "org_1", "{json:?}");
-    assert!(!json[0].to_string().contains("649"), "{json:?}");
+    assert!(!carries_amount(json[0], 649), "{json:?}");
     assert_eq!(json[1]["type"], "approval.decided");
     assert_eq!(json[1]["decision"], "approved");
     assert_eq!(json[1]["approver"]["id"], "u_priya", "{json:?}");
@@ -237,6 +237,24 @@ async fn approval_requests_decisions_escalations_and_expiries_reach_signed_webho
 }
 
 /// Every JSON value inside `v`, depth first.
+/// Whether `v` carries `amount` anywhere: as a number, as `$amount` (a filled reason), or
+/// as a word of its own in a string. Not as digits inside an id or a time, which random
+/// identifiers contain by chance (`…a947-6490d07…`).
+fn carries_amount(v: &Value, amount: u64) -> bool {
+    let mut all = Vec::new();
+    values(v, &mut all);
+    let word = amount.to_string();
+    all.iter().any(|v| match v {
+        Value::Number(n) => n.as_u64() == Some(amount),
+        Value::String(s) => {
+            s.contains(&format!("${word}"))
+                || s.split(|c: char| !c.is_ascii_alphanumeric())
+                    .any(|w| w == word)
+        }
+        _ => false,
+    })
+}
+
 fn values(v: &Value, out: &mut Vec<Value>) {
     out.push(v.clone());
     match v {
@@ -400,17 +418,13 @@ async fn no_input_value_leaves_in_events_or_notifications_and_sinks_keep_to_thei
         values(v, &mut all_values);
     }
     for v in all_values {
-        match &v {
-            Value::Number(n) => assert_ne!(n.as_u64(), Some(64917), "the amount left the box"),
-            Value::String(s) => {
-                assert!(
-                    !s.contains("ord_SECRET_42"),
-                    "the order id left the box: {s}"
-                );
-                assert!(!s.contains("evil.example"), "the reason left the box: {s}");
-                assert!(!s.contains("64917"), "the amount left the box: {s}");
-            }
-            _ => {}
+        assert!(!carries_amount(&v, 64917), "the amount left the box: {v}");
+        if let Value::String(s) = &v {
+            assert!(
+                !s.contains("ord_SECRET_42"),
+                "the order id left the box: {s}"
+            );
+            assert!(!s.contains("evil.example"), "the reason left the box: {s}");
         }
     }
 }
