@@ -92,14 +92,24 @@ pub fn check(config: &Value, capabilities: &[Attached<'_>]) -> Vec<Found> {
     out
 }
 
-/// The `hide` rules of a `cel` config: (index, its `when`).
-fn hide_rules(config: &Value) -> impl Iterator<Item = (usize, &str)> {
+/// The rules of a `cel` config, with their index (nothing for a config of another shape).
+fn rules(config: &Value) -> impl Iterator<Item = (usize, &Value)> {
     config
         .get("rules")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
         .enumerate()
+}
+
+/// Whether a CEL expression compiles and reads the variable `input`.
+fn reads_input(expr: &str) -> bool {
+    Program::compile(expr).is_ok_and(|p| p.references().has_variable("input"))
+}
+
+/// The `hide` rules of a `cel` config: (index, its `when`).
+fn hide_rules(config: &Value) -> impl Iterator<Item = (usize, &str)> {
+    rules(config)
         .filter(|(_, r)| r.get("stance").and_then(Value::as_str) == Some("hide"))
         .filter_map(|(i, r)| Some((i, r.get("when")?.as_str()?)))
 }
@@ -117,9 +127,7 @@ pub fn hides(config: &Value) -> bool {
 /// caller. Located at the first `input` of the expression.
 pub fn hide_reads_input(config: &Value) -> Vec<Found> {
     hide_rules(config)
-        .filter(|(_, when)| {
-            Program::compile(when).is_ok_and(|p| p.references().has_variable("input"))
-        })
+        .filter(|(_, when)| reads_input(when))
         .map(|(i, when)| Found {
             pointer: format!("/rules/{i}/when"),
             offset: when.find("input").map(|b| when[..b].chars().count()),
@@ -133,17 +141,13 @@ pub fn hide_reads_input(config: &Value) -> Vec<Found> {
 /// The rules of a `cel` config whose `reason` has a `${…}` hole that reads `input`,
 /// located at that hole's `${` (see [`crate::reason_warnings`]).
 pub fn reason_reads_input(config: &Value) -> Vec<Found> {
-    config
-        .get("rules")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
+    rules(config)
         .filter_map(|(i, rule)| {
             let reason = rule.get("reason")?.as_str()?;
-            let (offset, _) = holes(reason).ok()?.into_iter().find(|(_, expr)| {
-                Program::compile(expr).is_ok_and(|p| p.references().has_variable("input"))
-            })?;
+            let (offset, _) = holes(reason)
+                .ok()?
+                .into_iter()
+                .find(|(_, expr)| reads_input(expr))?;
             Some(Found {
                 pointer: format!("/rules/{i}/reason"),
                 offset: Some(offset - 2),

@@ -1277,14 +1277,20 @@ pub struct OciSection {
     pub require_signature: bool,
 }
 
+/// The directory of a file: `.` for a bare file name, whose parent is the empty path
+/// (which nothing can make absolute).
+pub fn file_dir(file: &Path) -> &Path {
+    match file.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    }
+}
+
 impl Config {
     /// The config file's directory: `.` for a bare file name (`--config capgate.toml`,
     /// whose parent is the empty path, which nothing can resolve).
     pub fn dir(&self) -> &Path {
-        match self.path.parent() {
-            Some(dir) if !dir.as_os_str().is_empty() => dir,
-            _ => Path::new("."),
-        }
+        file_dir(&self.path)
     }
 
     /// A path relative to the config file's directory (an absolute path stays as it is).

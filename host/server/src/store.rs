@@ -59,11 +59,7 @@ impl StoreUrl {
     /// `store.url` of a configuration file: a relative SQLite path is relative to the file's
     /// directory.
     pub fn from_config_file(url: &str, file: &Path) -> anyhow::Result<StoreUrl> {
-        let state = match file.parent() {
-            Some(dir) if !dir.as_os_str().is_empty() => dir,
-            _ => Path::new("."),
-        };
-        StoreUrl::from_config_file_in(url, file, state)
+        StoreUrl::from_config_file_in(url, file, capgate_config::file_dir(file))
     }
 
     /// `store.url` of a configuration file whose state directory is `state`: a relative
