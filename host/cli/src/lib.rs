@@ -12,10 +12,7 @@ pub mod commands;
 pub mod diff;
 pub mod exit;
 pub mod inspect;
-pub mod mcp_import;
-pub mod openapi;
 pub mod plugin_test;
-pub mod replay;
 pub mod scenario;
 pub mod table;
 

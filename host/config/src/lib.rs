@@ -48,10 +48,9 @@ mod references;
 pub mod schema;
 pub mod store_url;
 pub mod telemetry;
-pub mod upstreams;
 pub mod values;
 
-pub use load::Secrets;
+pub use load::{Read, Secrets};
 pub use located::{Located, Problem};
 pub use model::*;
 

@@ -107,6 +107,13 @@ impl Config {
 
     /// [`Config::load`], reading only the secrets `secrets` names.
     pub fn load_with(path: &Path, secrets: Secrets) -> Result<(Config, Located), Vec<Problem>> {
+        Config::read_with(path, secrets)?.finish(Vec::new())
+    }
+
+    /// Read a configuration file as far as it goes, for checks outside this crate to add
+    /// their problems to the file's own before anything is refused ([`Read::finish`]); the
+    /// error is a file that cannot be read or parsed at all.
+    pub fn read_with(path: &Path, secrets: Secrets) -> Result<Read, Vec<Problem>> {
         let text = std::fs::read_to_string(path).map_err(|e| {
             vec![Problem {
                 file: path.to_path_buf(),
@@ -116,7 +123,7 @@ impl Config {
                 message: format!("cannot read the configuration file: {e}"),
             }]
         })?;
-        Config::parse_with(path, text, secrets)
+        Config::read_text(path, text, secrets)
     }
 
     /// Check a configuration's text as [`Config::load`] does its file (`path` only names
@@ -133,6 +140,11 @@ impl Config {
         text: String,
         secrets: Secrets,
     ) -> Result<(Config, Located), Vec<Problem>> {
+        Config::read_text(path, text, secrets)?.finish(Vec::new())
+    }
+
+    /// [`Config::read_with`] over a text (`path` names it and anchors relative paths).
+    pub fn read_text(path: &Path, text: String, secrets: Secrets) -> Result<Read, Vec<Problem>> {
         let mut doc = Located::parse(path, text).map_err(|p| vec![p])?;
         let mut problems = doc.overflow_problems();
         let (resolve_problems, unread) = resolve_secrets(path, &mut doc, secrets);
@@ -206,22 +218,50 @@ impl Config {
         }
         cfg.check_references(&doc, &mut problems);
         cfg.check_values(&doc, &mut problems);
-        let unread: Vec<String> = unread.iter().map(|p| crate::located::dotted(p)).collect();
-        problems.retain(|p| !unread.contains(&p.key));
+        Ok(Read {
+            config: cfg,
+            doc,
+            problems,
+            unread: unread.iter().map(|p| crate::located::dotted(p)).collect(),
+        })
+    }
+}
+
+/// A file read as far as it goes: the model (a section with a problem in it left at its
+/// default), the located document, and the file's own problems. The checks that need the
+/// crates that run a deployment (reserved paths, registry references, CA bundles, identity
+/// provider URLs) are `capgate-server`'s; they read this and add theirs, so one run still
+/// reports every problem.
+pub struct Read {
+    /// The model, as far as it was read.
+    pub config: Config,
+    /// The located document.
+    pub doc: Located,
+    problems: Vec<Problem>,
+    unread: Vec<String>,
+}
+
+impl Read {
+    /// The config and its document, or every problem (the file's and `more`), leaving out
+    /// those at a secret this read did not resolve.
+    pub fn finish(self, more: Vec<Problem>) -> Result<(Config, Located), Vec<Problem>> {
+        let mut problems = self.problems;
+        problems.extend(more);
+        problems.retain(|p| !self.unread.contains(&p.key));
         if problems.is_empty() {
-            Ok((cfg, doc))
+            Ok((self.config, self.doc))
         } else {
             Err(problems)
         }
     }
 }
 
-/// Values that may be secrets inside tables whose keys a foreign type declares (the
-/// provider's `HttpUpstreamConfig`, whose schema is written in schema.rs): an HTTP upstream's
-/// static headers, which typically carry a service credential.
-pub const FOREIGN_SECRETS: &[&str] = &["/capabilities/*/procedure/http/headers/*"];
+/// Maps whose every value may be a secret ([`crate::model::SecretString`]; a `#[key(secret)]`
+/// declares one value): an HTTP upstream's static headers, which typically carry a service
+/// credential.
+pub const SECRET_MAP_VALUES: &[&str] = &["/capabilities/*/procedure/http/headers/*"];
 
-/// Every `#[key(secret)]` value (and every [`FOREIGN_SECRETS`] value) the file gives as `{ env = "VAR" }` or `{ file = "path" }`,
+/// Every `#[key(secret)]` value (and every [`SECRET_MAP_VALUES`] value) the file gives as `{ env = "VAR" }` or `{ file = "path" }`,
 /// replaced in the document by the variable's value or the file's contents (one trailing
 /// newline removed) before anything reads it; a variable that is unset or a file that cannot
 /// be read is a problem at the key, and the value is left out. Values are never put in a
@@ -240,7 +280,7 @@ fn resolve_secrets(
         .into_iter()
         .filter(|k| k.secret)
         .map(|k| k.pointer);
-    let foreign = FOREIGN_SECRETS.iter().map(|p| p.to_string());
+    let foreign = SECRET_MAP_VALUES.iter().map(|p| p.to_string());
     for key_pointer in declared.chain(foreign) {
         for pointer in expand(&doc.json, &key_pointer) {
             if !secrets.reads(&pointer) {

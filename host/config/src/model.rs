@@ -356,6 +356,14 @@ pub struct PluginSection {
     pub reserve_refill_at: Option<u32>,
 }
 
+impl PluginSection {
+    /// Whether the path names a registry artifact (`oci://…`) rather than a file in the
+    /// plugin directory.
+    pub fn is_oci(&self) -> bool {
+        self.path.starts_with("oci://")
+    }
+}
+
 /// `[policies.NAME]` / `[redactors.NAME]`
 #[derive(Keys, Debug, Clone, Deserialize)]
 #[key(live)]
@@ -425,7 +433,8 @@ pub struct ProcedureSection {
     /// A Wasm procedure plugin.
     pub plugin: Option<String>,
     /// An HTTP upstream.
-    pub http: Option<capgate_provider::HttpUpstreamConfig>,
+    #[key(table)]
+    pub http: Option<HttpProcedureSection>,
     /// A tool of an MCP upstream (`[upstreams.mcp.NAME]`), pinned to its reviewed definition.
     #[key(table)]
     pub mcp: Option<McpProcedureSection>,
@@ -438,7 +447,7 @@ pub struct ProcedureSection {
 }
 
 /// `procedure.mcp`: one tool of an MCP upstream, pinned (README "MCP servers behind capgate").
-#[derive(Keys, Debug, Clone, Deserialize)]
+#[derive(Keys, Debug, Clone, Serialize, Deserialize)]
 #[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct McpProcedureSection {
@@ -449,6 +458,91 @@ pub struct McpProcedureSection {
     /// SHA-256 of the tool's definition as reviewed (`capgate import mcp` prints it): while
     /// the upstream's definition differs, the capability is concealed.
     pub tool_sha256: String,
+}
+
+/// `procedure.http`: how to reach one application backend (the server builds the
+/// provider's upstream from it).
+#[derive(Keys, Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[key(live)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HttpProcedureSection {
+    /// The exact target name (the provider identity is `http:<target>`).
+    pub target: String,
+    /// Where calls are POSTed; with `request`, the service's base URL the mapping's path
+    /// is appended to.
+    pub url: String,
+    /// The health endpoint; without one, probes fail closed to `health_unknown`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health_url: Option<String>,
+    /// Static headers sent with every call (e.g. a service credential); a value may be
+    /// `{ env = "VAR" }` or `{ file = "path" }`, with an optional `prefix`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, SecretString>,
+    /// Connect timeout (default 10000).
+    #[key(range = 1..=MAX_MS, unit = "milliseconds")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connect_timeout_ms: Option<u64>,
+    /// A PEM bundle of extra trusted root certificates for `https://` (relative to the
+    /// config file), trusted beside the system's roots.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<String>,
+    /// Call the service as its own clients do (method, path template, query, headers, JSON
+    /// body from the input) instead of POSTing capgate's envelope to `url`.
+    #[key(table)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request: Option<HttpRequestSection>,
+    /// Declared error statuses: HTTP status (`"404"`) → the error code shown to the model
+    /// (`PET_NOT_FOUND`); any other non-2xx answer is a hidden failure.
+    #[serde(default, skip_serializing_if = "ErrorStatuses::is_empty")]
+    pub errors: ErrorStatuses,
+}
+
+/// `procedure.http.request`: the backend's own request shape, filled from the input.
+#[derive(Keys, Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[key(live)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HttpRequestSection {
+    /// The HTTP method.
+    pub method: HttpMethod,
+    /// Path template appended to `url`: `/pets/{petId}`; each `{name}` is the input field
+    /// `name`, percent-encoded inside one segment.
+    #[serde(default)]
+    pub path: String,
+    /// Input fields sent as query parameters (an array repeats the name; absent fields are
+    /// left out).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub query: Vec<String>,
+    /// Header name → the input field whose value is sent in it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// The input field whose value is the JSON request body (absent: no body).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+}
+
+/// A string the file may give as `{ env = "VAR" }` or `{ file = "path" }` inside a map whose
+/// values are secrets ([`crate::load::SECRET_MAP_VALUES`]): resolved before it is read, so
+/// here it is the value.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SecretString(pub String);
+
+/// `request.method`: one of [`capgate_core::defaults::http_upstream::METHODS`] (checked
+/// with the file's values).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct HttpMethod(pub String);
+
+/// `errors`: HTTP status → the public error code it becomes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ErrorStatuses(pub BTreeMap<String, String>);
+
+impl ErrorStatuses {
+    /// No status declared.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 /// `[upstreams]`: the servers behind capabilities.
@@ -708,7 +802,7 @@ pub struct ConsoleSection {
 
 impl Default for ConsoleSection {
     fn default() -> Self {
-        use capgate_gateway::console::*;
+        use capgate_core::defaults::console::*;
         ConsoleSection {
             enabled: true,
             path: "/console".into(),
@@ -728,12 +822,24 @@ impl Default for ConsoleSection {
 /// other value is a located problem at the key).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(try_from = "serde_json::Value")]
-pub struct SecureCookieSetting(pub capgate_gateway::console::SecureCookie);
+pub struct SecureCookieSetting(pub SecureCookie);
+
+/// `secureCookie` as written: when the console's session cookie carries `Secure` (the
+/// server maps it to the console's own setting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SecureCookie {
+    /// `"auto"`: always, except on a loopback host.
+    #[default]
+    Auto,
+    /// `true`: always (the console is reached over HTTPS).
+    Always,
+    /// `false`: never (plain HTTP on a trusted network; not recommended).
+    Never,
+}
 
 /// Written as it is read (`"auto"`, `true`, `false`): the reference shows the default so.
 impl Serialize for SecureCookieSetting {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use capgate_gateway::console::SecureCookie;
         match self.0 {
             SecureCookie::Auto => s.serialize_str("auto"),
             SecureCookie::Always => s.serialize_bool(true),
@@ -746,7 +852,6 @@ impl TryFrom<serde_json::Value> for SecureCookieSetting {
     type Error = &'static str;
 
     fn try_from(v: serde_json::Value) -> Result<Self, Self::Error> {
-        use capgate_gateway::console::SecureCookie;
         match v {
             serde_json::Value::Bool(true) => Ok(SecureCookieSetting(SecureCookie::Always)),
             serde_json::Value::Bool(false) => Ok(SecureCookieSetting(SecureCookie::Never)),
@@ -838,9 +943,11 @@ impl Default for GatewaySection {
             listen: "127.0.0.1:8080".into(),
             routes: Vec::new(),
             authorize: None,
-            request_timeout_ms: millis(capgate_gateway::gateway::DEFAULT_REQUEST_TIMEOUT),
-            audit_drain_timeout_ms: millis(capgate_gateway::gateway::DEFAULT_AUDIT_DRAIN_TIMEOUT),
-            max_body_bytes: 1 << 20,
+            request_timeout_ms: millis(capgate_core::defaults::gateway::DEFAULT_REQUEST_TIMEOUT),
+            audit_drain_timeout_ms: millis(
+                capgate_core::defaults::gateway::DEFAULT_AUDIT_DRAIN_TIMEOUT,
+            ),
+            max_body_bytes: capgate_core::defaults::gateway::DEFAULT_MAX_BODY_BYTES,
             api_keys: Vec::new(),
             jwt: None,
             approval_console_url: None,
@@ -1183,15 +1290,14 @@ impl RateLimitScope {
 
 impl Default for RateLimitSection {
     fn default() -> Self {
-        use capgate_gateway::door::*;
+        use capgate_core::defaults::door::*;
         RateLimitSection {
             principal_per_second: DEFAULT_PRINCIPAL_RATE,
             principal_burst: DEFAULT_PRINCIPAL_BURST,
             namespace_per_second: DEFAULT_NAMESPACE_RATE,
             namespace_burst: DEFAULT_NAMESPACE_BURST,
-            unauthenticated_per_minute:
-                capgate_gateway::throttle::DEFAULT_UNAUTHENTICATED_PER_MINUTE,
-            unauthenticated_burst: capgate_gateway::throttle::DEFAULT_UNAUTHENTICATED_BURST,
+            unauthenticated_per_minute: DEFAULT_UNAUTHENTICATED_PER_MINUTE,
+            unauthenticated_burst: DEFAULT_UNAUTHENTICATED_BURST,
             scope: None,
         }
     }

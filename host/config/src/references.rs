@@ -210,14 +210,13 @@ impl Config {
                 ));
             }
             let path = Path::new(&p.path);
-            if capgate_oci::is_oci(&p.path) {
-                if let Err(e) = capgate_oci::plugin_reference(&p.path) {
-                    problems.push(doc.problem(&format!("/plugins/{}/path", seg(name)), e));
-                }
-            } else if path.is_absolute()
-                || path
-                    .components()
-                    .any(|c| !matches!(c, std::path::Component::Normal(_)))
+            // An `oci://` reference's syntax is checked by the server with the registry
+            // client's parser.
+            if !p.is_oci()
+                && (path.is_absolute()
+                    || path
+                        .components()
+                        .any(|c| !matches!(c, std::path::Component::Normal(_))))
             {
                 problems.push(doc.problem(
                     &format!("/plugins/{}/path", seg(name)),
@@ -226,7 +225,7 @@ impl Config {
             }
             match &p.sha256 {
                 Some(s) if Sha256Hex::is_valid(&s.to_ascii_lowercase()) => {}
-                None if capgate_oci::is_oci(&p.path) => {}
+                None if p.is_oci() => {}
                 _ => problems.push(doc.problem(
                     &format!("/plugins/{}/sha256", seg(name)),
                     "must be the 64-hex-digit SHA-256 of the plugin file (`sha256sum FILE`)",
@@ -275,11 +274,6 @@ impl Config {
                         ));
                     }
                 }
-            }
-            if let Some(ca) = &u.ca_file
-                && let Err(e) = capgate_provider::http::check_ca_file(&self.relative(ca))
-            {
-                problems.push(doc.problem(&format!("{at}/caFile"), e.to_string()));
             }
             for (field, values) in [("headers", &u.headers), ("env", &u.env)] {
                 for (key, v) in values {
@@ -377,18 +371,8 @@ impl Config {
                             ));
                         }
                     }
-                    (None, Some(http)) => {
-                        // The extra trusted roots must be there and hold a certificate now,
-                        // not at the first call.
-                        if let Some(ca) = http.get("caFile").and_then(|v| v.as_str())
-                            && let Err(e) =
-                                capgate_provider::http::check_ca_file(&self.relative(ca))
-                        {
-                            problems.push(
-                                doc.problem(&format!("{ptr}/procedure/http/caFile"), e.to_string()),
-                            );
-                        }
-                    }
+                    // `caFile` is read by the server's checks (with the HTTP client's parser).
+                    (None, Some(_)) => {}
                 }
             }
             for field in ["inputSchema", "outputSchema"] {
@@ -448,12 +432,12 @@ impl Config {
                     "must not be empty",
                 ));
             }
-            if k.namespace == capgate_gateway::auth::OPERATOR_NAMESPACE {
+            if k.namespace == capgate_core::actor::OPERATOR_NAMESPACE {
                 problems.push(doc.problem(
                     &format!("/gateway/apiKeys/{i}/namespace"),
                     format!(
                         "`{}` is reserved for operators ([[gateway.operatorKeys]])",
-                        capgate_gateway::auth::OPERATOR_NAMESPACE
+                        capgate_core::actor::OPERATOR_NAMESPACE
                     ),
                 ));
             }
@@ -473,7 +457,7 @@ impl Config {
             }
             if k.roles
                 .iter()
-                .any(|r| r == capgate_gateway::admin::OPERATOR_ROLE)
+                .any(|r| r == capgate_core::actor::OPERATOR_ROLE)
             {
                 out.push(doc.problem(
                     &format!("/gateway/apiKeys/{i}/roles"),
@@ -529,7 +513,6 @@ fn identity_provider(
     doc: &crate::located::Located,
     problems: &mut Vec<crate::located::Problem>,
 ) {
-    use capgate_gateway::auth::ClaimPointer;
     let sources = [
         j.hs256_secret_env.is_some(),
         j.rs256_public_key.is_some(),
@@ -552,16 +535,6 @@ fn identity_provider(
             "discovery reads `<issuer>/.well-known/openid-configuration`: set `issuer`",
         ));
     }
-    for (key, url) in [
-        ("jwksUrl", j.jwks_url.as_deref()),
-        ("issuer", j.issuer.as_deref().filter(|_| j.discovery)),
-    ] {
-        if let Some(url) = url
-            && let Err(e) = capgate_gateway::identity::fetch::check_url(url)
-        {
-            problems.push(doc.problem(&format!("/gateway/jwt/{key}"), e.to_string()));
-        }
-    }
     if matches!(&j.audience, Some(crate::model::StringOrList::Many(v)) if v.is_empty()) {
         problems.push(doc.problem(
             "/gateway/jwt/audience",
@@ -575,29 +548,6 @@ fn identity_provider(
         ));
     }
     let c = &j.claims;
-    let mut pointers: Vec<(String, &str)> = vec![
-        ("actorId".into(), &c.actor_id),
-        ("namespace".into(), &c.namespace),
-        ("roles".into(), &c.roles),
-        ("surfaces".into(), &c.surfaces),
-        ("requesterDoor".into(), &c.requester_door),
-    ];
-    if let Some(k) = &c.actor_kind {
-        pointers.push(("actorKind".into(), k));
-    }
-    match &c.attributes {
-        crate::model::AttributesSetting::Object(p) => pointers.push(("attributes".into(), p)),
-        crate::model::AttributesSetting::Each(each) => {
-            for (name, p) in each {
-                pointers.push((format!("attributes/{name}"), p));
-            }
-        }
-    }
-    for (key, pointer) in pointers {
-        if let Err(e) = ClaimPointer::parse(pointer) {
-            problems.push(doc.problem(&format!("/gateway/jwt/claims/{key}"), e.to_string()));
-        }
-    }
     if matches!(c.default_kind, capgate_core::actor::ActorKind::Anonymous) {
         problems.push(doc.problem(
             "/gateway/jwt/claims/defaultKind",

@@ -307,22 +307,9 @@ schema_of! {
         "aiSdk": { "type": "string", "description": "Tool name for the AI SDK adapter (default: the id with `.` replaced by `_`)." },
         "mcp": { "type": "string", "description": "Tool name for MCP (default: the id with `.` replaced by `_`)." },
     }), &[]);
-    capgate_provider::HttpUpstreamConfig => closed(json!({
-        "target": { "type": "string", "description": "The exact target name (the provider identity is `http:<target>`)." },
-        "url": { "type": "string", "description": "Where calls are POSTed; with `request`, the service's base URL the mapping's path is appended to." },
-        "healthUrl": { "type": "string", "description": "The health endpoint; without one, probes fail closed to `health_unknown`." },
-        "headers": { "type": "object", "additionalProperties": secret_or(json!({ "type": "string" }), true), "description": "Static headers sent with every call (e.g. a service credential); a value may be `{ env = \"VAR\" }` or `{ file = \"path\" }`, with an optional `prefix`." },
-        "connectTimeoutMs": { "type": "integer", "minimum": 0, "description": "Connect timeout (default 10000)." },
-        "caFile": { "type": "string", "description": "A PEM bundle of extra trusted root certificates for `https://` (relative to the config file)." },
-        "request": closed(json!({
-            "method": { "enum": capgate_provider::http::METHODS, "description": "The HTTP method." },
-            "path": { "type": "string", "description": "Path template appended to `url`: `/pets/{petId}`; each `{name}` is the input field `name`, percent-encoded inside one segment." },
-            "query": { "type": "array", "items": { "type": "string" }, "description": "Input fields sent as query parameters (an array repeats the name; absent fields are left out)." },
-            "headers": { "type": "object", "additionalProperties": { "type": "string" }, "description": "Header name → the input field whose value is sent in it." },
-            "body": { "type": "string", "description": "The input field whose value is the JSON request body (absent: no body)." },
-        }), &["method"]),
-        "errors": { "type": "object", "patternProperties": { "^[45][0-9][0-9]$": { "type": "string", "pattern": "^[A-Z][A-Z0-9_]{0,63}$" } }, "additionalProperties": false, "description": "Declared error statuses: HTTP status (`\"404\"`) → the error code shown to the model (`PET_NOT_FOUND`); any other non-2xx answer is a hidden failure." },
-    }), &["target", "url"]);
+    crate::model::SecretString => secret_or(json!({ "type": "string" }), true);
+    crate::model::HttpMethod => json!({ "enum": capgate_core::defaults::http_upstream::METHODS });
+    crate::model::ErrorStatuses => json!({ "type": "object", "patternProperties": { "^[45][0-9][0-9]$": { "type": "string", "pattern": "^[A-Z][A-Z0-9_]{0,63}$" } }, "additionalProperties": false });
     crate::model::SchemaRef => json!({ "anyOf": [
         { "type": "string", "description": "A JSON Schema file, relative to the config file." },
         { "type": "object", "description": "A JSON Schema written inline." },

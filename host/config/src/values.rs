@@ -55,26 +55,30 @@ impl Config {
             if let Some(b) = c.retry.as_ref().and_then(|r| r.backoff_ms) {
                 ms(doc, out, &format!("{at}/retry/backoffMs"), b, false);
             }
+            use capgate_core::defaults::http_upstream as http;
             let stall = c.procedure.response_stall_timeout_ms;
-            if capgate_provider::stall::validate_stall_timeout_ms(stall).is_err()
+            if !(0..=http::MAX_SAFE_STALL_TIMEOUT_MS).contains(&stall)
                 || u64::try_from(stall).is_ok_and(|v| v > MAX_MS)
             {
                 out.push(doc.problem(
                     &format!("{at}/procedure/responseStallTimeoutMs"),
                     format!(
                         "must be 0 (the default, {} ms) or a positive number of milliseconds up to {MAX_MS}, got {stall}",
-                        capgate_provider::stall::DEFAULT_RESPONSE_STALL_TIMEOUT_MS
+                        http::DEFAULT_RESPONSE_STALL_TIMEOUT_MS
                     ),
                 ));
             }
-            if let Some(t) = c.procedure.http.as_ref().and_then(|h| h.connect_timeout_ms) {
-                ms(
-                    doc,
-                    out,
-                    &format!("{at}/procedure/http/connectTimeoutMs"),
-                    t,
-                    false,
-                );
+            if let Some(m) = c.procedure.http.as_ref().and_then(|h| h.request.as_ref())
+                && !http::METHODS.contains(&m.method.0.as_str())
+            {
+                out.push(doc.problem(
+                    &format!("{at}/procedure/http/request/method"),
+                    format!(
+                        "`{}` is not a method a mapping may use (one of {}, upper case)",
+                        m.method.0,
+                        http::METHODS.join(", ")
+                    ),
+                ));
             }
         }
         self.check_gateway_values(doc, out);
@@ -244,7 +248,6 @@ impl Config {
         if let Some(m) = &self.telemetry.metrics {
             self.check_metrics(m, doc, out);
         }
-        self.check_console(doc, out);
         let rl = &g.rate_limit;
         for (rate, burst, rate_key, burst_key) in [
             (
@@ -294,61 +297,6 @@ impl Config {
                     "may contain only ASCII letters, digits, `-`, `_`, `.` and `~` between slashes",
                 ));
             }
-            if let Some(reserved) = capgate_gateway::app::reserved_by(&r.path) {
-                out.push(doc.problem(
-                    &at,
-                    format!(
-                        "`{}` is served by capgate itself ({}); pick another path",
-                        reserved.path, reserved.door
-                    ),
-                ));
-            }
-        }
-    }
-
-    fn check_console(&self, doc: &Located, out: &mut Vec<Problem>) {
-        const AT: &str = "/gateway/console";
-        let c = &self.gateway.console;
-        if !c.enabled {
-            return;
-        }
-        if let Err(e) = capgate_gateway::console::check_prefix(&c.path) {
-            out.push(doc.problem(&format!("{AT}/path"), e.to_string()));
-            return;
-        }
-        let overlaps = |p: &str| {
-            p == c.path
-                || p.starts_with(&format!("{}/", c.path))
-                || c.path.starts_with(&format!("{p}/"))
-        };
-        if let Some(taken) = capgate_gateway::app::overlapping(&c.path) {
-            out.push(doc.problem(
-                &format!("{AT}/path"),
-                format!(
-                    "`{}` is served by capgate itself; pick another path for the console",
-                    taken.path
-                ),
-            ));
-        }
-        for r in &self.gateway.routes {
-            if overlaps(&r.path) {
-                out.push(doc.problem(
-                    &format!("{AT}/path"),
-                    format!("overlaps the gateway route `{}`; pick another path", r.path),
-                ));
-            }
-        }
-        if let Some(m) = self
-            .telemetry
-            .metrics
-            .as_ref()
-            .filter(|m| m.enabled && m.listen.is_none())
-            && overlaps(&m.path)
-        {
-            out.push(doc.problem(
-                &format!("{AT}/path"),
-                format!("overlaps the metrics path `{}`; pick another path", m.path),
-            ));
         }
     }
 
@@ -370,30 +318,11 @@ impl Config {
             }
         }
         let path = &m.path;
-        let valid = path.starts_with('/')
-            && path.len() > 1
-            && path[1..].split('/').all(|s| {
-                !s.is_empty()
-                    && s.chars()
-                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '~'))
-            });
-        if !valid {
+        if !is_path(path) {
             out.push(doc.problem(
                 &format!("{AT}/path"),
                 format!("`{path}` is not a path (like `/metrics`: ASCII letters, digits, `-`, `_`, `.`, `~` between slashes)"),
             ));
-        } else if m.listen.is_none() {
-            let taken = capgate_gateway::app::RESERVED
-                .iter()
-                .map(|r| r.path)
-                .chain(self.gateway.routes.iter().map(|r| r.path.as_str()))
-                .find(|p| path == p || path.starts_with(&format!("{p}/")));
-            if let Some(taken) = taken {
-                out.push(doc.problem(
-                    &format!("{AT}/path"),
-                    format!("`{taken}` is already served on the gateway's listener; pick another path or give metrics a `listen` address of their own"),
-                ));
-            }
         }
         if let Some(h) = &m.bearer_token_sha256
             && !capgate_core::digest::Sha256Hex::is_valid(&h.to_ascii_lowercase())
@@ -451,6 +380,17 @@ impl Config {
 
 /// Whether a listen address (`HOST:PORT`) binds only the loopback interface: a loopback IP,
 /// or `localhost`.
+pub fn is_path(path: &str) -> bool {
+    path.starts_with('/')
+        && path.len() > 1
+        && path[1..].split('/').all(|s| {
+            !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '~'))
+        })
+}
+
+/// Whether a listen address is on a loopback interface.
 pub fn is_loopback_listen(addr: &str) -> bool {
     if let Ok(a) = addr.parse::<std::net::SocketAddr>() {
         return a.ip().is_loopback();

@@ -5,6 +5,13 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The namespace an operator principal carries: no tenant's, so no tenant's key may name it.
+pub const OPERATOR_NAMESPACE: &str = "capgate.operators";
+
+/// The role an operator holds by default (kept for embedders that map roles; a tenant's key
+/// holding it opens nothing of the operator API).
+pub const OPERATOR_ROLE: &str = "operator";
+
 /// The kind of principal an [`Actor`] is. Anonymous access is explicit, never an absent actor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

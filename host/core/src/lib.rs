@@ -95,6 +95,7 @@ pub mod audit;
 pub mod authz;
 pub mod canonical;
 pub mod clock;
+pub mod defaults;
 pub mod digest;
 pub mod error;
 pub mod id;

@@ -179,7 +179,7 @@ impl ApiKeyEntry {
 
 /// The namespace an operator principal carries ([`Authenticated::operator`]): no tenant's.
 /// What an authorizer is told for the operator API.
-pub const OPERATOR_NAMESPACE: &str = "capgate.operators";
+pub use capgate_core::actor::OPERATOR_NAMESPACE;
 
 /// API keys, looked up by hash (`Authorization: Bearer <key>`).
 #[derive(Debug, Default, Clone)]

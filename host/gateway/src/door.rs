@@ -101,14 +101,10 @@ pub enum Refusal {
     Unavailable,
 }
 
-/// Default sustained rate per principal (requests per second, every door together).
-pub const DEFAULT_PRINCIPAL_RATE: u32 = 1_000;
-/// Default burst per principal.
-pub const DEFAULT_PRINCIPAL_BURST: u32 = 2_000;
-/// Default sustained rate per namespace.
-pub const DEFAULT_NAMESPACE_RATE: u32 = 5_000;
-/// Default burst per namespace.
-pub const DEFAULT_NAMESPACE_BURST: u32 = 10_000;
+pub use capgate_core::defaults::door::{
+    DEFAULT_NAMESPACE_BURST, DEFAULT_NAMESPACE_RATE, DEFAULT_PRINCIPAL_BURST,
+    DEFAULT_PRINCIPAL_RATE,
+};
 
 type Keyed = RateLimiter<String, DefaultKeyedStateStore<String>, DefaultClock>;
 

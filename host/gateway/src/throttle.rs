@@ -24,10 +24,9 @@ use std::time::Instant;
 /// The most keys one throttle tracks.
 pub const MAX_KEYS: usize = 100_000;
 
-/// Default unauthenticated requests per client address: sustained per minute.
-pub const DEFAULT_UNAUTHENTICATED_PER_MINUTE: u32 = 60;
-/// Default unauthenticated burst per client address.
-pub const DEFAULT_UNAUTHENTICATED_BURST: u32 = 100;
+pub use capgate_core::defaults::door::{
+    DEFAULT_UNAUTHENTICATED_BURST, DEFAULT_UNAUTHENTICATED_PER_MINUTE,
+};
 
 /// A sustained rate per minute with a burst; both positive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

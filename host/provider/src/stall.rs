@@ -22,13 +22,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// The documented default stall timeout (`DefaultResponseStallTimeoutMS`): five minutes.
-pub const DEFAULT_RESPONSE_STALL_TIMEOUT_MS: u64 = 300_000;
-
-/// The largest accepted stall timeout (`maxSafeStallTimeoutMS`): the largest millisecond
-/// count whose nanosecond value still fits a signed 64-bit integer, so no conversion of an
-/// accepted value can overflow.
-pub const MAX_SAFE_STALL_TIMEOUT_MS: i64 = i64::MAX / 1_000_000;
+/// The documented default stall timeout (`DefaultResponseStallTimeoutMS`, five minutes) and
+/// the largest accepted one (`maxSafeStallTimeoutMS`).
+pub use capgate_core::defaults::http_upstream::{
+    DEFAULT_RESPONSE_STALL_TIMEOUT_MS, MAX_SAFE_STALL_TIMEOUT_MS,
+};
 
 /// The fixed close grace: how long a stalled provider gets to release ownership after it is
 /// told to stop. `retryable` is true only when it did so within this grace.

@@ -42,7 +42,7 @@ pub fn sink(
             let secret = e
                 .secret
                 .as_ref()
-                .map(|s| cfg.secret_value(s).resolve())
+                .map(|s| crate::resolve::secret_value(cfg, s).resolve())
                 .transpose()
                 .with_context(|| format!("[audit.export.{name}] secret"))?;
             Box::new(
@@ -97,8 +97,7 @@ fn headers(
     e.headers
         .iter()
         .map(|(k, v)| {
-            let value = cfg
-                .secret_value(v)
+            let value = crate::resolve::secret_value(cfg, v)
                 .resolve()
                 .with_context(|| format!("[audit.export.{name}] headers.{k}"))?;
             Ok((k.clone(), value))

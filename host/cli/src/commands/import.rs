@@ -1,9 +1,9 @@
 //! `capgate import openapi FILE` and `capgate import mcp --upstream NAME`: capability entries for capgate.toml from a description of
-//! an existing service, printed for the operator to review and paste (crate::openapi does
-//! the work). Each source is one variant of `Import`.
+//! an existing service, printed for the operator to review and paste (`capgate-import` does
+//! the work; this is presentation). Each source is one variant of `Import`.
 
-use crate::openapi;
 use anyhow::Context;
+use capgate_import::openapi;
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -109,7 +109,7 @@ fn import_mcp(args: McpArgs) -> anyhow::Result<ExitCode> {
         })
         .with_context(|| format!("MCP upstream `{}`", args.upstream))?;
     if args.diff {
-        let d = crate::mcp_import::diff(
+        let d = capgate_import::mcp::diff(
             &args.config.config,
             &args.upstream,
             &listing,
@@ -126,14 +126,13 @@ fn import_mcp(args: McpArgs) -> anyhow::Result<ExitCode> {
             ExitCode::from(1)
         });
     }
-    let text = crate::mcp_import::entries(
+    let entries = capgate_import::mcp::entries(
         &args.upstream,
         &listing,
         args.prefix.as_deref(),
         &args.tools,
-    )
-    .map_err(anyhow::Error::msg)?;
-    print!("{text}");
+    )?;
+    print!("{}", capgate_import::to_toml(&entries));
     eprintln!(
         "imported {} tool(s); each is exposed nowhere (`expose = {{}}`) until you turn a surface on",
         if args.tools.is_empty() {
@@ -167,10 +166,7 @@ fn import_openapi(args: OpenapiArgs) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::from(1));
     }
-    print!(
-        "{}",
-        openapi::to_toml(&imported).context("writing the entries as TOML")?
-    );
+    print!("{}", capgate_import::to_toml(&imported.entries));
     eprintln!(
         "imported {} operation(s); each is exposed nowhere (`expose = {{}}`) until you turn a surface on",
         imported.entries.len()

@@ -1,11 +1,11 @@
 //! `capgate replay`: recorded calls decided again under another configuration (the
-//! replay itself is crate::replay).
+//! replay itself is `capgate_server::replay`; this is its presentation).
 
 use super::shared::{ConfigArg, OutputArg, StoreOverride};
 use crate::exit::Status;
-use crate::replay::{self, Options};
 use crate::runtime;
 use crate::store::{Access, StoreUrl};
+use capgate_server::replay::{self, Options, Report};
 use chrono::{DateTime, Utc};
 use std::process::ExitCode;
 
@@ -72,11 +72,108 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     if args.output.json() {
         super::shared::print_json(&serde_json::to_value(&report)?)?;
     } else {
-        print!("{}", report.table());
+        print!("{}", table(&report));
     }
     Ok(if args.fail_on_change && report.changed > 0 {
         Status::Failed.code()
     } else {
         Status::Ok.code()
     })
+}
+
+/// The report for people: the capabilities' transitions, the policies' changed
+/// stances, then every changed call.
+fn table(report: &Report) -> String {
+    let mut out = format!(
+        "{} calls recorded from {} to {}: {} decided again, {} would change{}\n",
+        report.calls,
+        report
+            .since
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        report
+            .until
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        report.replayed,
+        report.changed,
+        match (report.skipped.unknown_actor, report.skipped.pending) {
+            (0, 0) => String::new(),
+            (a, p) => format!(
+                " ({a} skipped: by an identity the configuration does not declare; {p} still pending)"
+            ),
+        },
+    );
+    if report.truncated {
+        out.push_str("(stopped at --limit: later calls of the window were not read)\n");
+    }
+    let rows: Vec<Vec<String>> = report
+        .capabilities
+        .iter()
+        .flat_map(|c| {
+            c.transitions.iter().map(|t| {
+                vec![
+                    c.capability_id.clone(),
+                    format!("{} → {}", t.from, t.to),
+                    t.count.to_string(),
+                    if t.from == t.to { "" } else { "changed" }.to_string(),
+                ]
+            })
+        })
+        .collect();
+    out.push('\n');
+    out.push_str(&crate::table::render(
+        &["CAPABILITY", "OUTCOME", "CALLS", ""],
+        &rows,
+    ));
+    if !report.policies.is_empty() {
+        let rows: Vec<Vec<String>> = report
+            .policies
+            .iter()
+            .flat_map(|p| {
+                p.transitions.iter().map(|t| {
+                    vec![
+                        p.policy.clone(),
+                        p.capability_id.clone(),
+                        p.phase.as_str().to_string(),
+                        format!("{} → {}", t.from, t.to),
+                        t.count.to_string(),
+                    ]
+                })
+            })
+            .collect();
+        out.push('\n');
+        out.push_str(&crate::table::render(
+            &["POLICY", "CAPABILITY", "PHASE", "STANCE", "CALLS"],
+            &rows,
+        ));
+    }
+    if !report.changes.is_empty() {
+        let rows: Vec<Vec<String>> = report
+            .changes
+            .iter()
+            .map(|c| {
+                vec![
+                    c.recorded_at
+                        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                    c.invocation_id.clone(),
+                    c.namespace.clone(),
+                    format!("{}:{}", c.actor.kind.as_str(), c.actor.id),
+                    c.capability_id.clone(),
+                    format!("{} → {}", c.from, c.to),
+                ]
+            })
+            .collect();
+        out.push('\n');
+        out.push_str(&crate::table::render(
+            &[
+                "RECORDED",
+                "INVOCATION",
+                "NAMESPACE",
+                "ACTOR",
+                "CAPABILITY",
+                "OUTCOME",
+            ],
+            &rows,
+        ));
+    }
+    out
 }

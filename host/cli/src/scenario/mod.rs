@@ -10,17 +10,18 @@
 //! Exit status: 0 every scenario passed, 1 some failed, 2 the configuration or a scenario
 //! file was refused (every problem located, `file:line:column: key: message`) or nothing
 //! was run (bad input, as a usage error: crate::exit).
+//!
+//! The scenarios' files and their runner are `capgate_server::scenario`; this is the
+//! command's presentation.
 
-mod file;
 mod report;
-mod run;
 
 use crate::exit::Status;
-use capgate_config::located::Problem;
+use capgate_server::scenario::{Scenario, load_all, run_all};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// How `capgate test` reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -51,16 +52,6 @@ pub struct Options {
     /// with their configured credentials, Wasm procedures); without it, such a scenario
     /// fails and nothing reaches a backend.
     pub live: bool,
-}
-
-/// One scenario's result.
-pub struct Outcome {
-    /// The scenario.
-    pub scenario: file::Scenario,
-    /// Every mismatch (none: passed).
-    pub mismatches: Vec<run::Mismatch>,
-    /// Wall time.
-    pub duration: Duration,
 }
 
 /// Run `capgate test`.
@@ -104,7 +95,7 @@ pub fn main(opts: Options) -> anyhow::Result<ExitCode> {
             return Ok(Status::Usage.code());
         }
     };
-    let selected: Vec<file::Scenario> = match &opts.filter {
+    let selected: Vec<Scenario> = match &opts.filter {
         Some(f) => {
             let f = f.to_lowercase();
             scenarios
@@ -152,102 +143,4 @@ pub fn main(opts: Options) -> anyhow::Result<ExitCode> {
     } else {
         Status::Failed.code()
     })
-}
-
-/// Every scenario of every file, or every problem of every file (names unique in the run,
-/// stubs only on capabilities the deployment has).
-fn load_all(
-    paths: &[PathBuf],
-    checked: &crate::validate::Checked,
-) -> Result<Vec<file::Scenario>, Vec<Problem>> {
-    let files = file::files(paths).map_err(|p| vec![p])?;
-    if files.is_empty() {
-        let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
-        return Err(vec![Problem {
-            file: paths.first().cloned().unwrap_or_default(),
-            line: 1,
-            column: 1,
-            key: String::new(),
-            message: format!("no scenario files (*.toml) in {}", shown.join(", ")),
-        }]);
-    }
-    let mut problems = Vec::new();
-    let mut all = Vec::new();
-    for f in &files {
-        match file::load(f) {
-            Ok(s) => all.extend(s),
-            Err(p) => problems.extend(p),
-        }
-    }
-    let registry = checked.registry().ok();
-    let mut seen = std::collections::HashMap::new();
-    for s in &all {
-        if let Some(first) = seen.insert(s.name.clone(), (s.file.clone(), s.line)) {
-            problems.push(Problem {
-                message: format!(
-                    "another scenario is named {:?} ({}:{}); names are unique in a run",
-                    s.name,
-                    first.0.display(),
-                    first.1
-                ),
-                ..s.name_problem.clone()
-            });
-        }
-        if let (Some(at), Some(r)) = (&s.stub_problem, &registry)
-            && r.get(&s.call.capability).is_none()
-        {
-            problems.push(Problem {
-                message: format!(
-                    "the deployment has no capability `{}` whose procedure to stub",
-                    s.call.capability
-                ),
-                ..at.clone()
-            });
-        }
-    }
-    if problems.is_empty() {
-        Ok(all)
-    } else {
-        Err(problems)
-    }
-}
-
-/// Run every scenario, at most `jobs` at once; outcomes in the order given.
-async fn run_all(
-    checked: Arc<crate::validate::Checked>,
-    scenarios: Vec<file::Scenario>,
-    jobs: usize,
-    live: bool,
-) -> Vec<Outcome> {
-    let gate = Arc::new(tokio::sync::Semaphore::new(jobs));
-    let mut tasks = Vec::with_capacity(scenarios.len());
-    for s in scenarios {
-        let (checked, gate, scenario) = (checked.clone(), gate.clone(), s.clone());
-        let task = tokio::spawn(async move {
-            let _permit = gate.acquire_owned().await;
-            let started = Instant::now();
-            let mismatches = run::run(&checked, &scenario, live).await;
-            (mismatches, started.elapsed())
-        });
-        tasks.push((s, task));
-    }
-    let mut out = Vec::with_capacity(tasks.len());
-    for (scenario, task) in tasks {
-        let (mismatches, duration) = match task.await {
-            Ok(done) => done,
-            Err(e) => (
-                vec![run::Mismatch::Error {
-                    place: "scenario".into(),
-                    message: format!("the runner failed: {e}"),
-                }],
-                Duration::ZERO,
-            ),
-        };
-        out.push(Outcome {
-            scenario,
-            mismatches,
-            duration,
-        });
-    }
-    out
 }

@@ -1,8 +1,7 @@
 //! How `capgate test` reports: PASS/FAIL lines with a readable expected-vs-actual diff for
 //! people, JUnit XML for CI.
 
-use super::Outcome;
-use super::run::Mismatch;
+use capgate_server::scenario::{Mismatch, Outcome};
 use std::fmt::Write;
 use std::time::Duration;
 

@@ -228,21 +228,27 @@ fn the_schemas_of_other_crates_settings_accept_every_field() {
         ai_sdk: Some("refund".into()),
         mcp: Some("refund".into()),
     });
-    accepts(capgate_provider::HttpUpstreamConfig {
+    accepts(capgate_config::HttpProcedureSection {
         target: "orders".into(),
         url: "http://orders/refund".into(),
         health_url: Some("http://orders/health".into()),
-        headers: [("x-key".to_string(), "v".to_string())].into(),
+        headers: [(
+            "x-key".to_string(),
+            capgate_config::SecretString("v".into()),
+        )]
+        .into(),
         connect_timeout_ms: Some(1000),
         ca_file: Some("ca.pem".into()),
-        request: Some(capgate_provider::HttpRequestMapping {
-            method: "GET".into(),
+        request: Some(capgate_config::HttpRequestSection {
+            method: capgate_config::HttpMethod("GET".into()),
             path: "/orders/{orderId}".into(),
             query: vec!["verbose".into()],
             headers: [("X-Tenant".to_string(), "tenant".to_string())].into(),
             body: Some("body".into()),
         }),
-        errors: [("404".to_string(), "ORDER_NOT_FOUND".to_string())].into(),
+        errors: capgate_config::ErrorStatuses(
+            [("404".to_string(), "ORDER_NOT_FOUND".to_string())].into(),
+        ),
     });
     // The enums by every spelling serde writes.
     for mode in capgate_config::IsolationMode::ALL {

@@ -169,9 +169,9 @@ fn an_http_upstreams_static_headers_may_be_secrets_with_a_prefix() {
         .http
         .as_ref()
         .expect("an http procedure");
-    assert_eq!(http.headers["Authorization"], "Bearer tok-123");
-    assert_eq!(http.headers["X-Tenant"], "acme");
-    assert_eq!(http.headers["X-Plain"], "p");
+    assert_eq!(http.headers["Authorization"].0, "Bearer tok-123");
+    assert_eq!(http.headers["X-Tenant"].0, "acme");
+    assert_eq!(http.headers["X-Plain"].0, "p");
 
     // An unset variable is a problem at the header, and a prefix must be a string.
     let problems = parse(

@@ -2,8 +2,8 @@
 //! `SecureCookieSetting`): a value outside their forms is a located problem at the key,
 //! and each accepted form reads as the setting it names.
 
+use capgate_config::SecureCookie;
 use capgate_config::{AuthorizeSetting, Config, IsolationMode, Problem};
-use capgate_gateway::console::SecureCookie;
 use std::path::Path;
 
 fn parse(text: &str) -> Result<Config, Vec<Problem>> {

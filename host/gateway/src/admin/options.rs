@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 
 /// The role an operator holds by default (kept for embedders that map roles; `capgate
 /// serve` asks for an operator principal, see the module docs).
-pub const OPERATOR_ROLE: &str = "operator";
+pub use capgate_core::actor::OPERATOR_ROLE;
 
 /// Who asked for a reload: the authenticated operator of `POST /admin/reload`.
 #[derive(Debug, Clone)]

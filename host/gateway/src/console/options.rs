@@ -17,12 +17,9 @@ pub const CSRF_HEADER: &str = "x-csrf-token";
 pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(8 * 3600);
 /// Default bound on live sessions of an [`InMemorySessionStore`](super::InMemorySessionStore).
 pub const DEFAULT_MAX_SESSIONS: usize = 10_000;
-/// Default bound on one principal's live sessions (a new sign-in evicts its oldest).
-pub const DEFAULT_MAX_SESSIONS_PER_PRINCIPAL: u32 = 10;
-/// Default sign-ins per principal: per minute, and burst.
-pub const DEFAULT_SIGN_IN_PER_PRINCIPAL: (u32, u32) = (10, 10);
-/// Default sign-ins per client address: per minute, and burst.
-pub const DEFAULT_SIGN_IN_PER_ADDRESS: (u32, u32) = (30, 30);
+pub use capgate_core::defaults::console::{
+    DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, DEFAULT_SIGN_IN_PER_ADDRESS, DEFAULT_SIGN_IN_PER_PRINCIPAL,
+};
 /// Largest sign-in body (a JWT with many claims fits).
 pub const MAX_SIGN_IN_BODY_BYTES: usize = 16 * 1024;
 /// Longest credential accepted at sign-in.

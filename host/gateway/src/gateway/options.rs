@@ -8,15 +8,9 @@ use capgate_core::runtime::Runtime;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Default ceiling of one gateway request (45 000 ms): minus the audit drain it leaves a
-/// 40 000 ms work budget, above core's default per-attempt timeout (30 000 ms), so a hung
-/// procedure times out (`TIMEOUT`) before the gateway gives up on it (`outcome-unknown`).
-/// (The reference's 25 000 ms would leave 20 000 ms, less than its own 30 000 ms timeout.)
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_millis(45_000);
-/// Default time reserved for draining audit at the end of a request (5 000 ms).
-pub const DEFAULT_AUDIT_DRAIN_TIMEOUT: Duration = Duration::from_millis(5_000);
-/// Default request body limit (1 MiB).
-pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
+pub use capgate_core::defaults::gateway::{
+    DEFAULT_AUDIT_DRAIN_TIMEOUT, DEFAULT_MAX_BODY_BYTES, DEFAULT_REQUEST_TIMEOUT,
+};
 
 /// Everything one gateway route needs. Shared pieces (runtime, journal, authenticator,
 /// authorizer) are cheap handles; build one config per route/surface.

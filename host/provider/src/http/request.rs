@@ -17,7 +17,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// The methods a mapping may name (TRACE and CONNECT have no use here).
-pub const METHODS: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
+pub use capgate_core::defaults::http_upstream::METHODS;
 
 /// Headers an input field may not set: framing and hop-by-hop headers, the ones capgate
 /// sets itself, and (checked separately) every configured static header, so a model's input

@@ -46,12 +46,9 @@ use std::time::Duration;
 
 /// The adapter name of MCP tools (the provider identity is `mcp:<capability id>`).
 pub const MCP_ADAPTER: &str = "mcp";
-/// Default connect (and initialize) timeout.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Default bound on calls in flight on one upstream.
-pub const DEFAULT_MAX_CONCURRENT_CALLS: usize = 16;
-/// Default interval between two listings of an upstream's tools.
-pub const DEFAULT_RELIST_INTERVAL: Duration = Duration::from_secs(60);
+pub use capgate_core::defaults::mcp_upstream::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONCURRENT_CALLS, DEFAULT_RELIST_INTERVAL,
+};
 /// The largest JSON message accepted from an upstream (HTTP response or SSE event).
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 

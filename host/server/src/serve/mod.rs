@@ -148,7 +148,11 @@ fn console_options(c: &capgate_config::ConsoleSection) -> anyhow::Result<Console
     Ok(ConsoleOptions {
         prefix: c.path.clone(),
         session_ttl: Duration::from_secs(c.session_minutes.saturating_mul(60)),
-        secure_cookie: c.secure_cookie.0,
+        secure_cookie: match c.secure_cookie.0 {
+            capgate_config::SecureCookie::Auto => capgate_gateway::console::SecureCookie::Auto,
+            capgate_config::SecureCookie::Always => capgate_gateway::console::SecureCookie::Always,
+            capgate_config::SecureCookie::Never => capgate_gateway::console::SecureCookie::Never,
+        },
         max_sessions_per_principal: c.max_sessions_per_principal,
         sign_in_per_principal: PerMinute::new(c.sign_in_per_minute, c.sign_in_burst),
         sign_in_per_address: PerMinute::new(

@@ -4,7 +4,9 @@
 //!
 //! Validation goes as far as anything can go without opening the store or a listener:
 //!
-//! 1. the file: syntax, types, references, value ranges ([`Config::load`]);
+//! 1. the file: syntax, types, references, value ranges ([`Config::read_with`]), and what
+//!    only the crates that run it can tell (reserved paths, registry references, CA
+//!    bundles, identity provider URLs: `rules.rs`);
 //! 2. then, when the file is sound, everything building the deployment can refuse: the
 //!    gateway's authorizer and authenticators (JWT keys), every plugin loaded and pinned
 //!    and every binding bound to the interface it needs, every procedure's provider
@@ -57,6 +59,7 @@ mod identity;
 mod operator;
 mod plugins;
 mod providers;
+mod rules;
 
 use assembly::*;
 pub use assembly::{AssemblyError, TestHooks};
@@ -149,7 +152,7 @@ pub fn validate(path: &Path) -> Result<Checked, Refused> {
         path: path.to_path_buf(),
         problems: sorted(problems),
     };
-    let (config, doc) = Config::load(path).map_err(refused)?;
+    let (config, doc) = rules::load(path, capgate_config::Secrets::All).map_err(refused)?;
     let mut v = Validation {
         cfg: &config,
         doc: &doc,

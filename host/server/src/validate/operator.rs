@@ -32,7 +32,7 @@ pub fn validate_store_only(path: &Path, secrets: Secrets) -> Result<StoreOnly, R
         path: path.to_path_buf(),
         problems: sorted(problems),
     };
-    let (config, doc) = Config::load_with(path, secrets).map_err(refused)?;
+    let (config, doc) = super::rules::load(path, secrets).map_err(refused)?;
     let store_only = StoreOnly { config, doc };
     // What the registry refuses (SI-11 retries, tool names…), located as `check` does.
     if let Err(e) = store_only.registry() {

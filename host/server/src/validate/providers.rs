@@ -65,10 +65,7 @@ impl Validation<'_> {
                     }
                 }
                 (None, Some(http)) => {
-                    // `caFile` is relative to the config file, like every other path in it.
-                    let mut http = http.clone();
-                    http.ca_file = http.ca_file.map(|p| self.cfg.relative(p));
-                    match HttpUpstream::new(http) {
+                    match HttpUpstream::new(crate::resolve::http_upstream(self.cfg, http)) {
                         Ok(u) => Arc::new(u),
                         Err(e) => {
                             let field: String = std::iter::once("/http".to_string())
@@ -117,7 +114,7 @@ impl Validation<'_> {
     /// Every `[upstreams.mcp.NAME]` as an upstream (not connected: that is `serve`'s).
     pub(super) fn mcp_upstreams(&mut self) -> BTreeMap<String, Arc<McpUpstream>> {
         let mut out = BTreeMap::new();
-        for (name, config) in self.cfg.mcp_upstreams() {
+        for (name, config) in crate::resolve::mcp_upstreams(self.cfg) {
             match McpUpstream::new(config) {
                 Ok(u) => {
                     out.insert(name, Arc::new(u));

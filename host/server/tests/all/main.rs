@@ -2,3 +2,4 @@
 //! no spawned `capgate`.
 
 mod embedded;
+mod resolve;

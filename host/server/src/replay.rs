@@ -116,47 +116,70 @@ struct Recorded {
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Change {
-    invocation_id: String,
-    namespace: String,
-    capability_id: String,
-    surface: Surface,
-    actor: ActorRef,
-    recorded_at: DateTime<Utc>,
-    input_hash: String,
-    from: String,
-    to: &'static str,
-    recorded_from: &'static str,
+    /// The call's invocation id.
+    pub invocation_id: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// The capability called.
+    pub capability_id: String,
+    /// The door it came through.
+    pub surface: Surface,
+    /// Who called.
+    pub actor: ActorRef,
+    /// When it was recorded.
+    pub recorded_at: DateTime<Utc>,
+    /// The digest of its input.
+    pub input_hash: String,
+    /// What it got.
+    pub from: String,
+    /// What it would get now.
+    pub to: &'static str,
+    /// Where `from` was read (the audit trail or the journal).
+    pub recorded_from: &'static str,
+    /// The approval types it would now wait for.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    approval_types: Vec<String>,
-    policy_decisions: Vec<PolicyStance>,
+    pub approval_types: Vec<String>,
+    /// Every policy's stance on it now.
+    pub policy_decisions: Vec<PolicyStance>,
 }
 
 /// `from → to` and how many calls made it.
 #[derive(Debug, Serialize)]
 pub struct Transition {
-    from: String,
-    to: String,
-    count: u64,
+    /// The recorded outcome or stance.
+    pub from: String,
+    /// The one it would be now.
+    pub to: String,
+    /// How many calls.
+    pub count: u64,
 }
 
 /// One capability's calls.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CapabilityReport {
-    capability_id: String,
-    calls: u64,
-    changed: u64,
-    transitions: Vec<Transition>,
+    /// The capability.
+    pub capability_id: String,
+    /// Its calls decided again.
+    pub calls: u64,
+    /// How many would change.
+    pub changed: u64,
+    /// Its outcomes, recorded → now.
+    pub transitions: Vec<Transition>,
 }
 
 /// One policy's changed stances on one capability.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PolicyReport {
-    policy: String,
-    capability_id: String,
-    phase: Phase,
-    transitions: Vec<Transition>,
+    /// The policy.
+    pub policy: String,
+    /// The capability.
+    pub capability_id: String,
+    /// The phase it decided in.
+    pub phase: Phase,
+    /// Its stances, recorded → now.
+    pub transitions: Vec<Transition>,
 }
 
 /// Calls read but not decided again, by why.
@@ -164,18 +187,21 @@ pub struct PolicyReport {
 #[serde(rename_all = "camelCase")]
 pub struct Skipped {
     /// By an identity the configuration does not declare.
-    unknown_actor: u64,
+    pub unknown_actor: u64,
     /// Still pending: no recorded outcome to compare with.
-    pending: u64,
+    pub pending: u64,
 }
 
 /// What `capgate replay` prints (`--output json` as is).
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Report {
-    since: DateTime<Utc>,
-    until: DateTime<Utc>,
-    revision: String,
+    /// The window's start.
+    pub since: DateTime<Utc>,
+    /// The window's end.
+    pub until: DateTime<Utc>,
+    /// The new configuration's revision.
+    pub revision: String,
     /// Journal records read.
     pub calls: u64,
     /// Calls decided again.
@@ -185,14 +211,18 @@ pub struct Report {
     /// Calls whose recorded outcome could not be read (counted in `transitions` from
     /// `unknown`, never as changed).
     pub unknown_recorded: u64,
-    skipped: Skipped,
+    /// Calls not decided again, and why.
+    pub skipped: Skipped,
     /// `--limit` stopped the replay before the end of the window.
     pub truncated: bool,
     /// Procedures reached while replaying: always 0 (a procedure is never called).
     pub procedure_calls: u64,
-    capabilities: Vec<CapabilityReport>,
-    policies: Vec<PolicyReport>,
-    changes: Vec<Change>,
+    /// Each capability's outcome transitions.
+    pub capabilities: Vec<CapabilityReport>,
+    /// Each policy's changed stances.
+    pub policies: Vec<PolicyReport>,
+    /// Every call whose outcome would change.
+    pub changes: Vec<Change>,
 }
 
 /// Replay the journal of `store` under `checked`.
@@ -616,102 +646,5 @@ impl Tally {
                 .collect(),
             changes: self.changes,
         }
-    }
-}
-
-impl Report {
-    /// The report for people: the capabilities' transitions, the policies' changed
-    /// stances, then every changed call.
-    pub fn table(&self) -> String {
-        let mut out = format!(
-            "{} calls recorded from {} to {}: {} decided again, {} would change{}\n",
-            self.calls,
-            self.since
-                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-            self.until
-                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-            self.replayed,
-            self.changed,
-            match (self.skipped.unknown_actor, self.skipped.pending) {
-                (0, 0) => String::new(),
-                (a, p) => format!(
-                    " ({a} skipped: by an identity the configuration does not declare; {p} still pending)"
-                ),
-            },
-        );
-        if self.truncated {
-            out.push_str("(stopped at --limit: later calls of the window were not read)\n");
-        }
-        let rows: Vec<Vec<String>> = self
-            .capabilities
-            .iter()
-            .flat_map(|c| {
-                c.transitions.iter().map(|t| {
-                    vec![
-                        c.capability_id.clone(),
-                        format!("{} → {}", t.from, t.to),
-                        t.count.to_string(),
-                        if t.from == t.to { "" } else { "changed" }.to_string(),
-                    ]
-                })
-            })
-            .collect();
-        out.push('\n');
-        out.push_str(&crate::table::render(
-            &["CAPABILITY", "OUTCOME", "CALLS", ""],
-            &rows,
-        ));
-        if !self.policies.is_empty() {
-            let rows: Vec<Vec<String>> = self
-                .policies
-                .iter()
-                .flat_map(|p| {
-                    p.transitions.iter().map(|t| {
-                        vec![
-                            p.policy.clone(),
-                            p.capability_id.clone(),
-                            p.phase.as_str().to_string(),
-                            format!("{} → {}", t.from, t.to),
-                            t.count.to_string(),
-                        ]
-                    })
-                })
-                .collect();
-            out.push('\n');
-            out.push_str(&crate::table::render(
-                &["POLICY", "CAPABILITY", "PHASE", "STANCE", "CALLS"],
-                &rows,
-            ));
-        }
-        if !self.changes.is_empty() {
-            let rows: Vec<Vec<String>> = self
-                .changes
-                .iter()
-                .map(|c| {
-                    vec![
-                        c.recorded_at
-                            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-                        c.invocation_id.clone(),
-                        c.namespace.clone(),
-                        format!("{}:{}", c.actor.kind.as_str(), c.actor.id),
-                        c.capability_id.clone(),
-                        format!("{} → {}", c.from, c.to),
-                    ]
-                })
-                .collect();
-            out.push('\n');
-            out.push_str(&crate::table::render(
-                &[
-                    "RECORDED",
-                    "INVOCATION",
-                    "NAMESPACE",
-                    "ACTOR",
-                    "CAPABILITY",
-                    "OUTCOME",
-                ],
-                &rows,
-            ));
-        }
-        out
     }
 }

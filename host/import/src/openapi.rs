@@ -16,7 +16,9 @@
 //! every schema after inlining ([`MAX_SCHEMA_NODES`]), so nested references cannot
 //! multiply it without limit.
 
-use serde::Serialize;
+use crate::{Capability, Entry, Procedure};
+use capgate_core::meta::{Risk, SideEffect};
+use capgate_provider::HttpUpstreamConfig;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -76,45 +78,6 @@ pub struct Imported {
     pub entries: Vec<Entry>,
     /// Operations left out, and anything else the operator should know.
     pub warnings: Vec<String>,
-}
-
-/// One imported operation: a comment naming it and the capability.
-#[derive(Debug, Clone)]
-pub struct Entry {
-    /// `GET /pets/{petId}`.
-    pub operation: String,
-    /// The capability entry.
-    pub capability: Capability,
-}
-
-/// A `[[capabilities]]` entry as capgate.toml spells it.
-#[derive(Debug, Clone)]
-pub struct Capability {
-    /// The capability id.
-    pub id: String,
-    /// From the operation's summary/description.
-    pub description: String,
-    /// Offered nowhere (`{}`) until the operator turns surfaces on.
-    pub expose: Map<String, Value>,
-    /// `read` or `write`.
-    pub side_effect: &'static str,
-    /// `low`, `medium` or `high`.
-    pub risk: &'static str,
-    /// GET, HEAD, PUT, DELETE.
-    pub idempotent: bool,
-    /// The operation's parameters and body as one object schema.
-    pub input_schema: Value,
-    /// The success response's schema.
-    pub output_schema: Option<Value>,
-    /// `{ http = … }`.
-    pub procedure: Procedure,
-}
-
-/// The procedure of an imported capability.
-#[derive(Debug, Clone, Serialize)]
-pub struct Procedure {
-    /// The HTTP upstream with its request mapping.
-    pub http: capgate_provider::HttpUpstreamConfig,
 }
 
 /// Parse a document: JSON when it starts with `{`, else YAML.
@@ -340,7 +303,7 @@ fn prefix_of(title: &str) -> String {
 }
 
 /// A user-given prefix: each dot-separated segment sanitised.
-pub(crate) fn clean_prefix(prefix: &str) -> String {
+pub fn clean_prefix(prefix: &str) -> String {
     prefix
         .split('.')
         .map(sanitise)
@@ -511,17 +474,19 @@ pub fn import(doc: &Value, options: &Options) -> Result<Imported, ImportError> {
                     }
                     ids.insert(id.clone());
                     cap.id = id.clone();
-                    cap.procedure.http.target = id;
+                    let Procedure::Http(http) = &mut cap.procedure else {
+                        continue;
+                    };
+                    http.target = id;
                     // The entry must be one an HTTP upstream accepts.
-                    if let Err(e) = capgate_provider::HttpUpstream::new(cap.procedure.http.clone())
-                    {
+                    if let Err(e) = capgate_provider::HttpUpstream::new((**http).clone()) {
                         out.warnings.push(format!(
                             "skipped {operation} ({name}): its upstream would be refused: {e}"
                         ));
                         continue;
                     }
                     out.entries.push(Entry {
-                        operation,
+                        source: operation,
                         capability: cap,
                     });
                 }
@@ -544,7 +509,7 @@ fn url_is_relative(url: &str) -> bool {
 }
 
 /// `prefix.name`, the name sanitised and the whole at most [`MAX_ID_CHARS`].
-pub(crate) fn capability_id(prefix: &str, name: &str) -> String {
+pub fn capability_id(prefix: &str, name: &str) -> String {
     let mut name = sanitise(name);
     if name.is_empty() {
         name = "operation".into();
@@ -752,31 +717,32 @@ fn operation_entry(
     Ok(Some(Capability {
         id: String::new(),
         description,
-        expose: Map::new(),
-        side_effect: if read { "read" } else { "write" },
+        side_effect: if read {
+            SideEffect::Read
+        } else {
+            SideEffect::Write
+        },
         risk: match ctx.method {
-            "get" | "head" | "options" => "low",
-            "delete" => "high",
-            _ => "medium",
+            "get" | "head" | "options" => Risk::Low,
+            "delete" => Risk::High,
+            _ => Risk::Medium,
         },
         idempotent: matches!(ctx.method, "get" | "head" | "options" | "put" | "delete"),
         input_schema,
         output_schema,
-        procedure: Procedure {
-            http: capgate_provider::HttpUpstreamConfig {
-                target: String::new(),
-                url: ctx.base_url.to_string(),
-                request: Some(capgate_provider::HttpRequestMapping {
-                    method,
-                    path: template_of(ctx.path),
-                    query,
-                    headers,
-                    body: body_field,
-                }),
-                errors,
-                ..Default::default()
-            },
-        },
+        procedure: Procedure::Http(Box::new(HttpUpstreamConfig {
+            target: String::new(),
+            url: ctx.base_url.to_string(),
+            request: Some(capgate_provider::HttpRequestMapping {
+                method,
+                path: template_of(ctx.path),
+                query,
+                headers,
+                body: body_field,
+            }),
+            errors,
+            ..Default::default()
+        })),
     }))
 }
 
@@ -815,134 +781,16 @@ fn placeholders(path: &str) -> Vec<String> {
         .collect()
 }
 
-/// The entries as capgate.toml text: each `[[capabilities]]` preceded by a comment naming
-/// its operation, one key a line, schemas and the procedure as inline tables (the form the
-/// README's examples use).
-pub fn to_toml(imported: &Imported) -> Result<String, serde_json::Error> {
-    let mut text = String::new();
-    for entry in &imported.entries {
-        let c = &entry.capability;
-        text.push_str(&format!(
-            "# {}\n",
-            entry.operation.replace(['\n', '\r'], " ")
-        ));
-        text.push_str("[[capabilities]]\n");
-        text.push_str(&format!("id = {}\n", toml_string(&c.id)));
-        text.push_str(&format!("description = {}\n", toml_string(&c.description)));
-        text.push_str("expose = {}\n");
-        text.push_str(&format!("sideEffect = \"{}\"\n", c.side_effect));
-        text.push_str(&format!("risk = \"{}\"\n", c.risk));
-        text.push_str(&format!("idempotent = {}\n", c.idempotent));
-        text.push_str(&format!("inputSchema = {}\n", inline(&c.input_schema)));
-        if let Some(o) = &c.output_schema {
-            text.push_str(&format!("outputSchema = {}\n", inline(o)));
-        }
-        // The procedure's keys in the order a reader wants them, not serde's.
-        let http = &c.procedure.http;
-        let mut parts = vec![
-            format!("target = {}", toml_string(&http.target)),
-            format!("url = {}", toml_string(&http.url)),
-        ];
-        if let Some(r) = &http.request {
-            let mut req = vec![
-                format!("method = {}", toml_string(&r.method)),
-                format!("path = {}", toml_string(&r.path)),
-            ];
-            if !r.query.is_empty() {
-                req.push(format!(
-                    "query = {}",
-                    inline(&serde_json::to_value(&r.query)?)
-                ));
-            }
-            if !r.headers.is_empty() {
-                req.push(format!(
-                    "headers = {}",
-                    inline(&serde_json::to_value(&r.headers)?)
-                ));
-            }
-            if let Some(b) = &r.body {
-                req.push(format!("body = {}", toml_string(b)));
-            }
-            parts.push(format!("request = {{ {} }}", req.join(", ")));
-        }
-        if !http.errors.is_empty() {
-            parts.push(format!(
-                "errors = {}",
-                inline(&serde_json::to_value(&http.errors)?)
-            ));
-        }
-        text.push_str(&format!(
-            "procedure = {{ http = {{ {} }} }}\n\n",
-            parts.join(", ")
-        ));
-    }
-    Ok(text)
-}
-
-/// A JSON value as a TOML inline value (the caller has made sure it holds no null).
-pub(crate) fn inline(v: &Value) -> String {
-    match v {
-        Value::Null => "{}".into(),
-        Value::Bool(b) => b.to_string(),
-        Value::Number(n) => {
-            let t = n.to_string();
-            // TOML floats need a digit after the point and spell exponents alike.
-            if n.is_f64() && !t.contains(['.', 'e', 'E']) {
-                format!("{t}.0")
-            } else {
-                t
-            }
-        }
-        Value::String(s) => toml_string(s),
-        Value::Array(items) => format!(
-            "[{}]",
-            items.iter().map(inline).collect::<Vec<_>>().join(", ")
-        ),
-        Value::Object(map) if map.is_empty() => "{}".into(),
-        Value::Object(map) => format!(
-            "{{ {} }}",
-            map.iter()
-                .map(|(k, v)| format!("{} = {}", toml_key(k), inline(v)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    }
-}
-
-fn toml_key(k: &str) -> String {
-    // Bare keys may be all digits, but `"404"` reads as the string it is.
-    if !k.is_empty()
-        && !k.bytes().all(|b| b.is_ascii_digit())
-        && k.chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-    {
-        k.to_string()
-    } else {
-        toml_string(k)
-    }
-}
-
-/// A TOML basic string.
-pub(crate) fn toml_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
 #[cfg(test)]
 mod tests {
+    /// The HTTP upstream of an imported operation.
+    fn http(c: &crate::Capability) -> &capgate_provider::HttpUpstreamConfig {
+        match &c.procedure {
+            crate::Procedure::Http(h) => h,
+            crate::Procedure::Mcp(m) => panic!("an OpenAPI import made an MCP entry: {m:?}"),
+        }
+    }
+
     use super::*;
 
     fn doc(paths: Value, components: Value) -> Value {
@@ -1062,10 +910,10 @@ mod tests {
             .map(|e| {
                 let c = &e.capability;
                 (
-                    e.operation.split(' ').next().unwrap_or_default(),
-                    c.side_effect,
+                    e.source.split(' ').next().unwrap_or_default(),
+                    c.side_effect.as_str(),
                     c.idempotent,
-                    c.risk,
+                    c.risk.as_str(),
                 )
             })
             .collect();
@@ -1080,7 +928,6 @@ mod tests {
                 ("DELETE", "write", true, "high"),
             ]
         );
-        assert!(got.entries.iter().all(|e| e.capability.expose.is_empty()));
     }
 
     #[test]
@@ -1116,7 +963,7 @@ mod tests {
         .expect("imported");
         let cap = &got.entries[0].capability;
         assert_eq!(cap.id, "acme_pets.update_pet");
-        assert_eq!(cap.procedure.http.target, cap.id);
+        assert_eq!(http(cap).target, cap.id);
         assert_eq!(
             cap.input_schema,
             json!({ "type": "object", "additionalProperties": false,
@@ -1126,7 +973,7 @@ mod tests {
                     "body": { "type": "object", "properties": { "name": { "type": "string" } } } },
                 "required": ["petId", "X-Tenant", "body"] })
         );
-        let request = cap.procedure.http.request.as_ref().expect("mapping");
+        let request = http(cap).request.as_ref().expect("mapping");
         assert_eq!(request.method, "PUT");
         assert_eq!(request.path, "/pets/{petId}");
         assert_eq!(request.query, vec!["verbose".to_string()]);
@@ -1136,7 +983,7 @@ mod tests {
         );
         assert_eq!(request.body.as_deref(), Some("body"));
         assert_eq!(
-            cap.procedure.http.errors,
+            http(cap).errors,
             [
                 ("404".to_string(), "PET_NOT_FOUND".to_string()),
                 ("409".to_string(), "HTTP_409".to_string())
@@ -1144,7 +991,7 @@ mod tests {
             .into()
         );
         // The TOML is what capgate.toml reads back.
-        let text = to_toml(&got).expect("toml");
+        let text = crate::to_toml(&got.entries);
         assert!(
             text.starts_with("# PUT /pets/{petId}\n[[capabilities]]\n"),
             "{text}"
@@ -1169,20 +1016,20 @@ mod tests {
         );
         let got = import(&d, &Options::default()).expect("imported");
         assert!(got.warnings.is_empty(), "{:?}", got.warnings);
-        let back: Value = toml::from_str(&to_toml(&got).expect("toml")).expect("TOML");
+        let back: Value = toml::from_str(&crate::to_toml(&got.entries)).expect("TOML");
         let cap = &got.entries[0].capability;
         assert_eq!(
             back["capabilities"][0]["description"],
             json!(cap.description)
         );
         assert_eq!(
-            cap.procedure.http.request.as_ref().map(|r| r.path.as_str()),
+            http(cap).request.as_ref().map(|r| r.path.as_str()),
             Some("/a%20b/{weird key}")
         );
         assert_eq!(back["capabilities"][0]["inputSchema"], cap.input_schema);
         assert_eq!(
             back["capabilities"][0]["procedure"],
-            serde_json::to_value(&cap.procedure).expect("json")
+            json!({ "http": serde_json::to_value(http(cap)).expect("json") })
         );
     }
 

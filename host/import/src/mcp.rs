@@ -1,13 +1,28 @@
-//! `capgate import mcp --upstream NAME`: capability entries for the tools of a configured MCP
-//! upstream, each pinned to the digest of the definition printed with it; and `--diff`, what
-//! changed upstream since the configuration's pins were taken.
+//! An MCP upstream's tools as capability entries (`capgate import mcp --upstream NAME`),
+//! each pinned to the digest of the definition it was made from; and [`diff`], what changed
+//! upstream since a configuration's pins were taken (`--diff`).
 
-use crate::openapi::{capability_id, clean_prefix, inline, toml_string};
-use capgate_config::CapabilitySection;
+use crate::openapi::{capability_id, clean_prefix};
+use crate::{Capability, Entry, Procedure, shown};
+use capgate_config::{CapabilitySection, McpProcedureSection};
+use capgate_core::meta::{Risk, SideEffect};
 use capgate_provider::mcp::{ToolListing, tool_definition, tool_digest};
 use rmcp::model::Tool;
 use serde_json::{Value, json};
 use std::fmt::Write;
+
+/// Why no entries could be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum McpImportError {
+    /// A tool asked for by name is not in the upstream's listing.
+    #[error("upstream `{upstream}` lists no tool `{tool}`")]
+    NoSuchTool {
+        /// The upstream.
+        upstream: String,
+        /// The tool asked for.
+        tool: String,
+    },
+}
 
 /// The output schema of a tool that declares none: capgate's output is its text content.
 pub fn text_output_schema() -> Value {
@@ -21,17 +36,17 @@ pub fn text_output_schema() -> Value {
 /// `sideEffect`, `risk`, `idempotent` from the tool's annotations, read as the MCP spec
 /// defines their absence (not read-only, destructive, not idempotent): a tool that says
 /// nothing is imported as a high-risk write.
-pub fn classify(tool: &Tool) -> (&'static str, &'static str, bool) {
+pub fn classify(tool: &Tool) -> (SideEffect, Risk, bool) {
     let a = tool.annotations.as_ref();
     let read_only = a.and_then(|a| a.read_only_hint).unwrap_or(false);
     let destructive = a.and_then(|a| a.destructive_hint).unwrap_or(true);
     let idempotent = a.and_then(|a| a.idempotent_hint).unwrap_or(false);
     if read_only {
-        ("read", "low", true)
+        (SideEffect::Read, Risk::Low, true)
     } else if destructive {
-        ("write", "high", idempotent)
+        (SideEffect::Write, Risk::High, idempotent)
     } else {
-        ("write", "medium", idempotent)
+        (SideEffect::Write, Risk::Medium, idempotent)
     }
 }
 
@@ -61,19 +76,20 @@ pub fn entries(
     listing: &ToolListing,
     prefix: Option<&str>,
     tools: &[String],
-) -> Result<String, String> {
+) -> Result<Vec<Entry>, McpImportError> {
     let prefix = clean_prefix(prefix.unwrap_or(upstream));
     let prefix = if prefix.is_empty() {
         "mcp".to_string()
     } else {
         prefix
     };
-    for t in tools {
-        if !listing.tools.contains_key(t) {
-            return Err(format!("upstream `{upstream}` lists no tool `{t}`"));
-        }
+    if let Some(t) = tools.iter().find(|t| !listing.tools.contains_key(*t)) {
+        return Err(McpImportError::NoSuchTool {
+            upstream: upstream.to_string(),
+            tool: t.clone(),
+        });
     }
-    let mut text = String::new();
+    let mut out = Vec::new();
     for (name, tool) in &listing.tools {
         if !tools.is_empty() && !tools.contains(name) {
             continue;
@@ -84,36 +100,31 @@ pub fn entries(
             .as_deref()
             .or(tool.title.as_deref())
             .unwrap_or(name);
-        let input = without_nulls(&Value::Object((*tool.input_schema).clone()));
         let output = tool
             .output_schema
             .as_ref()
             .map_or_else(text_output_schema, |s| {
                 without_nulls(&Value::Object((**s).clone()))
             });
-        let _ = writeln!(
-            text,
-            "# tool `{}` of MCP upstream `{upstream}`",
-            name.replace(['\n', '\r'], " ")
-        );
-        let _ = writeln!(text, "[[capabilities]]");
-        let _ = writeln!(text, "id = {}", toml_string(&capability_id(&prefix, name)));
-        let _ = writeln!(text, "description = {}", toml_string(description));
-        let _ = writeln!(text, "expose = {{}}");
-        let _ = writeln!(text, "sideEffect = \"{side_effect}\"");
-        let _ = writeln!(text, "risk = \"{risk}\"");
-        let _ = writeln!(text, "idempotent = {idempotent}");
-        let _ = writeln!(text, "inputSchema = {}", inline(&input));
-        let _ = writeln!(text, "outputSchema = {}", inline(&output));
-        let _ = writeln!(
-            text,
-            "procedure = {{ mcp = {{ upstream = {}, tool = {}, toolSha256 = \"{}\" }} }}\n",
-            toml_string(upstream),
-            toml_string(name),
-            tool_digest(tool)
-        );
+        out.push(Entry {
+            source: format!("tool `{name}` of MCP upstream `{upstream}`"),
+            capability: Capability {
+                id: capability_id(&prefix, name),
+                description: description.to_string(),
+                side_effect,
+                risk,
+                idempotent,
+                input_schema: without_nulls(&Value::Object((*tool.input_schema).clone())),
+                output_schema: Some(output),
+                procedure: Procedure::Mcp(McpProcedureSection {
+                    upstream: upstream.to_string(),
+                    tool: name.clone(),
+                    tool_sha256: tool_digest(tool),
+                }),
+            },
+        });
     }
-    Ok(text)
+    Ok(out)
 }
 
 /// What `--diff` found.
@@ -168,12 +179,12 @@ pub fn diff(
             let _ = writeln!(
                 text,
                 "  description in the config: {}",
-                toml_string(&c.description)
+                shown(&json!(c.description))
             );
             let _ = writeln!(
                 text,
                 "  description upstream now:  {}",
-                toml_string(description)
+                shown(&json!(description))
             );
         }
         let configured = |s: &Option<capgate_config::SchemaRef>| match s {
@@ -182,7 +193,7 @@ pub fn diff(
         };
         let input_now = without_nulls(&def["inputSchema"]);
         if configured(&c.input_schema).as_ref() != Some(&input_now) {
-            let _ = writeln!(text, "  inputSchema upstream now:  {}", inline(&input_now));
+            let _ = writeln!(text, "  inputSchema upstream now:  {}", shown(&input_now));
         }
         let output_now = if def["outputSchema"].is_null() {
             text_output_schema()
@@ -190,13 +201,13 @@ pub fn diff(
             without_nulls(&def["outputSchema"])
         };
         if configured(&c.output_schema).as_ref() != Some(&output_now) {
-            let _ = writeln!(text, "  outputSchema upstream now: {}", inline(&output_now));
+            let _ = writeln!(text, "  outputSchema upstream now: {}", shown(&output_now));
         }
         if !def["annotations"].is_null() {
             let _ = writeln!(
                 text,
                 "  annotations upstream now:  {}",
-                inline(&without_nulls(&def["annotations"]))
+                shown(&without_nulls(&def["annotations"]))
             );
         }
         let _ = writeln!(
@@ -233,16 +244,19 @@ mod tests {
     fn annotations_set_side_effect_and_risk_and_silence_is_a_destructive_write() {
         assert_eq!(
             classify(&tool("a", json!({"readOnlyHint": true}))),
-            ("read", "low", true)
+            (SideEffect::Read, Risk::Low, true)
         );
         assert_eq!(
             classify(&tool(
                 "a",
                 json!({"destructiveHint": false, "idempotentHint": true})
             )),
-            ("write", "medium", true)
+            (SideEffect::Write, Risk::Medium, true)
         );
-        assert_eq!(classify(&tool("a", json!({}))), ("write", "high", false));
+        assert_eq!(
+            classify(&tool("a", json!({}))),
+            (SideEffect::Write, Risk::High, false)
+        );
     }
 
     #[test]
@@ -251,7 +265,7 @@ mod tests {
         let t = tool("echo", json!({"readOnlyHint": true}));
         listing.digests.insert("echo".into(), tool_digest(&t));
         listing.tools.insert("echo".into(), t.clone());
-        let text = entries("everything", &listing, None, &[]).unwrap();
+        let text = crate::to_toml(&entries("everything", &listing, None, &[]).unwrap());
         let back: Value = toml::from_str(&text).expect("TOML");
         let c = &back["capabilities"][0];
         assert_eq!(c["id"], "everything.echo");

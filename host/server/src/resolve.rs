@@ -1,0 +1,103 @@
+//! The file's sections resolved into the settings of the crates that run them: paths
+//! against the configuration file, defaults filled in, the schema layer's own types mapped
+//! to the provider's and the gateway's. `capgate-config` knows none of these crates; this is
+//! where the two meet.
+
+use capgate_config::{Config, HttpProcedureSection, McpUpstreamSection, SecretSetting};
+use capgate_provider::mcp::{McpTransportConfig, McpUpstreamConfig, SecretValue};
+use capgate_provider::{HttpRequestMapping, HttpUpstreamConfig};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// `procedure.http` as the provider's upstream: `caFile` relative to the config file, like
+/// every other path in it.
+pub fn http_upstream(cfg: &Config, h: &HttpProcedureSection) -> HttpUpstreamConfig {
+    HttpUpstreamConfig {
+        target: h.target.clone(),
+        url: h.url.clone(),
+        health_url: h.health_url.clone(),
+        headers: h
+            .headers
+            .iter()
+            .map(|(k, v)| (k.clone(), v.0.clone()))
+            .collect(),
+        connect_timeout_ms: h.connect_timeout_ms,
+        ca_file: h.ca_file.as_ref().map(|p| cfg.relative(p)),
+        request: h.request.as_ref().map(|r| HttpRequestMapping {
+            method: r.method.0.clone(),
+            path: r.path.clone(),
+            query: r.query.clone(),
+            headers: r.headers.clone(),
+            body: r.body.clone(),
+        }),
+        errors: h.errors.0.clone(),
+    }
+}
+
+/// Every `[upstreams.mcp.NAME]` as the provider's configuration. Call after the file was
+/// checked (exactly one of `url`/`command`, a program named): an entry that is neither is
+/// left out.
+pub fn mcp_upstreams(cfg: &Config) -> BTreeMap<String, McpUpstreamConfig> {
+    cfg.upstreams
+        .mcp
+        .iter()
+        .filter_map(|(name, u)| Some((name.clone(), mcp_upstream(cfg, name, u)?)))
+        .collect()
+}
+
+fn mcp_upstream(cfg: &Config, name: &str, u: &McpUpstreamSection) -> Option<McpUpstreamConfig> {
+    let secrets = |m: &BTreeMap<String, SecretSetting>| {
+        m.iter()
+            .map(|(k, v)| (k.clone(), secret_value(cfg, v)))
+            .collect::<BTreeMap<_, _>>()
+    };
+    let transport = match (&u.url, &u.command) {
+        (Some(url), None) => McpTransportConfig::Http {
+            url: url.clone(),
+            headers: secrets(&u.headers),
+            ca_file: u.ca_file.as_ref().map(|p| cfg.relative(p)),
+        },
+        (None, Some(command)) => {
+            let (program, args) = command.split_first()?;
+            McpTransportConfig::Stdio {
+                program: program.clone(),
+                args: args.to_vec(),
+                env: secrets(&u.env),
+                inherit: u.inherit_env.clone(),
+                cwd: u.cwd.as_ref().map(|p| cfg.relative(p)),
+            }
+        }
+        _ => return None,
+    };
+    let mut config = McpUpstreamConfig::new(name, transport);
+    if let Some(ms) = u.connect_timeout_ms {
+        config.connect_timeout = Duration::from_millis(ms);
+    }
+    if let Some(n) = u.max_concurrent_calls {
+        config.max_concurrent_calls = usize::try_from(n).unwrap_or(usize::MAX);
+    }
+    if let Some(ms) = u.relist_interval_ms {
+        config.relist_interval = Duration::from_millis(ms);
+    }
+    Some(config)
+}
+
+/// A header or environment value as the provider resolves it (at each use): paths against
+/// the config file.
+pub fn secret_value(cfg: &Config, v: &SecretSetting) -> SecretValue {
+    match v {
+        SecretSetting::Literal(s) => SecretValue::Literal(s.clone()),
+        SecretSetting::From(src) => match (&src.env, &src.file) {
+            (Some(name), _) => SecretValue::Env {
+                name: name.clone(),
+                prefix: src.prefix.clone(),
+            },
+            (None, Some(path)) => SecretValue::File {
+                path: cfg.relative(path),
+                prefix: src.prefix.clone(),
+            },
+            // Refused by the file's checks; an empty literal if ever reached.
+            (None, None) => SecretValue::Literal(String::new()),
+        },
+    }
+}
