@@ -508,7 +508,7 @@ fn url_is_relative(url: &str) -> bool {
     !(url.starts_with("http://") || url.starts_with("https://"))
 }
 
-/// `prefix.name`, the name sanitised and the whole at most [`MAX_ID_CHARS`].
+/// `prefix.name`, the name sanitised and the whole at most 64 characters (its tool name, the id with `.` → `_`, must fit).
 pub fn capability_id(prefix: &str, name: &str) -> String {
     let mut name = sanitise(name);
     if name.is_empty() {

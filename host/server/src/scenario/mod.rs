@@ -1,5 +1,5 @@
 //! Governance scenarios without a model (`capgate test`): scenario files read with every
-//! problem located ([`file`]), each run on the deployment's real pipeline over a fresh
+//! problem located ([`mod@file`]), each run on the deployment's real pipeline over a fresh
 //! in-memory store ([`run`]), in parallel ([`run_all`]). The command prints the outcomes.
 
 pub mod file;

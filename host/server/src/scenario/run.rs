@@ -5,7 +5,7 @@
 //! check, requester door, namespace and authorizer), in process.
 //!
 //! No configured procedure runs unless the run says `--live`: every procedure the scenario
-//! does not stub is replaced by [`Unstubbed`], which sends nothing anywhere, and a scenario
+//! does not stub is replaced by `Unstubbed`, which sends nothing anywhere, and a scenario
 //! that reaches it fails saying so (an HTTP upstream would otherwise be called with its
 //! configured credentials as an actor the scenario file invents).
 
