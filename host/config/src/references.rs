@@ -330,10 +330,6 @@ impl Config {
                 }
             }
             if let Some(proc_) = c.get("procedure") {
-                let kinds = ["plugin", "http", "mcp"]
-                    .iter()
-                    .filter(|k| proc_.get(**k).is_some())
-                    .count();
                 if let Some(mcp) = proc_.get("mcp") {
                     if let Some(u) = mcp.get("upstream").and_then(|v| v.as_str())
                         && !self.upstreams.mcp.contains_key(u)
@@ -354,25 +350,14 @@ impl Config {
                         ));
                     }
                 }
-                match (proc_.get("plugin"), proc_.get("http")) {
-                    _ if kinds != 1 => problems.push(doc.problem(
-                        &format!("{ptr}/procedure"),
-                        "set exactly one of `plugin`, `http` or `mcp`",
-                    )),
-                    (None, None) => {}
-                    (Some(_), Some(_)) => {}
-                    (Some(p), None) => {
-                        if let Some(p) = p.as_str()
-                            && !self.plugins.contains_key(p)
-                        {
-                            problems.push(doc.problem(
-                                &format!("{ptr}/procedure/plugin"),
-                                format!("no plugin named `{p}` (declare it as [plugins.{p}])"),
-                            ));
-                        }
-                    }
-                    // `caFile` is read by the server's checks (with the HTTP client's parser).
-                    (None, Some(_)) => {}
+                // "Exactly one of" is the section's own conversion (ProcedureSection).
+                if let Some(p) = proc_.get("plugin").and_then(|v| v.as_str())
+                    && !self.plugins.contains_key(p)
+                {
+                    problems.push(doc.problem(
+                        &format!("{ptr}/procedure/plugin"),
+                        format!("no plugin named `{p}` (declare it as [plugins.{p}])"),
+                    ));
                 }
             }
             for field in ["inputSchema", "outputSchema"] {

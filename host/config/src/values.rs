@@ -68,7 +68,8 @@ impl Config {
                     ),
                 ));
             }
-            if let Some(m) = c.procedure.http.as_ref().and_then(|h| h.request.as_ref())
+            if let crate::model::Procedure::Http(h) = &c.procedure.kind
+                && let Some(m) = &h.request
                 && !http::METHODS.contains(&m.method.0.as_str())
             {
                 out.push(doc.problem(

@@ -146,7 +146,7 @@ pub fn diff(
     let mut drifted = 0;
     let mut pinned = std::collections::BTreeSet::new();
     for c in capabilities {
-        let Some(m) = c.procedure.mcp.as_ref().filter(|m| m.upstream == upstream) else {
+        let Some(m) = c.procedure.mcp().filter(|m| m.upstream == upstream) else {
             continue;
         };
         pinned.insert(m.tool.clone());

@@ -55,7 +55,7 @@ pub fn watch(
             .capabilities
             .iter()
             .filter_map(|c| {
-                let m = c.procedure.mcp.as_ref().filter(|m| &m.upstream == name)?;
+                let m = c.procedure.mcp().filter(|m| &m.upstream == name)?;
                 Some(Pinned {
                     capability: c.id.clone(),
                     tool: m.tool.clone(),

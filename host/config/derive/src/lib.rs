@@ -33,6 +33,13 @@
 //! `#[key(default)]` for the same. The derive also implements
 //! `capgate_config::schema::Schema` for the table, from the same keys, so the JSON Schema
 //! of the file is generated from these declarations too.
+//!
+//! A choice ("exactly one of") is a sum type in the model, read from the table as written:
+//! `#[key(file = "RawTable")]` on a struct or an enum that serde reads with
+//! `#[serde(try_from = "RawTable")]` takes its keys, ranges and schema from `RawTable`
+//! (whose own `#[derive(Keys)]` declares them) and checks its ranges through
+//! `RawTable::from(&self)`. The conversion says "exactly one of" once, and serde locates
+//! its error at the table like any other.
 
 use heck::ToLowerCamelCase;
 use proc_macro::TokenStream;
@@ -103,8 +110,52 @@ fn serde_settings(
     })
 }
 
+/// `#[key(file = "Raw")]` on the item, if it has one.
+fn file_form(input: &DeriveInput) -> syn::Result<Option<syn::Path>> {
+    let mut file = None;
+    for attr in input.attrs.iter().filter(|a| a.path().is_ident("key")) {
+        attr.parse_nested_meta(|meta| {
+            if meta.path.is_ident("file") {
+                let raw: LitStr = meta.value()?.parse()?;
+                file = Some(raw.parse::<syn::Path>()?);
+            } else if meta.input.peek(syn::Token![=]) {
+                let _: syn::Expr = meta.value()?.parse()?;
+            }
+            Ok(())
+        })?;
+    }
+    Ok(file)
+}
+
 fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
     let name = &input.ident;
+    if let Some(raw) = file_form(input)? {
+        return Ok(quote! {
+            impl crate::keys::Keys for #name {
+                fn keys(
+                    prefix: &str,
+                    inherited: ::core::option::Option<&'static str>,
+                    out: &mut ::std::vec::Vec<crate::keys::Key>,
+                ) {
+                    <#raw as crate::keys::Keys>::keys(prefix, inherited, out)
+                }
+
+                fn range_problems(
+                    &self,
+                    prefix: &str,
+                    out: &mut ::std::vec::Vec<(::std::string::String, ::std::string::String)>,
+                ) {
+                    crate::keys::Keys::range_problems(&<#raw as ::core::convert::From<&Self>>::from(self), prefix, out)
+                }
+            }
+
+            impl crate::schema::Schema for #name {
+                fn schema() -> ::serde_json::Value {
+                    <#raw as crate::schema::Schema>::schema()
+                }
+            }
+        });
+    }
     let Data::Struct(data) = &input.data else {
         return Err(syn::Error::new_spanned(
             input,
@@ -134,6 +185,9 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
                 Ok(())
             } else if meta.path.is_ident("default") {
                 table_default = SerdeDefault::Trait;
+                Ok(())
+            } else if meta.path.is_ident("file") {
+                let _: LitStr = meta.value()?.parse()?;
                 Ok(())
             } else {
                 Err(meta.error(

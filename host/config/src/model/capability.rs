@@ -107,11 +107,104 @@ pub enum SchemaRef {
     Inline(serde_json::Map<String, serde_json::Value>),
 }
 
-/// How a capability's operation is reached.
+/// How a capability's operation is reached: one kind of procedure, and what every kind
+/// takes. Read from [`ProcedureFile`], the table as written, whose conversion is the one
+/// place that says "exactly one of".
+#[derive(Keys, Debug, Clone, Deserialize)]
+#[key(file = "ProcedureFile")]
+#[serde(try_from = "ProcedureFile")]
+pub struct ProcedureSection {
+    /// The kind, with its own settings.
+    pub kind: Procedure,
+    /// Handed to the plugin.
+    pub config: serde_json::Value,
+    /// Stall timeout of the provider runtime (0 = default 300000).
+    pub response_stall_timeout_ms: i64,
+}
+
+/// A procedure kind. Adding one is a variant here, its key in [`ProcedureFile`] and an arm
+/// in each conversion (the compiler names the rest: every `match` on it).
+#[derive(Debug, Clone)]
+pub enum Procedure {
+    /// `plugin = "NAME"`: a Wasm procedure plugin (`[plugins.NAME]`).
+    Plugin(String),
+    /// `http = { … }`: an HTTP upstream.
+    Http(Box<HttpProcedureSection>),
+    /// `mcp = { … }`: a tool of an MCP upstream, pinned to its reviewed definition.
+    Mcp(McpProcedureSection),
+}
+
+impl ProcedureSection {
+    /// The MCP tool, when the procedure is one.
+    pub fn mcp(&self) -> Option<&McpProcedureSection> {
+        match &self.kind {
+            Procedure::Mcp(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// The HTTP upstream, when the procedure is one.
+    pub fn http(&self) -> Option<&HttpProcedureSection> {
+        match &self.kind {
+            Procedure::Http(h) => Some(h),
+            _ => None,
+        }
+    }
+}
+
+impl Procedure {
+    /// The key that chose it, for messages and pointers (`plugin`, `http`, `mcp`).
+    pub fn key(&self) -> &'static str {
+        match self {
+            Procedure::Plugin(_) => "plugin",
+            Procedure::Http(_) => "http",
+            Procedure::Mcp(_) => "mcp",
+        }
+    }
+}
+
+impl TryFrom<ProcedureFile> for ProcedureSection {
+    type Error = &'static str;
+
+    fn try_from(f: ProcedureFile) -> Result<Self, Self::Error> {
+        let kind = match (f.plugin, f.http, f.mcp) {
+            (Some(p), None, None) => Procedure::Plugin(p),
+            (None, Some(h), None) => Procedure::Http(Box::new(h)),
+            (None, None, Some(m)) => Procedure::Mcp(m),
+            _ => return Err("set exactly one of `plugin`, `http` or `mcp`"),
+        };
+        Ok(ProcedureSection {
+            kind,
+            config: f.config,
+            response_stall_timeout_ms: f.response_stall_timeout_ms,
+        })
+    }
+}
+
+impl From<&ProcedureSection> for ProcedureFile {
+    fn from(s: &ProcedureSection) -> Self {
+        let mut f = ProcedureFile {
+            plugin: None,
+            http: None,
+            mcp: None,
+            config: s.config.clone(),
+            response_stall_timeout_ms: s.response_stall_timeout_ms,
+        };
+        match &s.kind {
+            Procedure::Plugin(p) => f.plugin = Some(p.clone()),
+            Procedure::Http(h) => f.http = Some((**h).clone()),
+            Procedure::Mcp(m) => f.mcp = Some(m.clone()),
+        }
+        f
+    }
+}
+
+/// `procedure` as the file writes it: its keys, ranges and schema (the reference lists
+/// these); [`ProcedureSection`] is what everything reads.
 #[derive(Keys, Debug, Clone, Deserialize)]
 #[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ProcedureSection {
+pub struct ProcedureFile {
     /// A Wasm procedure plugin.
     pub plugin: Option<String>,
     /// An HTTP upstream.

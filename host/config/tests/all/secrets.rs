@@ -166,8 +166,7 @@ fn an_http_upstreams_static_headers_may_be_secrets_with_a_prefix() {
     .expect("accepted");
     let http = cfg.capabilities[0]
         .procedure
-        .http
-        .as_ref()
+        .http()
         .expect("an http procedure");
     assert_eq!(http.headers["Authorization"].0, "Bearer tok-123");
     assert_eq!(http.headers["X-Tenant"].0, "acme");

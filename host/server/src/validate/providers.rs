@@ -1,6 +1,7 @@
 //! Procedures: every capability's provider (a Wasm procedure or an HTTP upstream) built,
 //! one identity each.
 use super::*;
+use capgate_config::Procedure;
 use capgate_provider::mcp::{McpToolProvider, McpUpstream, PinPolicy};
 
 impl Validation<'_> {
@@ -21,9 +22,8 @@ impl Validation<'_> {
                 response_stall_timeout_ms: c.procedure.response_stall_timeout_ms,
                 ..Default::default()
             };
-            let provider: Arc<dyn Provider> = match (&c.procedure.plugin, &c.procedure.http) {
-                (None, None) if c.procedure.mcp.is_some() => {
-                    let Some(m) = &c.procedure.mcp else { continue };
+            let provider: Arc<dyn Provider> = match &c.procedure.kind {
+                Procedure::Mcp(m) => {
                     // An unknown upstream is reported by the file's reference checks.
                     let Some(upstream) = upstreams.get(&m.upstream) else {
                         complete = false;
@@ -36,7 +36,7 @@ impl Validation<'_> {
                         m.tool_sha256.to_ascii_lowercase(),
                     ))
                 }
-                (Some(name), None) => {
+                Procedure::Plugin(name) => {
                     let Some(plugin) = plugins.get(name) else {
                         complete = false;
                         continue;
@@ -64,7 +64,7 @@ impl Validation<'_> {
                         }
                     }
                 }
-                (None, Some(http)) => {
+                Procedure::Http(http) => {
                     match HttpUpstream::new(crate::resolve::http_upstream(self.cfg, http)) {
                         Ok(u) => Arc::new(u),
                         Err(e) => {
@@ -78,15 +78,10 @@ impl Validation<'_> {
                         }
                     }
                 }
-                // Reported by the reference checks of the file.
-                _ => {
-                    complete = false;
-                    continue;
-                }
             };
             let id = provider.identity().clone();
             if let Some(other) = owners.get(&id) {
-                let pointer = if c.procedure.http.is_some() {
+                let pointer = if c.procedure.http().is_some() {
                     format!("{at}/http/target")
                 } else {
                     format!("/capabilities/{i}/id")
@@ -133,7 +128,7 @@ pub(super) fn pin_policy(
     c: &CapabilitySection,
     upstreams: &BTreeMap<String, Arc<McpUpstream>>,
 ) -> Option<Arc<dyn Policy>> {
-    let m = c.procedure.mcp.as_ref()?;
+    let m = c.procedure.mcp()?;
     let upstream = upstreams.get(&m.upstream)?;
     Some(Arc::new(PinPolicy::new(
         upstream.clone(),

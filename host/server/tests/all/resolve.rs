@@ -89,7 +89,7 @@ fn an_http_procedure_resolves_its_ca_file_against_the_config_file() {
         "{ http = { target = \"orders\", url = \"https://orders.internal/refund\", caFile = \"ca/orders.pem\", connectTimeoutMs = 250, headers = { X-Key = \"k\" }, request = { method = \"POST\", path = \"/refunds/{orderId}\", body = \"refund\" }, errors = { 404 = \"ORDER_NOT_FOUND\" } } }",
     ))
     .expect("accepted");
-    let section = cfg.capabilities[0].procedure.http.as_ref().expect("http");
+    let section = cfg.capabilities[0].procedure.http().expect("http");
     let http = capgate_server::resolve::http_upstream(&cfg, section);
     assert_eq!(
         http.ca_file.as_deref(),
