@@ -8,7 +8,7 @@
 
 use crate::Store;
 use crate::db::Via;
-use crate::sessions::{MAX_SESSION_FIELD_BYTES, SessionRowError};
+use crate::sessions::{MAX_SESSION_FIELD_BYTES, SessionRowError, delete_row};
 use chrono::{DateTime, Utc};
 
 /// One stored MCP session.
@@ -107,11 +107,7 @@ impl McpSessionRows {
 
     /// End a session (the client's `DELETE`).
     pub async fn delete(&self, id_sha256: &str) -> Result<(), SessionRowError> {
-        self.store
-            .execute(Via::Group, DELETE, &[&id_sha256])
-            .await
-            .map(|_| ())
-            .map_err(backend)
+        delete_row(&self.store, DELETE, id_sha256).await
     }
 
     /// Forget sessions stored before `before`; how many went. A client of a forgotten

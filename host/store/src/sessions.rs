@@ -104,6 +104,21 @@ fn backend(e: capgate_core::error::BoxError) -> SessionRowError {
     SessionRowError::Backend(e)
 }
 
+/// Delete the session row whose id digest is `id_sha256` with `delete` (a statement taking
+/// the digest as `$1`), through the group writer: a console session's sign-out and an MCP
+/// session's `DELETE` alike.
+pub(crate) async fn delete_row(
+    store: &Store,
+    delete: &'static str,
+    id_sha256: &str,
+) -> Result<(), SessionRowError> {
+    store
+        .execute(Via::Group, delete, &[&id_sha256])
+        .await
+        .map(|_| ())
+        .map_err(backend)
+}
+
 fn decode(row: &dyn Columns) -> Result<ConsoleSessionRow, ColumnError> {
     Ok(ConsoleSessionRow {
         id_sha256: row.text("id_sha256")?,
@@ -221,11 +236,7 @@ impl ConsoleSessionRows {
 
     /// End a session (sign-out, or its credential was revoked).
     pub async fn delete(&self, id_sha256: &str) -> Result<(), SessionRowError> {
-        self.store
-            .execute(Via::Group, DELETE, &[&id_sha256])
-            .await
-            .map(|_| ())
-            .map_err(backend)
+        delete_row(&self.store, DELETE, id_sha256).await
     }
 
     /// Live sessions of one principal (operators and tests).
