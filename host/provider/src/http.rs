@@ -138,7 +138,7 @@ pub const NDJSON_CONTENT_TYPE: &str = "application/x-ndjson";
 /// The largest response body (or single NDJSON line) accepted.
 pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 /// The default connect timeout.
-pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
+pub use capgate_core::defaults::http_upstream::DEFAULT_CONNECT_TIMEOUT_MS;
 
 /// How to reach one application backend.
 #[serde_with::skip_serializing_none]
