@@ -379,6 +379,41 @@ impl AuditEvent {
     pub fn type_name(&self) -> &'static str {
         self.payload.type_name()
     }
+
+    /// An event about the deployment itself (a reload, an MCP tool's pin changing), outside
+    /// any call: on the direct surface, by `actor`, with no execution or input.
+    pub fn operational(
+        timestamp: DateTime<Utc>,
+        actor: ActorRef,
+        capability_id: Option<String>,
+        payload: EventPayload,
+    ) -> AuditEvent {
+        AuditEvent {
+            timestamp,
+            surface: Surface::Direct,
+            actor,
+            execution_id: None,
+            capability_id,
+            correlation_id: None,
+            input_hash: None,
+            payload,
+        }
+    }
+}
+
+/// Record an operational event ([`AuditEvent::operational`]) on every sink and write it out
+/// at once. It has no caller to answer, so a sink that refuses it is logged (with the
+/// event's type) and the others still get it.
+pub async fn record_operational(sinks: &[Arc<dyn AuditSink>], event: &AuditEvent) {
+    for sink in sinks {
+        if let Err(e) = sink.emit(event).await {
+            tracing::warn!(target: "capgate::audit", sink = %e.sink, event = event.type_name(), error = %e.message, "an operational event could not be audited");
+            continue;
+        }
+        if let Err(e) = sink.flush().await {
+            tracing::warn!(target: "capgate::audit", sink = %e.sink, event = event.type_name(), error = %e.message, "an operational event could not be written out");
+        }
+    }
 }
 
 /// A sink could not record an event.

@@ -82,7 +82,7 @@ struct Serving {
     revision: String,
     contract_digest: String,
     /// Its MCP upstreams' pin watch (stops when this configuration is replaced).
-    watch: Option<crate::upstreams::UpstreamWatch>,
+    watch: Option<capgate_provider::mcp::watch::PinWatch>,
 }
 
 impl Serving {
@@ -326,25 +326,8 @@ fn discard<T: Send + 'static>(value: T) {
 
 /// Record one reload event on every sink of the deployment and write it out.
 async fn audit(serving: &Serving, actor: ActorRef, payload: EventPayload) {
-    let event = AuditEvent {
-        timestamp: serving.deployment.runtime.now(),
-        surface: Surface::Direct,
-        actor,
-        execution_id: None,
-        capability_id: None,
-        correlation_id: None,
-        input_hash: None,
-        payload,
-    };
-    for sink in &serving.deployment.sinks {
-        if let Err(e) = sink.emit(&event).await {
-            tracing::warn!(target: LOG, sink = %e.sink, error = %e.message, "the reload could not be audited");
-            continue;
-        }
-        if let Err(e) = sink.flush().await {
-            tracing::warn!(target: LOG, sink = %e.sink, error = %e.message, "the reload's audit event could not be written out");
-        }
-    }
+    let event = AuditEvent::operational(serving.deployment.runtime.now(), actor, None, payload);
+    capgate_core::audit::record_operational(&serving.deployment.sinks, &event).await;
 }
 
 /// One located problem for each key a running process cannot take over (declared with

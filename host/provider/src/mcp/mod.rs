@@ -35,6 +35,7 @@
 mod pin;
 mod session;
 mod tool;
+pub mod watch;
 
 pub use pin::{PinPolicy, PinState, tool_definition, tool_digest};
 pub use session::{McpUpstream, McpUpstreamError, ToolListing};
