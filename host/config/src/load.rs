@@ -67,6 +67,38 @@ pub fn part<T: DeserializeOwned>(
     }
 }
 
+/// `[upstreams]`, each `[upstreams.mcp.NAME]` read on its own: a mistake in one entry is
+/// located there and leaves the others (and the capabilities that name them) to be checked.
+fn upstreams(doc: &Located, problems: &mut Vec<Problem>) -> UpstreamsSection {
+    let mut out = UpstreamsSection::default();
+    let Some(section) = doc.json.get("upstreams") else {
+        return out;
+    };
+    let Some(section) = section.as_object() else {
+        problems.push(doc.problem("/upstreams", "must be a table"));
+        return out;
+    };
+    for key in section.keys().filter(|k| k.as_str() != "mcp") {
+        problems.push(doc.problem(
+            &format!("/upstreams/{}", seg(key)),
+            format!("unknown field `{key}`, expected `mcp`"),
+        ));
+    }
+    match section.get("mcp") {
+        None => {}
+        Some(serde_json::Value::Object(mcp)) => {
+            for name in mcp.keys() {
+                let at = format!("/upstreams/mcp/{}", seg(name));
+                if let Some(u) = part(doc, &at, problems) {
+                    out.mcp.insert(name.clone(), u);
+                }
+            }
+        }
+        Some(_) => problems.push(doc.problem("/upstreams/mcp", "must be a table of tables")),
+    }
+    out
+}
+
 /// Which `#[key(secret)]` values [`Config::load_with`] reads from their variable or file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Secrets {
@@ -173,7 +205,7 @@ impl Config {
         cfg.audit = part(&doc, "/audit", &mut problems).unwrap_or_default();
         cfg.gateway = part(&doc, "/gateway", &mut problems).unwrap_or_default();
         cfg.mcp = part(&doc, "/mcp", &mut problems).unwrap_or_default();
-        cfg.upstreams = part(&doc, "/upstreams", &mut problems).unwrap_or_default();
+        cfg.upstreams = upstreams(&doc, &mut problems);
         cfg.approvals = part(&doc, "/approvals", &mut problems).unwrap_or_default();
         cfg.telemetry = part(&doc, "/telemetry", &mut problems).unwrap_or_default();
         crate::telemetry::check(&cfg.telemetry, &doc, &mut problems);

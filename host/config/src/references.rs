@@ -240,52 +240,30 @@ impl Config {
                 ));
             }
         }
-        for (name, u) in &self.upstreams.mcp {
+        // Read on the raw entries, so an entry whose transport keys do not fit together (the
+        // section's own conversion says so) still gets its other mistakes in the same run.
+        let raw_upstreams = doc
+            .json
+            .pointer("/upstreams/mcp")
+            .and_then(|v| v.as_object());
+        for (name, u) in raw_upstreams.into_iter().flatten() {
             let at = format!("/upstreams/mcp/{}", seg(name));
-            match (&u.url, &u.command) {
-                (Some(_), Some(_)) | (None, None) => problems.push(doc.problem(
-                    &at,
-                    "set exactly one of `url` (streamable HTTP) or `command` (stdio)",
-                )),
-                (Some(url), None) => {
-                    if !(url.starts_with("http://") || url.starts_with("https://")) {
-                        problems.push(
-                            doc.problem(&format!("{at}/url"), "must be an http:// or https:// URL"),
-                        );
-                    }
-                    if !u.env.is_empty() || !u.inherit_env.is_empty() || u.cwd.is_some() {
-                        problems.push(doc.problem(
-                            &at,
-                            "`env`, `inheritEnv` and `cwd` apply to a `command` (stdio) upstream only",
-                        ));
-                    }
-                }
-                (None, Some(command)) => {
-                    if command.first().is_none_or(|p| p.is_empty()) {
-                        problems.push(doc.problem(
-                            &format!("{at}/command"),
-                            "must name a program first, e.g. [\"npx\", \"-y\", \"@modelcontextprotocol/server-everything\"]",
-                        ));
-                    }
-                    if !u.headers.is_empty() || u.ca_file.is_some() {
-                        problems.push(doc.problem(
-                            &at,
-                            "`headers` and `caFile` apply to a `url` (streamable HTTP) upstream only",
-                        ));
-                    }
-                }
+            if let Some(url) = u.get("url").and_then(|v| v.as_str())
+                && !(url.starts_with("http://") || url.starts_with("https://"))
+            {
+                problems
+                    .push(doc.problem(&format!("{at}/url"), "must be an http:// or https:// URL"));
             }
-            for (field, values) in [("headers", &u.headers), ("env", &u.env)] {
-                for (key, v) in values {
-                    if let crate::model::SecretSetting::From(src) = v
-                        && src.env.is_some() == src.file.is_some()
-                    {
-                        problems.push(doc.problem(
-                            &format!("{at}/{field}/{}", seg(key)),
-                            "set exactly one of `env` or `file`",
-                        ));
-                    }
-                }
+            if let Some(command) = u.get("command").and_then(|v| v.as_array())
+                && command
+                    .first()
+                    .and_then(|p| p.as_str())
+                    .is_none_or(str::is_empty)
+            {
+                problems.push(doc.problem(
+                    &format!("{at}/command"),
+                    "must name a program first, e.g. [\"npx\", \"-y\", \"@modelcontextprotocol/server-everything\"]",
+                ));
             }
         }
         // References and schemas are checked on the raw entries, so a capability with a

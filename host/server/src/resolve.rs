@@ -3,7 +3,9 @@
 //! to the provider's and the gateway's. `capgate-config` knows none of these crates; this is
 //! where the two meet.
 
-use capgate_config::{Config, HttpProcedureSection, McpUpstreamSection, SecretSetting};
+use capgate_config::{
+    Config, HttpProcedureSection, McpTransport, McpUpstreamSection, SecretSetting, SecretSource,
+};
 use capgate_provider::mcp::{McpTransportConfig, McpUpstreamConfig, SecretValue};
 use capgate_provider::{HttpRequestMapping, HttpUpstreamConfig};
 use std::collections::BTreeMap;
@@ -35,8 +37,7 @@ pub fn http_upstream(cfg: &Config, h: &HttpProcedureSection) -> HttpUpstreamConf
 }
 
 /// Every `[upstreams.mcp.NAME]` as the provider's configuration. Call after the file was
-/// checked (exactly one of `url`/`command`, a program named): an entry that is neither is
-/// left out.
+/// checked (a program named): an entry without one is left out.
 pub fn mcp_upstreams(cfg: &Config) -> BTreeMap<String, McpUpstreamConfig> {
     cfg.upstreams
         .mcp
@@ -51,23 +52,32 @@ fn mcp_upstream(cfg: &Config, name: &str, u: &McpUpstreamSection) -> Option<McpU
             .map(|(k, v)| (k.clone(), secret_value(cfg, v)))
             .collect::<BTreeMap<_, _>>()
     };
-    let transport = match (&u.url, &u.command) {
-        (Some(url), None) => McpTransportConfig::Http {
+    let transport = match &u.transport {
+        McpTransport::Http {
+            url,
+            headers,
+            ca_file,
+        } => McpTransportConfig::Http {
             url: url.clone(),
-            headers: secrets(&u.headers),
-            ca_file: u.ca_file.as_ref().map(|p| cfg.relative(p)),
+            headers: secrets(headers),
+            ca_file: ca_file.as_ref().map(|p| cfg.relative(p)),
         },
-        (None, Some(command)) => {
+        McpTransport::Stdio {
+            command,
+            env,
+            inherit_env,
+            cwd,
+        } => {
+            // The file's checks refuse an empty command; such an entry is left out.
             let (program, args) = command.split_first()?;
             McpTransportConfig::Stdio {
                 program: program.clone(),
                 args: args.to_vec(),
-                env: secrets(&u.env),
-                inherit: u.inherit_env.clone(),
-                cwd: u.cwd.as_ref().map(|p| cfg.relative(p)),
+                env: secrets(env),
+                inherit: inherit_env.clone(),
+                cwd: cwd.as_ref().map(|p| cfg.relative(p)),
             }
         }
-        _ => return None,
     };
     let mut config = McpUpstreamConfig::new(name, transport);
     if let Some(ms) = u.connect_timeout_ms {
@@ -87,17 +97,13 @@ fn mcp_upstream(cfg: &Config, name: &str, u: &McpUpstreamSection) -> Option<McpU
 pub fn secret_value(cfg: &Config, v: &SecretSetting) -> SecretValue {
     match v {
         SecretSetting::Literal(s) => SecretValue::Literal(s.clone()),
-        SecretSetting::From(src) => match (&src.env, &src.file) {
-            (Some(name), _) => SecretValue::Env {
-                name: name.clone(),
-                prefix: src.prefix.clone(),
-            },
-            (None, Some(path)) => SecretValue::File {
-                path: cfg.relative(path),
-                prefix: src.prefix.clone(),
-            },
-            // Refused by the file's checks; an empty literal if ever reached.
-            (None, None) => SecretValue::Literal(String::new()),
+        SecretSetting::From(SecretSource::Env { name, prefix }) => SecretValue::Env {
+            name: name.clone(),
+            prefix: prefix.clone(),
+        },
+        SecretSetting::From(SecretSource::File { path, prefix }) => SecretValue::File {
+            path: cfg.relative(path),
+            prefix: prefix.clone(),
         },
     }
 }

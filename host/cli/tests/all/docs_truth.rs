@@ -47,7 +47,8 @@ fn test_refs(cell: &str, bare: bool) -> Vec<String> {
 }
 
 /// Whether `module::…::name` names a test function (or, with `*`, a module) in the tree:
-/// a file whose stem (or folder, for `mod.rs`) is the first module and that defines
+/// a file whose stem (or folder, for `mod.rs`) is the first module, or that lies inside the
+/// first module's folder (`openapi::tests::x` in `openapi/tests.rs`), and that defines
 /// `fn name(`. A bare `name` resolves to any file that defines it.
 fn resolves(reference: &str, sources: &[(PathBuf, String)]) -> bool {
     if !reference.contains("::") {
@@ -66,7 +67,7 @@ fn resolves(reference: &str, sources: &[(PathBuf, String)]) -> bool {
             .and_then(|p| p.file_name())
             .and_then(|s| s.to_str())
             .unwrap_or("");
-        let module_matches = stem == *first || (stem == "mod" && parent == *first);
+        let module_matches = stem == *first || parent == *first;
         module_matches && (*last == "*" || text.contains(&format!("fn {last}(")))
     })
 }

@@ -332,8 +332,8 @@ pub struct UpstreamsSection {
 
 /// A header or environment value: as written, or read at each connect from the environment
 /// (`{ env = "VAR" }`) or a file (`{ file = "path" }`), with an optional `prefix`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged, try_from = "serde_json::Value")]
 pub enum SecretSetting {
     /// The value as written.
     Literal(String),
@@ -341,24 +341,217 @@ pub enum SecretSetting {
     From(SecretSource),
 }
 
-/// `{ env = "VAR" }` or `{ file = "path" }`, with an optional `prefix` (e.g. `"Bearer "`).
+/// Where a secret is read at each use, with what is put before it (e.g. `"Bearer "`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(into = "SecretSourceFile")]
+pub enum SecretSource {
+    /// `{ env = "VAR" }`: an environment variable of the capgate process.
+    Env {
+        /// The variable.
+        name: String,
+        /// Put before the value.
+        prefix: String,
+    },
+    /// `{ file = "path" }`: a file (relative to the config file).
+    File {
+        /// The file.
+        path: String,
+        /// Put before the value.
+        prefix: String,
+    },
+}
+
+/// `{ env = "VAR" }` or `{ file = "path" }`, with an optional `prefix`, as written.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct SecretSource {
+pub struct SecretSourceFile {
     /// An environment variable of the capgate process.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub env: Option<String>,
     /// A file (relative to the config file).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,
     /// Put before the value.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub prefix: String,
 }
 
-/// `[upstreams.mcp.NAME]`: one MCP server. Set `url` (streamable HTTP) or `command` (stdio).
+impl TryFrom<serde_json::Value> for SecretSetting {
+    type Error = String;
+
+    fn try_from(v: serde_json::Value) -> Result<Self, Self::Error> {
+        match v {
+            serde_json::Value::String(s) => Ok(SecretSetting::Literal(s)),
+            v @ serde_json::Value::Object(_) => {
+                let f: SecretSourceFile =
+                    serde_json::from_value(v).map_err(|e| e.to_string())?;
+                let source = match (f.env, f.file) {
+                    (Some(name), None) => SecretSource::Env {
+                        name,
+                        prefix: f.prefix,
+                    },
+                    (None, Some(path)) => SecretSource::File {
+                        path,
+                        prefix: f.prefix,
+                    },
+                    _ => return Err("set exactly one of `env` or `file`".into()),
+                };
+                Ok(SecretSetting::From(source))
+            }
+            _ => Err(
+                "a string, `{ env = \"VAR\" }` or `{ file = \"path\" }` (with an optional `prefix`)"
+                    .into(),
+            ),
+        }
+    }
+}
+
+impl From<SecretSource> for SecretSourceFile {
+    fn from(s: SecretSource) -> Self {
+        match s {
+            SecretSource::Env { name, prefix } => SecretSourceFile {
+                env: Some(name),
+                file: None,
+                prefix,
+            },
+            SecretSource::File { path, prefix } => SecretSourceFile {
+                env: None,
+                file: Some(path),
+                prefix,
+            },
+        }
+    }
+}
+
+/// `[upstreams.mcp.NAME]`: one MCP server, over streamable HTTP or stdio, and what either
+/// takes. Read from [`McpUpstreamFile`], the table as written; its conversion is the one
+/// place that says which keys go with which transport.
+#[derive(Keys, Debug, Clone, Deserialize)]
+#[key(file = "McpUpstreamFile")]
+#[serde(try_from = "McpUpstreamFile")]
+pub struct McpUpstreamSection {
+    /// How capgate reaches it.
+    pub transport: McpTransport,
+    /// Connect and initialize timeout (absent: the provider's default).
+    pub connect_timeout_ms: Option<u64>,
+    /// At most this many calls in flight on the upstream (absent: the provider's default).
+    pub max_concurrent_calls: Option<u64>,
+    /// How often the tools are listed again (absent: the provider's default).
+    pub relist_interval_ms: Option<u64>,
+}
+
+/// An MCP upstream's transport.
+#[derive(Debug, Clone)]
+pub enum McpTransport {
+    /// `url = "…"`: streamable HTTP.
+    Http {
+        /// The endpoint.
+        url: String,
+        /// Headers sent with every request.
+        headers: BTreeMap<String, SecretSetting>,
+        /// Extra trusted roots for an `https://` URL (relative to the config file).
+        ca_file: Option<String>,
+    },
+    /// `command = [...]`: a program started with piped stdio.
+    Stdio {
+        /// The program and its arguments.
+        command: Vec<String>,
+        /// The program's environment.
+        env: BTreeMap<String, SecretSetting>,
+        /// Variables passed through from capgate's environment.
+        inherit_env: Vec<String>,
+        /// The program's working directory (relative to the config file).
+        cwd: Option<String>,
+    },
+}
+
+impl TryFrom<McpUpstreamFile> for McpUpstreamSection {
+    type Error = &'static str;
+
+    fn try_from(f: McpUpstreamFile) -> Result<Self, Self::Error> {
+        let transport = match (f.url, f.command) {
+            (Some(url), None) => {
+                if !f.env.is_empty() || !f.inherit_env.is_empty() || f.cwd.is_some() {
+                    return Err(
+                        "`env`, `inheritEnv` and `cwd` apply to a `command` (stdio) upstream only",
+                    );
+                }
+                McpTransport::Http {
+                    url,
+                    headers: f.headers,
+                    ca_file: f.ca_file,
+                }
+            }
+            (None, Some(command)) => {
+                if !f.headers.is_empty() || f.ca_file.is_some() {
+                    return Err(
+                        "`headers` and `caFile` apply to a `url` (streamable HTTP) upstream only",
+                    );
+                }
+                McpTransport::Stdio {
+                    command,
+                    env: f.env,
+                    inherit_env: f.inherit_env,
+                    cwd: f.cwd,
+                }
+            }
+            _ => return Err("set exactly one of `url` (streamable HTTP) or `command` (stdio)"),
+        };
+        Ok(McpUpstreamSection {
+            transport,
+            connect_timeout_ms: f.connect_timeout_ms,
+            max_concurrent_calls: f.max_concurrent_calls,
+            relist_interval_ms: f.relist_interval_ms,
+        })
+    }
+}
+
+impl From<&McpUpstreamSection> for McpUpstreamFile {
+    fn from(s: &McpUpstreamSection) -> Self {
+        let mut f = McpUpstreamFile {
+            url: None,
+            headers: BTreeMap::new(),
+            ca_file: None,
+            command: None,
+            env: BTreeMap::new(),
+            inherit_env: Vec::new(),
+            cwd: None,
+            connect_timeout_ms: s.connect_timeout_ms,
+            max_concurrent_calls: s.max_concurrent_calls,
+            relist_interval_ms: s.relist_interval_ms,
+        };
+        match &s.transport {
+            McpTransport::Http {
+                url,
+                headers,
+                ca_file,
+            } => {
+                f.url = Some(url.clone());
+                f.headers = headers.clone();
+                f.ca_file = ca_file.clone();
+            }
+            McpTransport::Stdio {
+                command,
+                env,
+                inherit_env,
+                cwd,
+            } => {
+                f.command = Some(command.clone());
+                f.env = env.clone();
+                f.inherit_env = inherit_env.clone();
+                f.cwd = cwd.clone();
+            }
+        }
+        f
+    }
+}
+
+/// `[upstreams.mcp.NAME]` as the file writes it: its keys, ranges and schema (the reference
+/// lists these); set `url` (streamable HTTP) or `command` (stdio).
 #[derive(Keys, Debug, Clone, Deserialize)]
 #[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct McpUpstreamSection {
+pub struct McpUpstreamFile {
     /// The streamable HTTP endpoint (`http://` or `https://`).
     pub url: Option<String>,
     /// Headers sent with every HTTP request; values as written, `{ env = "VAR" }` or

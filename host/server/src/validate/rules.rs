@@ -129,7 +129,10 @@ fn ca_files(cfg: &Config, doc: &Located, out: &mut Vec<Problem>) {
         }
     };
     for (name, u) in &cfg.upstreams.mcp {
-        if let Some(ca) = &u.ca_file {
+        if let capgate_config::McpTransport::Http {
+            ca_file: Some(ca), ..
+        } = &u.transport
+        {
             check(format!("/upstreams/mcp/{}/caFile", seg(name)), ca);
         }
     }
