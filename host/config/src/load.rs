@@ -34,6 +34,30 @@ pub fn part<T: DeserializeOwned>(
     problems: &mut Vec<Problem>,
 ) -> Option<T> {
     let value = doc.json.pointer(pointer).cloned()?;
+    part_of(doc, pointer, value, problems)
+}
+
+/// [`part`] of a table with one of its subtables left out (read on its own, so a mistake in
+/// it leaves the rest of the table to be checked): `[gateway]` without `[gateway.jwt]`.
+fn part_without<T: DeserializeOwned>(
+    doc: &Located,
+    pointer: &str,
+    subtable: &str,
+    problems: &mut Vec<Problem>,
+) -> Option<T> {
+    let mut value = doc.json.pointer(pointer).cloned()?;
+    if let Some(table) = value.as_object_mut() {
+        table.remove(subtable);
+    }
+    part_of(doc, pointer, value, problems)
+}
+
+fn part_of<T: DeserializeOwned>(
+    doc: &Located,
+    pointer: &str,
+    value: serde_json::Value,
+    problems: &mut Vec<Problem>,
+) -> Option<T> {
     match serde_path_to_error::deserialize::<_, T>(value) {
         Ok(v) => Some(v),
         Err(e) => {
@@ -203,7 +227,8 @@ impl Config {
         cfg.runtime = part(&doc, "/runtime", &mut problems).unwrap_or_default();
         cfg.store = part(&doc, "/store", &mut problems).unwrap_or_default();
         cfg.audit = part(&doc, "/audit", &mut problems).unwrap_or_default();
-        cfg.gateway = part(&doc, "/gateway", &mut problems).unwrap_or_default();
+        cfg.gateway = part_without(&doc, "/gateway", "jwt", &mut problems).unwrap_or_default();
+        cfg.gateway.jwt = part(&doc, "/gateway/jwt", &mut problems);
         cfg.mcp = part(&doc, "/mcp", &mut problems).unwrap_or_default();
         cfg.upstreams = upstreams(&doc, &mut problems);
         cfg.approvals = part(&doc, "/approvals", &mut problems).unwrap_or_default();

@@ -72,7 +72,7 @@ impl Config {
             identity_provider(j, doc, problems);
         }
         if let Some(o) = &self.gateway.console.oidc {
-            let discovered = self.gateway.jwt.as_ref().is_some_and(|j| j.discovery);
+            let discovered = self.gateway.jwt.as_ref().is_some_and(|j| j.discovers());
             if !discovered {
                 problems.push(doc.problem(
                     "/gateway/console/oidc",
@@ -469,30 +469,14 @@ fn reqwest_like_path(url: &str) -> Option<&str> {
     (!rest[..slash].is_empty() && !path.contains(['?', '#'])).then_some(path)
 }
 
-/// `[gateway.jwt]`'s key source and claim mapping: one source, an issuer to discover
-/// from, pointers that parse.
+/// `[gateway.jwt]`'s key source and claim mapping: an issuer to discover from.
 fn identity_provider(
     j: &crate::model::JwtSection,
     doc: &crate::located::Located,
     problems: &mut Vec<crate::located::Problem>,
 ) {
-    let sources = [
-        j.hs256_secret_env.is_some(),
-        j.rs256_public_key.is_some(),
-        j.jwks.is_some(),
-        j.jwks_url.is_some(),
-        j.discovery,
-    ]
-    .into_iter()
-    .filter(|s| *s)
-    .count();
-    if sources != 1 {
-        problems.push(doc.problem(
-            "/gateway/jwt",
-            "set exactly one key source: `discovery = true` (with `issuer`), `jwksUrl`, `jwks` (a file), `rs256PublicKey` or `hs256SecretEnv`",
-        ));
-    }
-    if j.discovery && j.issuer.is_none() {
+    // One key source is the section's own conversion (JwtSection from JwtFile).
+    if j.discovers() && j.issuer.is_none() {
         problems.push(doc.problem(
             "/gateway/jwt/discovery",
             "discovery reads `<issuer>/.well-known/openid-configuration`: set `issuer`",

@@ -375,9 +375,122 @@ impl ApiKeySection {
 /// provider's published keys (`discovery` or `jwksUrl`), their claims mapped by
 /// `[gateway.jwt.claims]`.
 #[derive(Keys, Debug, Clone, Deserialize)]
+#[key(file = "JwtFile")]
+#[serde(try_from = "JwtFile")]
+pub struct JwtSection {
+    /// Where the keys that verify a token come from.
+    pub key_source: JwtKeySource,
+    /// Required issuer (`iss`); required unless `allowMissingIssuer = true`.
+    pub issuer: Option<String>,
+    /// Required audience (`aud`), or a list of which a token must name one.
+    pub audience: Option<StringOrList>,
+    /// Accept tokens for any audience (no `audience`): the explicit opt-out.
+    pub allow_missing_audience: bool,
+    /// Accept tokens from any issuer the key signs for (no `issuer`): the explicit opt-out.
+    pub allow_missing_issuer: bool,
+    /// Algorithms accepted with JWKS keys (absent: all four).
+    pub algorithms: Option<Vec<JwtAlgorithm>>,
+    /// How often the provider's keys are fetched again, in seconds.
+    pub refresh_seconds: u64,
+    /// The least time between two fetches of the provider's keys, in seconds.
+    pub min_refresh_seconds: u64,
+    /// Which claims give the principal.
+    pub claims: ClaimsSection,
+}
+
+/// Where `[gateway.jwt]`'s keys come from: exactly one source. Adding one is a variant, its
+/// key in [`JwtFile`] and an arm in each conversion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JwtKeySource {
+    /// `hs256SecretEnv = "VAR"`: an HS256 secret from this environment variable.
+    Hs256SecretEnv(String),
+    /// `rs256PublicKey = "file.pem"`: an RS256 public key (relative to the config file).
+    Rs256PublicKey(String),
+    /// `jwks = "file.json"`: a JWKS file (relative to the config file).
+    Jwks(String),
+    /// `jwksUrl = "https://…"`: the identity provider's JWKS URL, fetched and kept fresh.
+    JwksUrl(String),
+    /// `discovery = true`: the JWKS found in the issuer's OpenID configuration.
+    Discovery,
+}
+
+impl JwtSection {
+    /// Whether the keys (and the console's sign-in endpoints) are discovered from the issuer.
+    pub fn discovers(&self) -> bool {
+        self.key_source == JwtKeySource::Discovery
+    }
+}
+
+impl TryFrom<JwtFile> for JwtSection {
+    type Error = &'static str;
+
+    fn try_from(f: JwtFile) -> Result<Self, Self::Error> {
+        let key_source = match (
+            f.hs256_secret_env,
+            f.rs256_public_key,
+            f.jwks,
+            f.jwks_url,
+            f.discovery,
+        ) {
+            (Some(var), None, None, None, false) => JwtKeySource::Hs256SecretEnv(var),
+            (None, Some(pem), None, None, false) => JwtKeySource::Rs256PublicKey(pem),
+            (None, None, Some(jwks), None, false) => JwtKeySource::Jwks(jwks),
+            (None, None, None, Some(url), false) => JwtKeySource::JwksUrl(url),
+            (None, None, None, None, true) => JwtKeySource::Discovery,
+            _ => {
+                return Err(
+                    "set exactly one key source: `discovery = true` (with `issuer`), `jwksUrl`, `jwks` (a file), `rs256PublicKey` or `hs256SecretEnv`",
+                );
+            }
+        };
+        Ok(JwtSection {
+            key_source,
+            issuer: f.issuer,
+            audience: f.audience,
+            allow_missing_audience: f.allow_missing_audience,
+            allow_missing_issuer: f.allow_missing_issuer,
+            algorithms: f.algorithms,
+            refresh_seconds: f.refresh_seconds,
+            min_refresh_seconds: f.min_refresh_seconds,
+            claims: f.claims,
+        })
+    }
+}
+
+impl From<&JwtSection> for JwtFile {
+    fn from(s: &JwtSection) -> Self {
+        let mut f = JwtFile {
+            hs256_secret_env: None,
+            rs256_public_key: None,
+            jwks: None,
+            jwks_url: None,
+            discovery: false,
+            issuer: s.issuer.clone(),
+            audience: s.audience.clone(),
+            allow_missing_audience: s.allow_missing_audience,
+            allow_missing_issuer: s.allow_missing_issuer,
+            algorithms: s.algorithms.clone(),
+            refresh_seconds: s.refresh_seconds,
+            min_refresh_seconds: s.min_refresh_seconds,
+            claims: s.claims.clone(),
+        };
+        match &s.key_source {
+            JwtKeySource::Hs256SecretEnv(v) => f.hs256_secret_env = Some(v.clone()),
+            JwtKeySource::Rs256PublicKey(v) => f.rs256_public_key = Some(v.clone()),
+            JwtKeySource::Jwks(v) => f.jwks = Some(v.clone()),
+            JwtKeySource::JwksUrl(v) => f.jwks_url = Some(v.clone()),
+            JwtKeySource::Discovery => f.discovery = true,
+        }
+        f
+    }
+}
+
+/// `[gateway.jwt]` as the file writes it: its keys, ranges and schema (the reference lists
+/// these); [`JwtSection`] is what everything reads.
+#[derive(Keys, Debug, Clone, Deserialize)]
 #[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct JwtSection {
+pub struct JwtFile {
     /// HS256 secret, read from this environment variable.
     pub hs256_secret_env: Option<String>,
     /// RS256 public key PEM file.

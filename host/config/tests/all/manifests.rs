@@ -466,11 +466,8 @@ fn check(docs: Vec<Value>) -> Checked {
         let key = text(&r["key"], "secretKeyRef.key");
         assert!(secret(&docs, key).is_some(), "the Secret has no key {key}");
     }
-    if let Some(var) = config
-        .gateway
-        .jwt
-        .as_ref()
-        .and_then(|j| j.hs256_secret_env.as_ref())
+    if let Some(capgate_config::JwtKeySource::Hs256SecretEnv(var)) =
+        config.gateway.jwt.as_ref().map(|j| &j.key_source)
     {
         assert!(
             env_secret(&container, var).is_some(),

@@ -1,7 +1,7 @@
 //! The gateway's identity checks: the authorizer it names and the authenticators (API
 //! keys, JWT keys) it builds, each refusal located at its key.
 use super::*;
-use capgate_config::JwtAlgorithm;
+use capgate_config::{JwtAlgorithm, JwtKeySource};
 use capgate_gateway::auth::{Algorithm, AttributeMap, ClaimMap, ClaimPointer, TokenCheck};
 use capgate_gateway::console::SignOn;
 use capgate_gateway::identity::KeysAt;
@@ -139,6 +139,33 @@ impl Validation<'_> {
         })
     }
 
+    /// The identity provider's keys, fetched at start (and its OpenID configuration when
+    /// discovered), or a problem at `at`: capgate does not start without them.
+    fn remote_keys(
+        &mut self,
+        j: &JwtSection,
+        at: &str,
+        keys_at: KeysAt,
+    ) -> Option<(JwtKey, Option<ProviderMetadata>)> {
+        let issuer = j.issuer.clone().unwrap_or_default();
+        let refresh = Refresh {
+            every: Duration::from_secs(j.refresh_seconds),
+            min_gap: Duration::from_secs(j.min_refresh_seconds),
+        };
+        match connect_provider(issuer, keys_at, refresh) {
+            Ok(provider) => Some((JwtKey::Remote(provider.keys), provider.metadata)),
+            Err(e) => {
+                self.problem(
+                    at,
+                    format!(
+                        "{e}; capgate does not start without its identity provider's keys (check the URL, the network, and that the provider is up)"
+                    ),
+                );
+                None
+            }
+        }
+    }
+
     /// `[gateway.jwt]`: its key (fetched from the identity provider at start, a located
     /// problem when it cannot be reached) and claim mapping; the provider's OpenID
     /// configuration when discovered.
@@ -147,14 +174,8 @@ impl Validation<'_> {
         j: &JwtSection,
     ) -> Option<(JwtAuthenticator, Option<ProviderMetadata>)> {
         let mut metadata = None;
-        let key = match (
-            &j.hs256_secret_env,
-            &j.rs256_public_key,
-            &j.jwks,
-            &j.jwks_url,
-            j.discovery,
-        ) {
-            (Some(var), None, None, None, false) => {
+        let key = match &j.key_source {
+            JwtKeySource::Hs256SecretEnv(var) => {
                 let at = "/gateway/jwt/hs256SecretEnv";
                 let Ok(secret) = std::env::var(var) else {
                     self.problem(at, format!("the environment variable {var} is not set"));
@@ -172,7 +193,7 @@ impl Validation<'_> {
                     }
                 }
             }
-            (None, Some(pem), None, None, false) => {
+            JwtKeySource::Rs256PublicKey(pem) => {
                 let at = "/gateway/jwt/rs256PublicKey";
                 let path = self.cfg.relative(pem);
                 let key = std::fs::read(&path)
@@ -193,7 +214,7 @@ impl Validation<'_> {
                     }
                 }
             }
-            (None, None, Some(jwks), None, false) => {
+            JwtKeySource::Jwks(jwks) => {
                 let at = "/gateway/jwt/jwks";
                 let path = self.cfg.relative(jwks);
                 let key = std::fs::read(&path)
@@ -209,34 +230,17 @@ impl Validation<'_> {
                     }
                 }
             }
-            (None, None, None, url, discovery) if url.is_some() != discovery => {
-                let (at, keys_at) = match url {
-                    Some(url) => ("/gateway/jwt/jwksUrl", KeysAt::Url(url.clone())),
-                    None => ("/gateway/jwt/discovery", KeysAt::Discovery),
-                };
-                let issuer = j.issuer.clone().unwrap_or_default();
-                let refresh = Refresh {
-                    every: Duration::from_secs(j.refresh_seconds),
-                    min_gap: Duration::from_secs(j.min_refresh_seconds),
-                };
-                match connect_provider(issuer, keys_at, refresh) {
-                    Ok(provider) => {
-                        metadata = provider.metadata;
-                        JwtKey::Remote(provider.keys)
-                    }
-                    Err(e) => {
-                        self.problem(
-                            at,
-                            format!(
-                                "{e}; capgate does not start without its identity provider's keys (check the URL, the network, and that the provider is up)"
-                            ),
-                        );
-                        return None;
-                    }
-                }
+            JwtKeySource::JwksUrl(url) => {
+                let (keys, _) =
+                    self.remote_keys(j, "/gateway/jwt/jwksUrl", KeysAt::Url(url.clone()))?;
+                keys
             }
-            // More than one source: the file's checks located it already.
-            _ => return None,
+            JwtKeySource::Discovery => {
+                let (keys, discovered) =
+                    self.remote_keys(j, "/gateway/jwt/discovery", KeysAt::Discovery)?;
+                metadata = discovered;
+                keys
+            }
         };
         let claims = match claim_map(&j.claims) {
             Ok(c) => c,

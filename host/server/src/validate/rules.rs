@@ -152,9 +152,13 @@ fn ca_files(cfg: &Config, doc: &Located, out: &mut Vec<Problem>) {
 /// authenticator takes them.
 fn identity_provider(j: &capgate_config::JwtSection, doc: &Located, out: &mut Vec<Problem>) {
     use capgate_gateway::auth::ClaimPointer;
+    let jwks_url = match &j.key_source {
+        capgate_config::JwtKeySource::JwksUrl(url) => Some(url.as_str()),
+        _ => None,
+    };
     for (key, url) in [
-        ("jwksUrl", j.jwks_url.as_deref()),
-        ("issuer", j.issuer.as_deref().filter(|_| j.discovery)),
+        ("jwksUrl", jwks_url),
+        ("issuer", j.issuer.as_deref().filter(|_| j.discovers())),
     ] {
         if let Some(url) = url
             && let Err(e) = capgate_gateway::identity::fetch::check_url(url)
