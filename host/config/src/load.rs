@@ -108,17 +108,28 @@ fn upstreams(doc: &Located, problems: &mut Vec<Problem>) -> UpstreamsSection {
             format!("unknown field `{key}`, expected `mcp`"),
         ));
     }
-    match section.get("mcp") {
+    out.mcp = entries(doc, "/upstreams/mcp", problems);
+    out
+}
+
+/// A map of tables (`[audit.export.NAME]`, `[upstreams.mcp.NAME]`), each entry read on its
+/// own: a mistake in one is located there and leaves the others to be checked.
+fn entries<T: DeserializeOwned>(
+    doc: &Located,
+    pointer: &str,
+    problems: &mut Vec<Problem>,
+) -> std::collections::BTreeMap<String, T> {
+    let mut out = std::collections::BTreeMap::new();
+    match doc.json.pointer(pointer) {
         None => {}
-        Some(serde_json::Value::Object(mcp)) => {
-            for name in mcp.keys() {
-                let at = format!("/upstreams/mcp/{}", seg(name));
-                if let Some(u) = part(doc, &at, problems) {
-                    out.mcp.insert(name.clone(), u);
+        Some(serde_json::Value::Object(map)) => {
+            for name in map.keys() {
+                if let Some(v) = part(doc, &format!("{pointer}/{}", seg(name)), problems) {
+                    out.insert(name.clone(), v);
                 }
             }
         }
-        Some(_) => problems.push(doc.problem("/upstreams/mcp", "must be a table of tables")),
+        Some(_) => problems.push(doc.problem(pointer, "must be a table of tables")),
     }
     out
 }
@@ -226,7 +237,8 @@ impl Config {
         cfg.revision = part(&doc, "/revision", &mut problems).unwrap_or_default();
         cfg.runtime = part(&doc, "/runtime", &mut problems).unwrap_or_default();
         cfg.store = part(&doc, "/store", &mut problems).unwrap_or_default();
-        cfg.audit = part(&doc, "/audit", &mut problems).unwrap_or_default();
+        cfg.audit = part_without(&doc, "/audit", "export", &mut problems).unwrap_or_default();
+        cfg.audit.export = entries(&doc, "/audit/export", &mut problems);
         cfg.gateway = part_without(&doc, "/gateway", "jwt", &mut problems).unwrap_or_default();
         cfg.gateway.jwt = part(&doc, "/gateway/jwt", &mut problems);
         cfg.mcp = part(&doc, "/mcp", &mut problems).unwrap_or_default();

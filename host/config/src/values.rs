@@ -120,7 +120,7 @@ impl Config {
     /// `[audit.export.NAME]`: a name the store can key a cursor with, and the keys of its
     /// kind only.
     fn check_exports(&self, doc: &Located, out: &mut Vec<Problem>) {
-        use crate::model::ExportTo;
+        use crate::model::ExportKind;
         for (name, e) in &self.audit.export {
             let at = format!("/audit/export/{}", crate::located::seg(name));
             if !(1..=64).contains(&name.len())
@@ -133,57 +133,21 @@ impl Config {
                     format!("`{name}`: a sink's name is letters, digits, `-` and `_`, at most 64 (it keys the sink's cursor in the store)"),
                 ));
             }
-            let only = |key: &str, set: bool, kind: &str, out: &mut Vec<Problem>| {
-                if set {
-                    out.push(doc.problem(
-                        &format!("{at}/{key}"),
-                        format!("`{key}` is for {kind} sinks"),
-                    ));
-                }
-            };
-            match e.to {
-                ExportTo::Otlp | ExportTo::Webhook => {
-                    let webhook = e.to == ExportTo::Webhook;
-                    match &e.endpoint {
-                        Some(url) => {
-                            if let Err(m) = crate::telemetry::check_endpoint(url) {
-                                out.push(doc.problem(&format!("{at}/endpoint"), m));
-                            }
-                        }
-                        None if webhook => out.push(doc.problem(
-                            &at,
-                            "a `webhook` sink needs `endpoint` (the URL notifications are POSTed to)",
-                        )),
-                        None => {}
-                    }
-                    if webhook
-                        && e.secret.is_none()
-                        && e.format.unwrap_or_default() == crate::model::WebhookFormat::Json
-                    {
-                        out.push(doc.problem(
-                            &at,
-                            "a `webhook` sink needs `secret` (its notifications are signed; only `format = \"slack\"`, whose URL is the secret, goes without)",
-                        ));
-                    }
-                    if let Some(ca) = &e.ca_file
-                        && !self.relative(ca).is_file()
-                    {
-                        out.push(doc.problem(
-                            &format!("{at}/caFile"),
-                            format!("{ca} is not a file (the path is relative to this file)"),
-                        ));
-                    }
-                    for k in e.headers.keys() {
-                        if http::HeaderName::from_bytes(k.as_bytes()).is_err() {
-                            out.push(doc.problem(
-                                &format!("{at}/headers/{}", crate::located::seg(k)),
-                                format!("`{k}` is not an HTTP header name"),
-                            ));
-                        }
-                    }
-                    only("directory", e.directory.is_some(), "`jsonl`", out);
-                    only("rotateBytes", e.rotate_bytes.is_some(), "`jsonl`", out);
-                    for (i, ev) in e.events.iter().flatten().enumerate() {
+            // Which keys each kind needs and takes is the section's own conversion.
+            let (endpoint, ca_file, headers) = match &e.kind {
+                ExportKind::Otlp {
+                    endpoint,
+                    headers,
+                    ca_file,
+                } => (endpoint.as_deref(), ca_file, Some(headers)),
+                ExportKind::Webhook {
+                    endpoint,
+                    events,
+                    headers,
+                    ca_file,
+                    ..
+                } => {
+                    for (i, ev) in events.iter().flatten().enumerate() {
                         if !WEBHOOK_EVENTS.contains(&ev.as_str()) {
                             out.push(doc.problem(
                                 &format!("{at}/events/{i}"),
@@ -194,48 +158,38 @@ impl Config {
                             ));
                         }
                     }
-                    if !webhook {
-                        only("events", e.events.is_some(), "`webhook`", out);
-                        only("secret", e.secret.is_some(), "`webhook`", out);
-                        only("format", e.format.is_some(), "`webhook`", out);
-                        only("consoleUrl", e.console_url.is_some(), "`webhook`", out);
-                        only("namespaces", e.namespaces.is_some(), "`webhook`", out);
-                    }
+                    (Some(endpoint.as_str()), ca_file, Some(headers))
                 }
-                ExportTo::Jsonl => {
-                    match &e.directory {
-                        None => out.push(doc.problem(
-                            &at,
-                            "a `jsonl` sink needs `directory` (where its files are written)",
-                        )),
-                        Some(d) => {
-                            let dir = self.relative(d);
-                            if dir.exists() && !dir.is_dir() {
-                                out.push(doc.problem(
-                                    &format!("{at}/directory"),
-                                    format!("{} is not a directory", dir.display()),
-                                ));
-                            }
-                        }
+                ExportKind::Jsonl { directory, .. } => {
+                    let dir = self.relative(directory);
+                    if dir.exists() && !dir.is_dir() {
+                        out.push(doc.problem(
+                            &format!("{at}/directory"),
+                            format!("{} is not a directory", dir.display()),
+                        ));
                     }
-                    only(
-                        "endpoint",
-                        e.endpoint.is_some(),
-                        "`otlp` and `webhook`",
-                        out,
-                    );
-                    only("secret", e.secret.is_some(), "`webhook`", out);
-                    only("format", e.format.is_some(), "`webhook`", out);
-                    only("consoleUrl", e.console_url.is_some(), "`webhook`", out);
-                    only("namespaces", e.namespaces.is_some(), "`webhook`", out);
-                    only("events", e.events.is_some(), "`webhook`", out);
-                    only(
-                        "headers",
-                        !e.headers.is_empty(),
-                        "`otlp` and `webhook`",
-                        out,
-                    );
-                    only("caFile", e.ca_file.is_some(), "`otlp` and `webhook`", out);
+                    (None, &None, None)
+                }
+            };
+            if let Some(url) = endpoint
+                && let Err(m) = crate::telemetry::check_endpoint(url)
+            {
+                out.push(doc.problem(&format!("{at}/endpoint"), m));
+            }
+            if let Some(ca) = ca_file
+                && !self.relative(ca).is_file()
+            {
+                out.push(doc.problem(
+                    &format!("{at}/caFile"),
+                    format!("{ca} is not a file (the path is relative to this file)"),
+                ));
+            }
+            for k in headers.into_iter().flat_map(|h| h.keys()) {
+                if http::HeaderName::from_bytes(k.as_bytes()).is_err() {
+                    out.push(doc.problem(
+                        &format!("{at}/headers/{}", crate::located::seg(k)),
+                        format!("`{k}` is not an HTTP header name"),
+                    ));
                 }
             }
         }

@@ -3,12 +3,13 @@
 //! with a `/readyz` check per sink.
 
 use anyhow::Context;
-use capgate_config::model::{ExportSection, ExportTo, WebhookFormat};
+use capgate_config::model::{ExportKind, ExportSection, SecretSetting, WebhookFormat};
 use capgate_export::{
     ExportHandle, ExportOptions, ExportSink, Exporter, JsonlSink, OtlpSink, OtlpTarget,
     WebhookSink, WebhookStyle, WebhookTarget,
 };
 use capgate_store::Store;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// The default `rotateBytes`: 64 MiB.
@@ -20,53 +21,59 @@ pub fn sink(
     name: &str,
     e: &ExportSection,
 ) -> anyhow::Result<Box<dyn ExportSink>> {
-    Ok(match e.to {
-        ExportTo::Jsonl => {
-            let dir = e
-                .directory
-                .as_deref()
-                .with_context(|| format!("[audit.export.{name}] needs `directory`"))?;
-            Box::new(
-                JsonlSink::new(
-                    cfg.relative(dir),
-                    e.rotate_bytes.unwrap_or(DEFAULT_ROTATE_BYTES),
-                )
-                .with_context(|| format!("[audit.export.{name}]"))?,
+    let context = || format!("[audit.export.{name}]");
+    Ok(match &e.kind {
+        ExportKind::Jsonl {
+            directory,
+            rotate_bytes,
+        } => Box::new(
+            JsonlSink::new(
+                cfg.relative(directory),
+                rotate_bytes.unwrap_or(DEFAULT_ROTATE_BYTES),
             )
-        }
-        ExportTo::Webhook => {
-            let url = e
-                .endpoint
-                .clone()
-                .with_context(|| format!("[audit.export.{name}] needs `endpoint`"))?;
-            let secret = e
-                .secret
+            .with_context(context)?,
+        ),
+        ExportKind::Webhook {
+            endpoint,
+            secret,
+            format,
+            events,
+            console_url,
+            namespaces,
+            headers,
+            ca_file,
+        } => {
+            let secret = secret
                 .as_ref()
                 .map(|s| crate::resolve::secret_value(cfg, s).resolve())
                 .transpose()
                 .with_context(|| format!("[audit.export.{name}] secret"))?;
             Box::new(
                 WebhookSink::new(WebhookTarget {
-                    url,
+                    url: endpoint.clone(),
                     secret,
-                    style: match e.format.unwrap_or_default() {
+                    style: match format {
                         WebhookFormat::Json => WebhookStyle::Json,
                         WebhookFormat::Slack => WebhookStyle::Slack,
                     },
-                    console_url: e.console_url.clone(),
-                    events: e.events.clone(),
-                    namespaces: e.namespaces.clone(),
-                    headers: headers(cfg, name, e)?,
-                    ca_pem: ca_pem(cfg, name, e)?,
+                    console_url: console_url.clone(),
+                    events: events.clone(),
+                    namespaces: namespaces.clone(),
+                    headers: resolved_headers(cfg, name, headers)?,
+                    ca_pem: ca_pem(cfg, name, ca_file.as_deref())?,
                     timeout: timeout(e),
                 })
-                .with_context(|| format!("[audit.export.{name}]"))?,
+                .with_context(context)?,
             )
         }
-        ExportTo::Otlp => {
+        ExportKind::Otlp {
+            endpoint,
+            headers,
+            ca_file,
+        } => {
             let env = |k: &str| std::env::var(k).ok();
             let endpoint = capgate_config::telemetry::logs_endpoint(
-                e.endpoint.as_deref(),
+                endpoint.as_deref(),
                 cfg.telemetry.traces.as_ref(),
                 env,
             )
@@ -74,27 +81,27 @@ pub fn sink(
             Box::new(
                 OtlpSink::new(OtlpTarget {
                     endpoint,
-                    headers: headers(cfg, name, e)?,
+                    headers: resolved_headers(cfg, name, headers)?,
                     service_name: capgate_config::telemetry::logs_service_name(
                         cfg.telemetry.traces.as_ref(),
                         env,
                     ),
-                    ca_pem: ca_pem(cfg, name, e)?,
+                    ca_pem: ca_pem(cfg, name, ca_file.as_deref())?,
                     timeout: timeout(e),
                 })
-                .with_context(|| format!("[audit.export.{name}]"))?,
+                .with_context(context)?,
             )
         }
     })
 }
 
 /// The table's headers, their secrets resolved.
-fn headers(
+fn resolved_headers(
     cfg: &capgate_config::Config,
     name: &str,
-    e: &ExportSection,
+    headers: &BTreeMap<String, SecretSetting>,
 ) -> anyhow::Result<Vec<(String, String)>> {
-    e.headers
+    headers
         .iter()
         .map(|(k, v)| {
             let value = crate::resolve::secret_value(cfg, v)
@@ -109,10 +116,9 @@ fn headers(
 fn ca_pem(
     cfg: &capgate_config::Config,
     name: &str,
-    e: &ExportSection,
+    ca_file: Option<&str>,
 ) -> anyhow::Result<Option<Vec<u8>>> {
-    e.ca_file
-        .as_ref()
+    ca_file
         .map(|f| {
             let path = cfg.relative(f);
             std::fs::read(&path)
@@ -121,8 +127,10 @@ fn ca_pem(
         .transpose()
 }
 
+/// `timeoutMs`, or the exporter's own default.
 fn timeout(e: &ExportSection) -> Duration {
-    Duration::from_millis(e.timeout_ms.unwrap_or(10_000))
+    e.timeout_ms
+        .map_or(ExportOptions::default().timeout, Duration::from_millis)
 }
 
 /// How the table's exporter runs.

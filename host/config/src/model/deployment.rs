@@ -207,12 +207,221 @@ impl ExportTo {
     }
 }
 
-/// `[audit.export.NAME]`: one export sink. The name keys its cursor in the store: renaming a
-/// sink starts it again from the beginning of the trail.
+/// `[audit.export.NAME]`: one export sink, of one kind, and what every kind takes. The name
+/// keys its cursor in the store: renaming a sink starts it again from the beginning of the
+/// trail. Read from [`ExportFile`], the table as written; its conversion is the one place
+/// that says which keys each kind needs and takes.
+#[derive(Keys, Debug, Clone, Deserialize)]
+#[key(file = "ExportFile")]
+#[serde(try_from = "ExportFile")]
+pub struct ExportSection {
+    /// The kind, with its own settings.
+    pub kind: ExportKind,
+    /// Most events in one delivery (absent: 512).
+    pub batch_events: Option<u64>,
+    /// The bound on one delivery in milliseconds (absent: 10000).
+    pub timeout_ms: Option<u64>,
+    /// The lag past which a failing sink fails `/readyz` (absent: 600 seconds).
+    pub max_lag_seconds: Option<u64>,
+}
+
+/// An export sink's kind. Adding one is a variant, its `to` spelling ([`ExportTo`]) and an
+/// arm in each conversion.
+#[derive(Debug, Clone)]
+pub enum ExportKind {
+    /// `to = "otlp"`: OpenTelemetry logs over OTLP/HTTP.
+    Otlp {
+        /// The collector (absent: the environment's, then the traces' collector).
+        endpoint: Option<String>,
+        /// Headers sent with every export.
+        headers: BTreeMap<String, SecretSetting>,
+        /// Extra trusted roots (relative to the config file).
+        ca_file: Option<String>,
+    },
+    /// `to = "jsonl"`: rotated JSON-lines files.
+    Jsonl {
+        /// Where the files are written (relative to the config file).
+        directory: String,
+        /// The size at which a new file starts (absent: 64 MiB).
+        rotate_bytes: Option<u64>,
+    },
+    /// `to = "webhook"`: approval notifications POSTed to a URL.
+    Webhook {
+        /// The URL notifications are POSTed to.
+        endpoint: String,
+        /// The Standard Webhooks signing secret (absent only for `format = "slack"`).
+        secret: Option<SecretSetting>,
+        /// capgate's JSON or a Slack message.
+        format: WebhookFormat,
+        /// Which notifications it sends (absent: all).
+        events: Option<Vec<String>>,
+        /// The approval console's public URL each notification links to.
+        console_url: Option<String>,
+        /// Only approvals of these namespaces (absent: every namespace).
+        namespaces: Option<Vec<String>>,
+        /// Headers sent with every notification.
+        headers: BTreeMap<String, SecretSetting>,
+        /// Extra trusted roots (relative to the config file).
+        ca_file: Option<String>,
+    },
+}
+
+impl ExportKind {
+    /// `to`'s spelling of this kind.
+    pub fn to(&self) -> ExportTo {
+        match self {
+            ExportKind::Otlp { .. } => ExportTo::Otlp,
+            ExportKind::Jsonl { .. } => ExportTo::Jsonl,
+            ExportKind::Webhook { .. } => ExportTo::Webhook,
+        }
+    }
+}
+
+impl TryFrom<ExportFile> for ExportSection {
+    type Error = String;
+
+    fn try_from(f: ExportFile) -> Result<Self, Self::Error> {
+        let mut wrong = Vec::new();
+        let mut only = |key: &str, set: bool, kinds: &str| {
+            if set {
+                wrong.push(format!("`{key}` is for {kinds} sinks"));
+            }
+        };
+        let to = f.to;
+        if to != ExportTo::Jsonl {
+            only("directory", f.directory.is_some(), "`jsonl`");
+            only("rotateBytes", f.rotate_bytes.is_some(), "`jsonl`");
+        } else {
+            only("endpoint", f.endpoint.is_some(), "`otlp` and `webhook`");
+            only("headers", !f.headers.is_empty(), "`otlp` and `webhook`");
+            only("caFile", f.ca_file.is_some(), "`otlp` and `webhook`");
+        }
+        if to != ExportTo::Webhook {
+            only("events", f.events.is_some(), "`webhook`");
+            only("secret", f.secret.is_some(), "`webhook`");
+            only("format", f.format.is_some(), "`webhook`");
+            only("consoleUrl", f.console_url.is_some(), "`webhook`");
+            only("namespaces", f.namespaces.is_some(), "`webhook`");
+        }
+        let kind = match to {
+            ExportTo::Otlp => Some(ExportKind::Otlp {
+                endpoint: f.endpoint,
+                headers: f.headers,
+                ca_file: f.ca_file,
+            }),
+            ExportTo::Jsonl => {
+                if f.directory.is_none() {
+                    wrong.insert(
+                        0,
+                        "a `jsonl` sink needs `directory` (where its files are written)".into(),
+                    );
+                }
+                f.directory.map(|directory| ExportKind::Jsonl {
+                    directory,
+                    rotate_bytes: f.rotate_bytes,
+                })
+            }
+            ExportTo::Webhook => {
+                let format = f.format.unwrap_or_default();
+                if f.secret.is_none() && format == WebhookFormat::Json {
+                    wrong.insert(0, "a `webhook` sink needs `secret` (its notifications are signed; only `format = \"slack\"`, whose URL is the secret, goes without)".into());
+                }
+                if f.endpoint.is_none() {
+                    wrong.insert(
+                        0,
+                        "a `webhook` sink needs `endpoint` (the URL notifications are POSTed to)"
+                            .into(),
+                    );
+                }
+                f.endpoint.map(|endpoint| ExportKind::Webhook {
+                    endpoint,
+                    secret: f.secret,
+                    format,
+                    events: f.events,
+                    console_url: f.console_url,
+                    namespaces: f.namespaces,
+                    headers: f.headers,
+                    ca_file: f.ca_file,
+                })
+            }
+        };
+        match kind {
+            Some(kind) if wrong.is_empty() => Ok(ExportSection {
+                kind,
+                batch_events: f.batch_events,
+                timeout_ms: f.timeout_ms,
+                max_lag_seconds: f.max_lag_seconds,
+            }),
+            _ => Err(wrong.join("; ")),
+        }
+    }
+}
+
+impl From<&ExportSection> for ExportFile {
+    fn from(s: &ExportSection) -> Self {
+        let mut f = ExportFile {
+            to: s.kind.to(),
+            endpoint: None,
+            secret: None,
+            format: None,
+            events: None,
+            console_url: None,
+            namespaces: None,
+            headers: BTreeMap::new(),
+            ca_file: None,
+            directory: None,
+            rotate_bytes: None,
+            batch_events: s.batch_events,
+            timeout_ms: s.timeout_ms,
+            max_lag_seconds: s.max_lag_seconds,
+        };
+        match &s.kind {
+            ExportKind::Otlp {
+                endpoint,
+                headers,
+                ca_file,
+            } => {
+                f.endpoint = endpoint.clone();
+                f.headers = headers.clone();
+                f.ca_file = ca_file.clone();
+            }
+            ExportKind::Jsonl {
+                directory,
+                rotate_bytes,
+            } => {
+                f.directory = Some(directory.clone());
+                f.rotate_bytes = *rotate_bytes;
+            }
+            ExportKind::Webhook {
+                endpoint,
+                secret,
+                format,
+                events,
+                console_url,
+                namespaces,
+                headers,
+                ca_file,
+            } => {
+                f.endpoint = Some(endpoint.clone());
+                f.secret = secret.clone();
+                f.format = Some(*format);
+                f.events = events.clone();
+                f.console_url = console_url.clone();
+                f.namespaces = namespaces.clone();
+                f.headers = headers.clone();
+                f.ca_file = ca_file.clone();
+            }
+        }
+        f
+    }
+}
+
+/// `[audit.export.NAME]` as the file writes it: its keys, ranges and schema (the reference
+/// lists these); [`ExportSection`] is what everything reads.
 #[derive(Keys, Debug, Clone, Deserialize)]
 #[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ExportSection {
+pub struct ExportFile {
     /// `otlp` (OpenTelemetry logs over OTLP/HTTP protobuf), `jsonl` (rotated JSON-lines
     /// files) or `webhook` (approval notifications POSTed to `endpoint`).
     pub to: ExportTo,
