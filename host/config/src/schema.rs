@@ -307,6 +307,7 @@ schema_of! {
         "aiSdk": { "type": "string", "description": "Tool name for the AI SDK adapter (default: the id with `.` replaced by `_`)." },
         "mcp": { "type": "string", "description": "Tool name for MCP (default: the id with `.` replaced by `_`)." },
     }), &[]);
+    crate::model::ProxyAddress => json!({ "type": "string", "description": "An IPv4 or IPv6 address." });
     crate::model::SecretString => secret_or(json!({ "type": "string" }), true);
     crate::model::HttpMethod => json!({ "enum": capgate_core::defaults::http_upstream::METHODS });
     crate::model::ErrorStatuses => json!({ "type": "object", "patternProperties": { "^[45][0-9][0-9]$": { "type": "string", "pattern": "^[A-Z][A-Z0-9_]{0,63}$" } }, "additionalProperties": false });

@@ -88,7 +88,29 @@ pub struct GatewaySection {
     /// Addresses of the reverse proxies in front of the gateway: only from these peers is
     /// `X-Forwarded-For` believed, to tell which client address a request comes from (the
     /// unauthenticated and sign-in throttles). Empty: the connection's peer is the client.
-    pub trusted_proxies: Vec<String>,
+    pub trusted_proxies: Vec<ProxyAddress>,
+}
+
+/// One `trustedProxies` entry: an IP address, parsed where it is written (anything else is
+/// a problem at the entry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct ProxyAddress(pub std::net::IpAddr);
+
+impl TryFrom<String> for ProxyAddress {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse().map(ProxyAddress).map_err(|_| {
+            format!("`{s}` is not an IP address (list each proxy's address, e.g. \"10.0.0.5\")")
+        })
+    }
+}
+
+impl From<ProxyAddress> for String {
+    fn from(a: ProxyAddress) -> String {
+        a.0.to_string()
+    }
 }
 
 /// `[[gateway.operatorKeys]]`: an operator's key, outside every tenant namespace.

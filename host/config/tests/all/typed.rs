@@ -1,5 +1,5 @@
 //! Settings typed as what they mean (`IsolationMode`, `AuthorizeSetting`,
-//! `SecureCookieSetting`): a value outside their forms is a located problem at the key,
+//! `SecureCookieSetting`, `ProxyAddress`): a value outside their forms is a located problem at the key,
 //! and each accepted form reads as the setting it names.
 
 use capgate_config::SecureCookie;
@@ -47,6 +47,11 @@ fn a_value_outside_a_typed_setting_is_a_problem_at_its_key() {
             "[gateway.console]\nsecureCookie = 1\n".to_string(),
             "gateway.console.secureCookie",
             "must be \"auto\"",
+        ),
+        (
+            "[gateway]\ntrustedProxies = [\"10.0.0.5\", \"proxy.internal\"]\n".to_string(),
+            "gateway.trustedProxies.1",
+            "`proxy.internal` is not an IP address",
         ),
     ] {
         let message = problem_at(&text, key);

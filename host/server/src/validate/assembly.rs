@@ -126,11 +126,7 @@ impl Checked {
             .quotas(Arc::new(quotas))
             .clock(Arc::new(RuntimeClock(runtime.clone())))
             .clients(capgate_gateway::throttle::ClientAddresses {
-                trusted_proxies: g
-                    .trusted_proxies
-                    .iter()
-                    .filter_map(|p| p.parse().ok())
-                    .collect(),
+                trusted_proxies: g.trusted_proxies.iter().map(|p| p.0).collect(),
             })
             .unauthenticated(unauthenticated)
     }
