@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 /// The capability routes (`capgate_gateway`'s options, `[gateway]`).
-pub mod gateway {
+pub mod routes {
     use super::Duration;
 
     /// Default ceiling of one gateway request (45 000 ms): minus the audit drain it leaves

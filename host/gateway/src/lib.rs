@@ -19,7 +19,7 @@
 //! use capgate_core::prelude::*;
 //! use capgate_gateway::auth::{ApiKeyEntry, ApiKeys, BuiltinAuthenticator, hash_api_key};
 //! use capgate_gateway::door::Doorkeeper;
-//! use capgate_gateway::gateway::{GatewayConfig, capability_router};
+//! use capgate_gateway::routes::{GatewayOptions, capability_router};
 //! use serde_json::{Value, json};
 //! use std::sync::Arc;
 //! use tower::ServiceExt;
@@ -71,7 +71,7 @@
 //! let doorkeeper = Doorkeeper::new(Arc::new(authenticator), Arc::new(AnyAuthenticated));
 //! // The in-memory journal is for development; use capgate-store's anywhere else.
 //! let journal = Arc::new(InMemoryInvocationJournal::new());
-//! let config = GatewayConfig::new(Surface::AiSdk, "rev-1", runtime, journal, doorkeeper);
+//! let config = GatewayOptions::new(Surface::AiSdk, "rev-1", runtime, journal, doorkeeper);
 //! let app = axum::Router::new().nest("/agent", capability_router(config).expect("a valid route"));
 //!
 //! let call = json!({
@@ -102,7 +102,7 @@
 //!
 //! Each door is a module of one shape (`options`, `router`, `handlers`):
 //!
-//! - [`gateway`]: the capability gateway on one fixed surface ([`gateway::capability_router`])
+//! - [`routes`]: the capability routes on one fixed surface ([`routes::capability_router`])
 //!   and its configuration.
 //! - [`health`]: `/healthz` + `/readyz` ([`health::readiness_router`]).
 //! - [`mcp`]: the MCP server, over streamable HTTP and stdio.
@@ -136,11 +136,11 @@ pub mod approvals_api;
 pub mod auth;
 pub mod console;
 pub mod door;
-pub mod gateway;
 pub mod health;
 pub mod identity;
 pub mod mcp;
 pub mod metrics;
+pub mod routes;
 pub mod throttle;
 pub mod trace_context;
 

@@ -5,7 +5,7 @@
 //!
 //! | mount | door | when |
 //! |---|---|---|
-//! | each route's path (`/agent`, `/workflow`) | a capability gateway on its surface ([`crate::gateway`]) | one per [`AppBuilder::route`] |
+//! | each route's path (`/agent`, `/workflow`) | a capability gateway on its surface ([`crate::routes`]) | one per [`AppBuilder::route`] |
 //! | `/mcp` ([`crate::mcp::PREFIX`]) | MCP over streamable HTTP ([`crate::mcp`]) | always |
 //! | `/approvals` ([`crate::approvals_api::PREFIX`]) | the human approvals API ([`crate::approvals_api`]) | always |
 //! | the console's prefix (`/console`) | the approval console, over its own approvals API under `P/api` ([`crate::console`]) | with [`AppBuilder::console`] |
@@ -45,9 +45,9 @@ use crate::admin::{OPERATOR_ROLE, admin_router};
 use crate::approvals_api::{ApprovalsOptions, ApprovalsRouter};
 use crate::console::{ConsoleError, ConsoleOptions, console_router_with};
 use crate::door::Doorkeeper;
-use crate::gateway::{GatewayConfig, GatewayConfigError, capability_router};
 use crate::health::{ReadinessProbe, readiness_router};
 use crate::mcp::{McpOptions, streamable_http_router_with};
+use crate::routes::{GatewayOptions, GatewayOptionsError, capability_router};
 use crate::trace_context::{TraceTrust, continue_trace};
 use axum::Router;
 use capgate_core::runtime::Runtime;
@@ -64,7 +64,7 @@ pub enum AppError {
         path: String,
         /// Why its gateway could not be built.
         #[source]
-        source: GatewayConfigError,
+        source: GatewayOptionsError,
     },
     /// The console's options are refused.
     #[error("the approval console")]
@@ -85,7 +85,7 @@ pub struct AppBuilder<'k> {
     kept: &'k Kept,
     runtime: Runtime,
     doorkeeper: Doorkeeper,
-    routes: Vec<(String, GatewayConfig)>,
+    routes: Vec<(String, GatewayOptions)>,
     mcp: McpOptions,
     approvals: ApprovalsOptions,
     console: Option<ConsoleOptions>,
@@ -115,7 +115,7 @@ impl<'k> AppBuilder<'k> {
     }
 
     /// The doorkeeper every door of this application goes through: the one to build each
-    /// route's [`GatewayConfig`] with.
+    /// route's [`GatewayOptions`] with.
     pub fn doorkeeper(&self) -> &Doorkeeper {
         &self.doorkeeper
     }
@@ -123,7 +123,7 @@ impl<'k> AppBuilder<'k> {
     /// A capability gateway at `path`. It goes through the application's doorkeeper
     /// ([`Self::doorkeeper`]), whatever `config.doorkeeper` holds: one doorkeeper serves every
     /// door.
-    pub fn route(mut self, path: impl Into<String>, config: GatewayConfig) -> Self {
+    pub fn route(mut self, path: impl Into<String>, config: GatewayOptions) -> Self {
         self.routes.push((path.into(), config));
         self
     }

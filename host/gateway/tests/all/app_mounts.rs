@@ -12,7 +12,7 @@ use capgate_gateway::admin::{ReloadAnswer, ReloadRequester, Reloader};
 use capgate_gateway::app::{AppBuilder, AppError, Kept, RESERVED, reserved_by};
 use capgate_gateway::console::ConsoleOptions;
 use capgate_gateway::door::{Doorkeeper, Quotas, Rate};
-use capgate_gateway::gateway::GatewayConfig;
+use capgate_gateway::routes::GatewayOptions;
 use std::sync::Arc;
 use tower::ServiceExt;
 
@@ -50,8 +50,8 @@ fn keeper() -> Doorkeeper {
     )
 }
 
-fn route(runtime: &Runtime) -> GatewayConfig {
-    GatewayConfig::new(
+fn route(runtime: &Runtime) -> GatewayOptions {
+    GatewayOptions::new(
         Surface::AiSdk,
         "r1",
         runtime.clone(),

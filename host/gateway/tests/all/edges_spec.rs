@@ -12,7 +12,7 @@ use capgate_core::procedure::handler;
 use capgate_core::registry::{CapabilityDef, Registry};
 use capgate_core::runtime::{Defaults, Runtime};
 use capgate_gateway::door::Doorkeeper;
-use capgate_gateway::gateway::{GatewayConfig, capability_router};
+use capgate_gateway::routes::{GatewayOptions, capability_router};
 use capgate_gateway::wire::CapabilityOutcome;
 use capgate_store::{AuditSinkOptions, Store};
 use gateway_support::{RecordingAuthorizer, authenticator};
@@ -81,7 +81,7 @@ async fn held_gateway(
     let journal: Arc<dyn InvocationJournal> = Arc::new(store.journal());
     let keeper = Doorkeeper::new(authenticator(), Arc::new(RecordingAuthorizer::default()));
     let config = ok(
-        GatewayConfig::new(Surface::AiSdk, "test-rev-1", runtime, journal, keeper)
+        GatewayOptions::new(Surface::AiSdk, "test-rev-1", runtime, journal, keeper)
             .with_timeouts(Duration::from_millis(1_500), Duration::from_millis(500)),
     );
     let app = axum::Router::new().nest("/capgate", ok(capability_router(config)));
@@ -212,7 +212,7 @@ async fn concealing_gateway(
         .build());
     let journal: Arc<dyn InvocationJournal> = Arc::new(store.journal());
     let keeper = Doorkeeper::new(authenticator(), authorizer);
-    let config = GatewayConfig::new(Surface::AiSdk, "test-rev-1", runtime, journal, keeper);
+    let config = GatewayOptions::new(Surface::AiSdk, "test-rev-1", runtime, journal, keeper);
     let app = axum::Router::new().nest("/capgate", ok(capability_router(config)));
     let listener = ok(tokio::net::TcpListener::bind("127.0.0.1:0").await);
     let addr = ok(listener.local_addr());

@@ -5,7 +5,7 @@ use crate::gateway_support;
 use capgate_client::{CapabilityClient, ClientError, InvocationOptions};
 use capgate_core::authz::Operation;
 use capgate_core::journal::InvocationState;
-use capgate_gateway::gateway::{GatewayConfig, GatewayConfigError};
+use capgate_gateway::routes::{GatewayOptions, GatewayOptionsError};
 use capgate_gateway::wire::{CapabilityOutcome, GatewayErrorBody, PortableApproval};
 use gateway_support::{Counters, TestServer};
 use serde_json::{Value, json};
@@ -689,7 +689,7 @@ async fn the_audit_drain_must_fit_inside_the_request_ceiling() {
     let runtime = capgate_core::runtime::Runtime::builder(gateway_support::registry(&counters))
         .build()
         .expect("a valid runtime");
-    let config = GatewayConfig::new(
+    let config = GatewayOptions::new(
         capgate_core::actor::Surface::AiSdk,
         "r1",
         runtime,
@@ -705,10 +705,10 @@ async fn the_audit_drain_must_fit_inside_the_request_ceiling() {
         .err();
     assert!(matches!(
         err,
-        Some(GatewayConfigError::DrainNotBelowRequestTimeout { .. })
+        Some(GatewayOptionsError::DrainNotBelowRequestTimeout { .. })
     ));
     let mut direct = config.clone();
     direct.surface = capgate_core::actor::Surface::Direct;
-    assert!(capgate_gateway::gateway::capability_router(direct).is_err());
-    assert!(capgate_gateway::gateway::capability_router(config).is_ok());
+    assert!(capgate_gateway::routes::capability_router(direct).is_err());
+    assert!(capgate_gateway::routes::capability_router(config).is_ok());
 }

@@ -138,9 +138,9 @@ impl Checked {
         runtime: Runtime,
         journal: Arc<dyn capgate_core::journal::InvocationJournal>,
         doorkeeper: Doorkeeper,
-    ) -> GatewayConfig {
+    ) -> GatewayOptions {
         let g = &self.config.gateway;
-        GatewayConfig {
+        GatewayOptions {
             surface,
             revision: self.config.revision.clone(),
             runtime,
@@ -213,25 +213,25 @@ impl Checked {
                 Arc::new(InMemoryInvocationJournal::new()),
                 keeper.clone(),
             );
-            if let Err(e) = capgate_gateway::gateway::capability_router(config) {
+            if let Err(e) = capgate_gateway::routes::capability_router(config) {
                 out.push(match &e {
-                    GatewayConfigError::Surface(_) => {
+                    GatewayOptionsError::Surface(_) => {
                         doc.problem(&format!("/gateway/routes/{i}/surface"), e.to_string())
                     }
-                    GatewayConfigError::EmptyRevision => doc.problem(
+                    GatewayOptionsError::EmptyRevision => doc.problem(
                         "/revision",
                         "the gateway needs a non-empty `revision` (it is part of every contract digest), e.g. revision = \"2026-11-01\"",
                     ),
-                    GatewayConfigError::ZeroRequestTimeout => {
+                    GatewayOptionsError::ZeroRequestTimeout => {
                         doc.problem("/gateway/requestTimeoutMs", e.to_string())
                     }
-                    GatewayConfigError::DrainNotBelowRequestTimeout { .. } => {
+                    GatewayOptionsError::DrainNotBelowRequestTimeout { .. } => {
                         doc.problem("/gateway/auditDrainTimeoutMs", e.to_string())
                     }
-                    GatewayConfigError::ZeroBodyLimit => {
+                    GatewayOptionsError::ZeroBodyLimit => {
                         doc.problem("/gateway/maxBodyBytes", e.to_string())
                     }
-                    GatewayConfigError::Contract(c) => {
+                    GatewayOptionsError::Contract(c) => {
                         doc.problem(
                         &capability_pointer(&self.config, &c.capability, false),
                         e.to_string(),

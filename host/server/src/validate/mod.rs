@@ -39,7 +39,7 @@ use capgate_gateway::auth::{
     SharedAuthenticator,
 };
 use capgate_gateway::door::{Doorkeeper, Quotas, Rate};
-use capgate_gateway::gateway::{GatewayConfig, GatewayConfigError};
+use capgate_gateway::routes::{GatewayOptions, GatewayOptionsError};
 use capgate_provider::{
     HttpUpstream, ProcedureProvider, Provider, ProviderConf, ProviderIdentity, ProviderProcedure,
     ProviderRegistry, runtime::ProviderRuntime,

@@ -34,8 +34,8 @@ use capgate_gateway::auth::{
 };
 use capgate_gateway::console::{ConsoleOptions, console_router};
 use capgate_gateway::door::Doorkeeper;
-use capgate_gateway::gateway::{GatewayConfig, capability_router};
 use capgate_gateway::health::{JournalProbe, health_router};
+use capgate_gateway::routes::{GatewayOptions, capability_router};
 use capgate_store::{AuditSinkOptions, Store};
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -369,7 +369,7 @@ impl TestServer {
         let journal: Arc<dyn InvocationJournal> = Arc::new(store.journal());
         let authorizer = Arc::new(RecordingAuthorizer::default());
         let keeper = Doorkeeper::new(authenticator(), authorizer.clone());
-        let config = GatewayConfig::new(
+        let config = GatewayOptions::new(
             Surface::AiSdk,
             REVISION,
             runtime.clone(),

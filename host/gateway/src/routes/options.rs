@@ -8,14 +8,14 @@ use capgate_core::runtime::Runtime;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use capgate_core::defaults::gateway::{
+pub use capgate_core::defaults::routes::{
     DEFAULT_AUDIT_DRAIN_TIMEOUT, DEFAULT_MAX_BODY_BYTES, DEFAULT_REQUEST_TIMEOUT,
 };
 
 /// Everything one gateway route needs. Shared pieces (runtime, journal, authenticator,
 /// authorizer) are cheap handles; build one config per route/surface.
 #[derive(Clone)]
-pub struct GatewayConfig {
+pub struct GatewayOptions {
     /// The surface of this route: fixed here, never a client input (`aiSdk`, `mcp` or
     /// `workflow`).
     pub surface: Surface,
@@ -38,10 +38,10 @@ pub struct GatewayConfig {
 }
 
 crate::debug::debug_fields! {
-    GatewayConfig { surface, revision, request_timeout, audit_drain_timeout, max_body_bytes }
+    GatewayOptions { surface, revision, request_timeout, audit_drain_timeout, max_body_bytes }
 }
 
-impl GatewayConfig {
+impl GatewayOptions {
     /// A configuration with the default timeouts and body limit.
     pub fn new(
         surface: Surface,
@@ -50,7 +50,7 @@ impl GatewayConfig {
         journal: Arc<dyn InvocationJournal>,
         doorkeeper: Doorkeeper,
     ) -> Self {
-        GatewayConfig {
+        GatewayOptions {
             surface,
             revision: revision.into(),
             runtime,
@@ -67,7 +67,7 @@ impl GatewayConfig {
         mut self,
         request_timeout: Duration,
         audit_drain_timeout: Duration,
-    ) -> Result<Self, GatewayConfigError> {
+    ) -> Result<Self, GatewayOptionsError> {
         self.request_timeout = request_timeout;
         self.audit_drain_timeout = audit_drain_timeout;
         self.validate()?;
@@ -78,32 +78,32 @@ impl GatewayConfig {
     pub fn with_max_body_bytes(
         mut self,
         max_body_bytes: usize,
-    ) -> Result<Self, GatewayConfigError> {
+    ) -> Result<Self, GatewayOptionsError> {
         self.max_body_bytes = max_body_bytes;
         self.validate()?;
         Ok(self)
     }
 
-    /// Check the configuration ([`capability_router`](crate::gateway::capability_router)
+    /// Check the configuration ([`capability_router`](crate::routes::capability_router)
     /// does too).
-    pub fn validate(&self) -> Result<(), GatewayConfigError> {
+    pub fn validate(&self) -> Result<(), GatewayOptionsError> {
         if !self.surface.is_gateway_door() {
-            return Err(GatewayConfigError::Surface(self.surface));
+            return Err(GatewayOptionsError::Surface(self.surface));
         }
         if self.revision.trim().is_empty() {
-            return Err(GatewayConfigError::EmptyRevision);
+            return Err(GatewayOptionsError::EmptyRevision);
         }
         if self.request_timeout.is_zero() {
-            return Err(GatewayConfigError::ZeroRequestTimeout);
+            return Err(GatewayOptionsError::ZeroRequestTimeout);
         }
         if self.audit_drain_timeout >= self.request_timeout {
-            return Err(GatewayConfigError::DrainNotBelowRequestTimeout {
+            return Err(GatewayOptionsError::DrainNotBelowRequestTimeout {
                 audit_drain_timeout: self.audit_drain_timeout,
                 request_timeout: self.request_timeout,
             });
         }
         if self.max_body_bytes == 0 {
-            return Err(GatewayConfigError::ZeroBodyLimit);
+            return Err(GatewayOptionsError::ZeroBodyLimit);
         }
         Ok(())
     }
@@ -112,7 +112,7 @@ impl GatewayConfig {
 /// Why a gateway could not be built. Returned before anything is served, so a bad route
 /// never takes the application's other routes down with it.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum GatewayConfigError {
+pub enum GatewayOptionsError {
     /// Only model/workflow surfaces are served over HTTP.
     #[error("surface `{0}` cannot be served by a capability gateway (use aiSdk, mcp or workflow)")]
     Surface(Surface),

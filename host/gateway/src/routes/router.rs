@@ -2,7 +2,7 @@
 //! they share.
 
 use super::handlers;
-use super::options::{GatewayConfig, GatewayConfigError};
+use super::options::{GatewayOptions, GatewayOptionsError};
 use crate::door::{Door, DoorState, Doorkeeper};
 use crate::reject::json_refusals;
 use crate::wire::PortableCapabilityDescriptor;
@@ -22,7 +22,7 @@ use tower_http::timeout::TimeoutLayer;
 
 /// The gateway as an axum router (mount it with `Router::nest`). Fails when the
 /// configuration is invalid or the contract cannot be computed.
-pub fn capability_router(config: GatewayConfig) -> Result<Router, GatewayConfigError> {
+pub fn capability_router(config: GatewayOptions) -> Result<Router, GatewayOptionsError> {
     config.validate()?;
     let contract = try_export_contract(&config.runtime, config.surface, &config.revision)?;
     let by_id = contract

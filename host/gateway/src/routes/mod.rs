@@ -45,7 +45,7 @@
 //!
 //! Nothing here decides approvals: that is [`crate::approvals_api`], for humans.
 //!
-//! The module has the shape of every door: `options` ([`GatewayConfig`]), `router`
+//! The module has the shape of every door: `options` ([`GatewayOptions`]), `router`
 //! ([`capability_router`] and the route's shared state), `handlers` (one short function
 //! per route, over the extractors of [`crate::door`]), plus what `invoke` needs beyond a
 //! handler: `admission` (what a request is before it runs: preflight, journal claim) and
@@ -59,8 +59,8 @@ mod options;
 mod router;
 
 pub use options::{
-    DEFAULT_AUDIT_DRAIN_TIMEOUT, DEFAULT_MAX_BODY_BYTES, DEFAULT_REQUEST_TIMEOUT, GatewayConfig,
-    GatewayConfigError,
+    DEFAULT_AUDIT_DRAIN_TIMEOUT, DEFAULT_MAX_BODY_BYTES, DEFAULT_REQUEST_TIMEOUT, GatewayOptions,
+    GatewayOptionsError,
 };
 pub use router::capability_router;
 
