@@ -1,5 +1,10 @@
 //! `capgate-server`'s integration tests: one binary (it links wasmtime once), in process,
 //! no spawned `capgate`.
 
+mod approval_webhooks;
+mod audit_export;
 mod embedded;
+mod reload;
 mod resolve;
+mod shutdown;
+mod support;
