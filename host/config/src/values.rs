@@ -140,14 +140,8 @@ impl Config {
                     headers,
                     ca_file,
                 } => (endpoint.as_deref(), ca_file, Some(headers)),
-                ExportKind::Webhook {
-                    endpoint,
-                    events,
-                    headers,
-                    ca_file,
-                    ..
-                } => {
-                    for (i, ev) in events.iter().flatten().enumerate() {
+                ExportKind::Webhook(w) => {
+                    for (i, ev) in w.events.iter().flatten().enumerate() {
                         if !WEBHOOK_EVENTS.contains(&ev.as_str()) {
                             out.push(doc.problem(
                                 &format!("{at}/events/{i}"),
@@ -158,7 +152,7 @@ impl Config {
                             ));
                         }
                     }
-                    (Some(endpoint.as_str()), ca_file, Some(headers))
+                    (Some(w.endpoint.as_str()), &w.ca_file, Some(&w.headers))
                 }
                 ExportKind::Jsonl { directory, .. } => {
                     let dir = self.relative(directory);

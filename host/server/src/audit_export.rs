@@ -33,34 +33,26 @@ pub fn sink(
             )
             .with_context(context)?,
         ),
-        ExportKind::Webhook {
-            endpoint,
-            secret,
-            format,
-            events,
-            console_url,
-            namespaces,
-            headers,
-            ca_file,
-        } => {
-            let secret = secret
+        ExportKind::Webhook(w) => {
+            let secret = w
+                .secret
                 .as_ref()
                 .map(|s| crate::resolve::secret_value(cfg, s).resolve())
                 .transpose()
                 .with_context(|| format!("[audit.export.{name}] secret"))?;
             Box::new(
                 WebhookSink::new(WebhookTarget {
-                    url: endpoint.clone(),
+                    url: w.endpoint.clone(),
                     secret,
-                    style: match format {
+                    style: match w.format {
                         WebhookFormat::Json => WebhookStyle::Json,
                         WebhookFormat::Slack => WebhookStyle::Slack,
                     },
-                    console_url: console_url.clone(),
-                    events: events.clone(),
-                    namespaces: namespaces.clone(),
-                    headers: resolved_headers(cfg, name, headers)?,
-                    ca_pem: ca_pem(cfg, name, ca_file.as_deref())?,
+                    console_url: w.console_url.clone(),
+                    events: w.events.clone(),
+                    namespaces: w.namespaces.clone(),
+                    headers: resolved_headers(cfg, name, &w.headers)?,
+                    ca_pem: ca_pem(cfg, name, w.ca_file.as_deref())?,
                     timeout: timeout(e),
                 })
                 .with_context(context)?,

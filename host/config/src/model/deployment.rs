@@ -246,24 +246,28 @@ pub enum ExportKind {
         rotate_bytes: Option<u64>,
     },
     /// `to = "webhook"`: approval notifications POSTed to a URL.
-    Webhook {
-        /// The URL notifications are POSTed to.
-        endpoint: String,
-        /// The Standard Webhooks signing secret (absent only for `format = "slack"`).
-        secret: Option<SecretSetting>,
-        /// capgate's JSON or a Slack message.
-        format: WebhookFormat,
-        /// Which notifications it sends (absent: all).
-        events: Option<Vec<String>>,
-        /// The approval console's public URL each notification links to.
-        console_url: Option<String>,
-        /// Only approvals of these namespaces (absent: every namespace).
-        namespaces: Option<Vec<String>>,
-        /// Headers sent with every notification.
-        headers: BTreeMap<String, SecretSetting>,
-        /// Extra trusted roots (relative to the config file).
-        ca_file: Option<String>,
-    },
+    Webhook(WebhookExport),
+}
+
+/// A `webhook` sink's settings.
+#[derive(Debug, Clone)]
+pub struct WebhookExport {
+    /// The URL notifications are POSTed to.
+    pub endpoint: String,
+    /// The Standard Webhooks signing secret (absent only for `format = "slack"`).
+    pub secret: Option<SecretSetting>,
+    /// capgate's JSON or a Slack message.
+    pub format: WebhookFormat,
+    /// Which notifications it sends (absent: all).
+    pub events: Option<Vec<String>>,
+    /// The approval console's public URL each notification links to.
+    pub console_url: Option<String>,
+    /// Only approvals of these namespaces (absent: every namespace).
+    pub namespaces: Option<Vec<String>>,
+    /// Headers sent with every notification.
+    pub headers: BTreeMap<String, SecretSetting>,
+    /// Extra trusted roots (relative to the config file).
+    pub ca_file: Option<String>,
 }
 
 impl ExportKind {
@@ -272,7 +276,7 @@ impl ExportKind {
         match self {
             ExportKind::Otlp { .. } => ExportTo::Otlp,
             ExportKind::Jsonl { .. } => ExportTo::Jsonl,
-            ExportKind::Webhook { .. } => ExportTo::Webhook,
+            ExportKind::Webhook(_) => ExportTo::Webhook,
         }
     }
 }
@@ -333,15 +337,17 @@ impl TryFrom<ExportFile> for ExportSection {
                             .into(),
                     );
                 }
-                f.endpoint.map(|endpoint| ExportKind::Webhook {
-                    endpoint,
-                    secret: f.secret,
-                    format,
-                    events: f.events,
-                    console_url: f.console_url,
-                    namespaces: f.namespaces,
-                    headers: f.headers,
-                    ca_file: f.ca_file,
+                f.endpoint.map(|endpoint| {
+                    ExportKind::Webhook(WebhookExport {
+                        endpoint,
+                        secret: f.secret,
+                        format,
+                        events: f.events,
+                        console_url: f.console_url,
+                        namespaces: f.namespaces,
+                        headers: f.headers,
+                        ca_file: f.ca_file,
+                    })
                 })
             }
         };
@@ -392,24 +398,15 @@ impl From<&ExportSection> for ExportFile {
                 f.directory = Some(directory.clone());
                 f.rotate_bytes = *rotate_bytes;
             }
-            ExportKind::Webhook {
-                endpoint,
-                secret,
-                format,
-                events,
-                console_url,
-                namespaces,
-                headers,
-                ca_file,
-            } => {
-                f.endpoint = Some(endpoint.clone());
-                f.secret = secret.clone();
-                f.format = Some(*format);
-                f.events = events.clone();
-                f.console_url = console_url.clone();
-                f.namespaces = namespaces.clone();
-                f.headers = headers.clone();
-                f.ca_file = ca_file.clone();
+            ExportKind::Webhook(w) => {
+                f.endpoint = Some(w.endpoint.clone());
+                f.secret = w.secret.clone();
+                f.format = Some(w.format);
+                f.events = w.events.clone();
+                f.console_url = w.console_url.clone();
+                f.namespaces = w.namespaces.clone();
+                f.headers = w.headers.clone();
+                f.ca_file = w.ca_file.clone();
             }
         }
         f
