@@ -11,7 +11,6 @@ use capgate_core::journal::InvocationJournal;
 use capgate_core::runtime::Runtime;
 use capgate_store::{AuditSinkOptions, CheckpointSigner, SqlAuditSink, Store, Traced};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// What `serve`, `mcp` and the approvals commands run: one runtime over one store.
 pub struct Deployment {
@@ -138,10 +137,7 @@ pub async fn build(checked: &Checked, store: Store, what: &str) -> anyhow::Resul
     let (audit, sinks) = audit_sinks(cfg, &store)?;
     // One storage budget per namespace: its receipts and its approvals (each holds a call's
     // whole input, at every door, /mcp included) count against it together.
-    let budget = capgate_core::journal::JournalBudget {
-        max_rows: cfg.gateway.journal_max_rows_per_namespace,
-        max_bytes: cfg.gateway.journal_max_bytes_per_namespace,
-    };
+    let budget = checked.journal.budget();
     let approvals: Arc<dyn ApprovalCoordinator> = Arc::new(Traced::new(
         store.approvals().with_budget(budget),
         store.backend(),
@@ -150,9 +146,7 @@ pub async fn build(checked: &Checked, store: Store, what: &str) -> anyhow::Resul
     let journal: Arc<dyn InvocationJournal> = Arc::new(Traced::new(
         store
             .journal()
-            .with_replay_horizon(Duration::from_secs(
-                cfg.gateway.replay_horizon_hours.saturating_mul(3600),
-            ))
+            .with_replay_horizon(checked.journal.replay_horizon())
             .with_budget(budget),
         store.backend(),
     ));

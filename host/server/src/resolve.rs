@@ -107,3 +107,44 @@ pub fn secret_value(cfg: &Config, v: &SecretSetting) -> SecretValue {
         },
     }
 }
+
+/// The invocation journal's settings, resolved once from `[gateway]`: what `serve`'s store,
+/// its housekeeping and the console's sessions read (every namespace's storage budget is
+/// shared by its receipts, approvals and console sessions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JournalSettings {
+    budget: capgate_core::journal::JournalBudget,
+    replay_horizon: Duration,
+    pending_horizon: Option<Duration>,
+}
+
+impl JournalSettings {
+    /// `[gateway]`'s journal keys (`journalMax*PerNamespace`, `replayHorizonHours`,
+    /// `pendingHorizonHours`).
+    pub fn of(cfg: &Config) -> JournalSettings {
+        let hours = |h: u64| Duration::from_secs(h.saturating_mul(3600));
+        JournalSettings {
+            budget: capgate_core::journal::JournalBudget {
+                max_rows: cfg.gateway.journal_max_rows_per_namespace,
+                max_bytes: cfg.gateway.journal_max_bytes_per_namespace,
+            },
+            replay_horizon: hours(cfg.gateway.replay_horizon_hours),
+            pending_horizon: cfg.gateway.pending_horizon_hours.map(hours),
+        }
+    }
+
+    /// One namespace's storage budget: its receipts, approvals and console sessions together.
+    pub fn budget(&self) -> capgate_core::journal::JournalBudget {
+        self.budget
+    }
+
+    /// How long a settled receipt (with its input) is kept and its invocation id replayed.
+    pub fn replay_horizon(&self) -> Duration {
+        self.replay_horizon
+    }
+
+    /// How long a pending receipt is kept before the purge takes it (absent: never).
+    pub fn pending_horizon(&self) -> Option<Duration> {
+        self.pending_horizon
+    }
+}

@@ -422,16 +422,11 @@ impl Prepared {
         let exporters = crate::audit_export::start(cfg, &deployment.store)?;
         deployment.exports = exporters.iter().map(|h| h.status()).collect();
         let metrics = metrics_router(cfg, &deployment)?;
-        let pending_horizon = cfg
-            .gateway
-            .pending_horizon_hours
-            .map(|h| Duration::from_secs(h.saturating_mul(3600)));
+        let pending_horizon = checked.journal.pending_horizon();
         let journal = deployment
             .store
             .journal()
-            .with_replay_horizon(Duration::from_secs(
-                cfg.gateway.replay_horizon_hours.saturating_mul(3600),
-            ));
+            .with_replay_horizon(checked.journal.replay_horizon());
         let routes = cfg.gateway.routes.clone();
         let unready_delay = Duration::from_millis(cfg.gateway.shutdown_unready_delay_ms);
         let drain = Duration::from_millis(cfg.gateway.shutdown_drain_ms);
@@ -447,12 +442,10 @@ impl Prepared {
             // Console sessions count against their namespace's storage budget (restart
             // keys, like the journal's and the approvals' own).
             Kept::new(ConsoleSessions::new(Arc::new(StoredSessions(
-                deployment.store.console_sessions().with_budget(
-                    capgate_core::journal::JournalBudget {
-                        max_rows: cfg.gateway.journal_max_rows_per_namespace,
-                        max_bytes: cfg.gateway.journal_max_bytes_per_namespace,
-                    },
-                ),
+                deployment
+                    .store
+                    .console_sessions()
+                    .with_budget(checked.journal.budget()),
             ))))
             .with_mcp_sessions(McpSessions::shared(Arc::new(StoredMcpSessions(
                 deployment.store.mcp_sessions(),

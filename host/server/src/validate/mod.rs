@@ -122,6 +122,8 @@ pub struct Checked {
     pub protected_resource: Option<capgate_gateway::mcp::oauth::ProtectedResource>,
     /// What the file allows but `check` and `serve` warn about, located.
     pub warnings: Vec<Problem>,
+    /// The invocation journal's settings, resolved once.
+    pub journal: crate::resolve::JournalSettings,
 }
 
 /// One capability, ready to be put in a registry.
@@ -277,6 +279,7 @@ pub fn validate(path: &Path) -> Result<Checked, Refused> {
         authenticator: identity.authenticator,
         sign_on: identity.sign_on,
         protected_resource: identity.protected_resource,
+        journal: crate::resolve::JournalSettings::of(&config),
         config,
         doc,
     };
