@@ -368,7 +368,7 @@ fn revision_warnings(old: &Serving, new: &Serving) -> Vec<String> {
 /// The deployment's contract digest ([`capgate_contract::deployment_digest`]) over the
 /// surfaces it serves: each gateway route's and `mcp`.
 pub fn contract_digest(checked: &Checked, runtime: &Runtime) -> String {
-    let routes = checked.config.gateway.routes.iter().map(|r| r.surface);
+    let routes = checked.gateway.routes().iter().map(|r| r.surface);
     capgate_contract::deployment_digest(
         runtime,
         routes.chain([Surface::Mcp]),

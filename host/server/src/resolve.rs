@@ -148,3 +148,98 @@ impl JournalSettings {
         self.pending_horizon
     }
 }
+
+/// One capability route: where it is mounted and the surface it is fixed to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// The mount path (`/agent`).
+    pub path: String,
+    /// The fixed surface (never a client input).
+    pub surface: capgate_core::actor::Surface,
+}
+
+/// `[gateway]`'s doors and stop times, resolved once: what `serve` mounts and announces and
+/// how it stops (the console's options in the gateway's own type).
+#[derive(Debug, Clone)]
+pub struct GatewaySettings {
+    listen: String,
+    routes: Vec<Route>,
+    console: Option<capgate_gateway::console::ConsoleOptions>,
+    admin_reload: bool,
+    unready_delay: Duration,
+    drain: Duration,
+}
+
+impl GatewaySettings {
+    /// `[gateway]`'s listener, routes, console, admin API and shutdown keys.
+    pub fn of(cfg: &Config) -> GatewaySettings {
+        let g = &cfg.gateway;
+        GatewaySettings {
+            listen: g.listen.clone(),
+            routes: g
+                .routes
+                .iter()
+                .map(|r| Route {
+                    path: r.path.clone(),
+                    surface: r.surface,
+                })
+                .collect(),
+            console: g.console.enabled.then(|| console_options(&g.console)),
+            admin_reload: g.admin.reload,
+            unready_delay: Duration::from_millis(g.shutdown_unready_delay_ms),
+            drain: Duration::from_millis(g.shutdown_drain_ms),
+        }
+    }
+
+    /// The address the gateway listens on (`--listen` overrides it).
+    pub fn listen(&self) -> &str {
+        &self.listen
+    }
+
+    /// The capability routes, in the file's order.
+    pub fn routes(&self) -> &[Route] {
+        &self.routes
+    }
+
+    /// The console's options (without its sign-on, which `validate` builds), when it is on.
+    pub fn console(&self) -> Option<&capgate_gateway::console::ConsoleOptions> {
+        self.console.as_ref()
+    }
+
+    /// Whether `POST /admin/reload` is mounted.
+    pub fn admin_reload(&self) -> bool {
+        self.admin_reload
+    }
+
+    /// How long `/readyz` says draining while the listener still serves.
+    pub fn unready_delay(&self) -> Duration {
+        self.unready_delay
+    }
+
+    /// How long calls in flight get to finish once the listener closed.
+    pub fn drain(&self) -> Duration {
+        self.drain
+    }
+}
+
+/// `[gateway.console]` as the console's options.
+fn console_options(c: &capgate_config::ConsoleSection) -> capgate_gateway::console::ConsoleOptions {
+    use capgate_gateway::console::{ConsoleOptions, SecureCookie};
+    use capgate_gateway::throttle::PerMinute;
+    ConsoleOptions {
+        prefix: c.path.clone(),
+        session_ttl: Duration::from_secs(c.session_minutes.saturating_mul(60)),
+        secure_cookie: match c.secure_cookie.0 {
+            capgate_config::SecureCookie::Auto => SecureCookie::Auto,
+            capgate_config::SecureCookie::Always => SecureCookie::Always,
+            capgate_config::SecureCookie::Never => SecureCookie::Never,
+        },
+        max_sessions_per_principal: c.max_sessions_per_principal,
+        sign_in_per_principal: PerMinute::new(c.sign_in_per_minute, c.sign_in_burst),
+        sign_in_per_address: PerMinute::new(
+            c.sign_in_per_address_per_minute,
+            c.sign_in_per_address_burst,
+        ),
+        ..ConsoleOptions::default()
+    }
+}

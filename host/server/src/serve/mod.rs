@@ -30,11 +30,10 @@ use capgate_config::RateLimitScope;
 pub use capgate_gateway::admin::ReloadAnswer;
 use capgate_gateway::app::{AppBuilder, AppError, Kept};
 use capgate_gateway::approvals_api::ApprovalsOptions;
-use capgate_gateway::console::{ConsoleOptions, ConsoleSessions};
+use capgate_gateway::console::ConsoleSessions;
 use capgate_gateway::door::{Doorkeeper, Quotas};
 use capgate_gateway::health::{FnProbe, ReadinessProbe};
 use capgate_gateway::mcp::McpSessions;
-use capgate_gateway::throttle::PerMinute;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -49,7 +48,7 @@ pub fn app(checked: &Checked, d: &Deployment, kept: &Kept) -> anyhow::Result<axu
             role: APPROVER_ROLE.into(),
             history: Some(Arc::new(AuditTrail(d.store.audit_log()))),
         })
-        .admin(cfg.gateway.admin.reload)
+        .admin(checked.gateway.admin_reload())
         .http_metrics(cfg.telemetry.metrics.as_ref().is_some_and(|m| m.enabled));
     for (name, probe) in readiness_checks(cfg, d)
         .into_iter()
@@ -57,7 +56,7 @@ pub fn app(checked: &Checked, d: &Deployment, kept: &Kept) -> anyhow::Result<axu
     {
         app = app.readiness(name, probe);
     }
-    for r in &cfg.gateway.routes {
+    for r in checked.gateway.routes() {
         let config = checked.gateway_config(
             r.surface,
             d.runtime.clone(),
@@ -66,8 +65,8 @@ pub fn app(checked: &Checked, d: &Deployment, kept: &Kept) -> anyhow::Result<axu
         );
         app = app.route(&r.path, config);
     }
-    if cfg.gateway.console.enabled {
-        let mut options = console_options(&cfg.gateway.console)?;
+    if let Some(options) = checked.gateway.console() {
+        let mut options = options.clone();
         options.sign_on = checked.sign_on.clone();
         app = app.console(options);
     }
@@ -143,25 +142,6 @@ impl Drop for InFlight {
 
 /// The role the approvals API and the console ask of an approver.
 pub use capgate_gateway::approvals_api::APPROVER_ROLE;
-
-fn console_options(c: &capgate_config::ConsoleSection) -> anyhow::Result<ConsoleOptions> {
-    Ok(ConsoleOptions {
-        prefix: c.path.clone(),
-        session_ttl: Duration::from_secs(c.session_minutes.saturating_mul(60)),
-        secure_cookie: match c.secure_cookie.0 {
-            capgate_config::SecureCookie::Auto => capgate_gateway::console::SecureCookie::Auto,
-            capgate_config::SecureCookie::Always => capgate_gateway::console::SecureCookie::Always,
-            capgate_config::SecureCookie::Never => capgate_gateway::console::SecureCookie::Never,
-        },
-        max_sessions_per_principal: c.max_sessions_per_principal,
-        sign_in_per_principal: PerMinute::new(c.sign_in_per_minute, c.sign_in_burst),
-        sign_in_per_address: PerMinute::new(
-            c.sign_in_per_address_per_minute,
-            c.sign_in_per_address_burst,
-        ),
-        ..ConsoleOptions::default()
-    })
-}
 
 /// What `/readyz` checks besides the process not shutting down (the application's own
 /// check): the store answers and takes writes, the audit writer runs and holds no failed batch, and (with plugins) the Wasm host
@@ -249,7 +229,7 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
     let addr = listen
         .gateway
         .clone()
-        .unwrap_or_else(|| checked.config.gateway.listen.clone());
+        .unwrap_or_else(|| checked.gateway.listen().to_string());
     if let Err(e) = capgate_config::values::check_listen(&addr) {
         anyhow::bail!("--listen: {e}");
     }
@@ -360,11 +340,7 @@ struct Prepared {
     retain_days: Option<u64>,
     audit_signer: Option<capgate_store::CheckpointSigner>,
     export_sinks: Vec<String>,
-    routes: Vec<capgate_config::RouteSection>,
-    console: capgate_config::ConsoleSection,
-    admin_reload: bool,
-    unready_delay: Duration,
-    drain: Duration,
+    gateway: crate::resolve::GatewaySettings,
 }
 
 impl Prepared {
@@ -427,11 +403,7 @@ impl Prepared {
             .store
             .journal()
             .with_replay_horizon(checked.journal.replay_horizon());
-        let routes = cfg.gateway.routes.clone();
-        let unready_delay = Duration::from_millis(cfg.gateway.shutdown_unready_delay_ms);
-        let drain = Duration::from_millis(cfg.gateway.shutdown_drain_ms);
-        let console = cfg.gateway.console.clone();
-        let admin_reload = cfg.gateway.admin.reload;
+        let gateway = checked.gateway.clone();
         let metrics_section = cfg.telemetry.metrics.clone();
         let (store_handle, audit_sink, sinks) = (
             deployment.store.clone(),
@@ -509,18 +481,14 @@ impl Prepared {
             retain_days,
             audit_signer,
             export_sinks,
-            routes,
-            console,
-            admin_reload,
-            unready_delay,
-            drain,
+            gateway,
         })
     }
 
     /// `capgate serve`'s banner: where each door is.
     fn announce(&self, local: std::net::SocketAddr) {
         println!("capgate: listening on http://{local}");
-        for r in &self.routes {
+        for r in self.gateway.routes() {
             println!(
                 "capgate:   {} -> surface {} (describe, invoke, getInvocation, getApproval, resumeApproval, contract, tools)",
                 r.path,
@@ -530,13 +498,13 @@ impl Prepared {
         println!(
             "capgate:   /mcp -> MCP (streamable HTTP), /approvals -> human approvals (role approver)"
         );
-        if self.console.enabled {
+        if let Some(console) = self.gateway.console() {
             println!(
                 "capgate:   {} -> the approval console (sign in with an approver's or a human's console key, never an agent's) at http://{local}{}",
-                self.console.path, self.console.path
+                console.prefix, console.prefix
             );
         }
-        if self.admin_reload {
+        if self.gateway.admin_reload() {
             println!(
                 "capgate:   /admin/reload -> reload the configuration (POST, an operator key)"
             );
@@ -548,8 +516,8 @@ impl Prepared {
         println!("capgate:   SIGHUP -> reload the configuration");
         println!(
             "capgate:   SIGTERM, Ctrl-C -> drain ({} ms unready, then up to {} ms for calls in flight); a second one exits at once",
-            self.unready_delay.as_millis(),
-            self.drain.as_millis()
+            self.gateway.unready_delay().as_millis(),
+            self.gateway.drain().as_millis()
         );
     }
 
@@ -557,8 +525,8 @@ impl Prepared {
     /// flush the sinks, stop the exporters and the traces, and close the store.
     async fn run(self, listener: tokio::net::TcpListener, mut stops: Stops) -> anyhow::Result<()> {
         let shutdown = Shutdown {
-            unready_delay: self.unready_delay,
-            drain: self.drain,
+            unready_delay: self.gateway.unready_delay(),
+            drain: self.gateway.drain(),
             probe: self.kept.shutdown().clone(),
             in_flight: self.in_flight.clone(),
         };

@@ -124,6 +124,8 @@ pub struct Checked {
     pub warnings: Vec<Problem>,
     /// The invocation journal's settings, resolved once.
     pub journal: crate::resolve::JournalSettings,
+    /// The gateway's doors and stop times, resolved once.
+    pub gateway: crate::resolve::GatewaySettings,
 }
 
 /// One capability, ready to be put in a registry.
@@ -280,6 +282,7 @@ pub fn validate(path: &Path) -> Result<Checked, Refused> {
         sign_on: identity.sign_on,
         protected_resource: identity.protected_resource,
         journal: crate::resolve::JournalSettings::of(&config),
+        gateway: crate::resolve::GatewaySettings::of(&config),
         config,
         doc,
     };
