@@ -243,3 +243,39 @@ fn console_options(c: &capgate_config::ConsoleSection) -> capgate_gateway::conso
         ..ConsoleOptions::default()
     }
 }
+
+/// `[telemetry.metrics]` when it is on, resolved once: where the exposition is served and
+/// who may read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricsSettings {
+    path: String,
+    listen: Option<String>,
+    bearer_token_sha256: Option<String>,
+}
+
+impl MetricsSettings {
+    /// The table, when metrics are on.
+    pub fn of(cfg: &Config) -> Option<MetricsSettings> {
+        let m = cfg.telemetry.metrics.as_ref().filter(|m| m.enabled)?;
+        Some(MetricsSettings {
+            path: m.path.clone(),
+            listen: m.listen.clone(),
+            bearer_token_sha256: m.bearer_token_sha256.clone(),
+        })
+    }
+
+    /// The exposition's path (`/metrics`).
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// Its own listener, if not the gateway's (`--metrics-listen` overrides it).
+    pub fn listen(&self) -> Option<&str> {
+        self.listen.as_deref()
+    }
+
+    /// The SHA-256 of the bearer token a scraper presents, if one is asked for.
+    pub fn bearer_token_sha256(&self) -> Option<&str> {
+        self.bearer_token_sha256.as_deref()
+    }
+}

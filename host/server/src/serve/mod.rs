@@ -49,7 +49,7 @@ pub fn app(checked: &Checked, d: &Deployment, kept: &Kept) -> anyhow::Result<axu
             history: Some(Arc::new(AuditTrail(d.store.audit_log()))),
         })
         .admin(checked.gateway.admin_reload())
-        .http_metrics(cfg.telemetry.metrics.as_ref().is_some_and(|m| m.enabled));
+        .http_metrics(checked.metrics.is_some());
     for (name, probe) in readiness_checks(cfg, d)
         .into_iter()
         .chain(crate::upstreams::readiness(&checked.mcp_upstreams))
@@ -194,18 +194,15 @@ fn readiness_checks(
 
 /// `[telemetry.metrics]`, when on: the router serving the exposition, and the layer that
 /// counts HTTP requests.
-fn metrics_router(
-    cfg: &capgate_config::Config,
-    d: &Deployment,
-) -> anyhow::Result<Option<axum::Router>> {
-    let Some(m) = cfg.telemetry.metrics.as_ref().filter(|m| m.enabled) else {
+fn metrics_router(checked: &Checked, d: &Deployment) -> anyhow::Result<Option<axum::Router>> {
+    let Some(m) = &checked.metrics else {
         return Ok(None);
     };
     let source = crate::metrics::Exposition::install(d)?;
     Ok(Some(capgate_gateway::metrics::metrics_router(
-        &m.path,
+        m.path(),
         source,
-        m.bearer_token_sha256.clone(),
+        m.bearer_token_sha256().map(str::to_string),
     )))
 }
 
@@ -354,16 +351,16 @@ impl Prepared {
         let cfg = &checked.config;
         let traces = crate::telemetry::start_traces(&cfg.telemetry)?;
         let url = StoreUrl::for_config(store.as_deref(), cfg)?;
-        let metrics_on = cfg.telemetry.metrics.as_ref().is_some_and(|m| m.enabled);
+        let metrics_on = checked.metrics.is_some();
         // `check` refused a file that serves metrics unauthenticated off loopback; the
         // command line can move the listeners, so look again at where they will be.
-        if let Some(m) = cfg.telemetry.metrics.as_ref().filter(|m| m.enabled)
-            && m.bearer_token_sha256.is_none()
+        if let Some(m) = &checked.metrics
+            && m.bearer_token_sha256().is_none()
         {
             let metrics_addr = listen
                 .metrics
                 .clone()
-                .or_else(|| m.listen.clone())
+                .or_else(|| m.listen().map(str::to_string))
                 .unwrap_or_else(|| addr.to_string());
             if !capgate_config::values::is_loopback_listen(&metrics_addr) {
                 anyhow::bail!(
@@ -397,14 +394,14 @@ impl Prepared {
         // `[audit.export.NAME]`: restart keys, so started once per process.
         let exporters = crate::audit_export::start(cfg, &deployment.store)?;
         deployment.exports = exporters.iter().map(|h| h.status()).collect();
-        let metrics = metrics_router(cfg, &deployment)?;
+        let metrics = metrics_router(&checked, &deployment)?;
         let pending_horizon = checked.journal.pending_horizon();
         let journal = deployment
             .store
             .journal()
             .with_replay_horizon(checked.journal.replay_horizon());
         let gateway = checked.gateway.clone();
-        let metrics_section = cfg.telemetry.metrics.clone();
+        let metrics_section = checked.metrics.clone();
         let (store_handle, audit_sink, sinks) = (
             deployment.store.clone(),
             deployment.audit.clone(),
@@ -436,11 +433,11 @@ impl Prepared {
             let own = listen
                 .metrics
                 .as_deref()
-                .or_else(|| m.and_then(|m| m.listen.as_deref()));
+                .or_else(|| m.and_then(|m| m.listen()));
             match own {
                 None => {
                     app = app.merge(router);
-                    metrics_on_gateway = m.map(|m| m.path.clone());
+                    metrics_on_gateway = m.map(|m| m.path().to_string());
                 }
                 Some(addr) => {
                     let listener = tokio::net::TcpListener::bind(addr)
@@ -449,7 +446,7 @@ impl Prepared {
                     let local = listener.local_addr().context("metrics listener address")?;
                     println!(
                         "capgate: metrics on http://{local}{}",
-                        m.map_or("", |m| m.path.as_str())
+                        m.map_or("", |m| m.path())
                     );
                     metrics_server = Some(tokio::spawn(async move {
                         if let Err(e) = axum::serve(

@@ -126,6 +126,8 @@ pub struct Checked {
     pub journal: crate::resolve::JournalSettings,
     /// The gateway's doors and stop times, resolved once.
     pub gateway: crate::resolve::GatewaySettings,
+    /// `[telemetry.metrics]`, when on, resolved once.
+    pub metrics: Option<crate::resolve::MetricsSettings>,
 }
 
 /// One capability, ready to be put in a registry.
@@ -283,6 +285,7 @@ pub fn validate(path: &Path) -> Result<Checked, Refused> {
         protected_resource: identity.protected_resource,
         journal: crate::resolve::JournalSettings::of(&config),
         gateway: crate::resolve::GatewaySettings::of(&config),
+        metrics: crate::resolve::MetricsSettings::of(&config),
         config,
         doc,
     };
