@@ -54,16 +54,19 @@ fn runtime_over(
     sinks: Vec<Arc<dyn AuditSink>>,
 ) -> anyhow::Result<Runtime> {
     checked
-        .runtime(approvals, audit_config(&checked.config, sinks))
+        .runtime(approvals, audit_config(&checked.audit, sinks))
         .context("the capability registry")
 }
 
 /// The audit settings every runtime of this binary runs with: `[audit]` over these sinks.
-fn audit_config(cfg: &capgate_config::Config, sinks: Vec<Arc<dyn AuditSink>>) -> AuditConfig {
+pub(crate) fn audit_config(
+    audit: &crate::resolve::AuditSettings,
+    sinks: Vec<Arc<dyn AuditSink>>,
+) -> AuditConfig {
     AuditConfig {
         sinks,
-        strict: cfg.audit.strict,
-        verbose: cfg.audit.verbose,
+        strict: audit.strict(),
+        verbose: audit.verbose(),
         on_sink_error: None,
     }
 }
@@ -92,37 +95,34 @@ async fn require_migrated(store: &Store, what: &str) -> anyhow::Result<()> {
 type Sinks = (Arc<SqlAuditSink>, Vec<Arc<dyn AuditSink>>);
 
 /// `[audit] checkpointKey` as the signer of checkpoints and purge records, if set.
-pub fn checkpoint_signer(cfg: &capgate_config::Config) -> anyhow::Result<Option<CheckpointSigner>> {
-    cfg.audit
-        .checkpoint_key
-        .as_deref()
-        .map(|pem| {
-            CheckpointSigner::from_pkcs8_pem(pem, cfg.audit.checkpoint_events.unwrap_or(1000))
-        })
-        .transpose()
-        .context("[audit] checkpointKey")
+pub fn checkpoint_signer(
+    audit: &crate::resolve::AuditSettings,
+) -> anyhow::Result<Option<CheckpointSigner>> {
+    audit.checkpoint_signer().context("[audit] checkpointKey")
 }
 
-/// The store's audit sink and every sink of `cfg` (the store's, plus `[audit] jsonl`).
-fn audit_sinks(cfg: &capgate_config::Config, store: &Store) -> anyhow::Result<Sinks> {
+/// The store's audit sink and every sink of `[audit]` (the store's, plus `jsonl`).
+fn audit_sinks(
+    audit_settings: &crate::resolve::AuditSettings,
+    store: &Store,
+) -> anyhow::Result<Sinks> {
     let audit = Arc::new(
         store
             .audit_sink(AuditSinkOptions {
                 // Best effort runs the call even when its `capability.started` failed:
                 // keep that record for the store's return. Strict refused the call.
-                keep_failed_write_through: !cfg.audit.strict,
-                checkpoints: checkpoint_signer(cfg)?,
+                keep_failed_write_through: !audit_settings.strict(),
+                checkpoints: checkpoint_signer(audit_settings)?,
                 ..AuditSinkOptions::default()
             })
             .context("the audit sink")?,
     );
     let mut sinks: Vec<Arc<dyn AuditSink>> = vec![audit.clone()];
-    if let Some(jsonl) = &cfg.audit.jsonl {
-        let path = cfg.relative(jsonl);
+    if let Some(path) = audit_settings.jsonl() {
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(&path)
+            .open(path)
             .with_context(|| format!("cannot open the audit file {}", path.display()))?;
         sinks.push(Arc::new(JsonLinesSink::new(file)));
     }
@@ -132,9 +132,8 @@ fn audit_sinks(cfg: &capgate_config::Config, store: &Store) -> anyhow::Result<Si
 /// Build the deployment a checked configuration describes, over `store` (`what` names the
 /// store in messages).
 pub async fn build(checked: &Checked, store: Store, what: &str) -> anyhow::Result<Deployment> {
-    let cfg = &checked.config;
     require_migrated(&store, what).await?;
-    let (audit, sinks) = audit_sinks(cfg, &store)?;
+    let (audit, sinks) = audit_sinks(&checked.audit, &store)?;
     // One storage budget per namespace: its receipts and its approvals (each holds a call's
     // whole input, at every door, /mcp included) count against it together.
     let budget = checked.journal.budget();
@@ -181,13 +180,13 @@ pub async fn build_operator(
     store: Store,
     what: &str,
 ) -> anyhow::Result<OperatorDeployment> {
-    let cfg = &config.config;
+    let audit_settings = crate::resolve::AuditSettings::of(&config.config);
     require_migrated(&store, what).await?;
-    let (_, sinks) = audit_sinks(cfg, &store)?;
+    let (_, sinks) = audit_sinks(&audit_settings, &store)?;
     let approvals: Arc<dyn ApprovalCoordinator> =
         Arc::new(Traced::new(store.approvals(), store.backend()));
     let runtime = config
-        .runtime(approvals, audit_config(cfg, sinks))
+        .runtime(approvals, audit_config(&audit_settings, sinks))
         .context("the capability registry")?;
     Ok(OperatorDeployment {
         runtime,

@@ -279,3 +279,89 @@ impl MetricsSettings {
         self.bearer_token_sha256.as_deref()
     }
 }
+
+/// `[audit]` resolved once: how strictly calls are recorded, the signed checkpoints, the
+/// JSON-lines copy, retention and the export sinks' names.
+#[derive(Clone)]
+pub struct AuditSettings {
+    strict: bool,
+    verbose: bool,
+    checkpoint_key: Option<String>,
+    checkpoint_events: u64,
+    jsonl: Option<std::path::PathBuf>,
+    retain_days: Option<u64>,
+    export_sinks: Vec<String>,
+}
+
+/// The most committed events a checkpoint may leave unsigned when `checkpointEvents` is
+/// absent.
+pub const DEFAULT_CHECKPOINT_EVENTS: u64 = 1000;
+
+impl AuditSettings {
+    /// `[audit]`, paths against the config file.
+    pub fn of(cfg: &Config) -> AuditSettings {
+        let a = &cfg.audit;
+        AuditSettings {
+            strict: a.strict,
+            verbose: a.verbose,
+            checkpoint_key: a.checkpoint_key.clone(),
+            checkpoint_events: a.checkpoint_events.unwrap_or(DEFAULT_CHECKPOINT_EVENTS),
+            jsonl: a.jsonl.as_ref().map(|p| cfg.relative(p)),
+            retain_days: a.retain_days,
+            export_sinks: a.export.keys().cloned().collect(),
+        }
+    }
+
+    /// Strict: a call whose `capability.started` cannot be recorded does not run.
+    pub fn strict(&self) -> bool {
+        self.strict
+    }
+
+    /// Capability ids in `capabilities.discovered`.
+    pub fn verbose(&self) -> bool {
+        self.verbose
+    }
+
+    /// The signer of checkpoints and purge records (`checkpointKey`), if one is set.
+    pub fn checkpoint_signer(
+        &self,
+    ) -> Result<Option<capgate_store::CheckpointSigner>, capgate_store::CheckpointKeyError> {
+        self.checkpoint_key
+            .as_deref()
+            .map(|pem| capgate_store::CheckpointSigner::from_pkcs8_pem(pem, self.checkpoint_events))
+            .transpose()
+    }
+
+    /// `[audit] jsonl`, resolved against the config file.
+    pub fn jsonl(&self) -> Option<&std::path::Path> {
+        self.jsonl.as_deref()
+    }
+
+    /// `retainDays`, if the trail is purged.
+    pub fn retain_days(&self) -> Option<u64> {
+        self.retain_days
+    }
+
+    /// The names of `[audit.export.NAME]` (the purge keeps what they have not delivered).
+    pub fn export_sinks(&self) -> &[String] {
+        &self.export_sinks
+    }
+}
+
+impl std::fmt::Debug for AuditSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The checkpoint key is a secret: say whether it is set, never what it is.
+        f.debug_struct("AuditSettings")
+            .field("strict", &self.strict)
+            .field("verbose", &self.verbose)
+            .field(
+                "checkpoint_key",
+                &self.checkpoint_key.as_ref().map(|_| "(set)"),
+            )
+            .field("checkpoint_events", &self.checkpoint_events)
+            .field("jsonl", &self.jsonl)
+            .field("retain_days", &self.retain_days)
+            .field("export_sinks", &self.export_sinks)
+            .finish()
+    }
+}

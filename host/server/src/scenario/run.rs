@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use capgate_core::actor::Actor;
-use capgate_core::audit::{AuditConfig, AuditSink, MemorySink};
+use capgate_core::audit::{AuditSink, MemorySink};
 use capgate_core::authz::Principal;
 use capgate_core::clock::ManualClock;
 use capgate_core::policy::{Phase, Policy, PolicyDecision, PolicyError, PolicyRequest};
@@ -120,13 +120,10 @@ async fn run_inner(checked: &Checked, s: &Scenario, live: bool) -> anyhow::Resul
             .audit_sink(capgate_store::AuditSinkOptions::default())
             .context("the store's audit sink")?,
     );
-    let cfg = &checked.config;
-    let audit = AuditConfig {
-        sinks: vec![sql as Arc<dyn AuditSink>, memory.clone()],
-        strict: cfg.audit.strict,
-        verbose: cfg.audit.verbose,
-        on_sink_error: None,
-    };
+    let audit = crate::build::audit_config(
+        &checked.audit,
+        vec![sql as Arc<dyn AuditSink>, memory.clone()],
+    );
     let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
     let stances: Stances = Arc::default();
     let observer = stances.clone();

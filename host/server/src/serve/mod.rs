@@ -388,9 +388,11 @@ impl Prepared {
         .await?;
         // `[audit] retainDays` (a restart key): the purge keeps what export sinks have not
         // delivered, and signs its records with the checkpoint key (required with it).
-        let (retain_days, audit_signer) =
-            (cfg.audit.retain_days, crate::build::checkpoint_signer(cfg)?);
-        let export_sinks: Vec<String> = cfg.audit.export.keys().cloned().collect();
+        let (retain_days, audit_signer) = (
+            checked.audit.retain_days(),
+            crate::build::checkpoint_signer(&checked.audit)?,
+        );
+        let export_sinks: Vec<String> = checked.audit.export_sinks().to_vec();
         // `[audit.export.NAME]`: restart keys, so started once per process.
         let exporters = crate::audit_export::start(cfg, &deployment.store)?;
         deployment.exports = exporters.iter().map(|h| h.status()).collect();

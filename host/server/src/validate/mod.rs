@@ -128,6 +128,8 @@ pub struct Checked {
     pub gateway: crate::resolve::GatewaySettings,
     /// `[telemetry.metrics]`, when on, resolved once.
     pub metrics: Option<crate::resolve::MetricsSettings>,
+    /// `[audit]`, resolved once.
+    pub audit: crate::resolve::AuditSettings,
 }
 
 /// One capability, ready to be put in a registry.
@@ -286,6 +288,7 @@ pub fn validate(path: &Path) -> Result<Checked, Refused> {
         journal: crate::resolve::JournalSettings::of(&config),
         gateway: crate::resolve::GatewaySettings::of(&config),
         metrics: crate::resolve::MetricsSettings::of(&config),
+        audit: crate::resolve::AuditSettings::of(&config),
         config,
         doc,
     };
