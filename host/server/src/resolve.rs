@@ -168,6 +168,7 @@ pub struct GatewaySettings {
     admin_reload: bool,
     unready_delay: Duration,
     drain: Duration,
+    rate_limit_scope: Option<capgate_config::RateLimitScope>,
 }
 
 impl GatewaySettings {
@@ -188,7 +189,13 @@ impl GatewaySettings {
             admin_reload: g.admin.reload,
             unready_delay: Duration::from_millis(g.shutdown_unready_delay_ms),
             drain: Duration::from_millis(g.shutdown_drain_ms),
+            rate_limit_scope: g.rate_limit.scope,
         }
+    }
+
+    /// Where the doors' rate-limit buckets live, as configured (absent: by the store).
+    pub fn rate_limit_scope(&self) -> Option<capgate_config::RateLimitScope> {
+        self.rate_limit_scope
     }
 
     /// The address the gateway listens on (`--listen` overrides it).

@@ -41,7 +41,6 @@ use std::time::Duration;
 /// Build the whole HTTP application of a deployment: its configured doors, as the gateway's
 /// application builder mounts and layers them, over what `kept` keeps across reloads.
 pub fn app(checked: &Checked, d: &Deployment, kept: &Kept) -> anyhow::Result<axum::Router> {
-    let cfg = &checked.config;
     let mut app = AppBuilder::new(kept, d.runtime.clone(), doorkeeper(checked, d))
         .mcp(checked.mcp_options())
         .approvals(ApprovalsOptions {
@@ -50,7 +49,7 @@ pub fn app(checked: &Checked, d: &Deployment, kept: &Kept) -> anyhow::Result<axu
         })
         .admin(checked.gateway.admin_reload())
         .http_metrics(checked.metrics.is_some());
-    for (name, probe) in readiness_checks(cfg, d)
+    for (name, probe) in readiness_checks(checked, d)
         .into_iter()
         .chain(crate::upstreams::readiness(&checked.mcp_upstreams))
     {
@@ -80,22 +79,19 @@ pub fn app(checked: &Checked, d: &Deployment, kept: &Kept) -> anyhow::Result<axu
 /// Postgres (replicas share it, and the quota is the deployment's) and in this process on
 /// SQLite (one process; a write per request would queue behind the journal's).
 pub(crate) fn rate_limit_scope(
-    cfg: &capgate_config::Config,
+    gateway: &crate::resolve::GatewaySettings,
     store: &capgate_store::Store,
 ) -> RateLimitScope {
-    cfg.gateway
-        .rate_limit
-        .scope
-        .unwrap_or(match store.backend() {
-            capgate_store::Backend::Postgres => RateLimitScope::Store,
-            capgate_store::Backend::Sqlite => RateLimitScope::Replica,
-        })
+    gateway.rate_limit_scope().unwrap_or(match store.backend() {
+        capgate_store::Backend::Postgres => RateLimitScope::Store,
+        capgate_store::Backend::Sqlite => RateLimitScope::Replica,
+    })
 }
 
 /// The deployment's doorkeeper, its rate-limit buckets where [`rate_limit_scope`] says.
 fn doorkeeper(checked: &Checked, d: &Deployment) -> Doorkeeper {
     let keeper = checked.doorkeeper(&d.runtime);
-    match rate_limit_scope(&checked.config, &d.store) {
+    match rate_limit_scope(&checked.gateway, &d.store) {
         RateLimitScope::Replica => keeper,
         RateLimitScope::Store => {
             let (principal, namespace) = keeper.quotas.rates();
@@ -146,10 +142,7 @@ pub use capgate_gateway::approvals_api::APPROVER_ROLE;
 /// What `/readyz` checks besides the process not shutting down (the application's own
 /// check): the store answers and takes writes, the audit writer runs and holds no failed batch, and (with plugins) the Wasm host
 /// still bounds calls.
-fn readiness_checks(
-    cfg: &capgate_config::Config,
-    d: &Deployment,
-) -> Vec<(String, Arc<dyn ReadinessProbe>)> {
+fn readiness_checks(checked: &Checked, d: &Deployment) -> Vec<(String, Arc<dyn ReadinessProbe>)> {
     let audit = d.audit.clone();
     let mut checks: Vec<(String, Arc<dyn ReadinessProbe>)> = vec![
         (
@@ -179,7 +172,7 @@ fn readiness_checks(
             Arc::new(FnProbe(move || status.check())),
         ));
     }
-    if !cfg.plugins.is_empty() {
+    if checked.loads_plugins() {
         checks.push((
             "plugins".into(),
             Arc::new(FnProbe(|| {

@@ -43,6 +43,12 @@ pub(super) fn runtime_builder(
 }
 
 impl Checked {
+    /// Whether the deployment loads Wasm plugins of its own (`/readyz` then checks the
+    /// Wasm host still bounds calls).
+    pub fn loads_plugins(&self) -> bool {
+        !self.config.plugins.is_empty()
+    }
+
     /// The capability registry of the deployment.
     pub fn registry(&self) -> Result<Registry, RegistryError> {
         registry_of(&self.capabilities, &self.provider_runtime, None)
