@@ -23,6 +23,10 @@
 //! - **[`validate`]** is the one validation path: [`validate::Checked`] is a deployment
 //!   that every check passed (plugins loaded and pinned, providers built, each route built
 //!   over a scratch runtime); nothing can fail after it but the store or a listener.
+//! - **[`resolve`]** turns the file's sections into what the running crates read, once, as
+//!   [`validate`] assembles: typed settings with private fields (the gateway's doors and
+//!   stop times, the journal's budget and horizons, metrics, audit) and the provider's
+//!   upstream settings; downstream code reads these, not the file model.
 //! - **[`build`]** opens the store's side of a checked deployment: the journal, the
 //!   approvals, the audit sinks ([`build::Deployment`]).
 //! - **[`serve`]** mounts the doors ([`serve::app`]), runs the background jobs (receipt
