@@ -24,8 +24,17 @@ const BUCKETS: &[f64] = &[
 const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// The process's recorder (a process has one; installing twice is refused by `metrics`).
+/// Deployments that start at once in one process (an embedder's, the tests') install it
+/// one at a time: the second finds the first's.
 fn recorder() -> anyhow::Result<PrometheusHandle> {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    static INSTALLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    if let Some(h) = HANDLE.get() {
+        return Ok(h.clone());
+    }
+    let _installing = INSTALLING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(h) = HANDLE.get() {
         return Ok(h.clone());
     }
@@ -100,4 +109,20 @@ fn record_runtime_gauges() {
 /// `failed`): `capgate_config_reloads_total{result}`.
 pub fn record_reload(result: &'static str) {
     ::metrics::counter!("capgate_config_reloads_total", "result" => result).increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    /// Two deployments starting at once in one process (an embedder's, or the tests') both
+    /// get the one recorder; the second is never refused for the first's.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn deployments_starting_at_once_share_the_one_recorder() {
+        let starts: Vec<_> = (0..8)
+            .map(|_| tokio::task::spawn_blocking(super::recorder))
+            .collect();
+        for start in starts {
+            let handle = start.await.expect("joined");
+            assert!(handle.is_ok(), "{:?}", handle.err());
+        }
+    }
 }
