@@ -85,19 +85,9 @@ async fn the_example_serves_in_process_reloads_and_stops() {
         http.get(format!("{base}/healthz")).send().await.is_err(),
         "the listener is closed"
     );
-    let store = capgate_store::Store::open(&store)
+    let reloads: Vec<Value> = crate::support::audit_events(&store)
         .await
-        .expect("the store opens again");
-    let reloads: Vec<Value> = store
-        .audit_log()
-        .query(&capgate_store::AuditQuery {
-            limit: Some(10_000),
-            ..capgate_store::AuditQuery::default()
-        })
-        .await
-        .expect("query")
         .into_iter()
-        .filter_map(|e| serde_json::to_value(e.event.ok()?).ok())
         .filter(|e| {
             e["type"]
                 .as_str()
@@ -112,5 +102,4 @@ async fn the_example_serves_in_process_reloads_and_stops() {
             json!(["capgate.config.reload_refused", "embedder"])
         ]
     );
-    store.close().await;
 }
