@@ -93,3 +93,34 @@ fn each_accepted_form_reads_as_the_setting_it_names() {
     let default = parse("").map(|c| c.gateway.console.secure_cookie.0);
     assert!(matches!(default, Ok(SecureCookie::Auto)), "{default:?}");
 }
+
+#[test]
+fn a_jwt_with_two_key_sources_is_one_problem_at_its_table_and_the_rest_of_gateway_is_still_checked()
+{
+    let problems = parse(
+        "[gateway]\nlisten = \"nowhere\"\n[gateway.jwt]\njwksUrl = \"https://idp.example.com/jwks\"\nhs256SecretEnv = \"JWT_SECRET\"\nissuer = \"https://idp.example.com\"\naudience = \"capgate\"\n",
+    )
+    .expect_err("refused");
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.key == "gateway.jwt" && p.message.contains("set exactly one key source")),
+        "{problems:#?}"
+    );
+    // [gateway.jwt] is read on its own: its mistake does not hide [gateway]'s.
+    assert!(
+        problems.iter().any(|p| p.key == "gateway.listen"),
+        "{problems:#?}"
+    );
+    // One source reads as that source.
+    let cfg = parse(
+        "[gateway.jwt]\njwksUrl = \"https://idp.example.com/jwks\"\nissuer = \"https://idp.example.com\"\naudience = \"capgate\"\n",
+    )
+    .expect("accepted");
+    assert_eq!(
+        cfg.gateway.jwt.map(|j| j.key_source),
+        Some(capgate_config::JwtKeySource::JwksUrl(
+            "https://idp.example.com/jwks".into()
+        ))
+    );
+}
