@@ -124,13 +124,13 @@ impl Side {
             }
             Side::Config(checked) => {
                 let runtime = checked.scratch_runtime().map_err(|e| DiffError::Assembly {
-                    path: checked.config.path.clone(),
+                    path: checked.path().to_path_buf(),
                     reason: e.to_string(),
                 })?;
                 Ok(Contract::export(
                     &runtime,
                     surfaces.iter().copied(),
-                    &checked.config.revision,
+                    checked.revision(),
                 ))
             }
         }

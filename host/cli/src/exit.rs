@@ -5,7 +5,7 @@
 //! |---|---|
 //! | 0 | done |
 //! | 1 | a refusal or a failed check: a configuration refused by validation, a failing scenario or plugin case, a breaking contract change, `import mcp --diff` finding changes, an approval decision the rules refuse |
-//! | 2 | usage: the command line (clap's own errors) or an input it names cannot be used as given (`test`'s scenario files, `contract diff`'s inputs, `keys hash` without a key) |
+//! | 2 | usage: the command line (clap's own errors) or an input it names cannot be used as given (`test`'s scenario files, `contract diff`'s inputs, `keys hash` without a key, a store URL that does not parse) |
 //! | 3 | a runtime error: the store unreachable or missing, a file that cannot be read or written, anything else that failed |
 //!
 //! A command returns its status when it decided it ([`Status::code`]); an error it returns
@@ -88,8 +88,30 @@ pub fn status_of(e: &anyhow::Error) -> Status {
         if let Some(exit) = cause.downcast_ref::<Exit>() {
             return exit.status;
         }
+        // A store URL that does not parse (a bad `sslmode`…) is an input that cannot be used
+        // as given, whether `--store` or `store.url` named it: fixing it is the operator's.
+        if let Some(capgate_store::StoreError::Url(_)) = cause.downcast_ref() {
+            return Status::Usage;
+        }
     }
     Status::Runtime
+}
+
+/// An error and its causes on one line, each cause said once: many errors print their
+/// source inside their own message too, which `{:#}` would repeat.
+pub fn one_line(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let message = cause.to_string();
+        if out.contains(&message) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&message);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -109,5 +131,18 @@ mod tests {
             .map(Status::number)
             .to_vec();
         assert_eq!(numbers, [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn a_cause_its_parent_already_says_is_printed_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("invalid store URL: {0}")]
+        struct Outer(#[source] std::io::Error);
+        let e = anyhow::Error::from(Outer(std::io::Error::other("unknown sslmode")))
+            .context("could not open the store");
+        assert_eq!(
+            one_line(&e),
+            "could not open the store: invalid store URL: unknown sslmode"
+        );
     }
 }

@@ -34,8 +34,8 @@ use std::process::ExitCode;
 scenario or plugin case, a breaking contract change, `import mcp --diff` finding changes, an approval \
 decision the rules refuse); 2 usage (the command line, or an input it names, cannot be used); \
 3 a runtime error (the store unreachable or missing, I/O, anything else).\n\n\
-`--output json` (check, test, replay, plugin test, inspect, approvals, invocations): stdout carries \
-only JSON, every message goes to stderr."
+`--output json` (check, test, replay, plugin test, inspect, approvals, invocations, audit verify, \
+whoami): stdout carries only JSON, every message goes to stderr."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -77,7 +77,7 @@ fn main() -> ExitCode {
             {
                 // The same lines and the same exit status as `capgate check`.
                 Some(refused) => refused.report(),
-                None => eprintln!("error: {e:#}"),
+                None => eprintln!("error: {}", exit::one_line(&e)),
             }
             debug_assert_ne!(status, Status::Ok);
             status.code()
@@ -115,5 +115,56 @@ mod tests {
     #[test]
     fn the_command_line_is_well_formed() {
         Cli::command().debug_assert();
+    }
+
+    /// Issue 57: `--help` names every command that takes `--output json`, and no other.
+    #[test]
+    fn help_names_every_command_that_takes_output_json() {
+        fn walk(c: &clap::Command, path: &str, out: &mut Vec<String>) {
+            if c.get_arguments().any(|a| a.get_id() == "output") {
+                out.push(path.to_string());
+            }
+            for sub in c.get_subcommands() {
+                let p = if path.is_empty() {
+                    sub.get_name().to_string()
+                } else {
+                    format!("{path} {}", sub.get_name())
+                };
+                walk(sub, &p, out);
+            }
+        }
+        let cli = Cli::command();
+        let mut taking = Vec::new();
+        walk(&cli, "", &mut taking);
+        let help = cli
+            .get_after_help()
+            .map(|h| h.to_string())
+            .unwrap_or_default();
+        let (_, listed) = help
+            .split_once("`--output json` (")
+            .expect("the help lists the commands taking --output json");
+        let listed: Vec<&str> = listed
+            .split_once(')')
+            .map_or("", |(l, _)| l)
+            .split(',')
+            .map(str::trim)
+            .collect();
+        // A listed name covers its subcommands (`approvals` for `approvals list`…).
+        for t in &taking {
+            assert!(
+                listed
+                    .iter()
+                    .any(|l| t == l || t.starts_with(&format!("{l} "))),
+                "`{t}` takes --output but --help does not say so: {listed:?}"
+            );
+        }
+        for l in &listed {
+            assert!(
+                taking
+                    .iter()
+                    .any(|t| t == l || t.starts_with(&format!("{l} "))),
+                "--help lists `{l}`, which takes no --output"
+            );
+        }
     }
 }

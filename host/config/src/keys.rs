@@ -121,8 +121,11 @@ where
         format!(" {unit}")
     };
     let zero = T::default();
+    // "At most" from zero only for the unsigned integers the keys use: a float (a ratio)
+    // can be negative, so its range is said in full.
+    let signed = matches!(std::any::type_name::<T>(), "f64" | "f32");
     match (range.start_bound(), range.end_bound()) {
-        (Included(lo), Included(hi)) if *lo == zero => format!("at most {hi}{unit}"),
+        (Included(lo), Included(hi)) if *lo == zero && !signed => format!("at most {hi}{unit}"),
         (Included(lo), Included(hi)) => format!("between {lo} and {hi}{unit}"),
         (Included(lo), Excluded(hi)) => format!("at least {lo} and below {hi}{unit}"),
         (Included(lo), Unbounded) => format!("at least {lo}{unit}"),

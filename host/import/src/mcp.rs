@@ -4,7 +4,7 @@
 
 use crate::openapi::{capability_id, clean_prefix};
 use crate::{Capability, Entry, Procedure, shown};
-use capgate_config::{CapabilitySection, McpProcedureSection};
+use capgate_config::McpProcedureSection;
 use capgate_core::meta::{Risk, SideEffect};
 use capgate_provider::mcp::{ToolListing, tool_definition, tool_digest};
 use rmcp::model::Tool;
@@ -135,41 +135,59 @@ pub struct Diff {
     pub drifted: usize,
 }
 
+/// A capability's pinned MCP tool as the file has it: what [`diff`] compares with the
+/// upstream's listing now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pinned {
+    /// `[upstreams.mcp.NAME]`.
+    pub upstream: String,
+    /// The capability id.
+    pub capability: String,
+    /// The upstream's tool name.
+    pub tool: String,
+    /// `toolSha256`.
+    pub sha256: String,
+    /// The capability's description.
+    pub description: String,
+    /// Its input schema, when written inline.
+    pub input_schema: Option<Value>,
+    /// Its output schema, when written inline.
+    pub output_schema: Option<Value>,
+}
+
 /// The configuration's pinned tools of `upstream` against its listing now.
 pub fn diff(
     config: &std::path::Path,
     upstream: &str,
     listing: &ToolListing,
-    capabilities: &[CapabilitySection],
+    pins: &[Pinned],
 ) -> Diff {
     let mut text = String::new();
     let mut drifted = 0;
     let mut pinned = std::collections::BTreeSet::new();
-    for c in capabilities {
-        let Some(m) = c.procedure.mcp().filter(|m| m.upstream == upstream) else {
-            continue;
-        };
+    for c in pins.iter().filter(|p| p.upstream == upstream) {
+        let m = c;
         pinned.insert(m.tool.clone());
-        let pin = m.tool_sha256.to_ascii_lowercase();
+        let pin = m.sha256.to_ascii_lowercase();
         let Some(tool) = listing.tools.get(&m.tool) else {
             drifted += 1;
             let _ = writeln!(
                 text,
                 "{} (tool `{}`): GONE: the upstream no longer lists it; the capability is concealed\n",
-                c.id, m.tool
+                c.capability, m.tool
             );
             continue;
         };
         let now = tool_digest(tool);
         if now == pin {
-            let _ = writeln!(text, "{} (tool `{}`): unchanged\n", c.id, m.tool);
+            let _ = writeln!(text, "{} (tool `{}`): unchanged\n", c.capability, m.tool);
             continue;
         }
         drifted += 1;
         let _ = writeln!(
             text,
             "{} (tool `{}`): CHANGED: the capability is concealed until re-pinned",
-            c.id, m.tool
+            c.capability, m.tool
         );
         let _ = writeln!(text, "  pinned  toolSha256 = \"{pin}\"");
         let _ = writeln!(text, "  now     toolSha256 = \"{now}\"");
@@ -187,12 +205,8 @@ pub fn diff(
                 shown(&json!(description))
             );
         }
-        let configured = |s: &Option<capgate_config::SchemaRef>| match s {
-            Some(capgate_config::SchemaRef::Inline(m)) => Some(Value::Object(m.clone())),
-            _ => None,
-        };
         let input_now = without_nulls(&def["inputSchema"]);
-        if configured(&c.input_schema).as_ref() != Some(&input_now) {
+        if c.input_schema.as_ref() != Some(&input_now) {
             let _ = writeln!(text, "  inputSchema upstream now:  {}", shown(&input_now));
         }
         let output_now = if def["outputSchema"].is_null() {
@@ -200,7 +214,7 @@ pub fn diff(
         } else {
             without_nulls(&def["outputSchema"])
         };
-        if configured(&c.output_schema).as_ref() != Some(&output_now) {
+        if c.output_schema.as_ref() != Some(&output_now) {
             let _ = writeln!(text, "  outputSchema upstream now: {}", shown(&output_now));
         }
         if !def["annotations"].is_null() {
@@ -276,8 +290,19 @@ mod tests {
         );
         assert!(entries("everything", &listing, None, &["nope".into()]).is_err());
 
-        let caps: Vec<CapabilitySection> =
-            serde_json::from_value(json!([serde_json::to_value(c).unwrap()])).unwrap();
+        let _: Vec<capgate_config::CapabilitySection> =
+            serde_json::from_value(json!([serde_json::to_value(c).unwrap()]))
+                .expect("the entry reads back as a capability");
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        let caps = vec![Pinned {
+            upstream: "everything".into(),
+            capability: text(&c["id"]),
+            tool: text(&c["procedure"]["mcp"]["tool"]),
+            sha256: text(&c["procedure"]["mcp"]["toolSha256"]),
+            description: text(&c["description"]),
+            input_schema: Some(c["inputSchema"].clone()).filter(|v| !v.is_null()),
+            output_schema: Some(c["outputSchema"].clone()).filter(|v| !v.is_null()),
+        }];
         assert_eq!(
             diff(
                 std::path::Path::new("capgate.toml"),

@@ -54,7 +54,7 @@ fn runtime_over(
     sinks: Vec<Arc<dyn AuditSink>>,
 ) -> anyhow::Result<Runtime> {
     checked
-        .runtime(approvals, audit_config(&checked.audit, sinks))
+        .runtime(approvals, audit_config(checked.audit(), sinks))
         .context("the capability registry")
 }
 
@@ -133,10 +133,10 @@ fn audit_sinks(
 /// store in messages).
 pub async fn build(checked: &Checked, store: Store, what: &str) -> anyhow::Result<Deployment> {
     require_migrated(&store, what).await?;
-    let (audit, sinks) = audit_sinks(&checked.audit, &store)?;
+    let (audit, sinks) = audit_sinks(checked.audit(), &store)?;
     // One storage budget per namespace: its receipts and its approvals (each holds a call's
     // whole input, at every door, /mcp included) count against it together.
-    let budget = checked.journal.budget();
+    let budget = checked.journal().budget();
     let approvals: Arc<dyn ApprovalCoordinator> = Arc::new(Traced::new(
         store.approvals().with_budget(budget),
         store.backend(),
@@ -145,7 +145,7 @@ pub async fn build(checked: &Checked, store: Store, what: &str) -> anyhow::Resul
     let journal: Arc<dyn InvocationJournal> = Arc::new(Traced::new(
         store
             .journal()
-            .with_replay_horizon(checked.journal.replay_horizon())
+            .with_replay_horizon(checked.journal().replay_horizon())
             .with_budget(budget),
         store.backend(),
     ));
@@ -170,7 +170,17 @@ pub struct OperatorDeployment {
     pub store: Store,
     /// The file it was built from (which capabilities' approval input is withheld:
     /// [`StoreOnly::withholds_input`]).
-    pub config: StoreOnly,
+    pub store_only: StoreOnly,
+    audit: Arc<capgate_store::SqlAuditSink>,
+}
+
+impl OperatorDeployment {
+    /// Close it: the audit writer first (what the command recorded is written and its
+    /// chain's end recorded), then the store.
+    pub async fn close(&self) {
+        self.audit.close().await;
+        self.store.close().await;
+    }
 }
 
 /// Build the operator commands' deployment of `config` over `store` (`what` names the
@@ -180,9 +190,9 @@ pub async fn build_operator(
     store: Store,
     what: &str,
 ) -> anyhow::Result<OperatorDeployment> {
-    let audit_settings = crate::resolve::AuditSettings::of(&config.config);
+    let audit_settings = config.audit();
     require_migrated(&store, what).await?;
-    let (_, sinks) = audit_sinks(&audit_settings, &store)?;
+    let (audit, sinks) = audit_sinks(&audit_settings, &store)?;
     let approvals: Arc<dyn ApprovalCoordinator> =
         Arc::new(Traced::new(store.approvals(), store.backend()));
     let runtime = config
@@ -191,6 +201,7 @@ pub async fn build_operator(
     Ok(OperatorDeployment {
         runtime,
         store,
-        config,
+        store_only: config,
+        audit,
     })
 }

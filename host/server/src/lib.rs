@@ -25,8 +25,11 @@
 //!   over a scratch runtime); nothing can fail after it but the store or a listener.
 //! - **[`resolve`]** turns the file's sections into what the running crates read, once, as
 //!   [`validate`] assembles: typed settings with private fields (the gateway's doors and
-//!   stop times, the journal's budget and horizons, metrics, audit) and the provider's
-//!   upstream settings; downstream code reads these, not the file model.
+//!   stop times, the journal's budget and horizons, metrics, audit, the store, the export
+//!   sinks, traces against the `OTEL_*` environment, approval escalation, the MCP pins,
+//!   the inventory `inspect` prints) and the provider's upstream settings. The file model
+//!   is a private field of [`validate::Checked`]: downstream code reads these accessors,
+//!   never the file.
 //! - **[`build`]** opens the store's side of a checked deployment: the journal, the
 //!   approvals, the audit sinks ([`build::Deployment`]).
 //! - **[`serve`]** mounts the doors ([`serve::app`]), runs the background jobs (receipt

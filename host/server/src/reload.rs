@@ -114,11 +114,11 @@ impl Reloader {
     ) -> anyhow::Result<Arc<Reloader>> {
         let contract_digest = contract_digest(&checked, &deployment.runtime);
         Ok(Arc::new(Reloader {
-            path: checked.config.path.clone(),
+            path: checked.path().to_path_buf(),
             kept,
             current,
             serving: tokio::sync::Mutex::new(Serving {
-                revision: checked.config.revision.clone(),
+                revision: checked.revision().to_string(),
                 checked,
                 deployment,
                 contract_digest,
@@ -127,14 +127,14 @@ impl Reloader {
         }))
     }
 
-    /// The runtime of the configuration serving now and its `[approvals]` table (for
+    /// The runtime of the configuration serving now and its approvals' escalation (for
     /// background work such as the approval sweeper, which must not keep a replaced
     /// configuration alive).
-    pub async fn runtime(&self) -> (Runtime, capgate_config::model::ApprovalsSection) {
+    pub async fn runtime(&self) -> (Runtime, Option<crate::resolve::Escalation>) {
         let serving = self.serving.lock().await;
         (
             serving.deployment.runtime.clone(),
-            serving.checked.config.approvals.clone(),
+            serving.checked.escalation().cloned(),
         )
     }
 
@@ -186,7 +186,7 @@ impl Reloader {
             }
         };
         let next = Serving {
-            revision: checked.config.revision.clone(),
+            revision: checked.revision().to_string(),
             contract_digest: contract_digest(&checked, &deployment.runtime),
             watch: crate::upstreams::watch(
                 &checked,
@@ -368,10 +368,6 @@ fn revision_warnings(old: &Serving, new: &Serving) -> Vec<String> {
 /// The deployment's contract digest ([`capgate_contract::deployment_digest`]) over the
 /// surfaces it serves: each gateway route's and `mcp`.
 pub fn contract_digest(checked: &Checked, runtime: &Runtime) -> String {
-    let routes = checked.gateway.routes().iter().map(|r| r.surface);
-    capgate_contract::deployment_digest(
-        runtime,
-        routes.chain([Surface::Mcp]),
-        &checked.config.revision,
-    )
+    let routes = checked.gateway().routes().iter().map(|r| r.surface);
+    capgate_contract::deployment_digest(runtime, routes.chain([Surface::Mcp]), checked.revision())
 }

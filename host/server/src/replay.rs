@@ -72,8 +72,8 @@ struct Principal {
 /// its doors are recorded under.
 fn principals(checked: &Checked) -> BTreeMap<String, Principal> {
     let mut out = BTreeMap::new();
-    for key in &checked.config.gateway.api_keys {
-        let actor = key.actor.to_actor();
+    for key in checked.api_keys() {
+        let actor = key.actor.clone();
         for &surface in &key.surfaces {
             if let Ok(scope) = scope_hash(&key.namespace, &ActorRef::from(&actor), surface) {
                 out.entry(scope).or_insert_with(|| Principal {
@@ -612,7 +612,7 @@ impl Tally {
         Report {
             since: options.since,
             until: options.until,
-            revision: checked.config.revision.clone(),
+            revision: checked.revision().to_string(),
             calls: self.calls,
             replayed: self.replayed,
             changed: self.changed,

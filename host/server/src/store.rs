@@ -82,13 +82,13 @@ impl StoreUrl {
 
     /// The store of a command with a configuration file: `--store` when given, else the
     /// file's `store.url`.
-    pub fn for_config(
+    pub fn for_store(
         command_line: Option<&str>,
-        cfg: &capgate_config::Config,
+        store: &crate::resolve::StoreSettings,
     ) -> anyhow::Result<StoreUrl> {
         match command_line {
             Some(url) => StoreUrl::from_command_line(url),
-            None => StoreUrl::from_config_file_in(&cfg.store.url, &cfg.path, &cfg.state_dir()),
+            None => StoreUrl::from_config_file_in(store.url(), store.file(), store.state_dir()),
         }
     }
 
@@ -209,16 +209,6 @@ impl StoreUrl {
     }
 }
 
-/// The store's pool options a configuration's `[store]` sets: what it leaves out is the
-/// store's own default.
-pub fn options(section: &capgate_config::StoreSection) -> capgate_store::StoreOptions {
-    let mut options = capgate_store::StoreOptions::default();
-    if let Some(ms) = section.acquire_timeout_ms {
-        options.acquire_timeout = std::time::Duration::from_millis(ms);
-    }
-    options
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,7 +230,8 @@ mod tests {
         )
         .expect("parses");
         assert_eq!(cfg.state_dir(), Path::new("."));
-        let s = StoreUrl::for_config(None, &cfg).expect("the file's store resolves");
+        let settings = crate::resolve::StoreSettings::of(&cfg);
+        let s = StoreUrl::for_store(None, &settings).expect("the file's store resolves");
         assert_eq!(
             s.url(),
             format!("sqlite://{}", cwd.join("state.db").display())

@@ -28,7 +28,7 @@
 //! defaults (OpenTelemetry's rule that programmatic configuration overrides environment
 //! variables). `OTEL_SDK_DISABLED=true` turns traces off even when the table is present.
 
-use capgate_config::telemetry::{TelemetrySection, TraceSettings};
+use crate::resolve::{TelemetrySettings, TraceSettings};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{
@@ -59,8 +59,10 @@ static OTEL: OnceLock<
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CAPGATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // Colour only for a person at a terminal: a file or a log pipeline gets plain text.
     let log = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_filter(filter);
     tracing_subscriber::registry()
         .with(TraceSwitch.with_filter(CapgateSpans))
@@ -237,8 +239,9 @@ enum Control {
 
 /// Start traces as `section` and the environment say (nothing when they are off). Must run
 /// inside the Tokio runtime: the exporter is a task of it.
-pub fn start_traces(section: &TelemetrySection) -> anyhow::Result<Option<Traces>> {
-    let settings = TraceSettings::resolve(section.traces.as_ref(), |k| std::env::var(k).ok())
+pub fn start_traces(telemetry: &TelemetrySettings) -> anyhow::Result<Option<Traces>> {
+    let settings = telemetry
+        .traces(|k| std::env::var(k).ok())
         .map_err(|m| anyhow::anyhow!("traces: {m}"))?;
     let Some(s) = settings else { return Ok(None) };
     if OTEL.get().is_some() {

@@ -21,16 +21,13 @@ pub fn watch(
         .iter()
         .map(|(name, upstream)| {
             let pins = checked
-                .config
-                .capabilities
+                .mcp_pins()
                 .iter()
-                .filter_map(|c| {
-                    let m = c.procedure.mcp().filter(|m| &m.upstream == name)?;
-                    Some(WatchedPin {
-                        capability: c.id.clone(),
-                        tool: m.tool.clone(),
-                        pin: m.tool_sha256.to_ascii_lowercase(),
-                    })
+                .filter(|p| &p.upstream == name)
+                .map(|p| WatchedPin {
+                    capability: p.capability.clone(),
+                    tool: p.tool.clone(),
+                    pin: p.sha256.clone(),
                 })
                 .collect();
             (upstream.clone(), pins)

@@ -146,6 +146,29 @@ const RELEASE: Sql = Sql {
     ),
 };
 
+/// The receipts an operator looks for (`capgate invocations list` and `show ID`): each
+/// filter applies when it is set, oldest first, after the `(created_at, scope, id)` cursor.
+const LIST: Sql = Sql {
+    sqlite: concat!(
+        "SELECT ",
+        cols!(),
+        ", namespace FROM capgate_invocations \
+         WHERE ($1 IS NULL OR state = $1) AND ($2 IS NULL OR namespace = $2) \
+         AND ($3 IS NULL OR capability_id = $3) AND ($4 IS NULL OR invocation_id = $4) \
+         AND ($5 IS NULL OR scope = $5) \
+         ORDER BY created_at, scope, invocation_id LIMIT $6"
+    ),
+    postgres: concat!(
+        "SELECT ",
+        cols!(),
+        ", namespace FROM capgate_invocations \
+         WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR namespace = $2) \
+         AND ($3::text IS NULL OR capability_id = $3) AND ($4::text IS NULL OR invocation_id = $4) \
+         AND ($5::text IS NULL OR scope = $5) \
+         ORDER BY created_at, scope, invocation_id LIMIT $6"
+    ),
+};
+
 const PURGE: &str = "DELETE FROM capgate_invocations WHERE state = 'settled' AND updated_at < $1";
 
 /// One recorded invocation, as [`SqlInvocationJournal::recorded`] pages through them: the
@@ -182,6 +205,24 @@ impl RecordedPage {
             limit: self.limit,
         }
     }
+}
+
+/// Which receipts [`SqlInvocationJournal::list`] answers: every filter that is set must
+/// hold.
+#[derive(Debug, Clone, Default)]
+pub struct InvocationFilter {
+    /// Only receipts in this state.
+    pub state: Option<InvocationState>,
+    /// Only calls of this namespace.
+    pub namespace: Option<String>,
+    /// Only calls of this capability.
+    pub capability: Option<String>,
+    /// Only this invocation id (in any scope unless `scope` is set).
+    pub invocation_id: Option<String>,
+    /// Only this journal scope ([`capgate_core::journal::scope_hash`]).
+    pub scope: Option<String>,
+    /// At most this many (oldest first).
+    pub limit: u32,
 }
 
 /// Receipts are kept at least this long by [`SqlInvocationJournal::purge_expired`]
@@ -346,9 +387,20 @@ impl SqlInvocationJournal {
         let until = trunc(page.until);
         let (scope, id) = page.after.clone().unwrap_or_default();
         let limit = i64::from(page.limit);
+        self.fetch_recorded(RECORDED, &[&since, &scope, &id, &until, &limit])
+            .await
+    }
+
+    /// The records (with their namespaces) a read of `cols!(), namespace` answers; a
+    /// malformed row is an error naming it, never skipped.
+    async fn fetch_recorded(
+        &self,
+        sql: impl Into<Sql>,
+        params: &[&dyn crate::params::Param],
+    ) -> Result<Vec<RecordedInvocation>, JournalError> {
         let rows = self
             .store
-            .fetch_all(RECORDED, &[&since, &scope, &id, &until, &limit], |row| {
+            .fetch_all(sql, params, |row| {
                 let raw = <RawInvocation as crate::columns::Record>::decode(row)?;
                 let namespace = row
                     .opt_text("namespace")
@@ -368,6 +420,28 @@ impl SqlInvocationJournal {
             .collect()
     }
 
+    /// The receipts `filter` selects, oldest first, with their namespaces (inputs included,
+    /// so a caller shows them only to an operator). A malformed row is an error naming it.
+    pub async fn list(
+        &self,
+        filter: &InvocationFilter,
+    ) -> Result<Vec<RecordedInvocation>, JournalError> {
+        let state = filter.state.map(|s| s.as_str().to_string());
+        let limit = i64::from(filter.limit);
+        self.fetch_recorded(
+            LIST,
+            &[
+                &state,
+                &filter.namespace,
+                &filter.capability,
+                &filter.invocation_id,
+                &filter.scope,
+                &limit,
+            ],
+        )
+        .await
+    }
+
     /// Settle up to `limit` receipts still pending since before `cutoff` as
     /// `outcome-unknown` (marked reconciled, each a compare-and-set on the claim token it
     /// was read with, so a receipt settled meanwhile is left as it is), and return them: a
@@ -382,20 +456,10 @@ impl SqlInvocationJournal {
         let cutoff = trunc(cutoff);
         let limit = i64::from(limit);
         let rows = self
-            .store
-            .fetch_all(PENDING_BEFORE, &[&cutoff, &limit], |row| {
-                let raw = <RawInvocation as crate::columns::Record>::decode(row)?;
-                let namespace = row
-                    .opt_text("namespace")
-                    .map_err(|e| malformed(&raw.invocation_id, e))?;
-                Ok::<_, JournalError>((raw, namespace))
-            })
-            .await
-            .map_err(backend)?;
+            .fetch_recorded(PENDING_BEFORE, &[&cutoff, &limit])
+            .await?;
         let mut abandoned = Vec::new();
-        for row in rows {
-            let (raw, namespace) = row?;
-            let record = raw.validate()?;
+        for RecordedInvocation { namespace, record } in rows {
             let outcome = serde_json::json!({
                 "status": "outcome-unknown",
                 "invocationId": record.invocation_id,

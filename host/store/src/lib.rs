@@ -110,7 +110,10 @@ pub use db::{
     Backend, MigrationReport, MigrationState, Store, StoreError, StoreOptions, migrate_url,
     migration_status_url,
 };
-pub use journal::{DEFAULT_REPLAY_HORIZON, RecordedInvocation, RecordedPage, SqlInvocationJournal};
+pub use journal::{
+    DEFAULT_REPLAY_HORIZON, InvocationFilter, RecordedInvocation, RecordedPage,
+    SqlInvocationJournal,
+};
 pub use limits::SqlQuotaStore;
 pub use mcp_sessions::{McpSessionRow, McpSessionRows};
 pub use sessions::{

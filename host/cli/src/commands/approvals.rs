@@ -122,7 +122,7 @@ fn note_withheld<'a>(
     let withheld: BTreeSet<&str> = records
         .into_iter()
         .map(|r| r.request.capability_id.as_str())
-        .filter(|c| d.config.withholds_input(c))
+        .filter(|c| d.store_only.withholds_input(c))
         .collect();
     for c in withheld {
         eprintln!(
@@ -158,7 +158,7 @@ async fn list(
         }))?;
     }
     note_withheld(&d, &list);
-    d.store.close().await;
+    d.close().await;
     Ok(())
 }
 
@@ -181,7 +181,7 @@ async fn show(
         println!("{}", serde_json::to_string_pretty(&record)?);
     }
     note_withheld(&d, [&record]);
-    d.store.close().await;
+    d.close().await;
     Ok(())
 }
 
@@ -212,7 +212,7 @@ async fn decide(args: DecideArgs, approve: bool) -> anyhow::Result<()> {
     let record = match decided {
         Ok(record) => record,
         Err(e) => {
-            d.store.close().await;
+            d.close().await;
             let message = format!("could not decide `{id}`: {e}");
             return Err(match e {
                 // The rules' answer, not a failure: exit 1.
@@ -232,6 +232,6 @@ async fn decide(args: DecideArgs, approve: bool) -> anyhow::Result<()> {
             "approved; nothing ran. The requester's host continues with resumeApproval and the original invocation id."
         );
     }
-    d.store.close().await;
+    d.close().await;
     Ok(())
 }

@@ -282,8 +282,9 @@ async fn export(
         ExportFormat::Jsonl => BackfillOut::Stdout,
         ExportFormat::Otlp => {
             let env = |k: &str| std::env::var(k).ok();
-            let endpoint = capgate_config::telemetry::logs_endpoint(endpoint.as_deref(), None, env)
-                .map_err(|message| Exit {
+            let endpoint =
+                capgate_server::resolve::telemetry::logs_endpoint(endpoint.as_deref(), None, env)
+                    .map_err(|message| Exit {
                     status: Status::Usage,
                     message,
                 })?;
@@ -291,7 +292,7 @@ async fn export(
             BackfillOut::Otlp(capgate_export::OtlpSink::new(capgate_export::OtlpTarget {
                 endpoint,
                 headers: Vec::new(),
-                service_name: capgate_config::telemetry::logs_service_name(None, env),
+                service_name: capgate_server::resolve::telemetry::logs_service_name(None, env),
                 ca_pem: None,
                 timeout: std::time::Duration::from_secs(30),
             })?)

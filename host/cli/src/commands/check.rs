@@ -29,6 +29,7 @@ pub struct CheckArgs {
 /// otherwise (exactly what `serve` prints and refuses).
 pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let path = &args.config.config;
+    args.config.readable()?;
     let json = args.output.json();
     Ok(match validate::validate(path) {
         Ok(checked) if json => {

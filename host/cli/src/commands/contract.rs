@@ -101,7 +101,7 @@ fn export(checked: &Checked, s: Surface, format: Option<ToolFormat>) -> anyhow::
     let runtime = checked
         .scratch_runtime()
         .context("the capability registry")?;
-    let contract = capgate_contract::export_contract(&runtime, s, &checked.config.revision);
+    let contract = capgate_contract::export_contract(&runtime, s, checked.revision());
     let out = match format {
         None => serde_json::to_value(&contract)?,
         Some(format) => export_contract_tools(&contract, s, format),

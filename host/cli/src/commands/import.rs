@@ -113,7 +113,19 @@ fn import_mcp(args: McpArgs) -> anyhow::Result<ExitCode> {
             &args.config.config,
             &args.upstream,
             &listing,
-            &checked.config.capabilities,
+            &checked
+                .mcp_pins()
+                .iter()
+                .map(|p| capgate_import::mcp::Pinned {
+                    upstream: p.upstream.clone(),
+                    capability: p.capability.clone(),
+                    tool: p.tool.clone(),
+                    sha256: p.sha256.clone(),
+                    description: p.description.clone(),
+                    input_schema: p.input_schema.clone(),
+                    output_schema: p.output_schema.clone(),
+                })
+                .collect::<Vec<_>>(),
         );
         print!("{}", d.text);
         eprintln!(

@@ -8,7 +8,8 @@ use std::process::ExitCode;
 /// The inventory a reviewer reads in a pull request: per capability its surfaces, side
 /// effect, risk, policies, redactors, static approval, timeout and retry, sorted by id.
 ///
-/// Reads the file as `check` does first (every problem located) but loads no plugin.
+/// Runs every check `capgate check` runs (plugins loaded and pinned, every problem
+/// located): a file `check` refuses has no inventory.
 ///
 /// Example: capgate inspect --config examples/customer-support/capgate.toml
 #[derive(clap::Args, Debug)]
@@ -25,9 +26,9 @@ pub struct InspectArgs {
 
 /// `capgate inspect`: 0 with the inventory printed.
 pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
-    let inventory = crate::inspect::inspect(&args.config.config)?;
+    let inventory = args.config.load()?.inventory();
     match (args.format, args.output.json()) {
-        (table::Format::Table, false) => print!("{}", inventory.render_table()),
+        (table::Format::Table, false) => print!("{}", crate::inspect::render_table(&inventory)),
         (table::Format::Json, _) | (_, true) => {
             println!("{}", serde_json::to_string_pretty(&inventory)?)
         }

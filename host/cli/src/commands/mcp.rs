@@ -44,7 +44,7 @@ pub fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
 async fn serve_stdio(checked: Checked, store: &StoreOverride) -> anyhow::Result<()> {
     let (actor, namespace, context) = checked.stdio_identity()?;
     // Spans go to the collector over HTTP and the summary to stderr: stdout stays MCP's.
-    let traces = crate::telemetry::start_traces(&checked.config.telemetry)?;
+    let traces = crate::telemetry::start_traces(checked.telemetry())?;
     let d = store.deployment(&checked, Access::Create).await?;
     let result = capgate_gateway::mcp::serve_stdio(
         d.runtime.clone(),
@@ -59,6 +59,7 @@ async fn serve_stdio(checked: Checked, store: &StoreOverride) -> anyhow::Result<
     if let Some(traces) = traces {
         traces.shutdown(crate::serve::TRACES_FLUSH_TIMEOUT).await;
     }
+    d.audit.close().await;
     d.store.close().await;
     result.map_err(Into::into)
 }

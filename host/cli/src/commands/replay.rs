@@ -4,7 +4,7 @@
 use super::shared::{ConfigArg, OutputArg, StoreOverride};
 use crate::exit::Status;
 use crate::runtime;
-use crate::store::{Access, StoreUrl};
+use crate::store::Access;
 use capgate_server::replay::{self, Options, Report};
 use chrono::{DateTime, Utc};
 use std::process::ExitCode;
@@ -65,7 +65,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         progress: true,
     };
     let report = runtime()?.block_on(async {
-        let url = StoreUrl::for_config(args.store.store.as_deref(), &checked.config)?;
+        let url = super::shared::store_url(args.store.store.as_deref(), checked.store())?;
         let store = url.open(Access::Existing).await?;
         replay::replay(&checked, &store, &options).await
     })?;

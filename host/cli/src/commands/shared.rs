@@ -9,6 +9,7 @@
 //! would otherwise become the about of the command that flattens them).
 
 use crate::build::{Deployment, OperatorDeployment, build, build_operator};
+use crate::exit::Exit;
 use crate::store::{Access, StoreUrl};
 use crate::validate::{self, Checked};
 use std::path::PathBuf;
@@ -26,7 +27,19 @@ impl ConfigArg {
     /// Every command with `--config` starts here: the one validation path of `check`, so a
     /// refused file is reported exactly as `check` reports it.
     pub fn load(&self) -> anyhow::Result<Checked> {
+        self.readable()?;
         Ok(validate::validate(&self.config)?)
+    }
+
+    /// The file is there to be read: a missing or unreadable `--config` is a runtime error
+    /// (exit 3, as README's exit-code table says), not a refused configuration.
+    pub fn readable(&self) -> anyhow::Result<()> {
+        let path = &self.config;
+        match std::fs::metadata(path) {
+            Ok(m) if m.is_file() => Ok(()),
+            Ok(_) => anyhow::bail!("cannot read {}: not a file", path.display()),
+            Err(e) => anyhow::bail!("cannot read {}: {e}", path.display()),
+        }
     }
 }
 
@@ -48,8 +61,7 @@ impl StoreOverride {
         checked: &Checked,
         access: Access,
     ) -> anyhow::Result<Deployment> {
-        let cfg = &checked.config;
-        let url = StoreUrl::for_config(self.store.as_deref(), cfg)?;
+        let url = store_url(self.store.as_deref(), checked.store())?;
         build(checked, url.open(access).await?, &url.display()).await
     }
 
@@ -61,10 +73,28 @@ impl StoreOverride {
             Some(_) => capgate_config::Secrets::None,
             None => capgate_config::Secrets::StoreOnly,
         };
+        config.readable()?;
         let store_only = validate::validate_store_only(&config.config, secrets)?;
-        let url = StoreUrl::for_config(self.store.as_deref(), &store_only.config)?;
+        let url = store_url(self.store.as_deref(), &store_only.store())?;
         let store = url.open(Access::Existing).await?;
         build_operator(store_only, store, &url.display()).await
+    }
+}
+
+/// `--store URL` as given: a URL that cannot be used is a usage error (exit 2), said once.
+fn command_line_store(url: &str) -> anyhow::Result<StoreUrl> {
+    StoreUrl::from_command_line(url).map_err(|e| Exit::usage(format!("{e:#}")))
+}
+
+/// The store of a command with a configuration file: `--store` when given (a usage error
+/// if it cannot be used), else the file's `store.url`.
+pub fn store_url(
+    command_line: Option<&str>,
+    store: &capgate_server::resolve::StoreSettings,
+) -> anyhow::Result<StoreUrl> {
+    match command_line {
+        Some(url) => command_line_store(url),
+        None => StoreUrl::for_store(None, store),
     }
 }
 
@@ -82,7 +112,7 @@ impl StoreArg {
     /// The URL as given on the command line (a relative sqlite:// path is relative to the
     /// current directory).
     pub fn url(&self) -> anyhow::Result<StoreUrl> {
-        StoreUrl::from_command_line(&self.store)
+        command_line_store(&self.store)
     }
 
     /// The store, which must exist: operator commands never create an empty one by mistake.

@@ -65,6 +65,10 @@ fn the_shipped_scenarios_all_pass_against_the_example() {
         .unwrap_or_else(|| panic!("no summary line: {}", ran.stdout));
     assert!(passed >= 15, "{summary}");
     assert!(summary.contains(" 0 failed"), "{summary}");
+    // Issue 57: a clean run says nothing on stderr (it printed a `WARN … closed pool` line
+    // per scenario, in colour, when redirected), and never an ANSI escape into a file.
+    assert!(ran.stderr.trim().is_empty(), "{}", ran.stderr);
+    assert!(!ran.stdout.contains('\u{1b}'), "{}", ran.stdout);
     assert!(
         !ran.stdout.lines().any(|l| l.starts_with("FAIL")),
         "{}",

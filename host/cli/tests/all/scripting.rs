@@ -234,11 +234,15 @@ fn the_exit_status_tells_done_refused_usage_and_runtime_errors_apart() {
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(r.stderr.contains(JWT_VAR), "{}", r.stderr);
     assert!(r.stderr.contains("missing.wasm"), "{}", r.stderr);
-    // `inspect` reads the file as `check` does (no plugin): refused for the file itself.
+    // `inspect` runs every check `check` runs (issue 57): refused for the file itself, and
+    // for a plugin that is not there.
     let unset = write(dir.path(), "unset.toml", &without_key_hash());
     let r = run(&["inspect", "--config", &unset]);
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(r.stderr.contains(KEY_VAR), "{}", r.stderr);
+    let r = run(&["inspect", "--config", &refused]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("missing.wasm"), "{}", r.stderr);
 
     // 2: the command line.
     for args in [
@@ -273,6 +277,29 @@ fn the_exit_status_tells_done_refused_usage_and_runtime_errors_apart() {
         &dir.path().join("none.toml").display().to_string(),
     ]);
     assert_eq!(r.code, 3, "{}", r.stderr);
+    // Issue 57: a configuration file that is not there is a file that cannot be read (3),
+    // for `check` as for every command over it, never a refused configuration (1).
+    let absent = dir.path().join("absent.toml").display().to_string();
+    for args in [
+        &["check", "--config", &absent][..],
+        &["inspect", "--config", &absent],
+        &["approvals", "list", "--config", &absent],
+    ] {
+        let r = run(args);
+        assert_eq!(r.code, 3, "{args:?}: {}", r.stderr);
+        assert!(r.stderr.contains("absent.toml"), "{}", r.stderr);
+    }
+
+    // 2 again: a `--store` URL that cannot be used as given is a usage error, said once.
+    let bad_tls = "postgres://u:p@127.0.0.1:1/db?sslmode=bogus";
+    let r = run(&["approvals", "list", "--config", &sound, "--store", bad_tls]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert_eq!(r.stderr.matches("unknown value").count(), 1, "{}", r.stderr);
+    assert!(
+        !r.stderr.contains("u:p@"),
+        "the password is never echoed: {}",
+        r.stderr
+    );
 }
 
 #[test]
@@ -395,6 +422,12 @@ async fn approvals_commands_need_the_store_but_no_plugin_and_no_secret() {
     assert_eq!(summary["status"], "approved", "{summary}");
     assert!(
         approved.stderr.contains("nothing ran"),
+        "{}",
+        approved.stderr
+    );
+    // Issue 57: the audit writer ends before the store closes, so nothing complains.
+    assert!(
+        !approved.stderr.contains("closed") && !approved.stderr.contains("WARN"),
         "{}",
         approved.stderr
     );
@@ -521,6 +554,158 @@ async fn invocations_json_is_one_document_per_command() {
         one_json(&purged),
         json!({"purged": 0, "approvalsPurged": 0, "olderThanHours": 168})
     );
+}
+
+/// Issue 57: the outcome-unknown runbook as README "After a crash" prints it. `list
+/// --status pending` finds the call, `show ID` and `reconcile ID` need only the id, and an
+/// id two callers used is refused (exit 2) until the scope flags pick one, so an operator
+/// never settles someone else's receipt by accident.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runbook_finds_pending_calls_and_settles_one_by_its_id() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = store_with_approvals(dir.path()).await;
+
+    let pending = run(&[
+        "invocations",
+        "list",
+        "--status",
+        "pending",
+        "--store",
+        &store,
+    ]);
+    assert_eq!(pending.code, 0, "{}", pending.stderr);
+    let row = pending
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("call_1 "))
+        .unwrap_or_else(|| panic!("no call_1 row: {}", pending.stdout));
+    assert!(
+        row.contains("orders.refund") && row.contains("org_1") && row.contains("pending"),
+        "{row}"
+    );
+    let settled = run(&[
+        "invocations",
+        "list",
+        "--status",
+        "settled",
+        "--store",
+        &store,
+    ]);
+    assert!(!settled.stdout.contains("call_1"), "{}", settled.stdout);
+    let listed = run(&[
+        "invocations",
+        "list",
+        "--namespace",
+        "org_1",
+        "--store",
+        &store,
+        "--output",
+        "json",
+    ]);
+    let lines: Vec<Value> = listed
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{}", listed.stdout);
+    assert_eq!(lines[0]["invocationId"], "call_1");
+    assert!(
+        lines[0].get("input").is_none(),
+        "a receipt list never shows inputs"
+    );
+
+    let shown = run(&[
+        "invocations",
+        "show",
+        "call_1",
+        "--store",
+        &store,
+        "--output",
+        "json",
+    ]);
+    assert_eq!(shown.code, 0, "{}", shown.stderr);
+    let receipt = one_json(&shown);
+    assert_eq!(receipt["namespace"], "org_1", "{receipt}");
+    let claim = receipt["claimToken"]
+        .as_str()
+        .expect("claim token")
+        .to_string();
+
+    // Another caller (another namespace) used the same id: the id alone is ambiguous.
+    {
+        let s = capgate_store::Store::open(&store)
+            .await
+            .expect("open store");
+        let other = capgate_core::actor::ActorRef {
+            id: "u_eve".into(),
+            kind: capgate_core::actor::ActorKind::User,
+        };
+        let scope = scope_hash("org_2", &other, capgate_core::actor::Surface::Mcp).expect("scope");
+        s.journal()
+            .claim(
+                ClaimRequest {
+                    scope,
+                    invocation_id: "call_1".into(),
+                    capability_id: "orders.refund".into(),
+                    input: json!({"orderId": "ord_7", "amount": 5}),
+                    input_hash: "1".repeat(64),
+                    idempotency_key: "idem_2".into(),
+                    correlation_id: None,
+                    contract_digest: None,
+                    namespace: Some("org_2".into()),
+                },
+                chrono::Utc::now(),
+            )
+            .await
+            .expect("claim");
+        s.close().await;
+    }
+    let outcome = json!({
+        "status": "failed", "invocationId": "call_1", "executionId": "",
+        "error": {"code": "EXECUTION_FAILED", "message": "The operation failed.", "retryable": false}
+    })
+    .to_string();
+    let reconcile = |extra: &[&str]| {
+        run(&[
+            &[
+                "invocations",
+                "reconcile",
+                "call_1",
+                "--claim",
+                &claim,
+                "--outcome",
+                &outcome,
+            ][..],
+            extra,
+            &["--store", &store][..],
+        ]
+        .concat())
+    };
+    let ambiguous = reconcile(&[]);
+    assert_eq!(ambiguous.code, 2, "{}", ambiguous.stderr);
+    assert!(
+        ambiguous.stderr.contains("org_1") && ambiguous.stderr.contains("org_2"),
+        "{}",
+        ambiguous.stderr
+    );
+    // org_2's receipt has another claim token: the wrong scope cannot settle it either.
+    // A stale claim is a refusal (exit 1), as README's exit-code table says.
+    let wrong = reconcile(&["--namespace", "org_2"]);
+    assert_eq!(wrong.code, 1, "{}", wrong.stderr);
+    assert!(wrong.stderr.contains("stale claim"), "{}", wrong.stderr);
+    let done = reconcile(&["--namespace", "org_1"]);
+    assert_eq!(done.code, 0, "{}", done.stderr);
+    assert!(done.stdout.contains("reconciled call_1"), "{}", done.stdout);
+    let still = run(&[
+        "invocations",
+        "list",
+        "--status",
+        "pending",
+        "--store",
+        &store,
+    ]);
+    assert!(still.stdout.contains("org_2"), "{}", still.stdout);
+    assert!(!still.stdout.contains("org_1"), "{}", still.stdout);
 }
 
 /// The example as the documentation writes it (relative to the repository root).

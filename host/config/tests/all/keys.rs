@@ -171,6 +171,23 @@ fn the_checked_in_reference_is_generated_from_the_declarations() {
     check_generated("docs/configuration.md", &keys::reference_document());
 }
 
+/// Issue 57: a key's doc is Rust doc and Markdown at once, so a rustdoc link
+/// (`` [`NAME`] ``) would render as literal brackets in the reference: none may be there.
+#[test]
+fn no_key_doc_carries_a_rustdoc_link_into_the_reference() {
+    let linked: Vec<String> = keys::all()
+        .iter()
+        .filter(|k| {
+            k.doc.split("[`").skip(1).any(|rest| {
+                rest.split_once("`]")
+                    .is_some_and(|(name, after)| !name.contains(' ') && !after.starts_with('('))
+            })
+        })
+        .map(|k| format!("{}: {}", k.pointer, k.doc))
+        .collect();
+    assert!(linked.is_empty(), "rustdoc links in key docs: {linked:#?}");
+}
+
 #[test]
 fn the_reference_shows_each_keys_default() {
     let all = keys::all();

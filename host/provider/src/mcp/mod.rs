@@ -54,8 +54,9 @@ pub use capgate_core::defaults::mcp_upstream::{
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
 /// A header or environment value: written in the file, or read (at each connect) from the
-/// environment or a file, so a credential need not be in the configuration.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// environment or a file, so a credential need not be in the configuration. Its `Debug`
+/// never shows a literal value.
+#[derive(Clone, PartialEq, Eq)]
 pub enum SecretValue {
     /// The value as written.
     Literal(String),
@@ -73,6 +74,24 @@ pub enum SecretValue {
         /// Put before the value.
         prefix: String,
     },
+}
+
+impl std::fmt::Debug for SecretValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SecretValue::Literal(_) => f.write_str("Literal(<redacted>)"),
+            SecretValue::Env { name, prefix } => f
+                .debug_struct("Env")
+                .field("name", name)
+                .field("prefix", prefix)
+                .finish(),
+            SecretValue::File { path, prefix } => f
+                .debug_struct("File")
+                .field("path", path)
+                .field("prefix", prefix)
+                .finish(),
+        }
+    }
 }
 
 impl SecretValue {

@@ -121,8 +121,8 @@ async fn run_inner(checked: &Checked, s: &Scenario, live: bool) -> anyhow::Resul
             .context("the store's audit sink")?,
     );
     let audit = crate::build::audit_config(
-        &checked.audit,
-        vec![sql as Arc<dyn AuditSink>, memory.clone()],
+        checked.audit(),
+        vec![sql.clone() as Arc<dyn AuditSink>, memory.clone()],
     );
     let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
     let stances: Stances = Arc::default();
@@ -247,6 +247,8 @@ async fn run_inner(checked: &Checked, s: &Scenario, live: bool) -> anyhow::Resul
             });
         }
     }
+    // The chain's end is recorded while the store is open (else the writer finds it closed).
+    sql.close().await;
     store.close().await;
     if let Some(capability) = unstubbed.reached() {
         // What followed (a failed envelope, its events) is the stand-in's doing, not the

@@ -87,12 +87,11 @@ pub(super) async fn sweep_expired_approvals(reloader: Arc<Reloader>) {
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         every.tick().await;
-        let (runtime, approvals) = reloader.runtime().await;
-        if let Some(ms) = approvals.escalate_after_ms {
-            let to = approvals.escalate_to.as_deref();
+        let (runtime, escalation) = reloader.runtime().await;
+        if let Some(e) = escalation {
             match runtime
                 .approvals()
-                .escalate_due(Duration::from_millis(ms), to, 100)
+                .escalate_due(e.after(), e.to(), 100)
                 .await
             {
                 Ok(escalated) if !escalated.is_empty() => {

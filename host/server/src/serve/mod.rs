@@ -47,15 +47,15 @@ pub fn app(checked: &Checked, d: &Deployment, kept: &Kept) -> anyhow::Result<axu
             role: APPROVER_ROLE.into(),
             history: Some(Arc::new(AuditTrail(d.store.audit_log()))),
         })
-        .admin(checked.gateway.admin_reload())
-        .http_metrics(checked.metrics.is_some());
+        .admin(checked.gateway().admin_reload())
+        .http_metrics(checked.metrics().is_some());
     for (name, probe) in readiness_checks(checked, d)
         .into_iter()
         .chain(crate::upstreams::readiness(&checked.mcp_upstreams))
     {
         app = app.readiness(name, probe);
     }
-    for r in checked.gateway.routes() {
+    for r in checked.gateway().routes() {
         let config = checked.gateway_config(
             r.surface,
             d.runtime.clone(),
@@ -64,7 +64,7 @@ pub fn app(checked: &Checked, d: &Deployment, kept: &Kept) -> anyhow::Result<axu
         );
         app = app.route(&r.path, config);
     }
-    if let Some(options) = checked.gateway.console() {
+    if let Some(options) = checked.gateway().console() {
         let mut options = options.clone();
         options.sign_on = checked.sign_on.clone();
         app = app.console(options);
@@ -91,7 +91,7 @@ pub(crate) fn rate_limit_scope(
 /// The deployment's doorkeeper, its rate-limit buckets where [`rate_limit_scope`] says.
 fn doorkeeper(checked: &Checked, d: &Deployment) -> Doorkeeper {
     let keeper = checked.doorkeeper(&d.runtime);
-    match rate_limit_scope(&checked.gateway, &d.store) {
+    match rate_limit_scope(checked.gateway(), &d.store) {
         RateLimitScope::Replica => keeper,
         RateLimitScope::Store => {
             let (principal, namespace) = keeper.quotas.rates();
@@ -188,7 +188,7 @@ fn readiness_checks(checked: &Checked, d: &Deployment) -> Vec<(String, Arc<dyn R
 /// `[telemetry.metrics]`, when on: the router serving the exposition, and the layer that
 /// counts HTTP requests.
 fn metrics_router(checked: &Checked, d: &Deployment) -> anyhow::Result<Option<axum::Router>> {
-    let Some(m) = &checked.metrics else {
+    let Some(m) = checked.metrics() else {
         return Ok(None);
     };
     let source = crate::metrics::Exposition::install(d)?;
@@ -219,7 +219,7 @@ pub async fn serve(checked: Checked, store: Option<String>, listen: Listen) -> a
     let addr = listen
         .gateway
         .clone()
-        .unwrap_or_else(|| checked.gateway.listen().to_string());
+        .unwrap_or_else(|| checked.gateway().listen().to_string());
     if let Err(e) = capgate_config::values::check_listen(&addr) {
         anyhow::bail!("--listen: {e}");
     }
@@ -341,13 +341,12 @@ impl Prepared {
         listen: &Listen,
         addr: &str,
     ) -> anyhow::Result<Prepared> {
-        let cfg = &checked.config;
-        let traces = crate::telemetry::start_traces(&cfg.telemetry)?;
-        let url = StoreUrl::for_config(store.as_deref(), cfg)?;
-        let metrics_on = checked.metrics.is_some();
+        let traces = crate::telemetry::start_traces(checked.telemetry())?;
+        let url = StoreUrl::for_store(store.as_deref(), checked.store())?;
+        let metrics_on = checked.metrics().is_some();
         // `check` refused a file that serves metrics unauthenticated off loopback; the
         // command line can move the listeners, so look again at where they will be.
-        if let Some(m) = &checked.metrics
+        if let Some(m) = checked.metrics()
             && m.bearer_token_sha256().is_none()
         {
             let metrics_addr = listen
@@ -368,13 +367,13 @@ impl Prepared {
             if !metrics_on {
                 anyhow::bail!(
                     "--metrics-listen: metrics are off in {} (add a [telemetry.metrics] table)",
-                    cfg.path.display()
+                    checked.path().display()
                 );
             }
         }
         let mut deployment = build(
             &checked,
-            url.open_with(Access::Create, crate::store::options(&cfg.store))
+            url.open_with(Access::Create, checked.store().options())
                 .await?,
             &url.display(),
         )
@@ -382,21 +381,22 @@ impl Prepared {
         // `[audit] retainDays` (a restart key): the purge keeps what export sinks have not
         // delivered, and signs its records with the checkpoint key (required with it).
         let (retain_days, audit_signer) = (
-            checked.audit.retain_days(),
-            crate::build::checkpoint_signer(&checked.audit)?,
+            checked.audit().retain_days(),
+            crate::build::checkpoint_signer(checked.audit())?,
         );
-        let export_sinks: Vec<String> = checked.audit.export_sinks().to_vec();
+        let export_sinks: Vec<String> = checked.audit().export_sinks().to_vec();
         // `[audit.export.NAME]`: restart keys, so started once per process.
-        let exporters = crate::audit_export::start(cfg, &deployment.store)?;
+        let exporters =
+            crate::audit_export::start(checked.exports(), checked.telemetry(), &deployment.store)?;
         deployment.exports = exporters.iter().map(|h| h.status()).collect();
         let metrics = metrics_router(&checked, &deployment)?;
-        let pending_horizon = checked.journal.pending_horizon();
+        let pending_horizon = checked.journal().pending_horizon();
         let journal = deployment
             .store
             .journal()
-            .with_replay_horizon(checked.journal.replay_horizon());
-        let gateway = checked.gateway.clone();
-        let metrics_section = checked.metrics.clone();
+            .with_replay_horizon(checked.journal().replay_horizon());
+        let gateway = checked.gateway().clone();
+        let metrics_section = checked.metrics().cloned();
         let (store_handle, audit_sink, sinks) = (
             deployment.store.clone(),
             deployment.audit.clone(),
@@ -409,7 +409,7 @@ impl Prepared {
                 deployment
                     .store
                     .console_sessions()
-                    .with_budget(checked.journal.budget()),
+                    .with_budget(checked.journal().budget()),
             ))))
             .with_mcp_sessions(McpSessions::shared(Arc::new(StoredMcpSessions(
                 deployment.store.mcp_sessions(),
@@ -578,6 +578,7 @@ impl Prepared {
                 stats.lost()
             );
         }
+        self.audit_sink.close().await;
         self.store.close().await;
         Ok(())
     }

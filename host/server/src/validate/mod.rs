@@ -101,10 +101,12 @@ impl Refused {
     }
 }
 
-/// A deployment that passed every check, with its plugins loaded and bound.
+/// A deployment that passed every check, with its plugins loaded and bound, and every
+/// setting `serve`, reload, export and the background jobs read resolved once (ripgrep's
+/// `HiArgs`): nothing downstream of it reads the file model.
 pub struct Checked {
-    /// The configuration.
-    pub config: Config,
+    /// The file model: read here, by assembly, and nowhere downstream.
+    config: Config,
     /// The located document, for command-specific problems (e.g. `mcp` without
     /// `[mcp] stdioActor`).
     pub doc: Located,
@@ -122,14 +124,110 @@ pub struct Checked {
     pub protected_resource: Option<capgate_gateway::mcp::oauth::ProtectedResource>,
     /// What the file allows but `check` and `serve` warn about, located.
     pub warnings: Vec<Problem>,
-    /// The invocation journal's settings, resolved once.
-    pub journal: crate::resolve::JournalSettings,
-    /// The gateway's doors and stop times, resolved once.
-    pub gateway: crate::resolve::GatewaySettings,
-    /// `[telemetry.metrics]`, when on, resolved once.
-    pub metrics: Option<crate::resolve::MetricsSettings>,
-    /// `[audit]`, resolved once.
-    pub audit: crate::resolve::AuditSettings,
+    settings: Settings,
+}
+
+/// What [`Checked`] resolved of the file, beside what it built.
+struct Settings {
+    revision: String,
+    path: PathBuf,
+    journal: crate::resolve::JournalSettings,
+    gateway: crate::resolve::GatewaySettings,
+    metrics: Option<crate::resolve::MetricsSettings>,
+    audit: crate::resolve::AuditSettings,
+    store: crate::resolve::StoreSettings,
+    exports: crate::resolve::ExportSettings,
+    telemetry: crate::resolve::TelemetrySettings,
+    escalation: Option<crate::resolve::Escalation>,
+    api_keys: Vec<crate::resolve::KeyIdentity>,
+    mcp_pins: Vec<crate::resolve::McpPin>,
+}
+
+impl Settings {
+    fn of(config: &Config) -> Settings {
+        use crate::resolve::*;
+        Settings {
+            revision: config.revision.clone(),
+            path: config.path.clone(),
+            journal: JournalSettings::of(config),
+            gateway: GatewaySettings::of(config),
+            metrics: MetricsSettings::of(config),
+            audit: AuditSettings::of(config),
+            store: StoreSettings::of(config),
+            exports: ExportSettings::of(&Base::of(config), &config.audit.export),
+            telemetry: TelemetrySettings::of(config),
+            escalation: Escalation::of(config),
+            api_keys: KeyIdentity::all(config),
+            mcp_pins: McpPin::all(config),
+        }
+    }
+}
+
+impl Checked {
+    /// The deployment's `revision`.
+    pub fn revision(&self) -> &str {
+        &self.settings.revision
+    }
+
+    /// The configuration file it was read from.
+    pub fn path(&self) -> &Path {
+        &self.settings.path
+    }
+
+    /// The invocation journal's settings.
+    pub fn journal(&self) -> &crate::resolve::JournalSettings {
+        &self.settings.journal
+    }
+
+    /// The gateway's doors and stop times.
+    pub fn gateway(&self) -> &crate::resolve::GatewaySettings {
+        &self.settings.gateway
+    }
+
+    /// `[telemetry.metrics]`, when on.
+    pub fn metrics(&self) -> Option<&crate::resolve::MetricsSettings> {
+        self.settings.metrics.as_ref()
+    }
+
+    /// `[audit]`.
+    pub fn audit(&self) -> &crate::resolve::AuditSettings {
+        &self.settings.audit
+    }
+
+    /// `[store]`.
+    pub fn store(&self) -> &crate::resolve::StoreSettings {
+        &self.settings.store
+    }
+
+    /// `[audit.export.NAME]`.
+    pub fn exports(&self) -> &crate::resolve::ExportSettings {
+        &self.settings.exports
+    }
+
+    /// `[telemetry.traces]` (resolved against the environment when traces start).
+    pub fn telemetry(&self) -> &crate::resolve::TelemetrySettings {
+        &self.settings.telemetry
+    }
+
+    /// `[approvals]`'s escalation, if any.
+    pub fn escalation(&self) -> Option<&crate::resolve::Escalation> {
+        self.settings.escalation.as_ref()
+    }
+
+    /// Who each API key authenticates as.
+    pub fn api_keys(&self) -> &[crate::resolve::KeyIdentity] {
+        &self.settings.api_keys
+    }
+
+    /// Every capability's pinned MCP tool, by upstream.
+    pub fn mcp_pins(&self) -> &[crate::resolve::McpPin] {
+        &self.settings.mcp_pins
+    }
+
+    /// The inventory a reviewer reads (`capgate inspect`).
+    pub fn inventory(&self) -> crate::resolve::inventory::Inventory {
+        crate::resolve::inventory::of(&self.config)
+    }
 }
 
 /// One capability, ready to be put in a registry.
@@ -285,10 +383,7 @@ pub fn validate(path: &Path) -> Result<Checked, Refused> {
         authenticator: identity.authenticator,
         sign_on: identity.sign_on,
         protected_resource: identity.protected_resource,
-        journal: crate::resolve::JournalSettings::of(&config),
-        gateway: crate::resolve::GatewaySettings::of(&config),
-        metrics: crate::resolve::MetricsSettings::of(&config),
-        audit: crate::resolve::AuditSettings::of(&config),
+        settings: Settings::of(&config),
         config,
         doc,
     };

@@ -19,8 +19,8 @@ use capgate_core::procedure::{Procedure, ProcedureCall, ProcedureError};
 /// the runtime that reads and decides approvals ([`StoreOnly::runtime`]), never one that
 /// serves.
 pub struct StoreOnly {
-    /// The configuration (unread secrets are empty strings).
-    pub config: Config,
+    /// The configuration (unread secrets are empty strings): read here only.
+    config: Config,
     /// The located document.
     pub doc: Located,
 }
@@ -60,6 +60,16 @@ impl Procedure for NotRun {
 }
 
 impl StoreOnly {
+    /// `[store]`: where the operator commands' store is.
+    pub fn store(&self) -> crate::resolve::StoreSettings {
+        crate::resolve::StoreSettings::of(&self.config)
+    }
+
+    /// `[audit]`: how the operator's decisions are recorded.
+    pub fn audit(&self) -> crate::resolve::AuditSettings {
+        crate::resolve::AuditSettings::of(&self.config)
+    }
+
     /// Whether the approval input of `capability` is withheld by [`StoreOnly::runtime`]:
     /// it has redactors (plugins, not loaded here).
     pub fn withholds_input(&self, capability: &str) -> bool {

@@ -13,6 +13,7 @@ use std::time::Duration;
 on_both_backends!(
     every_event_of_every_replica_is_read_once_in_chain_order_after_the_cursor,
     one_replica_at_a_time_holds_a_sinks_lease,
+    a_closed_sink_records_its_chains_end_before_the_store_closes,
 );
 
 fn sink(store: &Store) -> Arc<SqlAuditSink> {
@@ -162,4 +163,45 @@ async fn one_replica_at_a_time_holds_a_sinks_lease(db: &TestDb) {
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert!(oa.lease("a", ttl).await.expect("take over"));
     assert!(!ob.lease("b", ttl).await.expect("lease"));
+}
+
+/// `SqlAuditSink::close` (what `serve`, `capgate test` and the operator commands call
+/// before `Store::close`): what was queued is written and the chain's end is recorded while
+/// the store is open, even though a clone of the sink is still alive; what comes later is
+/// refused, never written into a chain that says it ended.
+async fn a_closed_sink_records_its_chains_end_before_the_store_closes(db: &TestDb) {
+    let store = db.open().await;
+    let sink = sink(&store);
+    let kept = sink.clone();
+    for i in 0..3 {
+        sink.emit(&numbered_event(0, i)).await.expect("emit");
+    }
+    let ended = "UPDATE capgate_audit_chains SET closed_seq = closed_seq \
+                 WHERE closed_seq IS NOT NULL AND $1 = $1";
+    assert_eq!(
+        db.raw_execute(ended, "x").await,
+        0,
+        "no chain has ended yet"
+    );
+    sink.close().await;
+    assert_eq!(
+        db.raw_execute(ended, "x").await,
+        1,
+        "the chain's end is recorded"
+    );
+    assert!(
+        kept.emit(&numbered_event(0, 9)).await.is_err(),
+        "a closed writer takes nothing"
+    );
+    let events = store
+        .audit_log()
+        .query(&Default::default())
+        .await
+        .expect("query");
+    assert_eq!(
+        events.len(),
+        3,
+        "what was queued before the close is written"
+    );
+    store.close().await;
 }

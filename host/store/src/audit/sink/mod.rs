@@ -176,6 +176,7 @@ enum Msg {
     Event(AuditRow),
     WriteThrough(AuditRow, oneshot::Sender<Result<(), String>>),
     Flush(oneshot::Sender<Result<(), String>>),
+    Close(oneshot::Sender<()>),
 }
 
 /// The [`AuditSink`] on a [`Store`]. Cheap to clone (clones share the queue and the
@@ -246,6 +247,21 @@ impl SqlAuditSink {
     }
 
     /// Send a message that expects an answer, all within the write timeout.
+    /// Stop the writer while the store is still open: everything queued is written and
+    /// the chain's end recorded, then it stops (events sent later are refused as "the
+    /// audit writer has stopped"). Call it before [`Store::close`]; a sink that is only
+    /// dropped ends the same way, but whenever its last clone goes, which may be after the
+    /// store closed. Bounded by the write timeout.
+    pub async fn close(&self) {
+        let (ack, done) = oneshot::channel();
+        let work = async {
+            if self.tx.send(Msg::Close(ack)).await.is_ok() {
+                let _ = done.await;
+            }
+        };
+        let _ = tokio::time::timeout(self.write_timeout, work).await;
+    }
+
     async fn round_trip(
         &self,
         make: impl FnOnce(oneshot::Sender<Result<(), String>>) -> Msg,

@@ -63,6 +63,8 @@ struct Pending {
     backoff: Option<Duration>,
     /// A flush waits among `acks`: sign a checkpoint before answering it.
     flushing: bool,
+    /// The owner asked the writer to stop ([`Msg::Close`]), waiting for this answer.
+    closing: Option<oneshot::Sender<()>>,
 }
 
 impl Pending {
@@ -130,22 +132,11 @@ impl Writer {
             let Some(msg) = msg else {
                 // Every sender is gone: write what is left (once), sign where the chain
                 // ends, then stop.
-                pending.flushing = true;
-                self.write(&mut pending).await;
-                let left = pending.rows.len() as u64;
-                if left > 0 {
-                    self.lose(left);
-                    tracing::error!(target: "capgate::audit", lost = left, "audit writer stopped with events it could not commit");
-                } else {
-                    self.close().await;
-                }
-                if !self.unstored.is_empty() {
-                    tracing::error!(target: "capgate::audit", unstored = self.unstored.len(), chain = %self.chain.id, "audit writer stopped before it could store its last checkpoint: verification will name the chain's unsigned tail");
-                }
-                self.counters.awaiting_retry.store(0, Ordering::Relaxed);
+                self.finish(&mut pending).await;
                 return;
             };
             match msg {
+                Msg::Close(ack) => pending.closing = Some(ack),
                 Msg::Event(row) => {
                     if pending.rows.is_empty() {
                         deadline = tokio::time::Instant::now() + self.flush_interval;
@@ -174,6 +165,52 @@ impl Writer {
                         deadline = next;
                     }
                 }
+            }
+            if let Some(ack) = pending.closing.take() {
+                // The owner closes the sink before the store: the same ending as when every
+                // sender is gone, while the store is still open. What was queued before is
+                // still written; what comes later finds the writer stopped.
+                self.rx.close();
+                while let Ok(m) = self.rx.try_recv() {
+                    self.absorb_late(&mut pending, m);
+                }
+                self.finish(&mut pending).await;
+                let _ = ack.send(());
+                return;
+            }
+        }
+    }
+
+    /// Write what is left (once), record where the chain ends, and account for what could
+    /// not be committed: the writer's last work.
+    async fn finish(&mut self, pending: &mut Pending) {
+        pending.flushing = true;
+        self.write(pending).await;
+        let left = pending.rows.len() as u64;
+        if left > 0 {
+            self.lose(left);
+            tracing::error!(target: "capgate::audit", lost = left, "audit writer stopped with events it could not commit");
+        } else {
+            self.close().await;
+        }
+        if !self.unstored.is_empty() {
+            tracing::error!(target: "capgate::audit", unstored = self.unstored.len(), chain = %self.chain.id, "audit writer stopped before it could store its last checkpoint: verification will name the chain's unsigned tail");
+        }
+        self.counters.awaiting_retry.store(0, Ordering::Relaxed);
+    }
+
+    /// A message that was queued before [`Msg::Close`]: its events are still written.
+    fn absorb_late(&mut self, pending: &mut Pending, msg: Msg) {
+        match msg {
+            Msg::Event(row) => self.hold(pending, row),
+            Msg::WriteThrough(row, ack) => pending.through(row, ack),
+            Msg::Flush(ack) => {
+                pending.acks.push(ack);
+                pending.flushing = true;
+            }
+            // A second close: answered when this one is done (the writer stops once).
+            Msg::Close(ack) => {
+                let _ = ack.send(());
             }
         }
     }
@@ -412,6 +449,10 @@ impl Writer {
                 Ok(Msg::Flush(ack)) => {
                     pending.acks.push(ack);
                     pending.flushing = true;
+                }
+                Ok(Msg::Close(ack)) => {
+                    pending.closing = Some(ack);
+                    break;
                 }
                 Err(_) => break,
             }

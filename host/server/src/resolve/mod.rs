@@ -9,7 +9,33 @@ use capgate_config::{
 use capgate_provider::mcp::{McpTransportConfig, McpUpstreamConfig, SecretValue};
 use capgate_provider::{HttpRequestMapping, HttpUpstreamConfig};
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+pub mod export;
+pub mod inventory;
+pub mod telemetry;
+
+pub use export::{ExportSettings, ExportSpec, ExportTarget};
+pub use telemetry::{TelemetrySettings, TraceSettings};
+
+/// The directory the file's relative paths are read against (the config file's own).
+#[derive(Debug, Clone)]
+pub(crate) struct Base {
+    dir: PathBuf,
+}
+
+impl Base {
+    pub(crate) fn of(cfg: &Config) -> Base {
+        Base {
+            dir: cfg.dir().to_path_buf(),
+        }
+    }
+
+    pub(crate) fn relative(&self, p: impl AsRef<Path>) -> PathBuf {
+        self.dir.join(p)
+    }
+}
 
 /// `procedure.http` as the provider's upstream: `caFile` relative to the config file, like
 /// every other path in it.
@@ -47,9 +73,10 @@ pub fn mcp_upstreams(cfg: &Config) -> BTreeMap<String, McpUpstreamConfig> {
 }
 
 fn mcp_upstream(cfg: &Config, name: &str, u: &McpUpstreamSection) -> Option<McpUpstreamConfig> {
+    let base = Base::of(cfg);
     let secrets = |m: &BTreeMap<String, SecretSetting>| {
         m.iter()
-            .map(|(k, v)| (k.clone(), secret_value(cfg, v)))
+            .map(|(k, v)| (k.clone(), secret_value(&base, v)))
             .collect::<BTreeMap<_, _>>()
     };
     let transport = match &u.transport {
@@ -94,7 +121,7 @@ fn mcp_upstream(cfg: &Config, name: &str, u: &McpUpstreamSection) -> Option<McpU
 
 /// A header or environment value as the provider resolves it (at each use): paths against
 /// the config file.
-pub fn secret_value(cfg: &Config, v: &SecretSetting) -> SecretValue {
+pub(crate) fn secret_value(base: &Base, v: &SecretSetting) -> SecretValue {
     match v {
         SecretSetting::Literal(s) => SecretValue::Literal(s.clone()),
         SecretSetting::From(SecretSource::Env { name, prefix }) => SecretValue::Env {
@@ -102,7 +129,7 @@ pub fn secret_value(cfg: &Config, v: &SecretSetting) -> SecretValue {
             prefix: prefix.clone(),
         },
         SecretSetting::From(SecretSource::File { path, prefix }) => SecretValue::File {
-            path: cfg.relative(path),
+            path: base.relative(path),
             prefix: prefix.clone(),
         },
     }
@@ -370,5 +397,169 @@ impl std::fmt::Debug for AuditSettings {
             .field("retain_days", &self.retain_days)
             .field("export_sinks", &self.export_sinks)
             .finish()
+    }
+}
+
+/// `[store]` resolved: where the store is (a relative SQLite path against
+/// `runtime.stateDir`, certificate files against the config file) and its pool options.
+#[derive(Clone)]
+pub struct StoreSettings {
+    url: String,
+    file: PathBuf,
+    state_dir: PathBuf,
+    options: capgate_store::StoreOptions,
+}
+
+impl StoreSettings {
+    /// `[store]` and `runtime.stateDir`.
+    pub fn of(cfg: &Config) -> StoreSettings {
+        let mut options = capgate_store::StoreOptions::default();
+        if let Some(ms) = cfg.store.acquire_timeout_ms {
+            options.acquire_timeout = Duration::from_millis(ms);
+        }
+        StoreSettings {
+            url: cfg.store.url.clone(),
+            file: cfg.path.clone(),
+            state_dir: cfg.state_dir(),
+            options,
+        }
+    }
+
+    /// `store.url` as written (a secret: it may carry a password).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The configuration file (a Postgres URL's certificate files are relative to it).
+    pub fn file(&self) -> &Path {
+        &self.file
+    }
+
+    /// `runtime.stateDir`, or the file's directory: a relative SQLite path is relative to it.
+    pub fn state_dir(&self) -> &Path {
+        &self.state_dir
+    }
+
+    /// The pool's options (what `[store]` leaves out is the store's default).
+    pub fn options(&self) -> capgate_store::StoreOptions {
+        self.options.clone()
+    }
+}
+
+impl std::fmt::Debug for StoreSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // `store.url` is a secret key (a Postgres URL may carry the password).
+        f.debug_struct("StoreSettings")
+            .field("file", &self.file)
+            .field("state_dir", &self.state_dir)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `[approvals] escalateAfterMs` and `escalateTo`: when a pending approval is escalated, and
+/// to which role.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Escalation {
+    after: Duration,
+    to: Option<String>,
+}
+
+impl Escalation {
+    /// `[approvals]`'s escalation, if it sets one.
+    pub fn of(cfg: &Config) -> Option<Escalation> {
+        cfg.approvals.escalate_after_ms.map(|ms| Escalation {
+            after: Duration::from_millis(ms),
+            to: cfg.approvals.escalate_to.clone(),
+        })
+    }
+
+    /// How long an approval stays pending before it is escalated.
+    pub fn after(&self) -> Duration {
+        self.after
+    }
+
+    /// The role it is escalated to (carried in the event and the notification).
+    pub fn to(&self) -> Option<&str> {
+        self.to.as_deref()
+    }
+}
+
+/// Who an API key authenticates as, on which doors: what `capgate replay` maps a recorded
+/// call's journal scope back to. Never the key's hash.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyIdentity {
+    /// The actor.
+    pub actor: capgate_core::actor::Actor,
+    /// Its namespace.
+    pub namespace: String,
+    /// The doors it opens.
+    pub surfaces: Vec<capgate_core::actor::Surface>,
+    /// The context its calls carry.
+    pub context: serde_json::Value,
+}
+
+impl KeyIdentity {
+    /// Every `[[gateway.apiKeys]]`, in file order.
+    pub fn all(cfg: &Config) -> Vec<KeyIdentity> {
+        cfg.gateway
+            .api_keys
+            .iter()
+            .map(|k| KeyIdentity {
+                actor: k.actor.to_actor(),
+                namespace: k.namespace.clone(),
+                surfaces: k.surfaces.clone(),
+                context: k.context.clone(),
+            })
+            .collect()
+    }
+}
+
+/// A capability's `procedure.mcp` pin: the tool of which upstream, and the SHA-256 of its
+/// definition (lower case) that the pin watch compares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpPin {
+    /// `[upstreams.mcp.NAME]`.
+    pub upstream: String,
+    /// The capability that calls it.
+    pub capability: String,
+    /// The upstream's tool name.
+    pub tool: String,
+    /// `toolSha256`, lower case.
+    pub sha256: String,
+    /// The capability's description (what `capgate import mcp --diff` compares).
+    pub description: String,
+    /// Its input schema when written inline.
+    pub input_schema: Option<serde_json::Value>,
+    /// Its output schema when written inline.
+    pub output_schema: Option<serde_json::Value>,
+}
+
+/// A schema written inline in the file (a `$ref` to a file is not compared).
+fn inline(s: &Option<capgate_config::SchemaRef>) -> Option<serde_json::Value> {
+    match s {
+        Some(capgate_config::SchemaRef::Inline(m)) => Some(serde_json::Value::Object(m.clone())),
+        _ => None,
+    }
+}
+
+impl McpPin {
+    /// Every capability's MCP pin, in file order.
+    pub fn all(cfg: &Config) -> Vec<McpPin> {
+        cfg.capabilities
+            .iter()
+            .filter_map(|c| {
+                let m = c.procedure.mcp()?;
+                Some(McpPin {
+                    upstream: m.upstream.clone(),
+                    capability: c.id.clone(),
+                    tool: m.tool.clone(),
+                    sha256: m.tool_sha256.to_ascii_lowercase(),
+                    description: c.description.clone(),
+                    input_schema: inline(&c.input_schema),
+                    output_schema: inline(&c.output_schema),
+                })
+            })
+            .collect()
     }
 }
