@@ -2,7 +2,7 @@
 //! authorizers in Rust, compiled to WebAssembly components for `wasm32-wasip2`.
 //!
 //! The capgate host loads a plugin by the WIT interface it exports
-//! (`capgate:plugin@0.2.0`, see `wit/capgate.wit`), runs each call in a fresh sandbox bounded
+//! (`capgate:plugin@0.3.0`, see `wit/capgate.wit`), runs each call in a fresh sandbox bounded
 //! by fuel, a deadline and a memory cap, and treats every failure — a panic, an `Err`, a
 //! value that does not parse — as a refusal. This crate hides the generated bindings behind
 //! one small trait per plugin kind and an export macro, so a policy is about fifteen lines:
@@ -46,12 +46,15 @@
 //!
 //! # Contract versions
 //!
-//! `capgate:plugin@0.2.0` changed only the gateway authorizer: it is now told the surface of
-//! the door and asked about the approvals API's operations too. Policies, redactors and
-//! procedures export the unchanged 0.1.0 interfaces (`capgate:plugin/policy@0.1.0`, ...),
-//! which 0.2.0 reuses, so they load in every capgate host; authorizers export
-//! `capgate:plugin/authorizer@0.2.0`. The host still loads authorizers built with earlier
-//! versions of this crate (0.1.0 interface: not told the surface, not asked about the
+//! The current contract is `capgate:plugin@0.3.0`. It added one import, `request`, through
+//! which policies and authorizers read single values of the call from the host (the
+//! `*_value` helpers); the exports are unchanged. `capgate:plugin@0.2.0` changed only the
+//! gateway authorizer: it is now told the surface of the door and asked about the approvals
+//! API's operations too. Policies, redactors and procedures export the unchanged 0.1.0
+//! interfaces (`capgate:plugin/policy@0.1.0`, ...), which 0.2.0 and 0.3.0 reuse; authorizers
+//! export `capgate:plugin/authorizer@0.2.0`. The host still loads components built against
+//! 0.1.0 and 0.2.0 (the frozen versions in `wit/deps`), including authorizers built with
+//! earlier versions of this crate (0.1.0 interface: not told the surface, not asked about the
 //! approvals API).
 //!
 //! An authorizer that keeps one tenant off the workflow door:
@@ -82,11 +85,12 @@ use std::sync::Once;
 
 /// Generated bindings, one module per world. Public only for the export macros.
 ///
-/// The WIT resolve holds two versions of `capgate:plugin` (0.2.0 and the frozen 0.1.0 it
-/// reuses), so wit-bindgen puts the version into package module names (`plugin0_1_0`,
-/// `plugin0_2_0`). Each world module re-exports them under those names and under the
-/// unversioned path they had before 0.2.0 (`capgate::plugin`, `exports::capgate::plugin`),
-/// so code that reached into these bindings keeps compiling.
+/// The WIT resolve holds three versions of `capgate:plugin` (0.3.0 and the frozen 0.2.0 and
+/// 0.1.0 it reuses), so wit-bindgen puts the version into package module names
+/// (`plugin0_1_0`, `plugin0_2_0`, `plugin0_3_0`). Each world module re-exports its 0.1.0
+/// imports and its exports under those names and under the unversioned path they had before
+/// 0.2.0 (`capgate::plugin`, `exports::capgate::plugin`), so code that reached into these
+/// bindings keeps compiling.
 #[doc(hidden)]
 pub mod bindings {
     /// The versioned and pre-0.2.0 paths of one world's generated modules.
@@ -115,7 +119,7 @@ pub mod bindings {
             wit_bindgen::generate!({
                 world: "policy-plugin",
                 path: "wit",
-                // The 0.2.0 worlds import and export 0.1.0 interfaces: generate those too.
+                // The 0.3.0 worlds use earlier versions' interfaces: generate those too.
                 generate_all,
                 default_bindings_module: "capgate_plugin::bindings::policy",
                 pub_export_macro: true,
@@ -131,7 +135,7 @@ pub mod bindings {
             wit_bindgen::generate!({
                 world: "redactor-plugin",
                 path: "wit",
-                // The 0.2.0 worlds import and export 0.1.0 interfaces: generate those too.
+                // The 0.3.0 worlds use earlier versions' interfaces: generate those too.
                 generate_all,
                 default_bindings_module: "capgate_plugin::bindings::redactor",
                 pub_export_macro: true,
@@ -147,7 +151,7 @@ pub mod bindings {
             wit_bindgen::generate!({
                 world: "procedure-plugin",
                 path: "wit",
-                // The 0.2.0 worlds import and export 0.1.0 interfaces: generate those too.
+                // The 0.3.0 worlds use earlier versions' interfaces: generate those too.
                 generate_all,
                 default_bindings_module: "capgate_plugin::bindings::procedure",
                 pub_export_macro: true,
@@ -163,7 +167,7 @@ pub mod bindings {
             wit_bindgen::generate!({
                 world: "authorizer-plugin",
                 path: "wit",
-                // The 0.2.0 worlds import and export 0.1.0 interfaces: generate those too.
+                // The 0.3.0 worlds use earlier versions' interfaces: generate those too.
                 generate_all,
                 default_bindings_module: "capgate_plugin::bindings::authorizer",
                 pub_export_macro: true,
