@@ -10,6 +10,8 @@
 //! - [`postgres`]: a fresh database per test on the server in `CAPGATE_TEST_POSTGRES_URL`,
 //!   dropped with the value; without the variable a test is skipped with a notice, except
 //!   under `CI=true`, where it fails (Postgres tests never skip silently in CI).
+//! - [`kube`]: `kubectl` (installed when missing, a failure under `CI=true`) and what
+//!   `kubectl kustomize` renders, for the manifests' tests.
 //! - [`oidc`]: a real OpenID Provider (npm `oidc-provider`, `tests/oidc/provider.mjs`) on
 //!   loopback, with test controls (key rotation, minted tokens, request counts); without
 //!   Node a test is skipped with a notice, except under `CI=true`, where it fails.
@@ -24,6 +26,7 @@
 //! Test support, not an API: `publish = false`, and it may change with the tests.
 
 pub mod actors;
+pub mod kube;
 pub mod oidc;
 pub mod paths;
 pub mod postgres;

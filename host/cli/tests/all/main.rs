@@ -25,6 +25,7 @@ mod example_tenancy;
 mod graceful_shutdown;
 mod hot_reload;
 mod http_upstream_e2e;
+mod k8s_migration;
 mod mcp_upstream_e2e;
 mod oci_registry;
 mod oidc_cli;
