@@ -161,6 +161,28 @@ pub const SHADOW_DIVERGENCES: &str = "capgate_policy_shadow_divergences_total";
 /// Approval lifecycle events.
 pub const APPROVALS: &str = "capgate_approvals_total";
 
+/// Tell the installed recorder what this crate's series mean (`# HELP` on `/metrics`).
+pub fn describe() {
+    metrics::describe_counter!(
+        CALLS,
+        "Governed calls (invoke and resume), by capability, surface and how they ended."
+    );
+    metrics::describe_histogram!(
+        CALL_DURATION,
+        "Governed call latency, request to answer, in seconds."
+    );
+    metrics::describe_counter!(
+        POLICY_EVALUATIONS,
+        "Policy evaluations, by policy and stance (error when the policy failed)."
+    );
+    metrics::describe_histogram!(POLICY_DURATION, "Policy evaluation latency in seconds.");
+    metrics::describe_counter!(
+        SHADOW_DIVERGENCES,
+        "Shadow policy evaluations that would have changed a call's outcome."
+    );
+    metrics::describe_counter!(APPROVALS, "Approval lifecycle events, by event.");
+}
+
 /// The `capability` label of an id the registry does not have (request data never
 /// becomes a label).
 pub const UNKNOWN_CAPABILITY: &str = "(unknown)";

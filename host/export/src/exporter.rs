@@ -25,6 +25,26 @@ pub const EXPORT_REJECTED: &str = "capgate_audit_export_rejected_total";
 /// The age of the oldest unacknowledged event.
 pub const EXPORT_LAG: &str = "capgate_audit_export_lag_seconds";
 
+/// Tell the installed recorder what this crate's series mean (`# HELP` on `/metrics`).
+pub fn describe() {
+    metrics::describe_counter!(
+        EXPORT_EVENTS,
+        "Audit events delivered to an export sink, by sink and kind."
+    );
+    metrics::describe_counter!(
+        EXPORT_FAILURES,
+        "Failed audit export deliveries and cursor operations (each retried), by sink and kind."
+    );
+    metrics::describe_counter!(
+        EXPORT_REJECTED,
+        "Audit events a receiver refused to keep, by sink and kind."
+    );
+    metrics::describe_gauge!(
+        EXPORT_LAG,
+        "Age in seconds of the oldest audit event an export sink has not acknowledged."
+    );
+}
+
 /// How an [`Exporter`] runs.
 #[derive(Debug, Clone)]
 pub struct ExportOptions {

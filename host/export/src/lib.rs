@@ -37,7 +37,9 @@ mod otlp;
 mod sink;
 mod webhook;
 
-pub use exporter::{ExportHandle, ExportOptions, ExportStatus, Exporter};
+pub use exporter::{
+    ExportHandle, ExportOptions, ExportStatus, Exporter, describe as describe_metrics,
+};
 pub use jsonl::{JsonlSink, jsonl_checkpoint_line, jsonl_line};
 pub use otlp::{CHECKPOINT_EVENT, OtlpSink, OtlpTarget, checkpoint_records, log_records};
 pub use sink::{Delivered, ExportSink, SinkError};

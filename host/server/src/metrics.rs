@@ -45,6 +45,7 @@ fn recorder() -> anyhow::Result<PrometheusHandle> {
         .context("cannot install the metrics recorder")?;
     // Installed for good, before any call: the call path may keep its handles.
     capgate_core::metrics::cache_handles();
+    describe();
     let handle = HANDLE.get_or_init(|| handle).clone();
     let upkeep = handle.clone();
     tokio::spawn(async move {
@@ -78,6 +79,7 @@ impl Exposition {
 #[async_trait]
 impl MetricsSource for Exposition {
     async fn render(&self) -> String {
+        process().collect();
         capgate_wasm::metrics::record_gauges();
         record_runtime_gauges();
         self.audit.record_metrics();
@@ -86,6 +88,42 @@ impl MetricsSource for Exposition {
         }
         self.handle.render()
     }
+}
+
+/// The build: `capgate_build_info{version="…"} 1`, the Prometheus convention for joining a
+/// version onto other series.
+pub const BUILD_INFO: &str = "capgate_build_info";
+/// Audit events the retention purge removed.
+pub const AUDIT_PURGED: &str = "capgate_audit_purged_events_total";
+/// Configuration reloads, by result.
+pub const CONFIG_RELOADS: &str = "capgate_config_reloads_total";
+
+/// The process's own series (`process_cpu_seconds_total`, `process_resident_memory_bytes`,
+/// `process_open_fds`…), read at each scrape.
+fn process() -> &'static metrics_process::Collector {
+    static COLLECTOR: OnceLock<metrics_process::Collector> = OnceLock::new();
+    COLLECTOR.get_or_init(metrics_process::Collector::default)
+}
+
+/// Every series' `# HELP` (each crate describes its own) and the build info, once the
+/// recorder is installed.
+fn describe() {
+    capgate_core::metrics::describe();
+    capgate_gateway::metrics::describe();
+    capgate_wasm::metrics::describe();
+    capgate_store::metrics::describe();
+    capgate_export::describe_metrics();
+    capgate_provider::mcp::watch::describe();
+    process().describe();
+    ::metrics::describe_gauge!(BUILD_INFO, "capgate's version, as a label; always 1.");
+    ::metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    ::metrics::describe_gauge!(
+        RUNTIME_ALIVE_TASKS,
+        "Live Tokio tasks of the serving runtime."
+    );
+    ::metrics::describe_gauge!(RUNTIME_WORKERS, "Worker threads of the serving runtime.");
+    ::metrics::describe_counter!(AUDIT_PURGED, "Audit events the retention purge removed.");
+    ::metrics::describe_counter!(CONFIG_RELOADS, "Configuration reloads, by result.");
 }
 
 /// Live Tokio tasks of the serving runtime (spawned and not yet finished): a leak of tasks
@@ -108,7 +146,7 @@ fn record_runtime_gauges() {
 /// Count one configuration reload of `capgate serve` by outcome (`reloaded`, `refused`,
 /// `failed`): `capgate_config_reloads_total{result}`.
 pub fn record_reload(result: &'static str) {
-    ::metrics::counter!("capgate_config_reloads_total", "result" => result).increment(1);
+    ::metrics::counter!(CONFIG_RELOADS, "result" => result).increment(1);
 }
 
 #[cfg(test)]

@@ -28,6 +28,27 @@ pub const AUDIT_QUEUE: &str = "capgate_audit_queue_depth";
 /// Pending approvals right now, by namespace.
 pub const APPROVALS_PENDING: &str = "capgate_approvals_pending";
 
+/// Tell the installed recorder what this crate's series mean (`# HELP` on `/metrics`).
+pub fn describe() {
+    metrics::describe_histogram!(
+        STORE_DURATION,
+        "Store operation latency in seconds, by backend and operation."
+    );
+    metrics::describe_counter!(
+        STORE_ERRORS,
+        "Store operations that returned an error, by backend and operation."
+    );
+    metrics::describe_counter!(
+        AUDIT_EVENTS,
+        "Audit events by what became of them (written, dropped, lost, write_through_failed)."
+    );
+    metrics::describe_gauge!(AUDIT_QUEUE, "Audit events waiting for the writer.");
+    metrics::describe_gauge!(
+        APPROVALS_PENDING,
+        "Pending approvals right now, by namespace."
+    );
+}
+
 capgate_core::wire_enum! {
     Backend {
         Sqlite => "sqlite",

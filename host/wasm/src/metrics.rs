@@ -25,6 +25,20 @@ pub const PLUGIN_INSTANCES: &str = "capgate_plugin_instances";
 /// Fresh calls served from the reserve (`hit`) or instantiated inline (`miss`).
 pub const PLUGIN_RESERVE: &str = "capgate_plugin_reserve_total";
 
+/// Tell the installed recorder what this crate's series mean (`# HELP` on `/metrics`).
+pub fn describe() {
+    metrics::describe_counter!(PLUGIN_CALLS, "Plugin calls, by plugin and result.");
+    metrics::describe_counter!(PLUGIN_FUEL, "Fuel burned by plugin calls, by plugin.");
+    metrics::describe_gauge!(
+        PLUGIN_INSTANCES,
+        "Plugin instances held, by plugin and state."
+    );
+    metrics::describe_counter!(
+        PLUGIN_RESERVE,
+        "Fresh plugin calls served from the reserve (hit) or instantiated inline (miss)."
+    );
+}
+
 /// The `result` label of one call.
 pub(crate) fn result_label(result: Result<(), &CallError>) -> &'static str {
     match result {

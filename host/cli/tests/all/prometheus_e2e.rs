@@ -506,6 +506,43 @@ async fn a_real_prometheus_scrapes_the_walkthrough() {
         let _ = prom.query(e).await;
     }
 
+    // Issue 57: the exposition passes Prometheus' own linter (every series has `# HELP`),
+    // carries the build and the process' own series, as a standard pipeline expects.
+    let text = scrape(&reqwest::Client::new(), &metrics_url).await;
+    for want in [
+        "# HELP capgate_calls_total ",
+        "# HELP capgate_http_requests_total ",
+        "capgate_build_info{version=\"",
+        "process_resident_memory_bytes ",
+        "process_open_fds ",
+        "process_cpu_seconds_total ",
+    ] {
+        assert!(text.contains(want), "no `{want}` in:\n{text}");
+    }
+    let promtool = binary.with_file_name("promtool");
+    let mut lint = Command::new(if promtool.is_file() {
+        promtool
+    } else {
+        PathBuf::from("promtool")
+    })
+    .args(["check", "metrics"])
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("run promtool check metrics");
+    {
+        let mut stdin = lint.stdin.take().expect("promtool's stdin");
+        stdin.write_all(text.as_bytes()).expect("feed promtool");
+    }
+    let linted = lint.wait_with_output().expect("promtool");
+    assert!(
+        linted.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&linted.stdout),
+        String::from_utf8_lossy(&linted.stderr)
+    );
+
     drop(prom);
     drop(server);
 }

@@ -35,6 +35,16 @@ pub const HTTP_DURATION: &str = "capgate_http_request_duration_seconds";
 /// Invocation journal claims by result.
 pub const JOURNAL_CLAIMS: &str = "capgate_journal_claims_total";
 
+/// Tell the installed recorder what this crate's series mean (`# HELP` on `/metrics`).
+pub fn describe() {
+    metrics::describe_counter!(HTTP_REQUESTS, "HTTP requests, by route, method and status.");
+    metrics::describe_histogram!(
+        HTTP_DURATION,
+        "HTTP request latency in seconds, by route and method."
+    );
+    metrics::describe_counter!(JOURNAL_CLAIMS, "Invocation journal claims, by result.");
+}
+
 static CLAIMS: Handles<(), metrics::Counter> = Handles::new();
 
 pub(crate) fn journal_claim(result: &'static str) {

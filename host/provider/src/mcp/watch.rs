@@ -18,6 +18,18 @@ const LOG: &str = "capgate::mcp_upstream";
 /// tool.
 pub const MCP_TOOLS_CONCEALED: &str = "capgate_mcp_tools_concealed_total";
 
+/// Tell the installed recorder what the MCP upstreams' series mean (`# HELP` on `/metrics`).
+pub fn describe() {
+    metrics::describe_counter!(
+        MCP_TOOLS_CONCEALED,
+        "Pinned MCP tools concealed because their definition changed or vanished, by upstream and tool."
+    );
+    metrics::describe_counter!(
+        super::tool::MCP_UPSTREAM_FAILURES,
+        "Calls that failed at an MCP upstream, by upstream and kind."
+    );
+}
+
 /// One pinned tool to watch: the capability that calls it, the tool and its pin.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WatchedPin {

@@ -3,6 +3,7 @@
 //! past retention, what replicas share), and the approval sweep (escalation, expiry).
 
 use super::adapters::MCP_SESSION_HORIZON;
+use crate::metrics::AUDIT_PURGED;
 use crate::reload::{Reloader, Trigger};
 use std::sync::Arc;
 use std::time::Duration;
@@ -169,9 +170,6 @@ async fn abandon_pending(
         );
     }
 }
-
-/// Audit events deleted by retention.
-const AUDIT_PURGED: &str = "capgate_audit_purged_events_total";
 
 /// Settled receipts and expired approvals past the replay horizon, purged periodically
 /// (approval records hold whole inputs and count against their namespace's budget); with
