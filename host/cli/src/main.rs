@@ -40,6 +40,26 @@ whoami): stdout carries only JSON, every message goes to stderr."
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How log lines are written on stderr: `text` for a person, `json` for a log pipeline
+    /// (one object per line, with the trace and span ids of the call when traces are on).
+    /// Colour only at a terminal.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        env = "CAPGATE_LOG_FORMAT",
+        default_value = "text"
+    )]
+    log_format: LogFormatArg,
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormatArg {
+    /// Text lines.
+    Text,
+    /// JSON lines.
+    Json,
 }
 
 /// The subcommands, in the order `capgate --help` lists them; each one's help is the doc
@@ -64,8 +84,11 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    telemetry::init_logging();
     let cli = Cli::parse();
+    telemetry::init_logging(match cli.log_format {
+        LogFormatArg::Text => capgate_server::logs::LogFormat::Text,
+        LogFormatArg::Json => capgate_server::logs::LogFormat::Json,
+    });
     match run(cli.command) {
         Ok(code) => code,
         // The one place an error becomes an exit status (the table: src/exit.rs).

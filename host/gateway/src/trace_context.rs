@@ -164,6 +164,8 @@ pub async fn continue_trace(
         "other" => "_OTHER",
         known => known,
     };
+    let started = std::time::Instant::now();
+    let route = route_of(&request);
     let mut parent = extract(request.headers());
     let mut parent_sampled = {
         use opentelemetry::trace::TraceContextExt;
@@ -181,11 +183,12 @@ pub async fn continue_trace(
     let parent_sampled = match head_decision(parent_sampled) {
         Some(false) => {
             request.extensions_mut().insert(UnsampledRequest);
-            return unsampled(next.run(request)).await;
+            let response = unsampled(next.run(request)).await;
+            access(method, &route, response.status(), started);
+            return response;
         }
         decided => decided,
     };
-    let route = route_of(&request);
     let span = tracing::info_span!(
         "http.server.request",
         otel.name = %format_args!("{method} {route}"),
@@ -208,7 +211,23 @@ pub async fn continue_trace(
     if status.is_server_error() {
         span.record("otel.status_code", "ERROR");
     }
+    // Inside the request's span, so a JSON log line carries its trace and span ids.
+    span.in_scope(|| access(method, &route, status, started));
     response
+}
+
+/// One access-log event per request (target `capgate::access`, info level: shown with
+/// `CAPGATE_LOG=info`): the method, the route template (never the raw path), the status and
+/// the time taken. Nothing the caller wrote.
+fn access(method: &str, route: &str, status: axum::http::StatusCode, started: std::time::Instant) {
+    tracing::info!(
+        target: "capgate::access",
+        method,
+        route,
+        status = status.as_u16(),
+        duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        "request"
+    );
 }
 
 /// The route template the request matched (`/agent/invoke`, `/approvals/{id}`, `/mcp`),

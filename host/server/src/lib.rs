@@ -36,7 +36,8 @@
 //!   and audit purges, approval expiry, the shared limits' cleanup) and the shutdown
 //!   sequence; [`reload`] swaps in a new configuration whole, refusing keys only a
 //!   restart applies; [`audit_export`], [`telemetry`], [`metrics`] and [`upstreams`] (the
-//!   MCP pin watch) are started by it; [`store`] reads store URLs.
+//!   MCP pin watch) are started by it; [`store`] reads store URLs; [`logs`] writes the
+//!   log as text or JSON lines.
 //!
 //! One request's lifecycle: the listener hands it to the application current when it
 //! arrived (an `ArcSwap` a reload replaces; calls in flight keep theirs), whose door
@@ -46,6 +47,7 @@
 
 pub mod audit_export;
 pub mod build;
+pub mod logs;
 pub mod metrics;
 pub mod reload;
 pub mod replay;

@@ -1,10 +1,11 @@
 //! `[telemetry]`: what a platform team watches capgate with. This module holds the
-//! trace exporter (OpenTelemetry over OTLP/HTTP protobuf); the `[telemetry.traces]` table,
-//! its checks and its environment are `capgate_config::telemetry`.
+//! trace exporter (OpenTelemetry over OTLP/HTTP protobuf); the `[telemetry.traces]` table
+//! and its checks are `capgate_config::telemetry`, its resolution against the `OTEL_*`
+//! environment [`crate::resolve::telemetry`], the log's line formats [`crate::logs`].
 //!
 //! How it fits together:
 //! - [`init_logging`] installs the process's one `tracing` subscriber: the log (filtered by
-//!   `CAPGATE_LOG`, default `warn`) and, beside it with a filter of its own, a switch that
+//!   `CAPGATE_LOG`, default `warn`; text or JSON lines, [`crate::logs::LogFormat`]) and, beside it with a filter of its own, a switch that
 //!   forwards capgate's info-level spans to an OpenTelemetry layer once [`start_traces`] has
 //!   installed one. `CAPGATE_LOG` governs the log only; the traces see capgate's spans
 //!   (targets `capgate*`) and never log events, so no plugin- or model-written text reaches
@@ -54,19 +55,26 @@ static OTEL: OnceLock<
     tracing_opentelemetry::OpenTelemetryLayer<Registry, opentelemetry_sdk::trace::Tracer>,
 > = OnceLock::new();
 
-/// Install the process's subscriber: the log on stderr, filtered by `CAPGATE_LOG` (default
-/// `warn`), and the (for now empty) trace switch beside it.
-pub fn init_logging() {
+/// Install the process's subscriber: the log on stderr in `format`, filtered by
+/// `CAPGATE_LOG` (default `warn`), and the (for now empty) trace switch beside it.
+pub fn init_logging(format: crate::logs::LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CAPGATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     // Colour only for a person at a terminal: a file or a log pipeline gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let log = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_filter(filter);
+        .with_ansi(ansi);
+    let log = match format {
+        crate::logs::LogFormat::Text => log.boxed(),
+        crate::logs::LogFormat::Json => log
+            .with_ansi(false)
+            .event_format(crate::logs::JsonLines)
+            .boxed(),
+    };
     tracing_subscriber::registry()
         .with(TraceSwitch.with_filter(CapgateSpans))
-        .with(log)
+        .with(log.with_filter(filter))
         .init();
 }
 

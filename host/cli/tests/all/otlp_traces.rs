@@ -825,3 +825,88 @@ async fn an_unauthenticated_callers_sampled_flag_does_not_force_a_trace() {
     assert!(traces.contains(&last));
     drop(server);
 }
+
+/// Issue 57: `capgate serve --log-format json` writes one JSON object per line, none with an
+/// ANSI escape (stderr is a file here), and the access line of a call carries the trace id
+/// of the caller's `traceparent`, the same trace the collector receives, so a log pipeline
+/// joins a log line to its trace. What the caller wrote (the canary in the input) is in no
+/// line, even at `debug`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn json_log_lines_parse_and_carry_the_trace_id_of_the_call() {
+    use std::io::{BufRead, BufReader};
+    let (collector, got) = receiver().await;
+    let (backend, _) = upstream().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = config(
+        dir.path(),
+        &backend,
+        &format!("endpoint = \"{collector}\"\nsamplingRatio = 1.0"),
+    );
+    let log_path = dir.path().join("capgate.log");
+    let log = std::fs::File::create(&log_path).expect("the log file");
+    let store = format!("sqlite://{}", dir.path().join("capgate.db").display());
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_capgate"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--store", &store, "--log-format", "json", "--config"])
+        .arg(&cfg)
+        .env("CAPGATE_LOG", "debug")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .stdout(std::process::Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .expect("start capgate serve");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let base = loop {
+        match lines.next() {
+            Some(Ok(line)) => {
+                if let Some(addr) = line.split("listening on ").nth(1) {
+                    break addr.trim().to_string();
+                }
+            }
+            _ => panic!("capgate serve exited before listening"),
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+
+    let (trace, _, tp) = caller_span(7);
+    let done = post(&base, "/agent/invoke", DANA, &tp, &refund(49, "inv-log-1")).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    // The collector has the call's trace: the log's id is the trace's, not a local one.
+    wait_for(&got, "the logged call's trace", |s| {
+        served(s, &trace, "orders.refund").cloned()
+    })
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+
+    let text = std::fs::read_to_string(&log_path).expect("read the log");
+    assert!(
+        !text.contains('\u{1b}'),
+        "an ANSI escape in a log file:\n{text}"
+    );
+    assert!(
+        !text.contains(CANARY),
+        "the caller's input reached the log:\n{text}"
+    );
+    let entries: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let access = entries
+        .iter()
+        .find(|e| e["target"] == "capgate::access" && e["fields"]["route"] == "/agent/invoke")
+        .unwrap_or_else(|| panic!("no access line for /agent/invoke:\n{text}"));
+    assert_eq!(access["traceId"], trace.as_str(), "{access}");
+    assert_eq!(access["fields"]["status"], 200, "{access}");
+    assert!(
+        access["spanId"].as_str().is_some_and(|s| s.len() == 16),
+        "{access}"
+    );
+}
