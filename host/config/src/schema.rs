@@ -279,34 +279,13 @@ schema_of! {
         { "type": "string", "description": "A JSON pointer to an object of attributes." },
         { "type": "object", "additionalProperties": { "type": "string" }, "description": "Attribute name → JSON pointer." },
     ] });
-    // The fields of capgate-core's and capgate-provider's own settings, which they
-    // deserialize with `deny_unknown_fields`; a test validates a fully written value of
-    // each against these, so a field added there without its place here fails it.
-    capgate_core::meta::Expose => closed(json!({
-        "direct": { "type": "boolean", "description": "Direct server calls." },
-        "aiSdk": { "type": "boolean", "description": "AI SDK tools (the `/agent` door)." },
-        "mcp": { "type": "boolean", "description": "MCP tools (the `/mcp` door)." },
-        "workflow": { "type": "boolean", "description": "Workflow steps (the `/workflow` door)." },
-        "test": { "type": "boolean", "description": "The test harness." },
-    }), &[]);
-    capgate_core::meta::RetryConfig => closed(json!({
-        "maxAttempts": { "type": "integer", "minimum": 0, "maximum": u32::MAX, "description": "Additional attempts after the first." },
-        "backoffMs": { "type": "integer", "minimum": 0, "description": "Base backoff; attempt n waits backoffMs * 2^(n-1). Default 250." },
-        "retryOn": {
-            "type": "array",
-            "items": spellings(capgate_core::error::ErrorCode::ALL.map(|c| c.as_str())),
-            "description": "When set, only errors with one of these codes are retried.",
-        },
-    }), &["maxAttempts"]);
-    capgate_core::meta::ApprovalConfig => closed(json!({
-        "required": { "type": "boolean", "description": "Always require approval before execution." },
-        "type": { "type": "string", "description": "Approval type (e.g. `human-confirmation`)." },
-        "expiresInMs": { "type": "integer", "minimum": 0, "description": "Expiry of the request (default `runtime.approvalExpiresInMs`)." },
-    }), &[]);
-    capgate_core::meta::AdapterNames => closed(json!({
-        "aiSdk": { "type": "string", "description": "Tool name for the AI SDK adapter (default: the id with `.` replaced by `_`)." },
-        "mcp": { "type": "string", "description": "Tool name for MCP (default: the id with `.` replaced by `_`)." },
-    }), &[]);
+    // capgate-core's own settings, written inline in a capability: their keys are
+    // declared field for field in `crate::model::declared`, which gives them their schema.
+    capgate_core::meta::Expose => <crate::model::declared::ExposeKeys as Schema>::schema();
+    capgate_core::meta::RetryConfig => <crate::model::declared::RetryKeys as Schema>::schema();
+    capgate_core::meta::ApprovalConfig => <crate::model::declared::ApprovalKeys as Schema>::schema();
+    capgate_core::meta::AdapterNames => <crate::model::declared::AdapterKeys as Schema>::schema();
+    capgate_core::error::ErrorCode => spellings(capgate_core::error::ErrorCode::ALL.map(|c| c.as_str()));
     crate::model::ProxyAddress => json!({ "type": "string", "description": "An IPv4 or IPv6 address." });
     crate::model::SecretString => secret_or(json!({ "type": "string" }), true);
     crate::model::HttpMethod => json!({ "enum": capgate_core::defaults::http_upstream::METHODS });

@@ -15,6 +15,12 @@
 //! with no class of its own on a table without a default is a compile error, so no key
 //! goes unclassified.
 //!
+//! A table whose type belongs to another crate (capgate-core's `RetryConfig`, which its own
+//! crate deserializes and checks) cannot carry `#[key]` on its fields: `#[key(table,
+//! declared = "RetryKeys")]` (or `tables`) takes its keys and schema from a type declared
+//! field for field in this crate instead; its values are that crate's to check, so the
+//! field reports no range problems of its own.
+//!
 //! A number may declare its range there too: `#[key(range = 1..=MAX_MS, unit =
 //! "milliseconds")]` (any range expression of the field's type; on an `Option<T>` it
 //! applies when the key is set). The reference lists it, and `Keys::range_problems`
@@ -216,6 +222,7 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
         let mut range: Option<syn::Expr> = None;
         let mut unit: Option<LitStr> = None;
         let mut secret = false;
+        let mut declared: Option<syn::Type> = None;
         for attr in &field.attrs {
             if attr.path().is_ident("doc") {
                 if let syn::Meta::NameValue(nv) = &attr.meta
@@ -261,9 +268,13 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
                     } else if meta.path.is_ident("secret") {
                         secret = true;
                         Ok(())
+                    } else if meta.path.is_ident("declared") {
+                        let ty: LitStr = meta.value()?.parse()?;
+                        declared = Some(ty.parse()?);
+                        Ok(())
                     } else {
                         Err(meta.error(
-                            "expected live, restart = \"why\", skip, table, tables, range = A..=B, unit = \"…\" or secret",
+                            "expected live, restart = \"why\", skip, table, tables, declared = \"Type\", range = A..=B, unit = \"…\" or secret",
                         ))
                     }
                 })?;
@@ -293,6 +304,19 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
         let optional = unwrap_generic(ty, &["Option"]).is_some();
         let (nested, nested_ranges) = match nesting {
             Nesting::None => (quote!(), quote!()),
+            Nesting::Table | Nesting::Tables if declared.is_some() => {
+                // The table's keys are declared on another type (a type of another crate,
+                // whose fields cannot carry `#[key]`); its values are that crate's to check.
+                let pointer = if matches!(nesting, Nesting::Tables) {
+                    quote!(&::std::format!("{pointer}/*"))
+                } else {
+                    quote!(&pointer)
+                };
+                (
+                    quote!(<#declared as crate::keys::Keys>::keys(#pointer, restart, out);),
+                    quote!(),
+                )
+            }
             Nesting::Table => {
                 let inner = unwrap_generic(ty, &["Option"]).unwrap_or(ty);
                 let ranges = if optional {
@@ -356,6 +380,16 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
                 }
             });
         }
+        // A table whose keys are declared on another type takes its schema from it too.
+        let schema_ty = match &declared {
+            None => quote!(#ty),
+            Some(d) if unwrap_generic(ty, &["BTreeMap"]).is_some() => {
+                quote!(::std::collections::BTreeMap<::std::string::String, #d>)
+            }
+            Some(d) if unwrap_generic(ty, &["Vec"]).is_some() => quote!(::std::vec::Vec<#d>),
+            Some(d) if optional => quote!(::core::option::Option<#d>),
+            Some(d) => quote!(#d),
+        };
         let bounds = match &range {
             None => quote!((::core::option::Option::None, ::core::option::Option::None)),
             Some(r) => quote!(crate::keys::bounds(&(#r))),
@@ -408,7 +442,7 @@ fn expand(input: &DeriveInput) -> syn::Result<proc_macro2::TokenStream> {
                     pointer: pointer.clone(),
                     doc: #doc,
                     ty: #ty_name,
-                    schema: crate::schema::secret_or(<#ty as crate::schema::Schema>::schema(), #secret),
+                    schema: crate::schema::secret_or(<#schema_ty as crate::schema::Schema>::schema(), #secret),
                     default: #default,
                     range: #range_text,
                     minimum,

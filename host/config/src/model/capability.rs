@@ -591,6 +591,7 @@ pub struct CapabilitySection {
     /// For the model.
     pub description: String,
     /// The surfaces the capability is offered on (hidden everywhere else, SI-1).
+    #[key(table, declared = "super::declared::ExposeKeys")]
     pub expose: Expose,
     /// Side effect.
     pub side_effect: SideEffect,
@@ -603,13 +604,16 @@ pub struct CapabilitySection {
     #[key(range = 1..=MAX_MS, unit = "milliseconds")]
     pub timeout_ms: Option<u64>,
     /// Which failures are retried and how often (SI-11: idempotent calls only).
+    #[key(table, declared = "super::declared::RetryKeys")]
     pub retry: Option<RetryConfig>,
     /// Whether repeating the call has the effect of one call (required for retries).
     #[serde(default)]
     pub idempotent: bool,
     /// Static approval.
+    #[key(table, declared = "super::declared::ApprovalKeys")]
     pub approval: Option<ApprovalConfig>,
     /// Tool names.
+    #[key(table, declared = "super::declared::AdapterKeys")]
     pub adapters: Option<AdapterNames>,
     /// `discoverable` (default: listed to models) or `contextual` (left out of model tool
     /// lists, presented by a UI; callable where exposed).

@@ -4,6 +4,7 @@
 //! (`#[key(range = …)]`) and checked with the other values in [`crate::values`].
 
 mod capability;
+pub mod declared;
 mod deployment;
 mod gateway;
 
@@ -46,7 +47,7 @@ pub struct Config {
     #[key(tables)]
     pub policies: BTreeMap<String, BindingSection>,
     /// `[redactors.NAME]`: an output redactor plugin bound to its configuration.
-    #[key(tables)]
+    #[key(tables, declared = "declared::RedactorKeys")]
     pub redactors: BTreeMap<String, BindingSection>,
     /// `[[capabilities]]`: what agents may call, in declaration order.
     #[key(tables)]

@@ -171,6 +171,46 @@ fn the_checked_in_reference_is_generated_from_the_declarations() {
     check_generated("docs/configuration.md", &keys::reference_document());
 }
 
+/// Issue 57: the reference lists the sub-keys of what a capability writes inline (capgate-core's
+/// `expose`, `retry`, `approval`, `adapters`), and a redactor's keys without the
+/// policies-only `mode` and `phases` (which `check` refuses on a redactor).
+#[test]
+fn the_reference_lists_inline_settings_and_only_a_redactors_own_keys() {
+    let all = keys::all();
+    for pointer in [
+        "/capabilities/*/expose/aiSdk",
+        "/capabilities/*/retry/maxAttempts",
+        "/capabilities/*/retry/retryOn",
+        "/capabilities/*/approval/type",
+        "/capabilities/*/approval/expiresInMs",
+        "/capabilities/*/adapters/mcp",
+        "/capabilities/*/procedure/http/connectTimeoutMs",
+        "/redactors/*/plugin",
+        "/redactors/*/config",
+        "/policies/*/mode",
+        "/policies/*/phases",
+    ] {
+        assert!(
+            declared(&all, pointer).is_some(),
+            "{pointer} is not in the reference"
+        );
+    }
+    for pointer in ["/redactors/*/mode", "/redactors/*/phases"] {
+        assert!(
+            declared(&all, pointer).is_none(),
+            "{pointer} is listed but refused"
+        );
+    }
+    let retry = declared(&all, "/capabilities/*/retry/maxAttempts").expect("maxAttempts");
+    assert_eq!(retry.range.as_deref(), Some("at most 10 attempts"));
+    let schema = capgate_config::schema::json_schema();
+    let redactor = &schema["properties"]["redactors"]["additionalProperties"]["properties"];
+    assert!(
+        redactor.get("mode").is_none() && redactor.get("plugin").is_some(),
+        "{redactor}"
+    );
+}
+
 /// Issue 57: a key's doc is Rust doc and Markdown at once, so a rustdoc link
 /// (`` [`NAME`] ``) would render as literal brackets in the reference: none may be there.
 #[test]

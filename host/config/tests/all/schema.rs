@@ -187,9 +187,10 @@ fn the_schema_keeps_to_keywords_every_draft_since_4_reads_alike() {
     walk(&schema::json_schema(), "");
 }
 
-/// The settings other crates deserialize inside a section have hand-written schemas; each
-/// is checked here against a value with every field written (a struct literal, so a new
-/// field stops this from compiling until it is written here and in the schema too).
+/// The settings other crates deserialize inside a section have their keys declared field
+/// for field in `capgate_config::model::declared` (or are the file's own types); each is
+/// checked here against a value with every field written (a struct literal, so a new field
+/// stops this from compiling until it is written here and declared there too).
 #[test]
 fn the_schemas_of_other_crates_settings_accept_every_field() {
     use capgate_core::meta::{AdapterNames, ApprovalConfig, Expose, RetryConfig};
