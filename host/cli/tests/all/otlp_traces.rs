@@ -290,6 +290,16 @@ async fn a_governed_call_is_one_root_with_its_stages_in_the_callers_trace_and_no
     let all = spans(&got);
     assert_continues(&all, &root, &caller, "/agent/invoke");
     assert_eq!(attr(&root, "capgate.outcome").as_deref(), Some("completed"));
+    // OpenTelemetry's GenAI conventions beside capgate's own (issue 57).
+    assert_eq!(
+        attr(&root, "gen_ai.operation.name").as_deref(),
+        Some("execute_tool")
+    );
+    assert_eq!(
+        attr(&root, "gen_ai.tool.name").as_deref(),
+        Some("orders.refund")
+    );
+    assert_eq!(attr(&root, "error.type"), None);
     assert_eq!(attr(&root, "capgate.surface").as_deref(), Some("aiSdk"));
     assert!(attr(&root, "capgate.execution_id").is_some_and(|e| e.starts_with("exe_")));
     assert_eq!(
@@ -883,6 +893,30 @@ async fn json_log_lines_parse_and_carry_the_trace_id_of_the_call() {
         served(s, &trace, "orders.refund").cloned()
     })
     .await;
+    // A refused call's root says why in the conventions' `error.type`.
+    let (denied_trace, _, tp) = caller_span(8);
+    let refused = post(
+        &base,
+        "/agent/invoke",
+        DANA,
+        &tp,
+        &json!({
+            "capabilityId": "orders.refund",
+            "input": {"orderId": 42},
+            "invocationId": "inv-log-2",
+        }),
+    )
+    .await;
+    assert_eq!(refused["error"]["code"], "INPUT_INVALID", "{refused}");
+    let root = wait_for(&got, "the refused call's root", |s| {
+        call_in(s, &denied_trace, "orders.refund").cloned()
+    })
+    .await;
+    assert_eq!(attr(&root, "error.type").as_deref(), Some("INPUT_INVALID"));
+    assert_eq!(
+        attr(&root, "gen_ai.tool.name").as_deref(),
+        Some("orders.refund")
+    );
     let _ = child.kill();
     let _ = child.wait();
 

@@ -2,7 +2,7 @@
 
 use super::execute::{Admitted, execute};
 use super::policies::{invocation_phase, refuse};
-use super::{Exec, missing_actor, new_id, panic_message};
+use super::{Exec, GEN_AI_OPERATION, missing_actor, new_id, panic_message};
 use crate::approval::{ApprovalRef, ApprovalRequest, DecisionStatus};
 use crate::audit::{DenyReason, EventPayload};
 use crate::canonical::input_hash;
@@ -74,6 +74,10 @@ fn begin<'a>(rt: &'a Inner, req: &InvokeRequest) -> Exec<'a> {
         capgate.outcome = tracing::field::Empty,
         capgate.error_code = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
+        // OpenTelemetry's GenAI conventions, which tracing backends key tool dashboards on.
+        gen_ai.operation.name = GEN_AI_OPERATION,
+        gen_ai.tool.name = %req.capability_id,
+        error.r#type = tracing::field::Empty,
     );
     Exec {
         rt,

@@ -24,6 +24,11 @@ use crate::runtime::Inner;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// `gen_ai.operation.name` of a governed call's root span: OpenTelemetry's GenAI semantic
+/// conventions name a tool's execution `execute_tool` (with `gen_ai.tool.name` the tool
+/// and `error.type` the failure), beside capgate's own `capgate.*` attributes.
+pub(crate) const GEN_AI_OPERATION: &str = "execute_tool";
+
 /// A new `prefix_<uuid v7>` id (time-ordered, so ids sort by creation in stores).
 pub(crate) fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", uuid::Uuid::now_v7())
@@ -133,6 +138,7 @@ impl Exec<'_> {
             Some(e) => {
                 self.span.record("otel.status_code", "ERROR");
                 self.span.record("capgate.error_code", e.code().as_str());
+                self.span.record("error.type", e.code().as_str());
             }
             None => {
                 self.span.record("otel.status_code", "OK");

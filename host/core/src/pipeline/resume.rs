@@ -48,7 +48,8 @@ pub(crate) async fn refuse_resume(
         exec.input_hash = Some(record.request.input_hash.clone());
         exec.surface = record.request.surface;
         exec.span
-            .record("capgate.capability_id", exec.capability_id.as_str());
+            .record("capgate.capability_id", exec.capability_id.as_str())
+            .record("gen_ai.tool.name", exec.capability_id.as_str());
     }
     let label = if rt.registry.get(&exec.capability_id).is_some() {
         exec.capability_id.clone()
@@ -92,6 +93,9 @@ fn open<'a>(rt: &'a Inner, approval_id: &str, opts: &ResumeOptions) -> Exec<'a> 
         capgate.outcome = tracing::field::Empty,
         capgate.error_code = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
+        gen_ai.operation.name = super::GEN_AI_OPERATION,
+        gen_ai.tool.name = tracing::field::Empty,
+        error.r#type = tracing::field::Empty,
     );
     Exec {
         rt,
@@ -147,7 +151,8 @@ async fn checks(
     };
     exec.capability_id = record.request.capability_id.clone();
     exec.span
-        .record("capgate.capability_id", exec.capability_id.as_str());
+        .record("capgate.capability_id", exec.capability_id.as_str())
+        .record("gen_ai.tool.name", exec.capability_id.as_str());
     exec.correlation_id = record.request.correlation_id.clone();
 
     // 1. Binding guards: not exposed, serialized exactly like an unknown id.
