@@ -73,7 +73,7 @@ pub(crate) fn audit_config(
 
 /// Refuse a store that is missing migrations, saying how to apply them (`what` names the
 /// store).
-async fn require_migrated(store: &Store, what: &str) -> anyhow::Result<()> {
+pub async fn require_migrated(store: &Store, what: &str) -> anyhow::Result<()> {
     let pending: Vec<String> = store
         .migration_status()
         .await

@@ -43,6 +43,8 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 /// How long the provider may take to print its ready line.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long the first start is given before a second one (see [`OidcProvider::start`]).
+const FIRST_TRY: Duration = Duration::from_secs(45);
 
 /// The header that keeps the driver's own discovery and JWKS look-ups out of [`Stats`].
 const UNCOUNTED: &str = "x-oidc-harness-uncounted";
@@ -117,9 +119,11 @@ pub struct OidcProvider {
 
 impl OidcProvider {
     /// Start a provider with `config` (installing `oidc-provider` first, once per
-    /// process) and wait up to 120 s for it to be ready (on a loaded 2-core machine, node
-    /// generating its RSA keys beside a full test run has taken over 30 s). Panics, with the process's stderr,
-    /// when it does not come up.
+    /// process) and wait for it to be ready: 45 s, then, if it has said nothing, once more
+    /// for up to 120 s with a fresh process (on a loaded 2-core machine, node generating
+    /// its RSA keys beside a full test run has taken over 30 s, and a provider has been
+    /// seen to sit silent for the whole wait). Panics, with both attempts' stderr, when it
+    /// does not come up.
     pub async fn start(config: Value) -> OidcProvider {
         ensure_installed();
         let mut file = tempfile::Builder::new()
@@ -130,40 +134,57 @@ impl OidcProvider {
         serde_json::to_writer(&mut file, &config)
             .unwrap_or_else(|e| panic!("writing the OIDC config: {e}"));
         let dir = repo_root().join("tests/oidc");
-        let mut child = Command::new("node")
-            .arg(dir.join("provider.mjs"))
-            .arg(file.path())
-            .current_dir(&dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawning node tests/oidc/provider.mjs: {e}"));
-        let (Some(stdin), Some(stdout), Some(stderr)) =
-            (child.stdin.take(), child.stdout.take(), child.stderr.take())
-        else {
-            panic!("node tests/oidc/provider.mjs: missing stdio pipes");
-        };
-        let log = Arc::new(Mutex::new(String::new()));
-        let stderr_done = collect(stderr, Arc::clone(&log));
-        let mut lines = BufReader::new(stdout);
-        let mut ready = String::new();
-        let read = tokio::time::timeout(READY_TIMEOUT, lines.read_line(&mut ready)).await;
-        let issuer = match read {
-            Ok(Ok(n)) if n > 0 => serde_json::from_str::<Value>(&ready)
-                .ok()
-                .and_then(|v| v["issuer"].as_str().map(str::to_owned)),
-            _ => None,
-        };
-        let Some(issuer) = issuer else {
+        // A node that has not printed its ready line after FIRST_TRY is started once more:
+        // on CI a provider has (rarely) sat silent for the whole wait while the same
+        // command started at once when run again. The second try waits the full time and
+        // then fails with both attempts' stderr.
+        let mut earlier = String::new();
+        let (child, stdin, lines, log, issuer) = loop {
+            let second = !earlier.is_empty();
+            let wait = if second { READY_TIMEOUT } else { FIRST_TRY };
+            let mut child = Command::new("node")
+                .arg(dir.join("provider.mjs"))
+                .arg(file.path())
+                .current_dir(&dir)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()
+                .unwrap_or_else(|e| panic!("spawning node tests/oidc/provider.mjs: {e}"));
+            let (Some(stdin), Some(stdout), Some(stderr)) =
+                (child.stdin.take(), child.stdout.take(), child.stderr.take())
+            else {
+                panic!("node tests/oidc/provider.mjs: missing stdio pipes");
+            };
+            let log = Arc::new(Mutex::new(String::new()));
+            let stderr_done = collect(stderr, Arc::clone(&log));
+            let mut lines = BufReader::new(stdout);
+            let mut ready = String::new();
+            let read = tokio::time::timeout(wait, lines.read_line(&mut ready)).await;
+            let issuer = match &read {
+                Ok(Ok(n)) if *n > 0 => serde_json::from_str::<Value>(&ready)
+                    .ok()
+                    .and_then(|v| v["issuer"].as_str().map(str::to_owned)),
+                _ => None,
+            };
+            if let Some(issuer) = issuer {
+                break (child, stdin, lines, log, issuer);
+            }
             let _ = child.start_kill();
             let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
             let _ = tokio::time::timeout(Duration::from_secs(5), stderr_done).await;
-            panic!(
-                "the OpenID Provider did not start ({read:?}, stdout {ready:?}); its stderr:\n{}",
+            let attempt = format!(
+                "({read:?}, stdout {ready:?}); its stderr:\n{}",
                 snapshot(&log)
             );
+            if second {
+                panic!("the OpenID Provider did not start {attempt}\n(first attempt: {earlier})");
+            }
+            eprintln!(
+                "notice: the OpenID Provider did not start within {wait:?} {attempt}; starting it again"
+            );
+            earlier = attempt;
         };
         let http = reqwest::Client::builder()
             .no_proxy()

@@ -117,7 +117,15 @@ impl StoreArg {
 
     /// The store, which must exist: operator commands never create an empty one by mistake.
     pub async fn open_existing(&self) -> anyhow::Result<capgate_store::Store> {
-        self.url()?.open(Access::Existing).await
+        let url = self.url()?;
+        let store = url.open(Access::Existing).await?;
+        // A Postgres database nobody migrated is said as such, as `serve` says it, rather
+        // than as the first statement's missing table.
+        if let Err(e) = crate::build::require_migrated(&store, &url.display()).await {
+            store.close().await;
+            return Err(e);
+        }
+        Ok(store)
     }
 }
 

@@ -85,6 +85,17 @@ async fn the_postgres_overlays_init_container_migrates_an_empty_database() {
             .output()
             .expect("run capgate approvals list")
     };
+    // The store-only commands say the same (not the first statement's missing table).
+    let tail = Command::new(env!("CARGO_BIN_EXE_capgate"))
+        .args(["audit", "tail", "-n", "1", "--store", &db.url])
+        .output()
+        .expect("run capgate audit tail");
+    assert_eq!(tail.status.code(), Some(3));
+    assert!(
+        String::from_utf8_lossy(&tail.stderr).contains("missing migrations"),
+        "{}",
+        String::from_utf8_lossy(&tail.stderr)
+    );
     let refused = over_store(&db.url);
     assert_eq!(refused.status.code(), Some(3));
     assert!(
