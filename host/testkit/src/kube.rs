@@ -4,76 +4,15 @@
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-/// Whether this runs in CI (`CI=true`), where a missing tool is a failure, not a skip.
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-/// `name` on PATH, if it is there.
-fn on_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(name))
-            .find(|p| p.is_file())
-    })
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-}
-
-/// `apt-get ARGS`, quietly; whether it succeeded.
-fn apt_get(args: &[&str]) -> bool {
-    eprintln!("notice: apt-get {}", args.join(" "));
-    Command::new("apt-get")
-        .args(args)
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// `kubectl`: on PATH, or Debian's `kubernetes-client` installed as root (once more after
-/// `apt-get update` on a machine without package lists). Missing: a failure under
-/// `CI=true`, else `None` and a loud notice.
+/// `kubectl`: on PATH, or Debian's `kubernetes-client` installed as root. Missing: a
+/// failure under `CI=true`, else `None` and a loud notice naming `test`.
 pub fn kubectl(test: &str) -> Option<PathBuf> {
-    if let Some(k) = on_path("kubectl") {
-        return Some(k);
-    }
-    let install = [
-        "install",
-        "-y",
-        "-q",
-        "--no-install-recommends",
-        "kubernetes-client",
-    ];
-    if is_root() && !apt_get(&install) {
-        let _ = apt_get(&["update", "-q"]);
-        let _ = apt_get(&install);
-    }
-    if let Some(k) = on_path("kubectl") {
-        return Some(k);
-    }
-    let why = if is_root() {
-        "`apt-get install -y kubernetes-client` did not provide it".to_string()
-    } else {
-        "not running as root, so it cannot be installed (run `sudo apt-get install -y kubernetes-client`)".to_string()
-    };
-    assert!(
-        !ci(),
-        "CI=true but kubectl (Debian's kubernetes-client) is missing: {why}. {test} must run in CI (`cargo xtask test` installs it)."
-    );
-    eprintln!(
-        "\n\n**********************************************************************\n\
-         SKIPPING {test}: kubectl (Debian's kubernetes-client) is missing;\n{why}.\n\
-         **********************************************************************\n"
-    );
-    None
+    let present = || crate::tools::on_path("kubectl").is_some();
+    crate::tools::debian_tools(&["kubernetes-client"], present, test)
+        .then(|| crate::tools::on_path("kubectl"))
+        .flatten()
 }
 
 /// Every object `kubectl kustomize DIR` renders (`DIR` relative to the repository; empty

@@ -10,8 +10,9 @@
 //! - [`postgres`]: a fresh database per test on the server in `CAPGATE_TEST_POSTGRES_URL`,
 //!   dropped with the value; without the variable a test is skipped with a notice, except
 //!   under `CI=true`, where it fails (Postgres tests never skip silently in CI).
-//! - [`kube`]: `kubectl` (installed when missing, a failure under `CI=true`) and what
-//!   `kubectl kustomize` renders, for the manifests' tests.
+//! - [`kube`]: `kubectl` and what `kubectl kustomize` renders, for the manifests' tests.
+//! - [`tools`]: the system tools a test drives, installed from Debian's packages when
+//!   missing; a failure under `CI=true`, else a loud skip.
 //! - [`oidc`]: a real OpenID Provider (npm `oidc-provider`, `tests/oidc/provider.mjs`) on
 //!   loopback, with test controls (key rotation, minted tokens, request counts); without
 //!   Node a test is skipped with a notice, except under `CI=true`, where it fails.
@@ -31,4 +32,5 @@ pub mod oidc;
 pub mod paths;
 pub mod postgres;
 pub mod schemas;
+pub mod tools;
 pub mod walkthrough;
