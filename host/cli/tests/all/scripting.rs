@@ -193,31 +193,49 @@ async fn store_with_approvals(dir: &Path) -> String {
         .expect("an approval request");
         store.approvals().create(request).await.expect("create");
     }
+    claim_pending(
+        &store,
+        ("org_1", "u_dana", capgate_core::actor::Surface::AiSdk),
+        "call_1",
+        json!({"orderId": "ord_42", "amount": 649}),
+    )
+    .await;
+    store.close().await;
+    url
+}
+
+/// A pending receipt of `id` for `(namespace, user, surface)`, as a call whose procedure
+/// started and never settled leaves it.
+async fn claim_pending(
+    store: &capgate_store::Store,
+    (namespace, user, surface): (&str, &str, capgate_core::actor::Surface),
+    id: &str,
+    input: Value,
+) {
     let actor = capgate_core::actor::ActorRef {
-        id: "u_dana".into(),
+        id: user.into(),
         kind: capgate_core::actor::ActorKind::User,
     };
-    let scope = scope_hash("org_1", &actor, capgate_core::actor::Surface::AiSdk).expect("scope");
+    let scope = scope_hash(namespace, &actor, surface).expect("scope");
+    let input_hash = capgate_core::canonical::input_hash(&input).expect("input hash");
     store
         .journal()
         .claim(
             ClaimRequest {
                 scope,
-                invocation_id: "call_1".into(),
+                invocation_id: id.into(),
                 capability_id: "orders.refund".into(),
-                input: json!({"orderId": "ord_42", "amount": 649}),
-                input_hash: "0".repeat(64),
-                idempotency_key: "idem_1".into(),
+                input,
+                input_hash,
+                idempotency_key: format!("idem_{namespace}_{id}"),
                 correlation_id: None,
                 contract_digest: None,
-                namespace: Some("org_1".into()),
+                namespace: Some(namespace.into()),
             },
-            now,
+            chrono::Utc::now(),
         )
         .await
         .expect("claim");
-    store.close().await;
-    url
 }
 
 #[test]
@@ -636,28 +654,13 @@ async fn the_runbook_finds_pending_calls_and_settles_one_by_its_id() {
         let s = capgate_store::Store::open(&store)
             .await
             .expect("open store");
-        let other = capgate_core::actor::ActorRef {
-            id: "u_eve".into(),
-            kind: capgate_core::actor::ActorKind::User,
-        };
-        let scope = scope_hash("org_2", &other, capgate_core::actor::Surface::Mcp).expect("scope");
-        s.journal()
-            .claim(
-                ClaimRequest {
-                    scope,
-                    invocation_id: "call_1".into(),
-                    capability_id: "orders.refund".into(),
-                    input: json!({"orderId": "ord_7", "amount": 5}),
-                    input_hash: "1".repeat(64),
-                    idempotency_key: "idem_2".into(),
-                    correlation_id: None,
-                    contract_digest: None,
-                    namespace: Some("org_2".into()),
-                },
-                chrono::Utc::now(),
-            )
-            .await
-            .expect("claim");
+        claim_pending(
+            &s,
+            ("org_2", "u_eve", capgate_core::actor::Surface::Mcp),
+            "call_1",
+            json!({"orderId": "ord_7", "amount": 5}),
+        )
+        .await;
         s.close().await;
     }
     let outcome = json!({
