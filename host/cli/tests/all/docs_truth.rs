@@ -1,6 +1,7 @@
 //! The docs tell the truth: every boundary row of `SECURITY.md` (and every invariant of
-//! `docs/invariants.md`) names a test that exists, and every `capgate …` command line the
-//! README, `docs/` and `SECURITY.md` show names a real subcommand with real flags.
+//! `docs/invariants.md`) names a test that exists, every `capgate …` command line the
+//! README, the book (`docs/`, at any depth) and `SECURITY.md` show names a real subcommand
+//! with real flags, and every link among them resolves, anchors included.
 
 use super::common;
 use std::collections::BTreeSet;
@@ -26,6 +27,27 @@ fn sources(root: &Path) -> Vec<(PathBuf, String)> {
     }
     let mut out = Vec::new();
     walk(&root.join("host"), &mut out);
+    out
+}
+
+/// Every `.md` file under `dir`, at any depth, sorted.
+fn markdown_files(dir: &Path) -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                out.push(path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, &mut out);
+    out.sort();
     out
 }
 
@@ -216,14 +238,7 @@ fn subcommands(help: &str) -> BTreeSet<String> {
 fn every_capgate_command_line_in_the_docs_names_real_subcommands_and_flags() {
     let root = common::root();
     let mut docs = vec![root.join("README.md"), root.join("SECURITY.md")];
-    if let Ok(entries) = std::fs::read_dir(root.join("docs")) {
-        docs.extend(
-            entries
-                .flatten()
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|e| e == "md")),
-        );
-    }
+    docs.extend(markdown_files(&root.join("docs")));
     let mut problems = Vec::new();
     let mut checked = 0;
     for doc in docs {
@@ -275,6 +290,179 @@ fn every_capgate_command_line_in_the_docs_names_real_subcommands_and_flags() {
     }
     assert!(checked > 20, "only {checked} command lines found");
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The anchor GitHub and mdBook give a heading: lower-case, alphanumerics, `-` and `_`
+/// kept, each space a `-`, everything else (backticks, punctuation) dropped.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c.to_ascii_lowercase()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The anchors of a markdown text's headings (outside fences); a repeated heading's later
+/// anchors get `-1`, `-2`, … as on GitHub and in mdBook.
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        let hashes = line.chars().take_while(|&c| c == '#').count();
+        if fenced || hashes == 0 || hashes > 6 || !line[hashes..].starts_with(' ') {
+            continue;
+        }
+        let base = slug(&line[hashes..]);
+        let mut anchor = base.clone();
+        let mut n = 0;
+        while out.contains(&anchor) {
+            n += 1;
+            anchor = format!("{base}-{n}");
+        }
+        out.insert(anchor);
+    }
+    out
+}
+
+/// The targets of a markdown text's links and images (`](target)`), each with its line,
+/// outside fences and inline code; the title of `](target "title")` is left out.
+fn link_targets(text: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut fenced = false;
+    for (n, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        // Outside inline code: the even pieces between backticks.
+        let prose: Vec<&str> = line.split('`').step_by(2).collect();
+        let prose = prose.join(" ");
+        for (i, _) in prose.match_indices("](") {
+            let rest = &prose[i + 2..];
+            let end = rest.find(')').unwrap_or(rest.len());
+            let target = rest[..end].split_whitespace().next().unwrap_or("");
+            let target = target.trim_start_matches('<').trim_end_matches('>');
+            out.push((n + 1, target.to_string()));
+        }
+    }
+    out
+}
+
+/// The `{{#include PATH}}` paths of an mdBook page (`PATH:anchor` and line ranges cut off).
+fn includes(text: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        for (i, _) in line.match_indices("{{#include ") {
+            let rest = &line[i + "{{#include ".len()..];
+            let path = rest.split("}}").next().unwrap_or("").trim();
+            let path = path.split(':').next().unwrap_or(path);
+            out.push((n + 1, path.to_string()));
+        }
+    }
+    out
+}
+
+#[test]
+fn every_link_in_the_book_and_readme_resolves() {
+    let root = common::root();
+    let docs_dir = root.join("docs");
+    let book = markdown_files(&docs_dir);
+    let mut files = vec![root.join("README.md"), root.join("SECURITY.md")];
+    files.extend(book.iter().cloned());
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("the doc exists");
+        let name = file
+            .strip_prefix(&root)
+            .unwrap_or(file)
+            .display()
+            .to_string();
+        let dir = file.parent().expect("a file has a directory");
+        for (line, target) in link_targets(&text) {
+            if target.is_empty()
+                || ["http://", "https://", "mailto:"]
+                    .iter()
+                    .any(|s| target.starts_with(s))
+            {
+                continue;
+            }
+            checked += 1;
+            let (path, anchor) = target.split_once('#').unwrap_or((target.as_str(), ""));
+            let resolved = if path.is_empty() {
+                file.clone()
+            } else {
+                dir.join(path)
+            };
+            if !resolved.exists() {
+                problems.push(format!("{name}:{line}: `{target}`: no file {path}"));
+                continue;
+            }
+            if anchor.is_empty() || resolved.extension().is_none_or(|e| e != "md") {
+                continue;
+            }
+            let target_text = std::fs::read_to_string(&resolved).unwrap_or_default();
+            if !anchors(&target_text).contains(anchor) {
+                problems.push(format!(
+                    "{name}:{line}: `{target}`: no heading with the anchor #{anchor}"
+                ));
+            }
+        }
+        for (line, path) in includes(&text) {
+            checked += 1;
+            if !dir.join(&path).is_file() {
+                problems.push(format!(
+                    "{name}:{line}: {{{{#include {path}}}}}: no such file"
+                ));
+            }
+        }
+    }
+    // Every page of the book is in its table of contents.
+    let summary = std::fs::read_to_string(docs_dir.join("SUMMARY.md")).expect("docs/SUMMARY.md");
+    let listed: BTreeSet<PathBuf> = link_targets(&summary)
+        .into_iter()
+        .map(|(_, target)| PathBuf::from(target.split('#').next().unwrap_or("")))
+        .collect();
+    for page in &book {
+        let relative = page.strip_prefix(&docs_dir).unwrap_or(page).to_path_buf();
+        if relative != Path::new("SUMMARY.md") && !listed.contains(&relative) {
+            problems.push(format!(
+                "docs/{}: not linked from docs/SUMMARY.md",
+                relative.display()
+            ));
+        }
+    }
+    assert!(checked > 100, "only {checked} links found");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn headings_become_the_anchors_github_and_mdbook_give_them() {
+    assert_eq!(
+        slug("Exporting the trail: `[audit.export.NAME]` and `capgate audit export`"),
+        "exporting-the-trail-auditexportname-and-capgate-audit-export"
+    );
+    assert_eq!(slug("Stage-11 error mapping"), "stage-11-error-mapping");
+    let found = anchors("# A\n```sh\n# not a heading\n```\n## A\n#no\n");
+    assert_eq!(
+        found.into_iter().collect::<Vec<_>>(),
+        ["a".to_string(), "a-1".to_string()]
+    );
+    assert_eq!(
+        link_targets("see [x](a.md#b) and `[y](not-a-link)`, ![i](p.png \"t\")"),
+        [(1, "a.md#b".to_string()), (1, "p.png".to_string())]
+    );
 }
 
 #[test]
