@@ -1,7 +1,7 @@
-//! Every `capgate.toml` snippet the READMEs show (README.md, sdk/**/README.md,
-//! plugins/**/README.md) is a configuration `capgate check` accepts the shape of: each
-//! key declared, each value of its type and range (the JSON Schema), and no problem of a
-//! name, a type or a range from `Config::parse`. Snippets are fragments, so what only a
+//! Every `capgate.toml` snippet the READMEs and the book show (README.md, docs/**/*.md,
+//! sdk/**/README.md, plugins/**/README.md) is a configuration `capgate check` accepts the
+//! shape of: each key declared, each value of its type and range (the JSON Schema), and no
+//! problem of a name, a type or a range from `Config::parse`. Snippets are fragments, so what only a
 //! whole deployment has (a policy's plugin is loaded, pins are real digests) is not asked.
 
 use crate::keys::{repo, walk};
@@ -9,9 +9,11 @@ use capgate_config::keys;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-/// The README files the snippets live in.
+/// The files the snippets live in: the README, every page of the book (`docs/`, at any
+/// depth) and the SDKs' and plugins' READMEs.
 fn readmes() -> Vec<PathBuf> {
-    fn under(dir: &Path, out: &mut Vec<PathBuf>) {
+    /// The `.md` files under `dir` whose name `keep` accepts, at any depth, sorted.
+    fn under(dir: &Path, keep: fn(&str) -> bool, out: &mut Vec<PathBuf>) {
         let Ok(entries) = std::fs::read_dir(dir) else {
             return;
         };
@@ -21,16 +23,18 @@ fn readmes() -> Vec<PathBuf> {
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
             if path.is_dir() {
                 if !matches!(name, "node_modules" | "target" | ".venv" | "dist") {
-                    under(&path, out);
+                    under(&path, keep, out);
                 }
-            } else if name == "README.md" {
+            } else if name.ends_with(".md") && keep(name) {
                 out.push(path);
             }
         }
     }
+    let readme: fn(&str) -> bool = |name| name == "README.md";
     let mut out = vec![repo().join("README.md")];
-    under(&repo().join("sdk"), &mut out);
-    under(&repo().join("plugins"), &mut out);
+    under(&repo().join("docs"), |_| true, &mut out);
+    under(&repo().join("sdk"), readme, &mut out);
+    under(&repo().join("plugins"), readme, &mut out);
     out
 }
 
@@ -148,10 +152,15 @@ fn every_readme_configuration_snippet_has_the_shape_check_accepts() {
         }
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
-    // The READMEs hold a dozen snippets (README.md's reference sections, the SDKs' policy
+    // The book and the READMEs hold dozens of snippets (the book's guides, the SDKs' policy
     // bindings); finding none would mean the extraction broke, not that they are sound.
     assert!(checked.len() >= 12, "only {checked:?}");
-    for sdk in ["sdk/js/README.md", "sdk/python/README.md"] {
+    for sdk in [
+        "sdk/js/README.md",
+        "sdk/python/README.md",
+        "docs/guides/deploying.md",
+        "docs/guides/policies-without-a-plugin.md",
+    ] {
         assert!(
             checked.iter().any(|c| c.starts_with(sdk)),
             "no snippet of {sdk} checked: {checked:?}"
