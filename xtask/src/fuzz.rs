@@ -1,5 +1,6 @@
 //! `cargo xtask fuzz [--seconds N] [TARGET…]`: run each libFuzzer target of `fuzz/` for a
-//! fixed time and print its executions, exec/s and whether it crashed (README "Fuzzing").
+//! fixed time and print its executions, exec/s and whether it crashed
+//! (docs/contributing/reliability.md).
 //!
 //! Each target runs as `cargo +nightly fuzz run -s none --codegen-units 16 TARGET
 //! fuzz/work/TARGET fuzz/corpus/TARGET -- -max_total_time=N -print_final_stats=1`: libFuzzer writes what it

@@ -105,8 +105,8 @@ fn demo(root: &Path, extra: &[String]) -> anyhow::Result<()> {
 }
 
 /// What an MCP upstream behind capgate adds per call over calling the same server directly
-/// (README "MCP servers behind capgate"): the release binary, the official MCP Python
-/// client and `@modelcontextprotocol/server-everything`, side by side in one run.
+/// (docs/guides/upstreams.md "MCP servers behind capgate"): the release binary, the official MCP
+/// Python client and `@modelcontextprotocol/server-everything`, side by side in one run.
 fn bench_mcp(root: &Path, extra: &[String]) -> anyhow::Result<()> {
     run(Command::new("bash")
         .arg(root.join("tests/mcp/setup.sh"))
@@ -180,9 +180,9 @@ fn test(root: &Path, extra: &[String]) -> anyhow::Result<()> {
         cargo_test.env("CAPGATE_TEST_POSTGRES_URL", url);
     }
     run(&mut cargo_test)?;
-    // The example's governance scenarios (README "Testing a deployment"), on the `capgate`
-    // binary the tests just built (`cargo run -p capgate` would resolve features for one
-    // package instead of the workspace and build half the dependencies again). Only after
+    // The example's governance scenarios (docs/guides/reviewing-changes.md "Testing a deployment"),
+    // on the `capgate` binary the tests just built (`cargo run -p capgate` would resolve features
+    // for one package instead of the workspace and build half the dependencies again). Only after
     // the whole suite: a filtered run may not have built the binary.
     if !extra.is_empty() {
         return Ok(());
@@ -212,7 +212,8 @@ fn test(root: &Path, extra: &[String]) -> anyhow::Result<()> {
 }
 
 /// The release archive and the container image, made from the debug binary the tests just
-/// built (CI builds no second profile), each serving the example (README "Installing").
+/// built (CI builds no second profile), each serving the example
+/// (docs/getting-started/installing.md).
 fn packages(root: &Path) -> anyhow::Result<()> {
     let d = dist::build(root, &dist::Binary::Debug)?;
     smoke::check_archive(&d.archive)?;

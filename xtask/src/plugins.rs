@@ -17,9 +17,9 @@ const TARGET: &str = "wasm32-wasip2";
 /// serde_json's `preserve_order`, which built together would make every plugin's JSON
 /// objects insertion-ordered maps (slower to build and look up, and a random hash seed
 /// from WASI): the Rust plugins of the governed-invoke benchmark were 3-7 % slower for it
-/// (README, "Guests built for speed"). `cel-policy` and `redact`: with cedar, the plugins
-/// `host/builtin/build.rs` ships, which it builds the same way, one cargo run each, so the
-/// two builds share their artifacts instead of relinking each other's.
+/// (docs/contributing/benchmarks.md "Guests built for speed"). `cel-policy` and `redact`: with
+/// cedar, the plugins `host/builtin/build.rs` ships, which it builds the same way, one cargo run
+/// each, so the two builds share their artifacts instead of relinking each other's.
 const BUILT_ALONE: &[&str] = &["cel-policy", "cedar-policy-plugin", "redact"];
 
 /// Install the target if missing, build every plugin in release mode, list the outputs.

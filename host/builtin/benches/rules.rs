@@ -1,5 +1,5 @@
 //! Per-call cost of a policy written as a CEL rule and as a Cedar policy set next to the same policy as a Rust Wasm
-//! plugin (`refund-limit`) and natively (README "Policies without a plugin"): one call in
+//! plugin (`refund-limit`) and natively (docs/guides/policies-without-a-plugin.md): one call in
 //! flight, `Instant` around each evaluation, nearest-rank percentiles, warm-up excluded.
 //!
 //! ```sh

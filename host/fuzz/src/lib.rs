@@ -5,7 +5,7 @@
 //! Two drivers call them: libFuzzer through the thin wrappers in `fuzz/fuzz_targets/`
 //! (`cargo +nightly fuzz run <target>`, or `cargo xtask fuzz`), and the stable test
 //! `tests/all/corpora.rs`, which replays every checked-in file of `fuzz/corpus/<target>/` in
-//! the workspace suite. See README "Fuzzing".
+//! the workspace suite. See docs/contributing/reliability.md.
 //!
 //! | target | what it holds |
 //! |---|---|

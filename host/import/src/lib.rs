@@ -75,7 +75,7 @@ pub enum Procedure {
 
 /// The entries as `capgate.toml` text: each `[[capabilities]]` preceded by a comment naming
 /// its source and followed by a blank line, one key a line, schemas and the procedure as
-/// inline tables (the form the README's examples use).
+/// inline tables (the form the examples of docs/guides/upstreams.md use).
 pub fn to_toml(entries: &[Entry]) -> String {
     use toml_edit::{ArrayOfTables, DocumentMut, InlineTable, Item, Table, value};
     let mut text = String::new();

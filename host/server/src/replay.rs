@@ -1,5 +1,6 @@
 //! `capgate replay`: the policy decisions of recorded calls, made again under another
-//! configuration (README "Replaying recorded calls under a new configuration").
+//! configuration (docs/guides/reviewing-changes.md "Replaying recorded calls under a new
+//! configuration").
 //!
 //! The calls are the invocation journal's records in a window, with their inputs (so only
 //! within the journal's horizon, `[gateway] replayHorizonHours`). Each is decided again by

@@ -13,7 +13,7 @@
 //! links) and runs a whole batch per wake: one hand-off in, one answer out per caller.
 //! Through sqlx's driver every statement of a batch (and `BEGIN` and `COMMIT`) was a
 //! message to the connection's worker thread and a wake back, about twenty context
-//! switches per governed invoke (README, "Gateway under load").
+//! switches per governed invoke (docs/contributing/benchmarks.md "Gateway under load").
 //!
 //! If any statement of a batch fails, the batch is rolled back (nothing of it is visible) and
 //! its statements are run again one by one in their own transactions, so every caller gets

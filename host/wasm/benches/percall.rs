@@ -1,5 +1,6 @@
-//! Per-call latency with its tail (the README's per-call Wasm figures): one call in flight
-//! on a current-thread runtime, `Instant` around each await, nearest-rank percentiles.
+//! Per-call latency with its tail (the per-call Wasm figures of docs/contributing/benchmarks.md):
+//! one call in flight on a current-thread runtime, `Instant` around each await, nearest-rank
+//! percentiles.
 //!
 //! Plugins: `native` (the same logic as Rust closures), `fresh` (Wasm, a fresh instance per
 //! call, taken from the binding's reserve), `fresh-inline` (fresh, reserve off: every call

@@ -60,7 +60,8 @@ enum ContractCommand {
         /// two deployment files, else aiSdk (what `contract export` writes by default).
         #[arg(long)]
         surface: Option<Surface>,
-        /// `table` for people, `json` for programs (shape: README "Reviewing a change").
+        /// `table` for people, `json` for programs (shape: docs/guides/reviewing-changes.md
+        /// "Reviewing a change").
         #[arg(long, value_enum, default_value = "table")]
         format: table::Format,
         /// Exit 0 even when a change is breaking (the report still says which).

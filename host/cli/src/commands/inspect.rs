@@ -16,8 +16,8 @@ use std::process::ExitCode;
 pub struct InspectArgs {
     #[command(flatten)]
     config: ConfigArg,
-    /// `table` for people, `json` for programs (shape: README "Reviewing a change");
-    /// `--output json` is the same JSON.
+    /// `table` for people, `json` for programs (shape: docs/guides/reviewing-changes.md "Reviewing
+    /// a change"); `--output json` is the same JSON.
     #[arg(long, value_enum, default_value = "table")]
     format: table::Format,
     #[command(flatten)]

@@ -25,7 +25,8 @@ use std::process::ExitCode;
 /// Exit status: 0 done (1 with `--fail-on-change` when an outcome would change). `--output
 /// json` prints one document: `{"since", "until", "revision", "calls", "replayed",
 /// "changed", "unknownRecorded", "truncated", "skipped", "procedureCalls", "capabilities", "policies",
-/// "changes"}` (README "Replaying recorded calls under a new configuration").
+/// "changes"}` (docs/guides/reviewing-changes.md "Replaying recorded calls under a new
+/// configuration").
 ///
 /// Example: capgate replay --config capgate.next.toml --since 7d
 #[derive(clap::Args, Debug)]

@@ -32,7 +32,7 @@ impl ConfigArg {
     }
 
     /// The file is there to be read: a missing or unreadable `--config` is a runtime error
-    /// (exit 3, as README's exit-code table says), not a refused configuration.
+    /// (exit 3, as docs/reference/exit-codes.md says), not a refused configuration.
     pub fn readable(&self) -> anyhow::Result<()> {
         let path = &self.config;
         match std::fs::metadata(path) {
@@ -150,8 +150,8 @@ pub enum Output {
 #[derive(clap::Args, Debug, Clone, Copy)]
 #[command(about = None, long_about = None)]
 pub struct OutputArg {
-    /// `json`: stdout carries only JSON (one document, or one per line for lists: README
-    /// "Exit codes and JSON output"); every message goes to stderr.
+    /// `json`: stdout carries only JSON (one document, or one per line for lists:
+    /// docs/reference/exit-codes.md); every message goes to stderr.
     #[arg(long, value_enum, default_value = "text")]
     pub output: Output,
 }

@@ -14,9 +14,9 @@ use std::process::ExitCode;
 /// Every scenario runs the deployment's real pipeline and Wasm plugins on a fresh
 /// in-memory store, in parallel; no configured procedure runs unless `--live`. Exit status: 0 all passed, 1 some failed, 2 the
 /// configuration or a scenario file was refused (every problem located) or nothing ran.
-/// Format: README "Testing a deployment". `--output json` prints one document instead:
-/// `{"ok", "passed", "failed", "durationMs", "scenarios", "problems"}` (README "Exit codes
-/// and JSON output").
+/// Format: docs/guides/reviewing-changes.md "Testing a deployment". `--output json` prints one
+/// document instead: `{"ok", "passed", "failed", "durationMs", "scenarios", "problems"}`
+/// (docs/reference/exit-codes.md).
 ///
 /// Example: capgate test --config examples/customer-support/capgate.toml examples/customer-support/scenarios
 #[derive(clap::Args, Debug)]

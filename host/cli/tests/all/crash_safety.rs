@@ -1,8 +1,8 @@
-//! Crash safety (README "Shutdown and crash recovery"), against the real `capgate serve` on SQLite and on
-//! Postgres: `kill -9` the process while a call is inside its procedure, or between an
-//! approval's consumption and the procedure; after a restart on the same store the receipt
-//! is pending, `getInvocation` invents no outcome, a retry of the same invocation id answers
-//! `outcome-unknown` without a second execution (the upstream counts every request), and
+//! Crash safety (docs/operations/shutdown-and-crash-recovery.md), against the real `capgate serve`
+//! on SQLite and on Postgres: `kill -9` the process while a call is inside its procedure, or
+//! between an approval's consumption and the procedure; after a restart on the same store the
+//! receipt is pending, `getInvocation` invents no outcome, a retry of the same invocation id
+//! answers `outcome-unknown` without a second execution (the upstream counts every request), and
 //! `capgate invocations reconcile` settles it.
 
 use crate::common;

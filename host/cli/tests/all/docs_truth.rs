@@ -186,7 +186,7 @@ fn command_lines(text: &str) -> Vec<(usize, Vec<String>)> {
         let t = t.strip_prefix("$ ").unwrap_or(t);
         let rest = t
             .strip_prefix("capgate ")
-            // The release archive's binary (README "Installing").
+            // The release archive's binary (docs/getting-started/installing.md).
             .or_else(|| t.strip_prefix("bin/capgate "))
             .or_else(|| t.strip_prefix("cargo run -p capgate -- "))
             .or_else(|| t.strip_prefix("cargo run --release -p capgate -- "));

@@ -1,9 +1,9 @@
-//! Graceful shutdown (README "Shutdown and crash recovery"), against the real `capgate serve` on SQLite and on
-//! Postgres: SIGTERM under load turns `/readyz` unready first, keeps serving through the
-//! unready delay, closes the listener, lets calls in flight finish, flushes the audit and
-//! exits 0 — and every call that got an answer is settled in the store with its audit
-//! events, executed once, while every call that got none left no trace. A call that
-//! outlives the drain time is left pending, never reported.
+//! Graceful shutdown (docs/operations/shutdown-and-crash-recovery.md), against the real `capgate
+//! serve` on SQLite and on Postgres: SIGTERM under load turns `/readyz` unready first, keeps
+//! serving through the unready delay, closes the listener, lets calls in flight finish, flushes the
+//! audit and exits 0 — and every call that got an answer is settled in the store with its audit
+//! events, executed once, while every call that got none left no trace. A call that outlives the
+//! drain time is left pending, never reported.
 
 use crate::common;
 use crate::on_sqlite_and_postgres;

@@ -1,9 +1,9 @@
-//! Traces (README "Traces") through the real `capgate serve` and a test OTLP/HTTP receiver that
-//! decodes the real protobuf (`ExportTraceServiceRequest`): one governed call is one
-//! `agent.capability_call` root with its stage children, in the trace the caller's
-//! `traceparent` started (HTTP and MCP doors, and on to an HTTP upstream); approvals show
-//! their create and consume; no input value, model-written reason or approval comment is in
-//! any exported byte (SI-10). A collector that is down or never answers changes no outcome.
+//! Traces (docs/guides/operating.md "Traces") through the real `capgate serve` and a test OTLP/HTTP
+//! receiver that decodes the real protobuf (`ExportTraceServiceRequest`): one governed call is one
+//! `agent.capability_call` root with its stage children, in the trace the caller's `traceparent`
+//! started (HTTP and MCP doors, and on to an HTTP upstream); approvals show their create and
+//! consume; no input value, model-written reason or approval comment is in any exported byte
+//! (SI-10). A collector that is down or never answers changes no outcome.
 
 use crate::common;
 

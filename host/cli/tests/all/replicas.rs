@@ -1,8 +1,8 @@
-//! Three `capgate serve` replicas on one Postgres behave as one deployment (README
-//! "Running replicas"): a principal's rate limit is the deployment's, not each replica's
-//! (`gateway.rateLimit.scope` defaults to `store` on Postgres), and an MCP session opened on
-//! one replica is served by the others with no sticky routing, still bound to the principal
-//! that opened it.
+//! Three `capgate serve` replicas on one Postgres behave as one deployment
+//! (docs/guides/replicas.md): a principal's rate limit is the deployment's, not each replica's
+//! (`gateway.rateLimit.scope` defaults to `store` on Postgres), and an MCP session opened on one
+//! replica is served by the others with no sticky routing, still bound to the principal that opened
+//! it.
 
 use crate::common;
 

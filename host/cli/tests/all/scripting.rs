@@ -574,10 +574,10 @@ async fn invocations_json_is_one_document_per_command() {
     );
 }
 
-/// Issue 57: the outcome-unknown runbook as README "After a crash" prints it. `list
-/// --status pending` finds the call, `show ID` and `reconcile ID` need only the id, and an
-/// id two callers used is refused (exit 2) until the scope flags pick one, so an operator
-/// never settles someone else's receipt by accident.
+/// Issue 57: the outcome-unknown runbook as docs/operations/shutdown-and-crash-recovery.md "After a
+/// crash" prints it. `list --status pending` finds the call, `show ID` and `reconcile ID` need only
+/// the id, and an id two callers used is refused (exit 2) until the scope flags pick one, so an
+/// operator never settles someone else's receipt by accident.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_runbook_finds_pending_calls_and_settles_one_by_its_id() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -1,6 +1,6 @@
-//! The scenario file format of `capgate test` (README "Testing a deployment"), read into
-//! [`Scenario`]s with every problem located as `file:line:column: key: message`, like a
-//! configuration problem of `capgate check`.
+//! The scenario file format of `capgate test` (docs/guides/reviewing-changes.md "Testing a
+//! deployment"), read into [`Scenario`]s with every problem located as `file:line:column: key:
+//! message`, like a configuration problem of `capgate check`.
 //!
 //! A file holds named actors (`[actors.NAME]`) and any number of `[[scenario]]`s. A
 //! scenario is one governed call (actor, surface, capability, input, context; optionally a

@@ -43,8 +43,8 @@ pub(super) async fn purge_shared(store: capgate_store::Store) {
     }
 }
 
-/// `[audit] retainDays`: purge the audit trail past retention every `PURGE_EVERY` (README
-/// "Retention"), keeping what an export sink has not delivered.
+/// `[audit] retainDays`: purge the audit trail past retention every `PURGE_EVERY`
+/// (docs/guides/operating.md "Retention"), keeping what an export sink has not delivered.
 pub(super) async fn purge_audit(
     log: capgate_store::AuditLog,
     days: u64,

@@ -1,5 +1,5 @@
-//! How a served deployment stops (README "Reliability"): what tells it to (signals, or an
-//! embedder's stop), the drain, and the bounds on what shutdown waits for.
+//! How a served deployment stops (docs/operations/shutdown-and-crash-recovery.md): what tells it to
+//! (signals, or an embedder's stop), the drain, and the bounds on what shutdown waits for.
 
 use anyhow::Context;
 use capgate_gateway::health::ShutdownProbe;
@@ -45,9 +45,9 @@ impl Stops {
     }
 }
 
-/// `serve`'s shutdown sequence (README "Reliability"): at the first stop signal `/readyz`
-/// turns unready; after the unready delay the listener closes; calls in flight get the
-/// drain time to finish. A second stop signal exits at once.
+/// `serve`'s shutdown sequence (docs/operations/shutdown-and-crash-recovery.md): at the first stop
+/// signal `/readyz` turns unready; after the unready delay the listener closes; calls in flight get
+/// the drain time to finish. A second stop signal exits at once.
 pub(super) struct Shutdown {
     pub(super) unready_delay: Duration,
     pub(super) drain: Duration,

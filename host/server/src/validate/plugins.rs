@@ -54,7 +54,7 @@ pub(super) fn binding_of(
     // A shipped plugin (no [plugins.NAME] of its own) runs pooled: it is capgate's own code
     // and keeps nothing between calls but its compiled configuration, so reusing its
     // instances within a namespace shares nothing a fresh one would not, and spares the
-    // CEL parser's start-up on every call (README "Policies without a plugin").
+    // CEL parser's start-up on every call (docs/guides/policies-without-a-plugin.md).
     let isolation = match p {
         None if capgate_builtin::get(&b.plugin).is_some() => Isolation::pooled(),
         _ => isolation_of(p),

@@ -1,10 +1,10 @@
-//! A `webhook` export sink started by [`capgate_server::serve::start`] (README "Approvals
-//! that reach people"): a call held for approval over HTTP reaches a real receiver as an
+//! A `webhook` export sink started by [`capgate_server::serve::start`] (docs/guides/approvals.md
+//! "Approvals that reach people"): a call held for approval over HTTP reaches a real receiver as an
 //! `approval.requested` notification, and its decision as `approval.decided`, each signed as
-//! Standard Webhooks specifies (verified here with HMAC-SHA256 computed from the spec, not
-//! with capgate's own signer); a refused delivery comes again with the same `webhook-id`;
-//! another tenant's approval never reaches a sink limited to `org_1`, and no notification
-//! carries the call's input.
+//! Standard Webhooks specifies (verified here with HMAC-SHA256 computed from the spec, not with
+//! capgate's own signer); a refused delivery comes again with the same `webhook-id`; another
+//! tenant's approval never reaches a sink limited to `org_1`, and no notification carries the
+//! call's input.
 
 use crate::support::{self, DANA, PATIENCE, PRIYA, post, refund};
 use axum::body::Bytes;

@@ -1,8 +1,8 @@
-//! `[audit.export.NAME]` started by [`capgate_server::serve::start`] (README "Exporting the
-//! trail"): a `jsonl` sink receives the events of calls served over HTTP, exactly the
-//! store's chained events in its order, while a sink whose collector refuses every delivery
-//! (a real receiver answering 503) is retried, named failing on `/readyz` once past its lag
-//! bound, and holds nothing back from the other.
+//! `[audit.export.NAME]` started by [`capgate_server::serve::start`] (docs/guides/operating.md
+//! "Exporting the trail"): a `jsonl` sink receives the events of calls served over HTTP, exactly
+//! the store's chained events in its order, while a sink whose collector refuses every delivery (a
+//! real receiver answering 503) is retried, named failing on `/readyz` once past its lag bound, and
+//! holds nothing back from the other.
 
 use crate::support::{self, Chained, DANA, PATIENCE, post, refund, text};
 use serde_json::Value;

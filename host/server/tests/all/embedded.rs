@@ -1,4 +1,4 @@
-//! The example served through the library as an embedder would (README "Embedding"): a
+//! The example served through the library as an embedder would (docs/guides/embedding.md): a
 //! governed call over real HTTP, a reload that swaps the revision, a refused reload that
 //! keeps the old one serving, and a stop that drains and closes the store, with the
 //! reloads in the audit trail under the trigger `embedder`.

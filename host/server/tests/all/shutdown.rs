@@ -1,9 +1,9 @@
-//! [`capgate_server::serve::Served::stop`] runs `serve`'s shutdown sequence (README
-//! "Shutdown and crash recovery"; `serve/shutdown.rs`): `/readyz` turns unready at once,
-//! the listener keeps serving through `shutdownUnreadyDelayMs`, then closes; a call in
-//! flight gets `shutdownDrainMs` to finish and is answered and settled; then the trail is
-//! flushed and the store closed. A call that outlives the drain keeps a pending receipt,
-//! never an outcome it did not have.
+//! [`capgate_server::serve::Served::stop`] runs `serve`'s shutdown sequence
+//! (docs/operations/shutdown-and-crash-recovery.md; `serve/shutdown.rs`): `/readyz` turns unready
+//! at once, the listener keeps serving through `shutdownUnreadyDelayMs`, then closes; a call in
+//! flight gets `shutdownDrainMs` to finish and is answered and settled; then the trail is flushed
+//! and the store closed. A call that outlives the drain keeps a pending receipt, never an outcome
+//! it did not have.
 
 use crate::support::{self, DANA, Holding, PATIENCE, post, refund};
 use serde_json::{Value, json};

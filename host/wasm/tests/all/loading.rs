@@ -95,8 +95,8 @@ fn second_load_comes_from_the_compiled_cache() {
 /// `cargo xtask build-plugins` builds the shipped plugins (cel, cedar, redact) in cargo runs
 /// of their own: built with them, every plugin got their dependencies' features, among them
 /// serde_json's `preserve_order`, whose hash maps import a WASI random seed and made the
-/// benchmark's plugins slower (README, "Guests built for speed"). The control is cel, which
-/// needs that seed itself.
+/// benchmark's plugins slower (docs/contributing/benchmarks.md "Guests built for speed"). The
+/// control is cel, which needs that seed itself.
 #[test]
 fn plugins_are_built_without_the_features_of_the_shipped_ones() {
     const SEED: &str = "wasi:random/insecure-seed@";
