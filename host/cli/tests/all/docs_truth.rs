@@ -394,7 +394,7 @@ fn every_link_in_the_book_and_readme_resolves() {
             if target.is_empty()
                 || ["http://", "https://", "mailto:"]
                     .iter()
-                    .any(|s| target.starts_with(s))
+                    .any(|s| target.starts_with(*s))
             {
                 continue;
             }
