@@ -84,6 +84,55 @@ impl Schema {
         Err(issues)
     }
 
+    /// Every way `value` fails the schema, for an operator rather than a model: the
+    /// messages unmasked (a plugin's `config` is the operator's own text), and an
+    /// unexpected property located at its own key, with the keys the schema does take, so
+    /// `capgate check` points at the `maxAmont` typo rather than at the object around it.
+    pub fn explain(&self, value: &Value) -> Vec<Issue> {
+        use jsonschema::error::ValidationErrorKind;
+        let mut out = Vec::new();
+        for e in self.validator.iter_errors(value).take(MAX_ISSUES) {
+            let at = e.instance_path().to_string();
+            match e.kind() {
+                ValidationErrorKind::AdditionalProperties { unexpected } => {
+                    // The object's schema is the one holding `additionalProperties`.
+                    let parent = e
+                        .schema_path()
+                        .as_str()
+                        .strip_suffix("/additionalProperties")
+                        .unwrap_or_default();
+                    let known: Vec<&str> = self
+                        .source
+                        .pointer(parent)
+                        .and_then(|s| s.get("properties"))
+                        .and_then(Value::as_object)
+                        .map(|p| p.keys().map(String::as_str).collect())
+                        .unwrap_or_default();
+                    for key in unexpected {
+                        let escaped = key.replace('~', "~0").replace('/', "~1");
+                        let message = if known.is_empty() {
+                            format!("`{key}` is not a key this schema allows")
+                        } else {
+                            format!(
+                                "`{key}` is not a key this schema allows (it takes: {})",
+                                known.join(", ")
+                            )
+                        };
+                        out.push(Issue {
+                            path: format!("{at}/{escaped}"),
+                            message,
+                        });
+                    }
+                }
+                _ => out.push(Issue {
+                    path: at,
+                    message: e.to_string(),
+                }),
+            }
+        }
+        out
+    }
+
     /// Validate without applying defaults (output validation: the contract is checked on
     /// the true output).
     pub fn check(&self, value: &Value) -> Result<(), Vec<Issue>> {
@@ -173,6 +222,39 @@ impl DefaultsPlan {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn explain_locates_an_unknown_key_at_the_key_and_names_the_ones_taken() {
+        let s = Schema::compile(json!({
+            "type": "object",
+            "properties": {"maxAmount": {"type": "number"}, "label": {"type": "string"},
+                "nested": {"type": "object", "properties": {"a/b": {}}, "additionalProperties": false}},
+            "required": ["maxAmount"],
+            "additionalProperties": false
+        }))
+        .unwrap();
+        let issues = s.explain(&json!({"maxAmont": 500, "nested": {"x~y": 1}}));
+        let paths: Vec<&str> = issues.iter().map(|i| i.path.as_str()).collect();
+        assert!(paths.contains(&"/maxAmont"), "{issues:?}");
+        assert!(paths.contains(&"/nested/x~0y"), "{issues:?}");
+        assert!(
+            paths.contains(&""),
+            "the missing maxAmount at the root: {issues:?}"
+        );
+        let typo = issues.iter().find(|i| i.path == "/maxAmont").unwrap();
+        assert!(
+            typo.message.contains("label, maxAmount, nested"),
+            "{}",
+            typo.message
+        );
+        let nested = issues.iter().find(|i| i.path == "/nested/x~0y").unwrap();
+        assert!(
+            nested.message.contains("(it takes: a/b)"),
+            "{}",
+            nested.message
+        );
+        assert!(s.explain(&json!({"maxAmount": 1})).is_empty());
+    }
 
     #[test]
     fn defaults_are_applied_before_validation() {

@@ -57,6 +57,18 @@ pub enum LoadError {
         /// Why the component was refused.
         reason: String,
     },
+    /// The component's declared config schema (its `capgate:config-schema` custom section)
+    /// is not one JSON document of bounded size: the plugin is refused rather than run with
+    /// settings nobody can check.
+    #[error("plugin `{file}` declares a config schema (custom section `{section}`) that {reason}")]
+    BadConfigSchema {
+        /// The plugin file.
+        file: String,
+        /// The custom section's name.
+        section: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The compile cache directory is not private to this process's user (owned by another
     /// user, or writable by group or others): whoever can write it could plant native code
     /// under a pinned plugin's key, so it is not used.

@@ -108,7 +108,10 @@ pub use binding::Binding;
 pub use error::{CallError, LoadError};
 pub use host::{HostOptions, WasmHost};
 pub use limits::{Isolation, Limits, ReserveOptions};
-pub use plugin::{LoadSource, Plugin, PluginDir, sha256_hex};
+pub use plugin::{
+    CONFIG_SCHEMA_SECTION, LoadSource, MAX_CONFIG_SCHEMA_BYTES, Plugin, PluginDir,
+    declared_config_schema, sha256_hex,
+};
 pub use policy::WasmPolicy;
 pub use procedure::WasmProcedure;
 pub use redactor::WasmRedactor;

@@ -246,6 +246,8 @@ pub struct Plugin {
     pub(crate) reads_lazily: bool,
     pub(crate) source: LoadSource,
     pub(crate) load_time: Duration,
+    /// The JSON Schema of the `config` its bindings take, when it declares one.
+    pub(crate) config_schema: Option<Arc<serde_json::Value>>,
 }
 
 impl std::fmt::Debug for Plugin {
@@ -416,6 +418,7 @@ impl WasmHost {
             .linker
             .instantiate_pre(&component)
             .map_err(invalid)?;
+        let config_schema = declared_config_schema(file, bytes)?.map(Arc::new);
         Ok(Arc::new(Plugin {
             host: self.clone(),
             file: file.to_string(),
@@ -426,8 +429,63 @@ impl WasmHost {
             reads_lazily,
             source,
             load_time: started.elapsed(),
+            config_schema,
         }))
     }
+}
+
+/// The custom section a plugin declares its config's JSON Schema in: the SDKs write it
+/// (`capgate_sdk::config_schema!`, `export const configSchema` in JavaScript,
+/// `CONFIG_SCHEMA` in Python), at the component's top level or in its core module.
+pub const CONFIG_SCHEMA_SECTION: &str = "capgate:config-schema";
+
+/// A declared schema larger than this is refused (a schema, not a payload).
+pub const MAX_CONFIG_SCHEMA_BYTES: usize = 256 * 1024;
+
+/// The JSON Schema in a component's `capgate:config-schema` custom section, if it has
+/// one. Bytes that are not one JSON object or boolean of bounded size, or two sections
+/// that disagree, refuse the plugin: a schema nobody can read checks nothing.
+pub fn declared_config_schema(
+    file: &str,
+    bytes: &[u8],
+) -> Result<Option<serde_json::Value>, LoadError> {
+    let bad = |reason: String| LoadError::BadConfigSchema {
+        file: file.to_string(),
+        section: CONFIG_SCHEMA_SECTION,
+        reason,
+    };
+    let mut found: Option<serde_json::Value> = None;
+    // Nested modules' payloads come in line: a section a core module carries (the Rust
+    // SDK's link section) is found as one at the top (the JS and Python builds').
+    for payload in wasmparser::Parser::new(0).parse_all(bytes) {
+        // The engine already accepted these bytes; a parse error here ends the scan.
+        let Ok(payload) = payload else { break };
+        let wasmparser::Payload::CustomSection(section) = payload else {
+            continue;
+        };
+        if section.name() != CONFIG_SCHEMA_SECTION {
+            continue;
+        }
+        let data = section.data();
+        if data.len() > MAX_CONFIG_SCHEMA_BYTES {
+            return Err(bad(format!(
+                "is {} bytes, over the {MAX_CONFIG_SCHEMA_BYTES}-byte limit",
+                data.len()
+            )));
+        }
+        let schema: serde_json::Value = serde_json::from_slice(data)
+            .map_err(|e| bad(format!("is not one JSON document: {e}")))?;
+        if !(schema.is_object() || schema.is_boolean()) {
+            return Err(bad("is not a JSON Schema (an object or a boolean)".into()));
+        }
+        match &found {
+            Some(earlier) if *earlier != schema => {
+                return Err(bad("appears twice with different contents".into()));
+            }
+            _ => found = Some(schema),
+        }
+    }
+    Ok(found)
 }
 
 impl Plugin {
@@ -447,6 +505,13 @@ impl Plugin {
     /// request lazily, or the WASI interfaces its toolchain left in.
     pub fn imports(&self) -> &[String] {
         &self.imports
+    }
+    /// The JSON Schema its bindings' `config` must match, when the plugin declares one
+    /// (custom section [`CONFIG_SCHEMA_SECTION`]); `check`, `serve` and reload refuse a
+    /// config that does not, before any call. `None`: the plugin checks its config itself,
+    /// on every call.
+    pub fn config_schema(&self) -> Option<&serde_json::Value> {
+        self.config_schema.as_deref()
     }
     /// Whether it was compiled now or read from the cache.
     pub fn load_source(&self) -> LoadSource {

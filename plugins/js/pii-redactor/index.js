@@ -10,6 +10,25 @@
 
 import { ALNUM } from './alnum.js';
 
+// The config this plugin takes: capgate-js build embeds it, and `capgate check` refuses a
+// binding's config that does not match, at its key, before any call.
+export const configSchema = {
+  type: ['object', 'null'],
+  properties: {
+    paths: {
+      type: 'array',
+      description: 'JSON pointers to drop or mask; `*` matches any key or index.',
+      items: { type: 'string', pattern: '^(/([^~/]|~[01])*)+$' },
+    },
+    pathAction: { enum: ['drop', 'mask'], default: 'drop' },
+    mask: { type: 'string' },
+    emails: { type: 'boolean', default: true },
+    phones: { type: 'boolean', default: true },
+    cards: { type: 'boolean', default: true },
+  },
+  additionalProperties: false,
+};
+
 const KEYS = new Set(['paths', 'pathAction', 'mask', 'emails', 'phones', 'cards']);
 
 function readConfig(v) {

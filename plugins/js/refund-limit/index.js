@@ -8,6 +8,21 @@
 
 import { allow, requireApproval, rawJsonAt, formatJsonNumber } from '@capgate/plugin-sdk';
 
+// The config this plugin takes: capgate-js build embeds it, and `capgate check` refuses a
+// binding's config that does not match, at its key, before any call.
+export const configSchema = {
+  type: 'object',
+  properties: {
+    maxAmount: { type: 'number', description: 'Above this amount, the call needs approval.' },
+    amountPath: { type: 'string', pattern: '^(/([^~/]|~[01])*)+$', default: '/amount' },
+    approvalType: { type: 'string', minLength: 1 },
+    expiresInMs: { type: 'integer', minimum: 0 },
+    label: { type: 'string', default: 'Refund' },
+  },
+  required: ['maxAmount'],
+  additionalProperties: false,
+};
+
 const KEYS = new Set(['maxAmount', 'amountPath', 'approvalType', 'expiresInMs', 'label']);
 
 function readConfig(config, rawConfig) {

@@ -76,4 +76,20 @@ impl Policy for OrgIsolation {
     }
 }
 
+// The config this plugin takes, checked by `capgate check` at load (not here, per call).
+capgate_plugin::config_schema!(
+    r#"{
+        "type": "object",
+        "properties": {
+            "actorAttribute": { "type": "string", "pattern": "^(/([^~/]|~[01])*)+$", "default": "/orgId" },
+            "inputPath": { "type": "string", "pattern": "^(/([^~/]|~[01])*)+$" },
+            "contextPath": { "type": "string", "pattern": "^(/([^~/]|~[01])*)+$" },
+            "onMismatch": { "enum": ["deny", "hide"], "default": "deny" },
+            "message": { "type": "string" },
+            "allowMissing": { "type": "boolean", "default": false }
+        },
+        "additionalProperties": false
+    }"#
+);
+
 export_policy!(OrgIsolation);

@@ -67,6 +67,26 @@ impl Redactor for PiiRedactor {
     }
 }
 
+// The config this plugin takes, checked by `capgate check` at load (not here, per call).
+capgate_plugin::config_schema!(
+    r#"{
+        "type": ["object", "null"],
+        "properties": {
+            "paths": {
+                "type": "array",
+                "description": "JSON pointers to drop or mask; `*` matches any key or index.",
+                "items": { "type": "string", "pattern": "^(/([^~/]|~[01])*)+$" }
+            },
+            "pathAction": { "enum": ["drop", "mask"], "default": "drop" },
+            "mask": { "type": "string" },
+            "emails": { "type": "boolean", "default": true },
+            "phones": { "type": "boolean", "default": true },
+            "cards": { "type": "boolean", "default": true }
+        },
+        "additionalProperties": false
+    }"#
+);
+
 export_redactor!(PiiRedactor);
 
 fn redact(mut value: Value, config: &Config) -> Value {

@@ -16,6 +16,25 @@ from typing import Any, List, Optional, Tuple
 
 from alnum import ALNUM
 
+# The config this plugin takes: capgate-py build embeds it, and `capgate check` refuses a
+# binding's config that does not match, at its key, before any call.
+CONFIG_SCHEMA = {
+    "type": ["object", "null"],
+    "properties": {
+        "paths": {
+            "type": "array",
+            "description": "JSON pointers to drop or mask; `*` matches any key or index.",
+            "items": {"type": "string", "pattern": "^(/([^~/]|~[01])*)+$"},
+        },
+        "pathAction": {"enum": ["drop", "mask"], "default": "drop"},
+        "mask": {"type": "string"},
+        "emails": {"type": "boolean", "default": True},
+        "phones": {"type": "boolean", "default": True},
+        "cards": {"type": "boolean", "default": True},
+    },
+    "additionalProperties": False,
+}
+
 KEYS = {"paths", "pathAction", "mask", "emails", "phones", "cards"}
 
 

@@ -9,6 +9,21 @@ Same behaviour as plugins/refund-limit (Rust) and plugins/js/refund-limit.
 
 from capgate_plugin import MISSING, Decision, PolicyRequest, allow, format_number, require_approval
 
+# The config this plugin takes: capgate-py build embeds it, and `capgate check` refuses a
+# binding's config that does not match, at its key, before any call.
+CONFIG_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "maxAmount": {"type": "number", "description": "Above this amount, the call needs approval."},
+        "amountPath": {"type": "string", "pattern": "^(/([^~/]|~[01])*)+$", "default": "/amount"},
+        "approvalType": {"type": "string", "minLength": 1},
+        "expiresInMs": {"type": "integer", "minimum": 0},
+        "label": {"type": "string", "default": "Refund"},
+    },
+    "required": ["maxAmount"],
+    "additionalProperties": False,
+}
+
 KEYS = {"maxAmount", "amountPath", "approvalType", "expiresInMs", "label"}
 
 

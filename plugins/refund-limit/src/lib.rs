@@ -63,4 +63,20 @@ impl Policy for RefundLimit {
     }
 }
 
+// The config this plugin takes, checked by `capgate check` at load (not here, per call).
+capgate_plugin::config_schema!(
+    r#"{
+        "type": "object",
+        "properties": {
+            "maxAmount": { "type": "number", "description": "Above this amount, the call needs approval." },
+            "amountPath": { "type": "string", "pattern": "^(/([^~/]|~[01])*)+$", "default": "/amount" },
+            "approvalType": { "type": "string", "minLength": 1 },
+            "expiresInMs": { "type": "integer", "minimum": 0 },
+            "label": { "type": "string", "default": "Refund" }
+        },
+        "required": ["maxAmount"],
+        "additionalProperties": false
+    }"#
+);
+
 export_policy!(RefundLimit);

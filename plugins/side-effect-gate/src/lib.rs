@@ -71,4 +71,19 @@ impl Policy for SideEffectGate {
     }
 }
 
+// The config this plugin takes, checked by `capgate check` at load (not here, per call).
+capgate_plugin::config_schema!(
+    r#"{
+        "type": "object",
+        "properties": {
+            "sideEffects": { "type": "array", "items": { "enum": ["none", "read", "write", "destructive", "external"] } },
+            "surfaces": { "type": "array", "items": { "enum": ["direct", "aiSdk", "mcp", "workflow", "test"] } },
+            "action": { "enum": ["deny", "hide"], "default": "deny" },
+            "message": { "type": "string" },
+            "allowTags": { "type": "array", "items": { "type": "string" } }
+        },
+        "additionalProperties": false
+    }"#
+);
+
 export_policy!(SideEffectGate);

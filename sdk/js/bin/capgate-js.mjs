@@ -127,6 +127,89 @@ async function bundle(entry, kind, work) {
   return output[0].code;
 }
 
+// The JSON Schema of the plugin's `config`, when the entry declares one with
+// `export const configSchema = { ... }`: a literal (objects, arrays, strings, numbers,
+// booleans, null), read from the source without running it. capgate checks every binding's
+// config against it at load (`capgate check`), located at the key.
+async function declaredConfigSchema(entry) {
+  const { parseAst } = await import('rolldown/parseAst');
+  const source = readFileSync(entry, 'utf8');
+  const ast = parseAst(source, null, entry);
+  const at = (node) => {
+    const line = source.slice(0, node.start).split('\n').length;
+    return `${entry}:${line}`;
+  };
+  const literal = (node) => {
+    switch (node.type) {
+      case 'ObjectExpression': {
+        const out = {};
+        for (const p of node.properties) {
+          if (p.type !== 'Property' || p.computed || p.kind !== 'init' || p.method) {
+            throw new Error(`${at(p)}: configSchema must be a literal (no spreads, computed keys or methods)`);
+          }
+          const key = p.key.type === 'Identifier' ? p.key.name : p.key.type === 'Literal' ? String(p.key.value) : undefined;
+          if (key === undefined) throw new Error(`${at(p)}: configSchema key is not a name or a string`);
+          out[key] = literal(p.value);
+        }
+        return out;
+      }
+      case 'ArrayExpression':
+        return node.elements.map((e) => {
+          if (e === null || e.type === 'SpreadElement') throw new Error(`${at(node)}: configSchema arrays hold literals only`);
+          return literal(e);
+        });
+      case 'Literal':
+        if (node.regex || node.bigint !== undefined) throw new Error(`${at(node)}: configSchema holds JSON values only`);
+        return node.value;
+      case 'UnaryExpression':
+        if (node.operator === '-' && node.argument.type === 'Literal' && typeof node.argument.value === 'number') {
+          return -node.argument.value;
+        }
+        break;
+      case 'TemplateLiteral':
+        if (node.expressions.length === 0) return node.quasis[0].value.cooked;
+        break;
+      case 'TSAsExpression':
+      case 'TSSatisfiesExpression':
+      case 'ParenthesizedExpression':
+        return literal(node.expression);
+    }
+    throw new Error(`${at(node)}: configSchema must be a JSON literal (found ${node.type})`);
+  };
+  for (const node of ast.body) {
+    if (node.type !== 'ExportNamedDeclaration' || node.declaration?.type !== 'VariableDeclaration') continue;
+    for (const d of node.declaration.declarations) {
+      if (d.id.type === 'Identifier' && d.id.name === 'configSchema') {
+        if (!d.init) throw new Error(`${at(d)}: configSchema has no value`);
+        const schema = literal(d.init);
+        if (schema === null || (typeof schema !== 'object' && typeof schema !== 'boolean') || Array.isArray(schema)) {
+          throw new Error(`${at(d)}: configSchema must be a JSON Schema (an object or a boolean)`);
+        }
+        return schema;
+      }
+    }
+  }
+  return undefined;
+}
+
+// A component with one more custom section at its end (the component format allows custom
+// sections anywhere after the preamble): id 0, size, name, bytes.
+function withCustomSection(component, name, data) {
+  const leb = (n) => {
+    const out = [];
+    do {
+      let b = n & 0x7f;
+      n >>>= 7;
+      if (n) b |= 0x80;
+      out.push(b);
+    } while (n);
+    return Buffer.from(out);
+  };
+  const nameBytes = Buffer.from(name, 'utf8');
+  const payload = Buffer.concat([leb(nameBytes.length), nameBytes, Buffer.from(data)]);
+  return Buffer.concat([Buffer.from(component), Buffer.from([0]), leb(payload.length), payload]);
+}
+
 async function cmdBuild(opts) {
   const [entryArg] = opts._;
   if (!entryArg || !opts.world) usage();
@@ -146,11 +229,14 @@ async function cmdBuild(opts) {
   mkdirSync(work, { recursive: true });
   try {
     const code = await bundle(entry, kind, work);
+    const schema = await declaredConfigSchema(entry);
+    const schemaText = schema === undefined ? undefined : JSON.stringify(schema);
     const tBundle = performance.now() - t0;
     const inputs = createHash('sha256')
       .update(JSON.stringify({ kind, disableFeatures, cjs: version('@bytecodealliance/componentize-js'), sdk: JSON.parse(readFileSync(join(SDK, 'package.json'), 'utf8')).version }))
       .update(witDigest(wit))
       .update(code)
+      .update(schemaText ?? '')
       .digest('hex');
     const stamp = `${out}.inputs`;
     if (!opts.force && existsSync(out) && existsSync(stamp) && readFileSync(stamp, 'utf8').trim() === inputs) {
@@ -161,7 +247,9 @@ async function cmdBuild(opts) {
     writeFileSync(sourcePath, code);
     const { componentize } = await import('@bytecodealliance/componentize-js');
     const t1 = performance.now();
-    const { component } = await componentize({ sourcePath, witPath: wit, worldName: WORLDS[kind].world, disableFeatures });
+    const built = await componentize({ sourcePath, witPath: wit, worldName: WORLDS[kind].world, disableFeatures });
+    const component =
+      schemaText === undefined ? built.component : withCustomSection(built.component, 'capgate:config-schema', Buffer.from(schemaText));
     const tComp = performance.now() - t1;
     mkdirSync(dirname(out), { recursive: true });
     writeFileSync(out, component);
@@ -170,7 +258,7 @@ async function cmdBuild(opts) {
     if (!opts.quiet) {
       console.log(
         `${out}: ${(component.length / 1048576).toFixed(1)} MiB, bundle ${tBundle.toFixed(0)} ms, componentize ${(tComp / 1000).toFixed(1)} s` +
-          ` (world ${WORLDS[kind].world}, WASI: ${enable.length ? enable.join(',') : 'none'})`,
+          ` (world ${WORLDS[kind].world}, WASI: ${enable.length ? enable.join(',') : 'none'}, config schema: ${schemaText === undefined ? 'none declared' : 'declared'})`,
       );
     }
     return { out, skipped: false, bytes: component.length, ms };

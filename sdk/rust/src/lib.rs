@@ -37,6 +37,8 @@
 //! - [`Procedure`] + [`export_procedure!`]: the operation itself, with [`ProcedureError`]'s mapping.
 //! - [`Authorizer`] + [`export_authorizer!`]: may this gateway principal do this operation,
 //!   through this door ([`AuthorizeRequest::surface`]; `None` for the human approvals API).
+//! - [`config_schema!`]: the JSON Schema of the binding's `config`, checked by `capgate check`
+//!   at load rather than by the plugin on every call.
 //! - [`log`]: a line into the host's tracing (capped in size and rate by the host).
 //! - Structured values arrive as JSON text and are parsed on demand
 //!   ([`PolicyRequest::input`], [`PolicyRequest::config`], ...), so a plugin only pays for what it reads.
@@ -763,6 +765,44 @@ fn parse_json(what: &str, s: &str) -> Result<Value, String> {
 
 fn to_json(v: &Value) -> String {
     v.to_string()
+}
+
+/// Declare the JSON Schema of the `config` this plugin's bindings take, so that
+/// `capgate check`, `serve` and reload refuse a config that does not match it, located at
+/// its key (`/policies/refundLimit/config/maxAmont`), instead of the plugin failing every
+/// call closed in production. One line, a string literal or `include_str!`:
+///
+/// ```
+/// capgate_plugin::config_schema!(r#"{
+///   "type": "object",
+///   "properties": { "maxAmount": { "type": "number" }, "label": { "type": "string" } },
+///   "required": ["maxAmount"],
+///   "additionalProperties": false
+/// }"#);
+/// ```
+///
+/// The schema is stored in the component's `capgate:config-schema` custom section (the
+/// host reads it at load; a section that is not JSON refuses the plugin). Declare it once
+/// per component. A plugin that declares nothing keeps checking its config itself.
+#[macro_export]
+macro_rules! config_schema {
+    ($schema:expr) => {
+        const _: () = {
+            const SCHEMA: &str = $schema;
+            #[used]
+            #[unsafe(link_section = "capgate:config-schema")]
+            static CONFIG_SCHEMA: [u8; SCHEMA.len()] = {
+                let bytes = SCHEMA.as_bytes();
+                let mut out = [0u8; SCHEMA.len()];
+                let mut i = 0;
+                while i < bytes.len() {
+                    out[i] = bytes[i];
+                    i += 1;
+                }
+                out
+            };
+        };
+    };
 }
 
 /// Export a [`Policy`] as the component's `capgate:plugin/policy` interface.

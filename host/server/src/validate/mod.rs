@@ -268,6 +268,7 @@ pub fn validate(path: &Path) -> Result<Checked, Refused> {
     let identity = v.identity();
     let plugins = v.plugins();
     v.shipped_bindings(&plugins);
+    v.plugin_configs(&plugins);
     let policies = v.bindings("policies", &config.policies, &plugins, |plugin, b, name| {
         let phases = phases_of(&config, b);
         // One policy per config the binding is bound with: a `cedar` set with several

@@ -522,3 +522,84 @@ mod tests {
         assert_eq!(capgate_config::SHIPPED_PLUGINS, embedded.as_slice());
     }
 }
+
+impl Validation<'_> {
+    /// Every binding of a plugin of the deployment's own checked against the JSON Schema the
+    /// plugin declares for its `config` (its `capgate:config-schema` section): each mismatch
+    /// a problem at its key (`/policies/refundLimit/config/maxAmont`), so a typo fails
+    /// `check`, `serve` and reload instead of failing every call closed. A plugin that
+    /// declares nothing keeps checking its config itself, call by call, and `check` warns
+    /// that nothing checked it at load. The shipped plugins have their own checks
+    /// ([`Validation::shipped_bindings`]).
+    pub(super) fn plugin_configs(&mut self, plugins: &BTreeMap<String, Arc<Plugin>>) {
+        let cfg = self.cfg;
+        let mut bound: Vec<(String, &str, &serde_json::Value)> = Vec::new();
+        for (section, bindings) in [("policies", &cfg.policies), ("redactors", &cfg.redactors)] {
+            for (name, b) in bindings {
+                bound.push((
+                    format!("/{section}/{}/config", seg(name)),
+                    &b.plugin,
+                    &b.config,
+                ));
+            }
+        }
+        for (i, c) in cfg.capabilities.iter().enumerate() {
+            if let capgate_config::Procedure::Plugin(name) = &c.procedure.kind {
+                bound.push((
+                    format!("/capabilities/{i}/procedure/config"),
+                    name,
+                    &c.procedure.config,
+                ));
+            }
+        }
+        if let Some(AuthorizeSetting::Plugin(a)) = &cfg.gateway.authorize {
+            bound.push(("/gateway/authorize/config".into(), &a.plugin, &a.config));
+        }
+        // Each declared schema compiled once, however many bindings use it.
+        let mut compiled: BTreeMap<&str, Option<capgate_core::schema::Schema>> = BTreeMap::new();
+        for (at, name, config) in bound {
+            // Shipped plugins, and plugins that did not load (their own problem), are not
+            // this check's.
+            let Some(plugin) = cfg.plugins.get(name).and(plugins.get(name)) else {
+                continue;
+            };
+            let Some(declared) = plugin.config_schema() else {
+                if !config.is_null() {
+                    let warning = self.doc.problem(
+                        &at,
+                        format!(
+                            "plugin `{name}` declares no schema for its config, so nothing checks it before a call (a config it refuses fails every call closed); declare one with the SDK (docs/guides/writing-plugins.md)"
+                        ),
+                    );
+                    self.warnings.push(warning);
+                }
+                continue;
+            };
+            if !compiled.contains_key(name) {
+                let schema = match capgate_core::schema::Schema::compile(declared.clone()) {
+                    Ok(s) => Some(s),
+                    Err(e) => {
+                        self.problem(
+                            &format!("/plugins/{}/path", seg(name)),
+                            format!("plugin `{name}` declares a config schema that does not compile: {e}"),
+                        );
+                        None
+                    }
+                };
+                compiled.insert(name, schema);
+            }
+            let Some(Some(schema)) = compiled.get(name) else {
+                continue;
+            };
+            for issue in schema.explain(config) {
+                self.problem(
+                    &format!("{at}{}", issue.path),
+                    format!(
+                        "{} (the config schema plugin `{name}` declares)",
+                        issue.message
+                    ),
+                );
+            }
+        }
+    }
+}

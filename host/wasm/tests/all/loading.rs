@@ -110,3 +110,81 @@ fn plugins_are_built_without_the_features_of_the_shipped_ones() {
         assert!(!seeded(name), "{name}: {:?}", load(name).imports());
     }
 }
+
+/// A component with one more custom section at its end, as the JavaScript and Python SDK
+/// builds write a declared config schema.
+fn with_section(component: &[u8], name: &str, data: &[u8]) -> Vec<u8> {
+    fn leb(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let b = (n & 0x7f) as u8;
+            n >>= 7;
+            out.push(if n == 0 { b } else { b | 0x80 });
+            if n == 0 {
+                break;
+            }
+        }
+    }
+    let mut payload = Vec::new();
+    leb(name.len(), &mut payload);
+    payload.extend_from_slice(name.as_bytes());
+    payload.extend_from_slice(data);
+    let mut out = component.to_vec();
+    out.push(0);
+    leb(payload.len(), &mut out);
+    out.extend_from_slice(&payload);
+    out
+}
+
+/// Issue 57: a plugin declares its config's JSON Schema; the Rust SDK's
+/// `config_schema!` puts it in the core module, and the host finds it there.
+#[test]
+fn the_rust_sdk_declares_the_config_schema_in_the_component() {
+    let plugin = load("refund_limit");
+    let schema = plugin
+        .config_schema()
+        .expect("refund-limit declares a schema");
+    assert_eq!(schema["required"], serde_json::json!(["maxAmount"]));
+    assert_eq!(schema["additionalProperties"], false);
+    // A plugin that declares nothing keeps today's behaviour.
+    assert!(load("support_desk").config_schema().is_none());
+}
+
+/// The attacker's cases: whoever builds (or tampers with, before pinning) a component
+/// cannot make the host run with a schema nobody can read. A section that is not JSON,
+/// not a schema, over the size cap, or declared twice differently refuses the plugin.
+#[test]
+fn a_declared_config_schema_that_is_not_one_json_schema_refuses_the_plugin() {
+    let base = std::fs::read(wasm_dir().join(wasm_file("support_desk"))).expect("read");
+    let section = capgate_wasm::CONFIG_SCHEMA_SECTION;
+    let good = with_section(&base, section, br#"{"type":"object"}"#);
+    let plugin = host()
+        .load_unpinned("good.wasm", &good)
+        .expect("a JSON schema loads");
+    assert_eq!(
+        plugin.config_schema(),
+        Some(&serde_json::json!({"type": "object"}))
+    );
+    let oversize = format!("\"{}\"", "x".repeat(capgate_wasm::MAX_CONFIG_SCHEMA_BYTES));
+    let twice = with_section(&good, section, br#"{"type":"array"}"#);
+    for (what, bytes) in [
+        ("not JSON", with_section(&base, section, b"{not json")),
+        ("not a schema", with_section(&base, section, b"[1, 2]")),
+        (
+            "over the cap",
+            with_section(&base, section, oversize.as_bytes()),
+        ),
+        ("twice, differently", twice),
+    ] {
+        let err = host()
+            .load_unpinned("hostile.wasm", &bytes)
+            .expect_err(what);
+        assert!(
+            matches!(err, LoadError::BadConfigSchema { .. }),
+            "{what}: {err:?}"
+        );
+        assert!(err.to_string().contains(section), "{what}: {err}");
+    }
+    // The same section twice with the same contents (a linker's duplicate) is one schema.
+    let same = with_section(&good, section, br#"{"type":"object"}"#);
+    assert!(host().load_unpinned("same.wasm", &same).is_ok());
+}

@@ -19,7 +19,9 @@ recorded in ``<out>.inputs``.
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -68,6 +70,56 @@ def digest_tree(h, root: Path, suffixes=(".py", ".wit", ".toml")) -> None:
             h.update(p.read_bytes())
 
 
+CONFIG_SCHEMA_SECTION = "capgate:config-schema"
+
+
+def declared_config_schema(entry: Path):
+    """The JSON Schema of the plugin's `config`, when the module declares one with a
+    top-level `CONFIG_SCHEMA = {...}`: a literal (dicts, lists, strings, numbers, booleans,
+    None), read from the source without running it. capgate checks every binding's config
+    against it at load (`capgate check`), located at the key."""
+    tree = ast.parse(entry.read_text(encoding="utf-8"), filename=str(entry))
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
+        if not any(isinstance(t, ast.Name) and t.id == "CONFIG_SCHEMA" for t in targets):
+            continue
+        try:
+            schema = ast.literal_eval(value)
+        except ValueError as e:
+            raise SystemExit(f"capgate-py: {entry}:{node.lineno}: CONFIG_SCHEMA must be a literal ({e})")
+        if not isinstance(schema, (dict, bool)):
+            raise SystemExit(f"capgate-py: {entry}:{node.lineno}: CONFIG_SCHEMA must be a JSON Schema (a dict or a bool)")
+        try:
+            json.dumps(schema, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise SystemExit(f"capgate-py: {entry}:{node.lineno}: CONFIG_SCHEMA is not JSON ({e})")
+        return schema
+    return None
+
+
+def with_custom_section(component: bytes, name: str, data: bytes) -> bytes:
+    """The component with one more custom section at its end (allowed anywhere after the
+    preamble): id 0, size, name, bytes."""
+
+    def leb(n: int) -> bytes:
+        out = bytearray()
+        while True:
+            b = n & 0x7F
+            n >>= 7
+            out.append(b | (0x80 if n else 0))
+            if not n:
+                return bytes(out)
+
+    encoded = name.encode()
+    payload = leb(len(encoded)) + encoded + data
+    return component + b"\x00" + leb(len(payload)) + payload
+
+
 def build(entry: Path, world: str, out: Path, wit: Path, stub_wasi: bool, force: bool, quiet: bool) -> dict:
     if world not in WORLDS:
         raise SystemExit(f"capgate-py: unknown world {world!r} (policy, redactor, procedure)")
@@ -80,6 +132,7 @@ def build(entry: Path, world: str, out: Path, wit: Path, stub_wasi: bool, force:
     world_name, glue = WORLDS[world]
     tool = componentize_py()
 
+    schema = declared_config_schema(entry)
     t0 = time.perf_counter()
     h = hashlib.sha256()
     h.update(f"{world}|{stub_wasi}|{module}|{tool_version(tool)}".encode())
@@ -113,13 +166,18 @@ def build(entry: Path, world: str, out: Path, wit: Path, stub_wasi: bool, force:
         if r.returncode != 0:
             raise SystemExit(f"capgate-py: componentize-py failed ({r.returncode})")
         seconds = time.perf_counter() - t1
+        if schema is not None:
+            tmp_out.write_bytes(
+                with_custom_section(tmp_out.read_bytes(), CONFIG_SCHEMA_SECTION, json.dumps(schema).encode())
+            )
         shutil.move(str(tmp_out), out)
     stamp.write_text(inputs + "\n")
     size = out.stat().st_size
     if not quiet:
         print(
             f"{out}: {size / 1048576:.1f} MiB, componentize {seconds:.1f} s "
-            f"(world {world_name}, WASI: {'stubbed' if stub_wasi else 'imported'})"
+            f"(world {world_name}, WASI: {'stubbed' if stub_wasi else 'imported'}, "
+            f"config schema: {'declared' if schema is not None else 'none declared'})"
         )
     return {"out": out, "skipped": False, "bytes": size, "seconds": time.perf_counter() - t0}
 
