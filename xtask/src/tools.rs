@@ -47,7 +47,33 @@ const TOOLS: &[Tool] = &[
         packages: &["buildah"],
         why: "`cargo xtask test` builds the container image and runs the example in it",
     },
+    Tool {
+        commands: &["openssl", "python3"],
+        packages: &["openssl", "python3"],
+        why: "`cargo xtask dist` signs the archive and the tests verify cosign-shaped signatures with it (openssl); the OCI tests make the registry's bcrypt login with Python's crypt (python3)",
+    },
 ];
+
+/// `cargo auditable`, installed from crates.io (`cargo install --locked cargo-auditable`)
+/// when missing: the builds `cargo xtask test` and `cargo xtask dist` package embed the
+/// binary's crate list (its `.dep-v0` section), which `cargo audit bin`, syft, trivy and
+/// grype read from the binary itself.
+pub fn ensure_cargo_auditable() -> anyhow::Result<()> {
+    let installed = std::process::Command::new("cargo")
+        .args(["auditable", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if installed {
+        return Ok(());
+    }
+    eprintln!("xtask: cargo install --locked cargo-auditable");
+    crate::run(std::process::Command::new("cargo").args([
+        "install",
+        "--locked",
+        "--quiet",
+        "cargo-auditable",
+    ]))
+}
 
 /// Whether `CI` is set (a missing tool is then a failure, not a skip).
 pub fn ci() -> bool {

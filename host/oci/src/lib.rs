@@ -583,7 +583,7 @@ pub async fn push(
     wasm: &[u8],
     target: &str,
     insecure: &[String],
-    sign_key: Option<&ed25519_dalek::SigningKey>,
+    sign_key: Option<&sign::SigningKey>,
 ) -> Result<Pushed, OciError> {
     let r = Reference::parse(target)?;
     if r.digest.is_some() {
@@ -641,7 +641,7 @@ async fn push_signature(
     reg: &Registry,
     r: &Reference,
     manifest_hex: &str,
-    key: &ed25519_dalek::SigningKey,
+    key: &sign::SigningKey,
 ) -> Result<(), OciError> {
     let payload = sign::payload(&r.name(), &format!("sha256:{manifest_hex}"));
     let payload_digest = format!("sha256:{}", sha256_hex(&payload));

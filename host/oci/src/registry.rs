@@ -242,7 +242,7 @@ impl Registry {
             .map_err(|e| self.unreachable(&e))?;
         if r.status() == StatusCode::UNAUTHORIZED {
             return Err(self.error(
-                "the registry refused the credentials (401 after logging in); check CAPGATE_REGISTRY_USERNAME/CAPGATE_REGISTRY_PASSWORD or the docker config's `auths` entry",
+                "the registry refused the credentials (401 after logging in); check CAPGATE_REGISTRY_USERNAME/CAPGATE_REGISTRY_PASSWORD, or the docker config's credential helper or `auths` entry",
             ));
         }
         Ok(r)
@@ -262,7 +262,7 @@ impl Registry {
         if scheme.eq_ignore_ascii_case("basic") {
             return basic.map(|b| format!("Basic {b}")).ok_or_else(|| {
                 self.error(
-                    "the registry asks for a login and no credentials are configured: set CAPGATE_REGISTRY_USERNAME and CAPGATE_REGISTRY_PASSWORD, or `docker login` (the docker config's `auths`)",
+                    "the registry asks for a login and no credentials are configured: set CAPGATE_REGISTRY_USERNAME and CAPGATE_REGISTRY_PASSWORD, or `docker login` (the docker config's credential helper or `auths`)",
                 )
             });
         }

@@ -1,21 +1,25 @@
-//! Plugin signatures in cosign's registry layout, with Ed25519 keys.
+//! Plugin signatures in cosign's registry layout, with cosign's default ECDSA P-256 keys or
+//! Ed25519 keys.
 //!
 //! A signature of the artifact whose manifest digest is `sha256:HEX` lives under the tag
 //! `sha256-HEX.sig` of the same repository: an OCI manifest whose layers are cosign
 //! "simple signing" payloads (`application/vnd.dev.cosign.simplesigning.v1+json`), each
 //! carrying its base64 signature in the `dev.cosignproject.cosign/signature` annotation.
 //! The payload names the signed manifest digest (`critical.image.docker-manifest-digest`);
-//! the signature is Ed25519 over the payload bytes. A signature is looked up in the
+//! the signature is over the payload bytes: ECDSA P-256 with SHA-256, ASN.1 DER (what
+//! `cosign generate-key-pair` and `cosign sign --key` make), or Ed25519. A signature is looked up in the
 //! artifact's own repository and binds its manifest digest (the payload's
 //! `docker-reference` is not compared: a registry can be reached under several names).
 //! capgate verifies against the
-//! configured public keys only (no transparency log, no certificates); keys are PEM
-//! (`openssl genpkey -algorithm ed25519` and `openssl pkey -pubout`).
+//! configured public keys only (no transparency log, no certificates); public keys are PEM
+//! SubjectPublicKeyInfo (`cosign.pub` as cosign writes it, or `openssl pkey -pubout`).
+//! `capgate plugin push --sign-key` signs with an unencrypted PKCS#8 or SEC1 PEM key
+//! (`openssl genpkey -algorithm ed25519`, or `openssl ecparam -name prime256v1 -genkey`);
+//! cosign's own password-encrypted `cosign.key` stays with cosign (`cosign sign --key`).
 
 use super::OciError;
 use base64::Engine;
-use ed25519_dalek::pkcs8::{DecodePrivateKey, DecodePublicKey};
-use ed25519_dalek::{Signer, SigningKey, VerifyingKey};
+use ed25519_dalek::{Signer, Verifier};
 use std::path::Path;
 
 /// The media type of a signature payload layer (cosign's).
@@ -55,6 +59,52 @@ pub struct PublicKey {
     key: VerifyingKey,
 }
 
+/// A public key of one of the algorithms a signature may use.
+#[derive(Debug, Clone)]
+pub enum VerifyingKey {
+    /// cosign's default: ECDSA over P-256 with SHA-256.
+    EcdsaP256(p256::ecdsa::VerifyingKey),
+    /// Ed25519.
+    Ed25519(ed25519_dalek::VerifyingKey),
+}
+
+impl VerifyingKey {
+    /// Whether `signature` (DER or fixed-size for ECDSA, 64 bytes for Ed25519) signs
+    /// `message` under this key.
+    pub fn verifies(&self, message: &[u8], signature: &[u8]) -> bool {
+        match self {
+            VerifyingKey::EcdsaP256(k) => {
+                let sig = p256::ecdsa::DerSignature::from_bytes(signature)
+                    .ok()
+                    .and_then(|d| p256::ecdsa::Signature::try_from(d).ok())
+                    .or_else(|| p256::ecdsa::Signature::from_slice(signature).ok());
+                sig.is_some_and(|sig| k.verify(message, &sig).is_ok())
+            }
+            VerifyingKey::Ed25519(k) => ed25519_dalek::Signature::from_slice(signature)
+                .is_ok_and(|sig| k.verify_strict(message, &sig).is_ok()),
+        }
+    }
+}
+
+/// A private key `capgate plugin push --sign-key` signs with.
+#[derive(Debug, Clone)]
+pub enum SigningKey {
+    /// ECDSA over P-256 with SHA-256 (signatures DER, as cosign writes them).
+    EcdsaP256(p256::ecdsa::SigningKey),
+    /// Ed25519.
+    Ed25519(ed25519_dalek::SigningKey),
+}
+
+impl SigningKey {
+    /// Its public half.
+    pub fn verifying_key(&self) -> VerifyingKey {
+        match self {
+            SigningKey::EcdsaP256(k) => VerifyingKey::EcdsaP256(*k.verifying_key()),
+            SigningKey::Ed25519(k) => VerifyingKey::Ed25519(k.verifying_key()),
+        }
+    }
+}
+
 fn read_key_file(path: &Path) -> Result<String, String> {
     let meta =
         std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
@@ -68,36 +118,79 @@ fn read_key_file(path: &Path) -> Result<String, String> {
 }
 
 impl PublicKey {
-    /// The key itself (also what `capgate audit verify --public-key` checks checkpoints with).
-    pub fn key(&self) -> VerifyingKey {
-        self.key
+    /// The key itself.
+    pub fn key(&self) -> &VerifyingKey {
+        &self.key
     }
 
-    /// An Ed25519 public key from a PEM file (`-----BEGIN PUBLIC KEY-----`).
+    /// The Ed25519 key, if it is one (what `capgate audit verify --public-key` checks
+    /// checkpoints with: the audit chain signs with Ed25519 only).
+    pub fn ed25519(&self) -> Option<ed25519_dalek::VerifyingKey> {
+        match self.key {
+            VerifyingKey::Ed25519(k) => Some(k),
+            VerifyingKey::EcdsaP256(_) => None,
+        }
+    }
+
+    /// A key in memory, named `name` in messages.
+    pub fn new(name: impl Into<String>, key: VerifyingKey) -> PublicKey {
+        PublicKey {
+            name: name.into(),
+            key,
+        }
+    }
+
+    /// A public key from a PEM file (`-----BEGIN PUBLIC KEY-----`): cosign's ECDSA P-256
+    /// `cosign.pub`, or an Ed25519 key.
     pub fn load(path: &Path) -> Result<PublicKey, String> {
         let text = read_key_file(path)?;
-        let key = VerifyingKey::from_public_key_pem(&text).map_err(|e| {
+        let key = parse_public_key(&text).ok_or_else(|| {
             format!(
-                "{} is not an Ed25519 public key in PEM (`openssl pkey -in KEY -pubout`): {e}",
+                "{} is not an ECDSA P-256 or Ed25519 public key in PEM (cosign.pub, or `openssl pkey -in KEY -pubout`)",
                 path.display()
             )
         })?;
-        Ok(PublicKey {
-            name: path.display().to_string(),
-            key,
-        })
+        Ok(PublicKey::new(path.display().to_string(), key))
     }
 }
 
-/// An Ed25519 private key from a PEM PKCS#8 file (`-----BEGIN PRIVATE KEY-----`).
+/// A PEM SubjectPublicKeyInfo of either algorithm.
+pub fn parse_public_key(pem: &str) -> Option<VerifyingKey> {
+    use p256::pkcs8::DecodePublicKey as _;
+    if let Ok(k) = p256::ecdsa::VerifyingKey::from_public_key_pem(pem) {
+        return Some(VerifyingKey::EcdsaP256(k));
+    }
+    ed25519_dalek::VerifyingKey::from_public_key_pem(pem)
+        .ok()
+        .map(VerifyingKey::Ed25519)
+}
+
+/// A private key from a PEM file: PKCS#8 (`-----BEGIN PRIVATE KEY-----`, Ed25519 or ECDSA
+/// P-256) or SEC1 (`-----BEGIN EC PRIVATE KEY-----`, P-256, as `openssl ecparam -genkey`
+/// writes it).
 pub fn load_signing_key(path: &Path) -> Result<SigningKey, String> {
     let text = read_key_file(path)?;
-    SigningKey::from_pkcs8_pem(&text).map_err(|e| {
+    parse_signing_key(&text).ok_or_else(|| {
         format!(
-            "{} is not an Ed25519 private key in PEM (`openssl genpkey -algorithm ed25519`): {e}",
+            "{} is not an unencrypted ECDSA P-256 or Ed25519 private key in PEM (`openssl ecparam -name prime256v1 -genkey -noout`, or `openssl genpkey -algorithm ed25519`); a password-encrypted cosign.key signs with `cosign sign --key`",
             path.display()
         )
     })
+}
+
+/// A PEM private key of either algorithm.
+pub fn parse_signing_key(pem: &str) -> Option<SigningKey> {
+    use p256::elliptic_curve::SecretKey;
+    use p256::pkcs8::DecodePrivateKey as _;
+    if let Ok(k) = p256::ecdsa::SigningKey::from_pkcs8_pem(pem) {
+        return Some(SigningKey::EcdsaP256(k));
+    }
+    if let Ok(k) = SecretKey::<p256::NistP256>::from_sec1_pem(pem) {
+        return Some(SigningKey::EcdsaP256(k.into()));
+    }
+    ed25519_dalek::SigningKey::from_pkcs8_pem(pem)
+        .ok()
+        .map(SigningKey::Ed25519)
 }
 
 /// The simple-signing payload for `manifest_digest` (`sha256:HEX`) of `docker_reference`
@@ -115,13 +208,20 @@ pub fn payload(docker_reference: &str, manifest_digest: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-/// Sign a payload: the base64 signature for the annotation.
+/// Sign a payload: the base64 signature for the annotation (DER for ECDSA, as cosign).
 pub fn sign(key: &SigningKey, payload: &[u8]) -> String {
-    base64::engine::general_purpose::STANDARD.encode(key.sign(payload).to_bytes())
+    let b64 = base64::engine::general_purpose::STANDARD;
+    match key {
+        SigningKey::EcdsaP256(k) => {
+            let sig: p256::ecdsa::Signature = k.sign(payload);
+            b64.encode(sig.to_der().as_bytes())
+        }
+        SigningKey::Ed25519(k) => b64.encode(k.sign(payload).to_bytes()),
+    }
 }
 
 /// The key that signed `manifest_digest` through one of `candidates`, if any: the payload
-/// must name that digest and carry a valid Ed25519 signature by one of `keys`.
+/// must name that digest and carry a valid signature by one of `keys`.
 pub fn verify<'k>(
     candidates: &[Candidate],
     keys: &'k [PublicKey],
@@ -133,13 +233,7 @@ pub fn verify<'k>(
         else {
             continue;
         };
-        let Ok(sig) = ed25519_dalek::Signature::from_slice(&sig) else {
-            continue;
-        };
-        let Some(key) = keys
-            .iter()
-            .find(|k| k.key.verify_strict(&payload, &sig).is_ok())
-        else {
+        let Some(key) = keys.iter().find(|k| k.key.verifies(&payload, &sig)) else {
             continue;
         };
         let Ok(v) = serde_json::from_slice::<serde_json::Value>(&payload) else {
@@ -171,12 +265,77 @@ mod tests {
     use super::*;
 
     fn key(seed: u8) -> (SigningKey, PublicKey) {
-        let sk = SigningKey::from_bytes(&[seed; 32]);
-        let pk = PublicKey {
-            name: format!("key{seed}"),
-            key: sk.verifying_key(),
-        };
+        let sk = SigningKey::Ed25519(ed25519_dalek::SigningKey::from_bytes(&[seed; 32]));
+        let pk = PublicKey::new(format!("key{seed}"), sk.verifying_key());
         (sk, pk)
+    }
+
+    fn ecdsa_key(seed: u8) -> (SigningKey, PublicKey) {
+        let sk = p256::ecdsa::SigningKey::from_slice(&[seed; 32]).expect("a P-256 scalar");
+        let sk = SigningKey::EcdsaP256(sk);
+        let pk = PublicKey::new(format!("ecdsa{seed}"), sk.verifying_key());
+        (sk, pk)
+    }
+
+    /// cosign's default keys: ECDSA P-256, the signature DER over the payload's SHA-256.
+    /// One verifies only its own digest under its own key, never under an Ed25519 key or
+    /// another P-256 key, and a signature moved to another payload fails.
+    #[test]
+    fn an_ecdsa_p256_signature_verifies_only_for_its_digest_and_its_key() {
+        let (sk, pk) = ecdsa_key(7);
+        let (_, other) = ecdsa_key(8);
+        let (_, ed) = key(7);
+        let d = format!("sha256:{}", "c".repeat(64));
+        let c = candidate(&sk, &d);
+        let der = base64::engine::general_purpose::STANDARD
+            .decode(&c.signature)
+            .expect("b64");
+        assert_eq!(der[0], 0x30, "an ASN.1 DER SEQUENCE, as cosign writes it");
+        assert_eq!(
+            verify(std::slice::from_ref(&c), std::slice::from_ref(&pk), &d).map(|k| &k.name),
+            Some(&"ecdsa7".to_string())
+        );
+        assert!(verify(std::slice::from_ref(&c), &[other, ed], &d).is_none());
+        let d2 = format!("sha256:{}", "d".repeat(64));
+        let moved = Candidate {
+            payload: candidate(&sk, &d2).payload,
+            signature: c.signature.clone(),
+        };
+        assert!(verify(&[moved], std::slice::from_ref(&pk), &d2).is_none());
+    }
+
+    /// Keys as cosign and openssl write them: cosign.pub (SPKI, P-256), SEC1 and PKCS#8
+    /// private keys; garbage is refused by name.
+    #[test]
+    fn keys_parse_from_the_pem_cosign_and_openssl_write() {
+        use p256::pkcs8::{EncodePrivateKey, EncodePublicKey, LineEnding};
+        let sk = p256::ecdsa::SigningKey::from_slice(&[9u8; 32]).expect("scalar");
+        let spki = sk
+            .verifying_key()
+            .to_public_key_pem(LineEnding::LF)
+            .expect("pem");
+        assert!(matches!(
+            parse_public_key(&spki),
+            Some(VerifyingKey::EcdsaP256(_))
+        ));
+        let pkcs8 = sk.to_pkcs8_pem(LineEnding::LF).expect("pkcs8");
+        assert!(matches!(
+            parse_signing_key(&pkcs8),
+            Some(SigningKey::EcdsaP256(_))
+        ));
+        let sec1 = p256::SecretKey::from_slice(&[9u8; 32])
+            .expect("scalar")
+            .to_sec1_pem(LineEnding::LF)
+            .expect("sec1");
+        assert!(matches!(
+            parse_signing_key(&sec1),
+            Some(SigningKey::EcdsaP256(_))
+        ));
+        assert!(
+            parse_public_key("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n")
+                .is_none()
+        );
+        assert!(parse_signing_key("not a key").is_none());
     }
 
     fn candidate(sk: &SigningKey, digest: &str) -> Candidate {

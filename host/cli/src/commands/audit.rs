@@ -182,7 +182,18 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
                     status: Status::Usage,
                     message,
                 })?;
-                keys.push(key.key());
+                // Checkpoints are signed with Ed25519 (the store's signer); a cosign P-256
+                // key is for plugin signatures, not the audit chain.
+                let Some(key) = key.ed25519() else {
+                    return Err(anyhow::Error::new(Exit {
+                        status: Status::Usage,
+                        message: format!(
+                            "{}: audit checkpoints are signed with Ed25519, and this is an ECDSA key",
+                            path.display()
+                        ),
+                    }));
+                };
+                keys.push(key);
             }
             let mut copy = Vec::new();
             for path in &checkpoints {

@@ -40,6 +40,37 @@ struct Registry {
 
 impl Registry {
     fn start(dir: &Path) -> Registry {
+        Registry::start_with(dir, "")
+    }
+
+    /// A registry that admits only `user` with `password` (htpasswd, Basic), the bcrypt
+    /// hash made by Python's crypt (the registry reads only bcrypt).
+    fn start_with_login(dir: &Path, user: &str, password: &str) -> Registry {
+        let hash = Command::new("python3")
+            .args([
+                "-W",
+                "ignore",
+                "-c",
+                "import crypt, sys; print(crypt.crypt(sys.argv[1], crypt.mksalt(crypt.METHOD_BLOWFISH)))",
+                password,
+            ])
+            .output()
+            .expect("python3 makes the bcrypt hash");
+        let hash = String::from_utf8(hash.stdout).expect("utf8");
+        let hash = hash.trim().replacen("$2b$", "$2a$", 1);
+        assert!(hash.starts_with("$2a$"), "no bcrypt hash: {hash}");
+        let htpasswd = dir.join("htpasswd");
+        std::fs::write(&htpasswd, format!("{user}:{hash}\n")).expect("write htpasswd");
+        Registry::start_with(
+            dir,
+            &format!(
+                "auth:\n  htpasswd:\n    realm: capgate-test\n    path: {}\n",
+                htpasswd.display()
+            ),
+        )
+    }
+
+    fn start_with(dir: &Path, extra: &str) -> Registry {
         let port = free_port();
         let host = format!("127.0.0.1:{port}");
         let config = dir.join("registry.yml");
@@ -47,7 +78,7 @@ impl Registry {
             &config,
             format!(
                 "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
-                 http:\n  addr: {host}\n",
+                 http:\n  addr: {host}\n{extra}",
                 dir.join("storage").display()
             ),
         )
@@ -91,7 +122,8 @@ impl Drop for Registry {
     }
 }
 
-/// Whether `GET url` answers 200 (a one-off runtime: this runs outside the test's).
+/// Whether `GET url` answers 200, or 401 from a registry that wants a login (a one-off
+/// runtime: this runs outside the test's).
 fn reqwest_blocking_ok(url: &str) -> bool {
     let url = url.to_string();
     std::thread::spawn(move || {
@@ -103,7 +135,7 @@ fn reqwest_blocking_ok(url: &str) -> bool {
                 rt.block_on(async {
                     reqwest::get(&url)
                         .await
-                        .is_ok_and(|r| r.status().as_u16() == 200)
+                        .is_ok_and(|r| matches!(r.status().as_u16(), 200 | 401))
                 })
             })
     })
@@ -473,4 +505,286 @@ async fn the_walkthrough_runs_on_plugins_pulled_by_digest_from_a_registry() {
         err.contains("plugins.org-isolation.path") && err.contains("cannot reach the registry"),
         "{err}"
     );
+}
+
+/// A key pair as cosign's default makes one, ECDSA P-256, written by openssl itself:
+/// `NAME.key` (SEC1, `openssl ecparam -genkey`) and `NAME.pub` (SubjectPublicKeyInfo, the
+/// shape of `cosign.pub`).
+fn ecdsa_key_pair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let private = dir.join(format!("{name}.key"));
+    let public = dir.join(format!("{name}.pub"));
+    let ok = Command::new("openssl")
+        .args([
+            "ecparam",
+            "-name",
+            "prime256v1",
+            "-genkey",
+            "-noout",
+            "-out",
+        ])
+        .arg(&private)
+        .status()
+        .expect("openssl ecparam")
+        .success()
+        && Command::new("openssl")
+            .args(["ec", "-pubout", "-in"])
+            .arg(&private)
+            .arg("-out")
+            .arg(&public)
+            .stderr(Stdio::null())
+            .status()
+            .expect("openssl ec")
+            .success();
+    assert!(ok, "openssl made no P-256 key pair");
+    (private, public)
+}
+
+/// Issue 57: cosign's default keys are ECDSA P-256. A plugin signed with one verifies
+/// under its `cosign.pub`, and the signature in the registry is exactly what `cosign
+/// verify --key` checks: openssl verifies the simple-signing payload's DER signature with
+/// the public key alone. Another P-256 key, or an Ed25519 key, does not admit it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cosign_default_ecdsa_p256_signature_on_a_plugin_verifies() {
+    if !debian_tools(
+        &["docker-registry"],
+        registry_installed,
+        "oci_registry (plugins from an OCI registry)",
+    ) {
+        return;
+    }
+    example_config();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let registry = Registry::start(dir);
+    let host = registry.host.clone();
+    let (signer, signer_pub) = ecdsa_key_pair(dir, "cosign");
+    let (_, stranger_pub) = ecdsa_key_pair(dir, "stranger");
+    let (_, ed25519_pub) = key_pair(dir, "ed25519");
+
+    let mut refs = BTreeMap::new();
+    for (name, file) in PLUGINS {
+        let r = push(
+            file,
+            &format!("oci://{host}/capgate/{name}:v1"),
+            Some(&signer),
+        );
+        refs.insert(name, r);
+    }
+
+    // The signature as the registry holds it, checked without capgate: the payload layer
+    // and its annotation, verified by openssl with cosign.pub.
+    let manifest = refs["refund-limit"]
+        .rsplit("sha256:")
+        .next()
+        .expect("digest")
+        .to_string();
+    let client = reqwest::Client::new();
+    let sig_manifest: serde_json::Value = client
+        .get(format!(
+            "http://{host}/v2/capgate/refund-limit/manifests/sha256-{manifest}.sig"
+        ))
+        .header("accept", "application/vnd.oci.image.manifest.v1+json")
+        .send()
+        .await
+        .expect("the signature manifest")
+        .json()
+        .await
+        .expect("JSON");
+    let layer = &sig_manifest["layers"][0];
+    assert_eq!(
+        layer["mediaType"],
+        "application/vnd.dev.cosign.simplesigning.v1+json"
+    );
+    let payload = client
+        .get(format!(
+            "http://{host}/v2/capgate/refund-limit/blobs/{}",
+            layer["digest"].as_str().expect("layer digest")
+        ))
+        .send()
+        .await
+        .expect("the payload")
+        .bytes()
+        .await
+        .expect("bytes");
+    let signature = layer["annotations"]["dev.cosignproject.cosign/signature"]
+        .as_str()
+        .expect("the signature annotation");
+    use base64::Engine as _;
+    let der = base64::engine::general_purpose::STANDARD
+        .decode(signature)
+        .expect("base64");
+    std::fs::write(dir.join("payload.json"), &payload).expect("write");
+    std::fs::write(dir.join("payload.sig"), &der).expect("write");
+    let verified = Command::new("openssl")
+        .args(["dgst", "-sha256", "-verify"])
+        .arg(&signer_pub)
+        .arg("-signature")
+        .arg(dir.join("payload.sig"))
+        .arg(dir.join("payload.json"))
+        .output()
+        .expect("openssl dgst");
+    assert!(
+        String::from_utf8_lossy(&verified.stdout).contains("Verified OK"),
+        "{verified:?}"
+    );
+    let named: serde_json::Value = serde_json::from_slice(&payload).expect("payload JSON");
+    assert_eq!(
+        named["critical"]["image"]["docker-manifest-digest"],
+        format!("sha256:{manifest}")
+    );
+
+    let settings = |key: &Path, name: &str| {
+        format!(
+            "cache = \"{}\"\npublicKeys = [\"{}\"]\nrequireSignature = true",
+            dir.join(format!("cache-{name}")).display(),
+            key.display()
+        )
+    };
+    let config = oci_deployment(&dir.join("signed"), &refs, &settings(&signer_pub, "signed"));
+    let ok = capgate(&["check", "--config", &config.display().to_string()]);
+    assert!(ok.contains(": ok"), "{ok}");
+
+    for (name, key) in [("stranger", &stranger_pub), ("ed25519", &ed25519_pub)] {
+        let config = oci_deployment(&dir.join(name), &refs, &settings(key, name));
+        let out = Command::new(env!("CARGO_BIN_EXE_capgate"))
+            .args(["check", "--config"])
+            .arg(&config)
+            .output()
+            .expect("capgate check");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{name}: {stderr}");
+        assert!(stderr.contains("none valid"), "{name}: {stderr}");
+    }
+}
+
+/// Issue 57: registry credentials from a Docker credential helper, as `docker` reads them:
+/// the docker config's `credHelpers` names `docker-credential-NAME`, which capgate runs
+/// with `get` and the registry on standard input. Against a registry that admits one
+/// login: without the helper the push is refused (never anonymous), with it the push and
+/// the pull (`check`) work, and a helper that answers a wrong secret is refused by the
+/// registry, not taken as "no login".
+#[test]
+fn registry_credentials_come_from_a_docker_credential_helper() {
+    if !debian_tools(
+        &["docker-registry"],
+        registry_installed,
+        "oci_registry (plugins from an OCI registry)",
+    ) {
+        return;
+    }
+    example_config();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let registry = Registry::start_with_login(dir, "robot", "s3cret-t0ken");
+    let host = registry.host.clone();
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).expect("bin");
+    let helper = |name: &str, secret: &str| {
+        let path = bin.join(format!("docker-credential-{name}"));
+        std::fs::write(
+            &path,
+            format!(
+                "#!/bin/sh\n[ \"$1\" = get ] || exit 1\nread -r host\n\
+                 if [ \"$host\" = \"{host}\" ]; then\n\
+                 printf '{{\"ServerURL\":\"%s\",\"Username\":\"robot\",\"Secret\":\"{secret}\"}}' \"$host\"\n\
+                 else echo 'credentials not found in native keychain'; exit 1; fi\n"
+            ),
+        )
+        .expect("write the helper");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    };
+    helper("capgate-test", "s3cret-t0ken");
+    helper("capgate-wrong", "not-the-secret");
+    let docker = |name: &str, helper_name: &str| {
+        let d = dir.join(name);
+        std::fs::create_dir_all(&d).expect("docker config dir");
+        std::fs::write(
+            d.join("config.json"),
+            serde_json::json!({"credHelpers": {host.clone(): helper_name}}).to_string(),
+        )
+        .expect("write the docker config");
+        d
+    };
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let run = |args: &[&str], docker_config: Option<&Path>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_capgate"));
+        cmd.args(args)
+            .env("PATH", &path)
+            .env_remove("CAPGATE_REGISTRY_USERNAME")
+            .env_remove("CAPGATE_REGISTRY_PASSWORD")
+            .env("HOME", dir);
+        match docker_config {
+            Some(d) => cmd.env("DOCKER_CONFIG", d),
+            None => cmd.env_remove("DOCKER_CONFIG"),
+        };
+        cmd.output().expect("run capgate")
+    };
+    let file = plugin_file("refund_limit.wasm").display().to_string();
+    let target = format!("oci://{host}/capgate/refund-limit:v1");
+
+    let anonymous = run(&["plugin", "push", &file, &target], None);
+    assert!(!anonymous.status.success(), "pushed without a login");
+    let stderr = String::from_utf8_lossy(&anonymous.stderr);
+    assert!(stderr.contains("no credentials are configured"), "{stderr}");
+
+    let wrong = run(
+        &["plugin", "push", &file, &target],
+        Some(&docker("docker-wrong", "capgate-wrong")),
+    );
+    assert!(!wrong.status.success(), "pushed with a wrong secret");
+    let stderr = String::from_utf8_lossy(&wrong.stderr);
+    assert!(stderr.contains("refused the credentials"), "{stderr}");
+
+    let config_dir = docker("docker-ok", "capgate-test");
+    let pushed = run(&["plugin", "push", &file, &target], Some(&config_dir));
+    assert!(
+        pushed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pushed.stderr)
+    );
+    let reference = String::from_utf8_lossy(&pushed.stdout).trim().to_string();
+    assert!(reference.starts_with(&format!("oci://{host}/capgate/refund-limit@sha256:")));
+
+    // The pull at load takes the same login.
+    let mut refs = BTreeMap::new();
+    for (name, file) in PLUGINS {
+        let r = if name == "refund-limit" {
+            reference.clone()
+        } else {
+            let f = plugin_file(file).display().to_string();
+            let out = run(
+                &[
+                    "plugin",
+                    "push",
+                    &f,
+                    &format!("oci://{host}/capgate/{name}:v1"),
+                ],
+                Some(&config_dir),
+            );
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        };
+        refs.insert(name, r);
+    }
+    let cache = format!("cache = \"{}\"", dir.join("oci-cache").display());
+    let config = oci_deployment(&dir.join("deploy"), &refs, &cache);
+    let checked = run(
+        &["check", "--config", &config.display().to_string()],
+        Some(&config_dir),
+    );
+    assert!(
+        checked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    drop(registry);
 }

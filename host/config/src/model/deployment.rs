@@ -173,7 +173,7 @@ pub enum ExportTo {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum WebhookFormat {
-    /// capgate's JSON notification (README "Approvals that reach people").
+    /// capgate's JSON notification (docs/guides/approvals.md, "Approvals that reach people").
     #[default]
     Json,
     /// A Slack-compatible message (`{"text": …}`), for an incoming-webhook URL.
@@ -545,8 +545,8 @@ pub struct OciSection {
     /// Registries (`host:port`) reached over plain HTTP although they are not loopback.
     /// Loopback registries always are.
     pub insecure_registries: Vec<String>,
-    /// Ed25519 public keys (PEM files, relative to the config file) whose signatures are
-    /// accepted.
+    /// Public keys (PEM files, relative to the config file: cosign's ECDSA P-256
+    /// `cosign.pub`, or Ed25519) whose signatures are accepted.
     pub public_keys: Vec<String>,
     /// Refuse every plugin without a valid signature by one of `publicKeys` (local plugin
     /// files included: they cannot carry one). Registry plugins need a valid signature
