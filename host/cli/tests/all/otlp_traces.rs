@@ -513,7 +513,39 @@ async fn a_governed_call_is_one_root_with_its_stages_in_the_callers_trace_and_no
     })
     .await;
     assert_eq!(attr(&mcp_root, "capgate.surface").as_deref(), Some("mcp"));
-    assert_continues(&spans(&got), &mcp_root, &caller6, "/mcp");
+    // Between the request and the call, the MCP server span of OpenTelemetry's MCP
+    // conventions: `tools/call TOOL`, the method, the tool, the JSON-RPC id, and the
+    // session only as a digest (the session id is a bearer of the session).
+    let all = spans(&got);
+    let mcp_span = by_id(&all, &mcp_root.parent_span_id)
+        .unwrap_or_else(|| panic!("the MCP span is exported: {mcp_root:#?}"));
+    assert_eq!(mcp_span.name, "tools/call orders_refund", "{mcp_span:#?}");
+    assert_eq!(mcp_span.kind, 2, "a server span: {mcp_span:#?}");
+    for (key, want) in [
+        ("mcp.method.name", "tools/call"),
+        ("gen_ai.tool.name", "orders_refund"),
+        ("gen_ai.operation.name", "execute_tool"),
+        ("network.transport", "tcp"),
+    ] {
+        assert_eq!(
+            attr(mcp_span, key).as_deref(),
+            Some(want),
+            "{key}: {mcp_span:#?}"
+        );
+    }
+    assert!(
+        attr(mcp_span, "jsonrpc.request.id").is_some(),
+        "{mcp_span:#?}"
+    );
+    assert!(attr(mcp_span, "error.type").is_none(), "{mcp_span:#?}");
+    let session = attr(mcp_span, "mcp.session.id").expect("the call ran on a session");
+    assert!(
+        session.starts_with("sha256:")
+            && session.len() == 7 + 16
+            && session[7..].bytes().all(|b| b.is_ascii_hexdigit()),
+        "only a digest of the session: {session}"
+    );
+    assert_continues(&all, mcp_span, &caller6, "/mcp");
     assert!(
         children(&spans(&got), &mcp_root)
             .iter()

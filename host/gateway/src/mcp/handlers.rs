@@ -494,6 +494,111 @@ impl ServerHandler for CapgateMcp {
 
     async fn list_tools(
         &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let parts = context.extensions.get::<axum::http::request::Parts>();
+        if parts.is_some_and(|p| crate::trace_context::is_unsampled(&p.extensions)) {
+            return crate::trace_context::unsampled(self.list(request, context)).await;
+        }
+        let parent = parts.map_or_else(tracing::Span::current, |p| {
+            crate::trace_context::request_span(&p.extensions)
+        });
+        let span = mcp_span(&parent, "tools/list", None, &context);
+        let answer = self.list(request, context).instrument(span.clone()).await;
+        if let Err(e) = &answer {
+            span.record("error.type", e.code.0.to_string());
+        }
+        answer
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        // rmcp runs this on a task of its own: continue the HTTP request's trace, or its
+        // head decision to leave it out.
+        let parts = context.extensions.get::<axum::http::request::Parts>();
+        if parts.is_some_and(|p| crate::trace_context::is_unsampled(&p.extensions)) {
+            return crate::trace_context::unsampled(self.call(request, context))
+                .await
+                .map(CallToolResponse::from);
+        }
+        let parent = parts.map_or_else(tracing::Span::current, |p| {
+            crate::trace_context::request_span(&p.extensions)
+        });
+        let span = mcp_span(&parent, "tools/call", Some(&request.name), &context);
+        let answer = self.call(request, context).instrument(span.clone()).await;
+        match &answer {
+            // The conventions' value for a tool that answered with `isError`.
+            Ok(result) if result.is_error == Some(true) => {
+                span.record("error.type", "tool_error");
+            }
+            Ok(_) => {}
+            Err(e) => {
+                span.record("error.type", e.code.0.to_string());
+            }
+        }
+        answer.map(CallToolResponse::from)
+    }
+}
+
+/// The server span of one MCP request in OpenTelemetry's MCP semantic conventions, which
+/// tracing backends key MCP dashboards on: named `tools/call TOOL`, with `mcp.method.name`,
+/// `gen_ai.tool.name` and `gen_ai.operation.name` (`execute_tool`) for a call,
+/// `jsonrpc.request.id`, `mcp.protocol.version`, `network.transport` and `error.type`.
+/// The session id is a bearer of the session, so only its digest is recorded
+/// (`mcp.session.id` = `sha256:` and 16 hex digits): calls of one session still group.
+fn mcp_span(
+    parent: &tracing::Span,
+    method: &'static str,
+    tool: Option<&str>,
+    context: &RequestContext<RoleServer>,
+) -> tracing::Span {
+    let headers = context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .map(|p| &p.headers);
+    let header = |name: &str| {
+        headers
+            .and_then(|h| h.get(name))
+            .and_then(|v| v.to_str().ok())
+    };
+    let session = header("mcp-session-id").map(|id| {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(id.as_bytes());
+        let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+        format!("sha256:{hex}")
+    });
+    let version = header("mcp-protocol-version")
+        .filter(|v| v.len() <= 32)
+        .map(str::to_owned);
+    let tool = tool.map(bounded_name);
+    let name = match &tool {
+        Some(t) => format!("{method} {t}"),
+        None => method.to_owned(),
+    };
+    tracing::info_span!(
+        parent: parent,
+        "mcp.server",
+        otel.name = %name,
+        otel.kind = "server",
+        mcp.method.name = method,
+        gen_ai.tool.name = tool.as_deref(),
+        gen_ai.operation.name = tool.as_ref().map(|_| "execute_tool"),
+        jsonrpc.request.id = %context.id,
+        mcp.session.id = session.as_deref(),
+        mcp.protocol.version = version.as_deref(),
+        network.transport = if headers.is_some() { "tcp" } else { "pipe" },
+        error.r#type = tracing::field::Empty,
+    )
+}
+
+impl CapgateMcp {
+    /// `tools/list`: the discovery pipeline on the `mcp` surface, for this caller.
+    async fn list(
+        &self,
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
@@ -520,28 +625,6 @@ impl ServerHandler for CapgateMcp {
             tools.push(self.resume_tool());
         }
         Ok(ListToolsResult::with_all_items(tools))
-    }
-
-    async fn call_tool(
-        &self,
-        request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, ErrorData> {
-        // rmcp runs this on a task of its own: continue the HTTP request's trace, or its
-        // head decision to leave it out.
-        let parts = context.extensions.get::<axum::http::request::Parts>();
-        if parts.is_some_and(|p| crate::trace_context::is_unsampled(&p.extensions)) {
-            return crate::trace_context::unsampled(self.call(request, context))
-                .await
-                .map(CallToolResponse::from);
-        }
-        let span = parts.map_or_else(tracing::Span::current, |p| {
-            crate::trace_context::request_span(&p.extensions)
-        });
-        self.call(request, context)
-            .instrument(span)
-            .await
-            .map(CallToolResponse::from)
     }
 }
 
