@@ -190,4 +190,53 @@ mod tests {
             );
         }
     }
+
+    /// The book's CLI reference (`docs/reference/cli.md`) is generated from this clap tree:
+    /// every command's long help, as `capgate … --help` prints it. A changed flag or doc
+    /// comment fails this test until the page is regenerated with `CAPGATE_BLESS=1`.
+    #[test]
+    fn cli_reference_is_current() {
+        fn walk(c: &mut clap::Command, path: &str, out: &mut String) {
+            let help = c.render_long_help().to_string();
+            out.push_str(&format!("## `{path}`\n\n```text\n"));
+            for line in help.lines() {
+                out.push_str(line.trim_end());
+                out.push('\n');
+            }
+            out.push_str("```\n\n");
+            let names: Vec<String> = c
+                .get_subcommands()
+                .filter(|s| s.get_name() != "help")
+                .map(|s| s.get_name().to_string())
+                .collect();
+            for name in names {
+                if let Some(sub) = c.find_subcommand_mut(&name) {
+                    walk(sub, &format!("{path} {name}"), out);
+                }
+            }
+        }
+        let mut cli = Cli::command().term_width(100);
+        cli.build();
+        let mut page = String::from(
+            "# CLI reference\n\n\
+             Every `capgate` command and flag, as `capgate … --help` prints them. Generated from \
+             the binary's clap declarations by the test `cli_reference_is_current` \
+             (`CAPGATE_BLESS=1 cargo nextest run --workspace -E 'test(cli_reference_is_current)'` \
+             regenerates it); exit statuses are in [Exit codes and JSON output](exit-codes.md).\n\n",
+        );
+        walk(&mut cli, "capgate", &mut page);
+        let page = page.trim_end().to_string() + "\n";
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/reference/cli.md");
+        if std::env::var_os("CAPGATE_BLESS").is_some() {
+            std::fs::write(&path, &page).expect("write the CLI reference");
+            return;
+        }
+        let current = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            current == page,
+            "{} is out of date: run CAPGATE_BLESS=1 cargo nextest run --workspace -E 'test(cli_reference_is_current)'",
+            path.display()
+        );
+    }
 }

@@ -54,7 +54,7 @@ pub struct BindingSection {
     /// The plugin: the name of a `[plugins.NAME]`, or of a plugin that ships with capgate
     /// (`cel`, a policy of CEL rules in `config.rules`; `cedar`, a policy of a Cedar policy
     /// set in `config.policies` or `config.policiesFile`; `redact`, a redactor of JSON
-    /// pointers in `config.drop` / `config.mask`; README "Policies without a plugin").
+    /// pointers in `config.drop` / `config.mask`; docs/guides/policies-without-a-plugin.md).
     pub plugin: String,
     /// Phases (policies only). Absent: `["invocation"]`, except that a shipped `cel` or
     /// `cedar` policy with a hide rule (a rule with `stance = "hide"`, a forbid with
@@ -221,7 +221,7 @@ pub struct ProcedureFile {
     pub response_stall_timeout_ms: i64,
 }
 
-/// `procedure.mcp`: one tool of an MCP upstream, pinned (README "MCP servers behind capgate").
+/// `procedure.mcp`: one tool of an MCP upstream, pinned (docs/guides/upstreams.md, "MCP servers behind capgate").
 #[derive(Keys, Debug, Clone, Serialize, Deserialize)]
 #[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

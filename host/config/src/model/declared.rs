@@ -83,7 +83,7 @@ pub struct AdapterKeys {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RedactorKeys {
     /// The plugin: the name of a `[plugins.NAME]`, or `redact`, the shipped redactor of JSON
-    /// pointers in `config.drop` / `config.mask` (README "Policies without a plugin").
+    /// pointers in `config.drop` / `config.mask` (docs/guides/policies-without-a-plugin.md).
     pub plugin: String,
     /// Handed to the plugin on every call.
     #[serde(default)]

@@ -126,7 +126,7 @@ pub struct OperatorKeySection {
     pub actor: ActorSection,
 }
 
-/// `[gateway.admin]`: the operator API (README "Reloading without a restart").
+/// `[gateway.admin]`: the operator API (docs/guides/operating.md, "Reloading without a restart").
 #[derive(Keys, Debug, Clone, Default, Deserialize)]
 #[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
@@ -137,7 +137,7 @@ pub struct AdminSection {
 }
 
 /// `[gateway.console]`: the approval console, a web page for approvers on the approvals
-/// API (README "The approval console").
+/// API (docs/guides/approvals.md, "Approval console").
 #[derive(Keys, Debug, Clone, Deserialize)]
 #[key(live)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
