@@ -85,10 +85,10 @@ pub fn credentials_for(host: &str) -> Result<Option<Credentials>, OciError> {
         }
     };
     let located = |e: String| OciError::Credentials(format!("{}: {e}", path.display()));
-    if let Some(helper) = helper_for(&text, host).map_err(located)? {
-        if let Some(found) = run_helper(&helper, host)? {
-            return Ok(Some(found));
-        }
+    if let Some(helper) = helper_for(&text, host).map_err(located)?
+        && let Some(found) = run_helper(&helper, host)?
+    {
+        return Ok(Some(found));
     }
     from_docker_config(&text, host).map_err(located)
 }

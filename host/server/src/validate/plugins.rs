@@ -514,15 +514,6 @@ fn line_column(text: &str, chars: usize) -> (usize, usize) {
     (line, column)
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_configuration_knows_every_shipped_plugin_by_name() {
-        let embedded: Vec<&str> = capgate_builtin::ALL.iter().map(|b| b.name).collect();
-        assert_eq!(capgate_config::SHIPPED_PLUGINS, embedded.as_slice());
-    }
-}
-
 impl Validation<'_> {
     /// Every binding of a plugin of the deployment's own checked against the JSON Schema the
     /// plugin declares for its `config` (its `capgate:config-schema` section): each mismatch
@@ -601,5 +592,14 @@ impl Validation<'_> {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_configuration_knows_every_shipped_plugin_by_name() {
+        let embedded: Vec<&str> = capgate_builtin::ALL.iter().map(|b| b.name).collect();
+        assert_eq!(capgate_config::SHIPPED_PLUGINS, embedded.as_slice());
     }
 }
