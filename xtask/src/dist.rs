@@ -10,8 +10,13 @@
 //!     schemas/ scenarios/
 //!   var/lib/capgate/         the state directory (compile cache, SQLite store): empty
 //!   docs/ README.md LICENSE SECURITY.md
+//!   sbom.cdx.json            the binary's crates, CycloneDX (xtask/src/sbom.rs)
 //!   SHA256SUMS               every other file's SHA-256 (`sha256sum -c SHA256SUMS`)
 //! ```
+//!
+//! Beside the archive: `NAME.tar.gz.sha256`, the SBOM again (`NAME.cdx.json`), a
+//! cosign-compatible signature of each (`.sig`) and the public key they verify under
+//! (`capgate-release.pub`; xtask/src/sign.rs).
 //!
 //! `cargo xtask image` stages its container from the same tree (xtask/src/image.rs).
 
@@ -70,6 +75,10 @@ pub struct Dist {
     pub tree: PathBuf,
     /// `target/dist/NAME.tar.gz`.
     pub archive: PathBuf,
+    /// `target/dist/NAME.cdx.json`: the binary's CycloneDX SBOM (also in the tree).
+    pub sbom: PathBuf,
+    /// `target/dist/capgate-release.pub`: what the `.sig` files verify under.
+    pub public_key: PathBuf,
 }
 
 /// The package name for a binary of this kind.
@@ -109,6 +118,13 @@ pub fn dist(root: &Path, args: &[String]) -> anyhow::Result<()> {
         size as f64 / 1e6,
         d.archive.display()
     );
+    println!(
+        "{} (CycloneDX SBOM); signatures {} and {}, under {}",
+        d.sbom.display(),
+        crate::sign::signature_path(&d.archive).display(),
+        crate::sign::signature_path(&d.sbom).display(),
+        d.public_key.display()
+    );
     Ok(())
 }
 
@@ -119,7 +135,9 @@ pub fn build(root: &Path, binary: &Binary) -> anyhow::Result<Dist> {
     }
     let source = match binary {
         Binary::Release => {
+            crate::tools::ensure_cargo_auditable()?;
             run(Command::new("cargo").current_dir(root).args([
+                "auditable",
                 "build",
                 "--release",
                 "-p",
@@ -130,9 +148,13 @@ pub fn build(root: &Path, binary: &Binary) -> anyhow::Result<Dist> {
         Binary::Debug => {
             let path = target_dir(root).join("debug/capgate");
             if !path.exists() {
-                run(Command::new("cargo")
-                    .current_dir(root)
-                    .args(["build", "-p", "capgate"]))?;
+                crate::tools::ensure_cargo_auditable()?;
+                run(Command::new("cargo").current_dir(root).args([
+                    "auditable",
+                    "build",
+                    "-p",
+                    "capgate",
+                ]))?;
             }
             path
         }
@@ -179,6 +201,8 @@ pub fn build(root: &Path, binary: &Binary) -> anyhow::Result<Dist> {
     for file in ["README.md", "LICENSE", "SECURITY.md"] {
         copy(&root.join(file), &tree.join(file))?;
     }
+    let bom = serde_json::to_vec_pretty(&crate::sbom::capgate(root)?)?;
+    write(&tree.join("sbom.cdx.json"), &bom)?;
     write(&tree.join("SHA256SUMS"), sums(&tree)?.as_bytes())?;
 
     let archive = out.join(format!("{name}.tar.gz"));
@@ -198,10 +222,17 @@ pub fn build(root: &Path, binary: &Binary) -> anyhow::Result<Dist> {
         &out.join(format!("{name}.tar.gz.sha256")),
         format!("{digest}  {name}.tar.gz\n").as_bytes(),
     )?;
+    let sbom = out.join(format!("{name}.cdx.json"));
+    write(&sbom, &bom)?;
+    let signer = crate::sign::Signer::new(&out)?;
+    signer.sign(&archive)?;
+    signer.sign(&sbom)?;
     Ok(Dist {
         name,
         tree,
         archive,
+        sbom,
+        public_key: signer.public,
     })
 }
 

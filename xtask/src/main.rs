@@ -14,6 +14,8 @@ mod fuzz;
 mod image;
 mod load;
 mod plugins;
+mod sbom;
+mod sign;
 mod smoke;
 mod soak;
 mod tools;
@@ -171,10 +173,13 @@ fn test(root: &Path, extra: &[String]) -> anyhow::Result<()> {
     run(Command::new("bash")
         .arg(root.join("tests/oidc/setup.sh"))
         .current_dir(root))?;
+    // Built through `cargo auditable`, so the `capgate` binary the packages are made from
+    // carries its crate list (one build: the packages reuse it).
+    tools::ensure_cargo_auditable()?;
     let mut cargo_test = Command::new("cargo");
     cargo_test
         .current_dir(root)
-        .args(["test", "--workspace", "--no-fail-fast"])
+        .args(["auditable", "test", "--workspace", "--no-fail-fast"])
         .args(extra);
     if let Some(url) = postgres {
         cargo_test.env("CAPGATE_TEST_POSTGRES_URL", url);
@@ -234,7 +239,12 @@ fn packages(root: &Path) -> anyhow::Result<()> {
     let tag = image::default_tag(&dist::Binary::Debug);
     image::build(root, &d, &tag)?;
     eprintln!("xtask: built {tag} ({})", image::size(&tag)?);
-    let checked = smoke::check_image(&tag);
+    let checked = smoke::check_image(&tag)
+        .and_then(|()| image::check_metadata(&d, &tag))
+        .and_then(|()| {
+            let exported = image::export(root, &d, &tag)?;
+            sign::check(&d.public_key, &exported)
+        });
     let removed = image::remove(&tag);
     checked.and(removed)
 }

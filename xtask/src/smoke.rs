@@ -73,6 +73,18 @@ pub fn check_archive(archive: &Path) -> anyhow::Result<()> {
         );
     }
 
+    // The signatures verify under the public key beside them, and a tampered copy fails
+    // (the documented `openssl dgst -sha256 -verify`); the SBOM lists the binary's crates.
+    let public = archive.with_file_name(crate::sign::PUBLIC_KEY);
+    let sbom = archive.with_file_name(format!("{name}.cdx.json"));
+    crate::sign::check(&public, archive)?;
+    crate::sign::check(&public, &sbom)?;
+    let bom: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(&sbom).with_context(|| format!("reading {}", sbom.display()))?,
+    )
+    .with_context(|| format!("{}: not JSON", sbom.display()))?;
+    check_sbom(&bom, &sbom.display().to_string())?;
+
     let tmp = tempfile::Builder::new()
         .prefix("capgate-dist-check")
         .tempdir()?;
@@ -80,6 +92,74 @@ pub fn check_archive(archive: &Path) -> anyhow::Result<()> {
     // What the check made read-only must be writable again to be removed.
     let _ = dist::make_writable(tmp.path());
     result
+}
+
+/// The binary carries its crate list as `cargo auditable` embeds it (the zlib-compressed
+/// JSON of its `.dep-v0` section, which scanners read), naming the crates it links.
+pub fn check_audit_data(binary: &Path) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let section = dir.path().join("dep-v0");
+    let out = Command::new("objcopy")
+        .arg(format!("--dump-section=.dep-v0={}", section.display()))
+        .arg(binary)
+        .arg(dir.path().join("copy"))
+        .output()
+        .context("running objcopy")?;
+    if !out.status.success() || !section.is_file() {
+        bail!(
+            "{}: no .dep-v0 section (not built with `cargo auditable`): {}",
+            binary.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let listed = Command::new("python3")
+        .args([
+            "-c",
+            "import json, sys, zlib\nd = json.loads(zlib.decompress(open(sys.argv[1], 'rb').read()))\nprint('\\n'.join(p['name'] for p in d['packages']))",
+        ])
+        .arg(&section)
+        .output()
+        .context("running python3 to read the section")?;
+    if !listed.status.success() {
+        bail!(
+            "{}: its .dep-v0 section is not cargo auditable's: {}",
+            binary.display(),
+            String::from_utf8_lossy(&listed.stderr).trim()
+        );
+    }
+    let names: std::collections::BTreeSet<String> = String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    for linked in ["capgate", "wasmtime", "sqlx-core", "tokio"] {
+        if !names.contains(linked) {
+            bail!(
+                "{}: its embedded crate list lacks {linked}",
+                binary.display()
+            );
+        }
+    }
+    eprintln!(
+        "xtask: {} embeds its crate list ({} crates, cargo auditable)",
+        binary.display(),
+        names.len()
+    );
+    Ok(())
+}
+
+/// A CycloneDX SBOM that names the binary and the crates it links.
+pub fn check_sbom(bom: &serde_json::Value, what: &str) -> anyhow::Result<()> {
+    if bom["bomFormat"] != "CycloneDX" || bom["metadata"]["component"]["name"] != "capgate" {
+        bail!("{what}: not capgate's CycloneDX SBOM");
+    }
+    let names = crate::sbom::crate_names(bom);
+    for linked in ["wasmtime", "sqlx-core", "tokio", "capgate-core"] {
+        if !names.contains(linked) {
+            bail!("{what}: does not list {linked}");
+        }
+    }
+    eprintln!("xtask: {what}: CycloneDX, {} crates", names.len());
+    Ok(())
 }
 
 fn serve_archive(archive: &Path, tmp: &Path, name: &str) -> anyhow::Result<()> {
@@ -95,6 +175,7 @@ fn serve_archive(archive: &Path, tmp: &Path, name: &str) -> anyhow::Result<()> {
     if dist::sums(&tree)? != sums {
         bail!("{}: SHA256SUMS does not match the files", tree.display());
     }
+    check_audit_data(&tree.join("bin/capgate"))?;
 
     // Production modes: nothing but the state directory is writable.
     let state = tree.join("var/lib/capgate");
