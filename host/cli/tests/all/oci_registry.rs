@@ -173,6 +173,41 @@ fn plugin_file(file: &str) -> PathBuf {
         .join(file)
 }
 
+/// The start of every registry test: `None` (skipped loudly, or a failure under CI) without
+/// Debian's `docker-registry`; else a temporary directory and the registry `start` serves
+/// from it.
+fn registry_in_tempdir(
+    start: impl FnOnce(&Path) -> Registry,
+) -> Option<(tempfile::TempDir, Registry)> {
+    if !debian_tools(
+        &["docker-registry"],
+        registry_installed,
+        "oci_registry (plugins from an OCI registry)",
+    ) {
+        return None;
+    }
+    example_config();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let registry = start(tmp.path());
+    Some((tmp, registry))
+}
+
+/// Every example plugin pushed to `host` signed by `key`: config name → the printed
+/// reference, which pins the manifest digest.
+fn push_all(host: &str, key: &Path) -> BTreeMap<&'static str, String> {
+    let mut refs = BTreeMap::new();
+    for (name, file) in PLUGINS {
+        let r = push(file, &format!("oci://{host}/capgate/{name}:v1"), Some(key));
+        let prefix = format!("oci://{host}/capgate/{name}@sha256:");
+        assert!(
+            r.starts_with(&prefix) && r.len() == prefix.len() + 64,
+            "push prints the pinned reference: {r}"
+        );
+        refs.insert(name, r);
+    }
+    refs
+}
+
 /// `capgate plugin push FILE TARGET [--sign-key KEY]`: the printed reference.
 fn push(file: &str, target: &str, key: Option<&Path>) -> String {
     let path = plugin_file(file).display().to_string();
@@ -280,36 +315,16 @@ async fn walkthrough(server: &Server, invocation_id: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_walkthrough_runs_on_plugins_pulled_by_digest_from_a_registry() {
-    if !debian_tools(
-        &["docker-registry"],
-        registry_installed,
-        "oci_registry (plugins from an OCI registry)",
-    ) {
+    let Some((tmp, registry)) = registry_in_tempdir(Registry::start) else {
         return;
-    }
-    example_config();
-    let tmp = tempfile::tempdir().expect("tempdir");
+    };
     let dir = tmp.path();
-    let registry = Registry::start(dir);
     let host = registry.host.clone();
     let (signer, signer_pub) = key_pair(dir, "release");
     let (stranger, _) = key_pair(dir, "stranger");
 
     // Publish the example's plugins, signed; the printed reference pins the manifest.
-    let mut refs = BTreeMap::new();
-    for (name, file) in PLUGINS {
-        let r = push(
-            file,
-            &format!("oci://{host}/capgate/{name}:v1"),
-            Some(&signer),
-        );
-        let prefix = format!("oci://{host}/capgate/{name}@sha256:");
-        assert!(
-            r.starts_with(&prefix) && r.len() == prefix.len() + 64,
-            "push prints the pinned reference: {r}"
-        );
-        refs.insert(name, r);
-    }
+    let refs = push_all(&host, &signer);
     assert_eq!(
         push(
             "refund_limit.wasm",
@@ -545,31 +560,16 @@ fn ecdsa_key_pair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
 /// the public key alone. Another P-256 key, or an Ed25519 key, does not admit it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cosign_default_ecdsa_p256_signature_on_a_plugin_verifies() {
-    if !debian_tools(
-        &["docker-registry"],
-        registry_installed,
-        "oci_registry (plugins from an OCI registry)",
-    ) {
+    let Some((tmp, registry)) = registry_in_tempdir(Registry::start) else {
         return;
-    }
-    example_config();
-    let tmp = tempfile::tempdir().expect("tempdir");
+    };
     let dir = tmp.path();
-    let registry = Registry::start(dir);
     let host = registry.host.clone();
     let (signer, signer_pub) = ecdsa_key_pair(dir, "cosign");
     let (_, stranger_pub) = ecdsa_key_pair(dir, "stranger");
     let (_, ed25519_pub) = key_pair(dir, "ed25519");
 
-    let mut refs = BTreeMap::new();
-    for (name, file) in PLUGINS {
-        let r = push(
-            file,
-            &format!("oci://{host}/capgate/{name}:v1"),
-            Some(&signer),
-        );
-        refs.insert(name, r);
-    }
+    let refs = push_all(&host, &signer);
 
     // The signature as the registry holds it, checked without capgate: the payload layer
     // and its annotation, verified by openssl with cosign.pub.
@@ -665,17 +665,12 @@ async fn a_cosign_default_ecdsa_p256_signature_on_a_plugin_verifies() {
 /// registry, not taken as "no login".
 #[test]
 fn registry_credentials_come_from_a_docker_credential_helper() {
-    if !debian_tools(
-        &["docker-registry"],
-        registry_installed,
-        "oci_registry (plugins from an OCI registry)",
-    ) {
+    let Some((tmp, registry)) =
+        registry_in_tempdir(|dir| Registry::start_with_login(dir, "robot", "s3cret-t0ken"))
+    else {
         return;
-    }
-    example_config();
-    let tmp = tempfile::tempdir().expect("tempdir");
+    };
     let dir = tmp.path();
-    let registry = Registry::start_with_login(dir, "robot", "s3cret-t0ken");
     let host = registry.host.clone();
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).expect("bin");
