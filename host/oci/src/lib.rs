@@ -12,6 +12,7 @@
 //! start with everything cached needs no registry. Signatures: see [`sign`].
 
 pub mod auth;
+pub mod bundle;
 mod reference;
 pub mod registry;
 pub mod sign;
@@ -19,7 +20,8 @@ pub mod sign;
 pub use reference::{Reference, is_oci, plugin_reference};
 
 use base64::Engine;
-use capgate_core::digest::{Sha256Hex, sha256_hex};
+use capgate_core::digest::Sha256Hex;
+pub(crate) use capgate_core::digest::sha256_hex;
 use registry::Registry;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -29,7 +31,7 @@ pub const SCHEME: &str = "oci://";
 /// The OCI image manifest media type (what is pushed and accepted).
 pub const MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
 /// The OCI image index media type: refused with a hint (a plugin is one artifact).
-const INDEX_MEDIA_TYPE: &str = "application/vnd.oci.image.index.v1+json";
+pub(crate) const INDEX_MEDIA_TYPE: &str = "application/vnd.oci.image.index.v1+json";
 /// The config media type of a Wasm component artifact (CNCF TAG Runtime's Wasm OCI
 /// artifact layout, as wasm-pkg-tools writes it).
 pub const WASM_CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v0+json";
@@ -170,14 +172,14 @@ struct Descriptor {
     annotations: std::collections::BTreeMap<String, String>,
 }
 
-fn digest_hex(d: &str) -> Result<String, OciError> {
+pub(crate) fn digest_hex(d: &str) -> Result<String, OciError> {
     d.strip_prefix("sha256:")
         .map(str::to_ascii_lowercase)
         .filter(|h| Sha256Hex::is_valid(h))
         .ok_or_else(|| OciError::Artifact(format!("`{d}` is not a sha256 digest")))
 }
 
-fn verify_digest(what: &str, bytes: &[u8], expected: &str) -> Result<(), OciError> {
+pub(crate) fn verify_digest(what: &str, bytes: &[u8], expected: &str) -> Result<(), OciError> {
     let actual = sha256_hex(bytes);
     if actual == expected {
         Ok(())
@@ -410,7 +412,7 @@ fn signature(
     };
     if candidates.is_empty() {
         return Err(OciError::Signature(format!(
-            "{} is not signed (no {} in {}), and runtime.oci.publicKeys is set, so a registry plugin must be; sign it with `capgate plugin push --sign-key KEY`",
+            "{} is not signed (no {} and no Sigstore bundle referring to it in {}), and runtime.oci.publicKeys is set, so a registry plugin must be; sign it with `capgate plugin push --sign-key KEY` or `cosign sign --key`",
             r.pinned(manifest_hex),
             sign::tag(manifest_hex),
             r.name()
@@ -498,13 +500,25 @@ async fn pull_artifact(
     Ok((manifest, layer, wasm))
 }
 
-/// The signature candidates under `sha256-HEX.sig` (none when the tag does not exist).
+/// The signature candidates of an artifact: cosign's legacy layout under
+/// `sha256-HEX.sig`, then the Sigstore bundles referring to it (cosign 3's default).
 async fn pull_signatures(
     r: &Reference,
     manifest_hex: &str,
     settings: &Settings,
 ) -> Result<Vec<sign::Candidate>, OciError> {
     let reg = client(r, &settings.insecure)?;
+    let mut out = pull_legacy(&reg, r, manifest_hex).await?;
+    out.extend(bundle::pull(&reg, r, manifest_hex).await?);
+    Ok(out)
+}
+
+/// The candidates under `sha256-HEX.sig` (none when the tag does not exist).
+async fn pull_legacy(
+    reg: &Registry,
+    r: &Reference,
+    manifest_hex: &str,
+) -> Result<Vec<sign::Candidate>, OciError> {
     let Some(bytes) = reg
         .manifest(
             &r.repository,
@@ -540,6 +554,7 @@ async fn pull_signatures(
         out.push(sign::Candidate {
             payload: base64::engine::general_purpose::STANDARD.encode(&payload),
             signature: sig.clone(),
+            payload_type: None,
         });
     }
     Ok(out)
@@ -578,12 +593,13 @@ fn plugin_manifest(config: &[u8], wasm: &[u8]) -> Vec<u8> {
 }
 
 /// Push a Wasm component to `target` (`oci://REGISTRY/REPO[:TAG]`), signing it with
-/// `sign_key` when given.
+/// `sign_key` when given, in the `format`s asked for.
 pub async fn push(
     wasm: &[u8],
     target: &str,
     insecure: &[String],
     sign_key: Option<&sign::SigningKey>,
+    format: sign::SignatureFormat,
 ) -> Result<Pushed, OciError> {
     let r = Reference::parse(target)?;
     if r.digest.is_some() {
@@ -627,7 +643,12 @@ pub async fn push(
     reg.put_manifest(&r.repository, &at, MANIFEST_MEDIA_TYPE, &manifest)
         .await?;
     if let Some(key) = sign_key {
-        push_signature(&reg, &r, &manifest_hex, key).await?;
+        if format.simple_signing() {
+            push_signature(&reg, &r, &manifest_hex, key).await?;
+        }
+        if format.bundle() {
+            bundle::push(&reg, &r, &manifest_hex, manifest.len(), key).await?;
+        }
     }
     Ok(Pushed {
         reference: r.pinned(&manifest_hex),

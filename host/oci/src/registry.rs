@@ -112,6 +112,37 @@ impl Registry {
             .map(Some)
     }
 
+    /// The referrers of `digest` (an OCI image index, at most `limit` bytes), or `None`
+    /// when the registry has no referrers API (it answers 404, 400, 405 or 501 there; the
+    /// caller falls back to the referrers tag).
+    pub async fn referrers(
+        &self,
+        repo: &str,
+        digest: &str,
+        limit: u64,
+    ) -> Result<Option<Vec<u8>>, OciError> {
+        let url = self.url(&format!("v2/{repo}/referrers/{digest}"))?;
+        let r = self
+            .send(|c| {
+                c.get(url.clone())
+                    .header("accept", "application/vnd.oci.image.index.v1+json")
+            })
+            .await?;
+        if matches!(
+            r.status(),
+            StatusCode::NOT_FOUND
+                | StatusCode::BAD_REQUEST
+                | StatusCode::METHOD_NOT_ALLOWED
+                | StatusCode::NOT_IMPLEMENTED
+        ) {
+            return Ok(None);
+        }
+        let r = self.expect(r, &[StatusCode::OK], "GET", &url).await?;
+        bounded(r, limit, &format!("the referrers of {repo}@{digest}"))
+            .await
+            .map(Some)
+    }
+
     /// A blob, at most `limit` bytes (not yet verified: the caller checks its digest).
     pub async fn blob(&self, repo: &str, digest: &str, limit: u64) -> Result<Vec<u8>, OciError> {
         let url = self.url(&format!("v2/{repo}/blobs/{digest}"))?;

@@ -49,6 +49,34 @@ pub struct Candidate {
     pub payload: String,
     /// The signature, base64.
     pub signature: String,
+    /// A DSSE envelope's payload type (a Sigstore bundle: the signature is over DSSE's
+    /// encoding of the payload, an in-toto statement); `None`: cosign's legacy layout (the
+    /// signature is over the simple-signing payload itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_type: Option<String>,
+}
+
+/// Which of cosign's layouts `capgate plugin push --sign-key` writes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SignatureFormat {
+    /// Both, so that cosign 2 and cosign 3 verifiers each find theirs (the default).
+    #[default]
+    Both,
+    /// The legacy `sha256-HEX.sig` simple-signing layout only.
+    SimpleSigning,
+    /// A Sigstore bundle attached as a referrer only (cosign 3's default).
+    Bundle,
+}
+
+impl SignatureFormat {
+    /// Whether the legacy layout is written.
+    pub fn simple_signing(self) -> bool {
+        matches!(self, SignatureFormat::Both | SignatureFormat::SimpleSigning)
+    }
+    /// Whether a bundle is written.
+    pub fn bundle(self) -> bool {
+        matches!(self, SignatureFormat::Both | SignatureFormat::Bundle)
+    }
 }
 
 /// A configured public key and the name messages give it (its file).
@@ -233,16 +261,26 @@ pub fn verify<'k>(
         else {
             continue;
         };
-        let Some(key) = keys.iter().find(|k| k.key.verifies(&payload, &sig)) else {
+        let message = match &c.payload_type {
+            Some(t) => crate::bundle::pae(t, &payload),
+            None => payload.clone(),
+        };
+        let Some(key) = keys.iter().find(|k| k.key.verifies(&message, &sig)) else {
             continue;
         };
-        let Ok(v) = serde_json::from_slice::<serde_json::Value>(&payload) else {
-            continue;
+        let names_it = match c.payload_type.as_deref() {
+            // A bundle's in-toto statement, with cosign's signing predicate.
+            Some(t) => {
+                t == crate::bundle::IN_TOTO_PAYLOAD_TYPE
+                    && crate::bundle::names(&payload, manifest_digest)
+            }
+            None => serde_json::from_slice::<serde_json::Value>(&payload).is_ok_and(|v| {
+                let critical = &v["critical"];
+                critical["type"] == PAYLOAD_TYPE
+                    && critical["image"]["docker-manifest-digest"] == manifest_digest
+            }),
         };
-        let critical = &v["critical"];
-        if critical["type"] == PAYLOAD_TYPE
-            && critical["image"]["docker-manifest-digest"] == manifest_digest
-        {
+        if names_it {
             return Some(key);
         }
     }
@@ -300,6 +338,7 @@ mod tests {
         let moved = Candidate {
             payload: candidate(&sk, &d2).payload,
             signature: c.signature.clone(),
+            payload_type: None,
         };
         assert!(verify(&[moved], std::slice::from_ref(&pk), &d2).is_none());
     }
@@ -343,6 +382,7 @@ mod tests {
         Candidate {
             payload: base64::engine::general_purpose::STANDARD.encode(&p),
             signature: sign(sk, &p),
+            payload_type: None,
         }
     }
 

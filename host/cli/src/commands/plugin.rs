@@ -35,8 +35,8 @@ enum PluginCommand {
     /// Publish a Wasm component to an OCI registry as a Wasm artifact (an OCI image
     /// manifest with config `application/vnd.wasm.config.v0+json` and one
     /// `application/wasm` layer) and print the `oci://…@sha256:…` reference to put in a
-    /// plugin's `path`. Credentials: CAPGATE_REGISTRY_USERNAME/CAPGATE_REGISTRY_PASSWORD or
-    /// the docker config's `auths`.
+    /// plugin's `path`. Credentials: CAPGATE_REGISTRY_USERNAME/CAPGATE_REGISTRY_PASSWORD, or
+    /// the docker config's credential helper or `auths`.
     ///
     /// Example: capgate plugin push plugins/target/wasm32-wasip2/release/refund_limit.wasm oci://127.0.0.1:5000/capgate/refund-limit:v1 --sign-key release.pem
     Push {
@@ -44,14 +44,41 @@ enum PluginCommand {
         plugin: PathBuf,
         /// Where: oci://REGISTRY/REPOSITORY[:TAG] (loopback registries over plain HTTP).
         target: String,
-        /// Also sign it (cosign's layout, tag `sha256-DIGEST.sig`) with this Ed25519
-        /// private key (PEM PKCS#8, `openssl genpkey -algorithm ed25519`).
+        /// Also sign it, as cosign does, with this unencrypted PEM private key: ECDSA P-256
+        /// (cosign's default; `openssl ecparam -name prime256v1 -genkey -noout`) or Ed25519
+        /// (`openssl genpkey -algorithm ed25519`).
         #[arg(long)]
         sign_key: Option<PathBuf>,
+        /// Which of cosign's signature layouts to write: `both` (the legacy tag
+        /// `sha256-DIGEST.sig` and a Sigstore bundle attached as a referrer, so cosign 2 and
+        /// cosign 3 verifiers each find theirs), `simple-signing` or `bundle`.
+        #[arg(long, value_enum, default_value = "both", requires = "sign_key")]
+        signature_format: SignatureFormatArg,
         /// Speak plain HTTP to this non-loopback registry.
         #[arg(long)]
         insecure: bool,
     },
+}
+
+/// `--signature-format`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum SignatureFormatArg {
+    /// The legacy layout and a bundle.
+    Both,
+    /// The legacy layout (`sha256-DIGEST.sig`).
+    SimpleSigning,
+    /// A Sigstore bundle attached as a referrer.
+    Bundle,
+}
+
+impl From<SignatureFormatArg> for oci::sign::SignatureFormat {
+    fn from(a: SignatureFormatArg) -> Self {
+        match a {
+            SignatureFormatArg::Both => oci::sign::SignatureFormat::Both,
+            SignatureFormatArg::SimpleSigning => oci::sign::SignatureFormat::SimpleSigning,
+            SignatureFormatArg::Bundle => oci::sign::SignatureFormat::Bundle,
+        }
+    }
 }
 
 /// `capgate plugin …`.
@@ -66,8 +93,15 @@ pub fn run(args: PluginArgs) -> anyhow::Result<ExitCode> {
             plugin,
             target,
             sign_key,
+            signature_format,
             insecure,
-        } => push(&plugin, &target, sign_key.as_deref(), insecure),
+        } => push(
+            &plugin,
+            &target,
+            sign_key.as_deref(),
+            signature_format.into(),
+            insecure,
+        ),
     }
 }
 
@@ -102,6 +136,7 @@ fn push(
     plugin: &Path,
     target: &str,
     sign_key: Option<&Path>,
+    format: oci::sign::SignatureFormat,
     insecure: bool,
 ) -> anyhow::Result<ExitCode> {
     let size = std::fs::metadata(plugin)
@@ -127,7 +162,7 @@ fn push(
         Vec::new()
     };
     let pushed = runtime()?
-        .block_on(oci::push(&wasm, target, &insecure, key.as_ref()))
+        .block_on(oci::push(&wasm, target, &insecure, key.as_ref(), format))
         .with_context(|| format!("cannot push {} to {target}", plugin.display()))?;
     eprintln!(
         "pushed {} (Wasm sha256 {}){}",

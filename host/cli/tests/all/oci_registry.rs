@@ -783,3 +783,159 @@ fn registry_credentials_come_from_a_docker_credential_helper() {
     );
     drop(registry);
 }
+
+/// Issue 57: cosign 3's default signature, a Sigstore bundle attached to the plugin as a
+/// referrer (here through the referrers tag `sha256-DIGEST`: Debian's registry has no
+/// referrers API), verifies under `cosign.pub` alone — the plugins are pushed with
+/// `--signature-format bundle`, so no legacy `.sig` tag exists. openssl checks the DSSE
+/// signature over the envelope's pre-authentication encoding independently, and a key
+/// that did not sign admits nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cosign_bundle_signature_attached_as_a_referrer_verifies() {
+    let Some((tmp, registry)) = registry_in_tempdir(Registry::start) else {
+        return;
+    };
+    let dir = tmp.path();
+    let host = registry.host.clone();
+    let (signer, signer_pub) = ecdsa_key_pair(dir, "cosign");
+    let (_, stranger_pub) = ecdsa_key_pair(dir, "stranger");
+    let mut refs = BTreeMap::new();
+    for (name, file) in PLUGINS {
+        let path = plugin_file(file).display().to_string();
+        let target = format!("oci://{host}/capgate/{name}:v1");
+        let key = signer.display().to_string();
+        let out = capgate(&[
+            "plugin",
+            "push",
+            &path,
+            &target,
+            "--sign-key",
+            &key,
+            "--signature-format",
+            "bundle",
+        ]);
+        refs.insert(name, out.trim().to_string());
+    }
+    let manifest = refs["refund-limit"]
+        .rsplit("sha256:")
+        .next()
+        .expect("digest")
+        .to_string();
+    let client = reqwest::Client::new();
+    let get = async |path: &str, accept: &str| {
+        client
+            .get(format!("http://{host}/v2/capgate/refund-limit/{path}"))
+            .header("accept", accept)
+            .send()
+            .await
+            .expect("GET")
+    };
+    let legacy = get(
+        &format!("manifests/sha256-{manifest}.sig"),
+        "application/vnd.oci.image.manifest.v1+json",
+    )
+    .await;
+    assert_eq!(legacy.status(), 404, "only a bundle was pushed");
+    let index: serde_json::Value = get(
+        &format!("manifests/sha256-{manifest}"),
+        "application/vnd.oci.image.index.v1+json",
+    )
+    .await
+    .json()
+    .await
+    .expect("the referrers index");
+    let entry = &index["manifests"][0];
+    assert_eq!(
+        entry["artifactType"],
+        "application/vnd.dev.sigstore.bundle.v0.3+json"
+    );
+    let artifact: serde_json::Value = get(
+        &format!("manifests/{}", entry["digest"].as_str().expect("digest")),
+        "application/vnd.oci.image.manifest.v1+json",
+    )
+    .await
+    .json()
+    .await
+    .expect("the bundle's manifest");
+    assert_eq!(
+        artifact["subject"]["digest"],
+        format!("sha256:{manifest}"),
+        "the bundle refers to the plugin"
+    );
+    let bundle: serde_json::Value = get(
+        &format!(
+            "blobs/{}",
+            artifact["layers"][0]["digest"].as_str().expect("digest")
+        ),
+        "*/*",
+    )
+    .await
+    .json()
+    .await
+    .expect("the bundle");
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let envelope = &bundle["dsseEnvelope"];
+    let payload_type = envelope["payloadType"].as_str().expect("payloadType");
+    let payload = b64
+        .decode(envelope["payload"].as_str().expect("payload"))
+        .expect("base64");
+    let statement: serde_json::Value = serde_json::from_slice(&payload).expect("statement");
+    assert_eq!(
+        statement["predicateType"],
+        "https://sigstore.dev/cosign/sign/v1"
+    );
+    assert_eq!(
+        statement["subject"][0]["digest"]["sha256"],
+        manifest.as_str()
+    );
+    // DSSE's pre-authentication encoding, written out here, not taken from capgate.
+    let mut pae = format!(
+        "DSSEv1 {} {payload_type} {} ",
+        payload_type.len(),
+        payload.len()
+    )
+    .into_bytes();
+    pae.extend_from_slice(&payload);
+    std::fs::write(dir.join("pae"), &pae).expect("write");
+    let sig = b64
+        .decode(envelope["signatures"][0]["sig"].as_str().expect("sig"))
+        .expect("base64");
+    std::fs::write(dir.join("pae.sig"), &sig).expect("write");
+    let verified = Command::new("openssl")
+        .args(["dgst", "-sha256", "-verify"])
+        .arg(&signer_pub)
+        .arg("-signature")
+        .arg(dir.join("pae.sig"))
+        .arg(dir.join("pae"))
+        .output()
+        .expect("openssl dgst");
+    assert!(
+        String::from_utf8_lossy(&verified.stdout).contains("Verified OK"),
+        "{verified:?}"
+    );
+
+    let settings = |key: &Path, name: &str| {
+        format!(
+            "cache = \"{}\"\npublicKeys = [\"{}\"]\nrequireSignature = true",
+            dir.join(format!("cache-{name}")).display(),
+            key.display()
+        )
+    };
+    let config = oci_deployment(&dir.join("signed"), &refs, &settings(&signer_pub, "signed"));
+    let ok = capgate(&["check", "--config", &config.display().to_string()]);
+    assert!(ok.contains(": ok"), "{ok}");
+    let config = oci_deployment(
+        &dir.join("stranger"),
+        &refs,
+        &settings(&stranger_pub, "stranger"),
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_capgate"))
+        .args(["check", "--config"])
+        .arg(&config)
+        .output()
+        .expect("capgate check");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("none valid"), "{stderr}");
+}
