@@ -480,3 +480,80 @@ fn the_shell_splitter_keeps_quotes_and_drops_comments() {
     );
     assert_eq!(test_refs("`check` `lone_name`", true), ["lone_name"]);
 }
+
+/// Issue 57's mismatches that live in prose, each pinned to what the code does: the SDK
+/// READMEs name the contract `wit/capgate.wit` declares; the TypeScript client has a README
+/// that the README and the book link; the Kubernetes README's NetworkPolicy guidance names
+/// every service `capgate serve` must reach (the identity provider it will not start
+/// without, the export and webhook sinks), and says what replicas share through Postgres
+/// (rate limits and MCP sessions) rather than that they are per replica.
+#[test]
+fn the_first_steps_prose_says_what_the_code_does() {
+    let root = common::root();
+    let read =
+        |p: &str| std::fs::read_to_string(root.join(p)).unwrap_or_else(|e| panic!("read {p}: {e}"));
+    let wit = read("wit/capgate.wit");
+    let package = wit
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("package "))
+        .map(|p| p.trim_end_matches(';').to_string())
+        .expect("wit/capgate.wit declares its package");
+    let mut problems = Vec::new();
+    for readme in ["sdk/README.md", "sdk/js/README.md", "sdk/python/README.md"] {
+        let text = read(readme);
+        let first = text
+            .split("capgate:plugin@")
+            .nth(1)
+            .map(|rest| {
+                let v: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_digit() || *c == '.')
+                    .collect();
+                format!("capgate:plugin@{}", v.trim_end_matches('.'))
+            })
+            .unwrap_or_default();
+        if first != package {
+            problems.push(format!(
+                "{readme}: names `{first}` as its contract, wit/capgate.wit is `{package}`"
+            ));
+        }
+    }
+    if !root.join("clients/ts/README.md").is_file() {
+        problems.push("clients/ts has no README".into());
+    }
+    for doc in ["README.md", "docs/getting-started/walkthrough-over-http.md"] {
+        if !read(doc).contains("clients/ts/README.md") {
+            problems.push(format!("{doc} does not link clients/ts/README.md"));
+        }
+    }
+    let k8s = read("deploy/kubernetes/README.md");
+    for needed in [
+        "identity provider",
+        "[audit.export.NAME]",
+        "webhook",
+        "jwksUrl",
+    ] {
+        if !k8s.contains(needed) {
+            problems.push(format!(
+                "deploy/kubernetes/README.md's NetworkPolicy guidance does not name `{needed}`"
+            ));
+        }
+    }
+    let flat = k8s.split_whitespace().collect::<Vec<_>>().join(" ");
+    for shared in [
+        "MCP sessions (`capgate_mcp_sessions`",
+        "`[gateway.rateLimit]` quotas",
+    ] {
+        let said = flat.split_once("Replicas share").is_some_and(|(_, rest)| {
+            rest.split("What stays per replica")
+                .next()
+                .is_some_and(|s| s.contains(shared))
+        });
+        if !said {
+            problems.push(format!(
+                "deploy/kubernetes/README.md does not say replicas share {shared} through Postgres"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
