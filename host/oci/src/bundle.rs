@@ -253,12 +253,8 @@ pub async fn push(
 ) -> Result<(), OciError> {
     let statement = statement(&r.name(), manifest_hex);
     let bundle = bundle(&statement, key);
-    for blob in [EMPTY, &bundle[..]] {
-        let d = format!("sha256:{}", sha256_hex(blob));
-        if !reg.has_blob(&r.repository, &d).await? {
-            reg.upload_blob(&r.repository, &d, blob).await?;
-        }
-    }
+    reg.upload_missing(&r.repository, &[EMPTY, &bundle[..]])
+        .await?;
     let manifest = serde_json::json!({
         "schemaVersion": 2,
         "mediaType": MANIFEST_MEDIA_TYPE,

@@ -630,12 +630,8 @@ pub async fn push(
     let manifest = plugin_manifest(&config, wasm);
     let manifest_hex = sha256_hex(&manifest);
     let reg = client(&r, insecure)?;
-    for blob in [&config[..], wasm] {
-        let d = format!("sha256:{}", sha256_hex(blob));
-        if !reg.has_blob(&r.repository, &d).await? {
-            reg.upload_blob(&r.repository, &d, blob).await?;
-        }
-    }
+    reg.upload_missing(&r.repository, &[&config[..], wasm])
+        .await?;
     let at = r
         .tag
         .clone()
@@ -697,12 +693,8 @@ async fn push_signature(
     })
     .to_string()
     .into_bytes();
-    for blob in [&config[..], &payload[..]] {
-        let d = format!("sha256:{}", sha256_hex(blob));
-        if !reg.has_blob(&r.repository, &d).await? {
-            reg.upload_blob(&r.repository, &d, blob).await?;
-        }
-    }
+    reg.upload_missing(&r.repository, &[&config[..], &payload[..]])
+        .await?;
     let manifest = serde_json::json!({
         "schemaVersion": 2,
         "mediaType": MANIFEST_MEDIA_TYPE,

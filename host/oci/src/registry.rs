@@ -161,6 +161,17 @@ impl Registry {
         Ok(r.status().is_success())
     }
 
+    /// Upload each of `blobs` the repository does not hold yet (by its SHA-256).
+    pub async fn upload_missing(&self, repo: &str, blobs: &[&[u8]]) -> Result<(), OciError> {
+        for blob in blobs {
+            let d = format!("sha256:{}", super::sha256_hex(blob));
+            if !self.has_blob(repo, &d).await? {
+                self.upload_blob(repo, &d, blob).await?;
+            }
+        }
+        Ok(())
+    }
+
     /// Upload a blob in one request (POST an upload, PUT its bytes with the digest).
     pub async fn upload_blob(
         &self,

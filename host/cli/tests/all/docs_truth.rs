@@ -8,47 +8,38 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Every `.rs` file under `host/`, with its text.
-fn sources(root: &Path) -> Vec<(PathBuf, String)> {
-    fn walk(dir: &Path, out: &mut Vec<(PathBuf, String)>) {
+/// Every file with extension `ext` under `dir`, at any depth, sorted.
+fn files_with(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    fn walk(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
         let Ok(entries) = std::fs::read_dir(dir) else {
             return;
         };
         for entry in entries.flatten() {
             let path = entry.path();
             if path.is_dir() {
-                walk(&path, out);
-            } else if path.extension().is_some_and(|e| e == "rs")
-                && let Ok(text) = std::fs::read_to_string(&path)
-            {
-                out.push((path, text));
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(&root.join("host"), &mut out);
-    out
-}
-
-/// Every `.md` file under `dir`, at any depth, sorted.
-fn markdown_files(dir: &Path) -> Vec<PathBuf> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                walk(&path, out);
-            } else if path.extension().is_some_and(|e| e == "md") {
+                walk(&path, ext, out);
+            } else if path.extension().is_some_and(|e| e == ext) {
                 out.push(path);
             }
         }
     }
     let mut out = Vec::new();
-    walk(dir, &mut out);
+    walk(dir, ext, &mut out);
     out.sort();
     out
+}
+
+/// Every `.rs` file under `host/`, with its text.
+fn sources(root: &Path) -> Vec<(PathBuf, String)> {
+    files_with(&root.join("host"), "rs")
+        .into_iter()
+        .filter_map(|p| std::fs::read_to_string(&p).ok().map(|t| (p, t)))
+        .collect()
+}
+
+/// Every `.md` file under `dir`, at any depth, sorted.
+fn markdown_files(dir: &Path) -> Vec<PathBuf> {
+    files_with(dir, "md")
 }
 
 /// The backticked test references of a table cell: `module::…::name`, or with `bare` (the

@@ -554,6 +554,56 @@ fn ecdsa_key_pair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
     (private, public)
 }
 
+/// `openssl dgst -sha256 -verify PUBLIC -signature SIG MESSAGE` says `Verified OK`: the
+/// check `cosign verify --key` makes, done without capgate.
+fn assert_openssl_verifies(dir: &Path, public: &Path, message: &[u8], der_signature: &[u8]) {
+    std::fs::write(dir.join("message"), message).expect("write");
+    std::fs::write(dir.join("message.sig"), der_signature).expect("write");
+    let verified = Command::new("openssl")
+        .args(["dgst", "-sha256", "-verify"])
+        .arg(public)
+        .arg("-signature")
+        .arg(dir.join("message.sig"))
+        .arg(dir.join("message"))
+        .output()
+        .expect("openssl dgst");
+    assert!(
+        String::from_utf8_lossy(&verified.stdout).contains("Verified OK"),
+        "{verified:?}"
+    );
+}
+
+/// The example deployment on `refs`, with `requireSignature`: `check` admits it under
+/// `signer` and refuses it (exit 1, "none valid") under each of `others`.
+fn assert_admitted_only_by(
+    dir: &Path,
+    refs: &BTreeMap<&str, String>,
+    signer: &Path,
+    others: &[(&str, &PathBuf)],
+) {
+    let settings = |key: &Path, name: &str| {
+        format!(
+            "cache = \"{}\"\npublicKeys = [\"{}\"]\nrequireSignature = true",
+            dir.join(format!("cache-{name}")).display(),
+            key.display()
+        )
+    };
+    let config = oci_deployment(&dir.join("signed"), refs, &settings(signer, "signed"));
+    let ok = capgate(&["check", "--config", &config.display().to_string()]);
+    assert!(ok.contains(": ok"), "{ok}");
+    for (name, key) in others {
+        let config = oci_deployment(&dir.join(name), refs, &settings(key, name));
+        let out = Command::new(env!("CARGO_BIN_EXE_capgate"))
+            .args(["check", "--config"])
+            .arg(&config)
+            .output()
+            .expect("capgate check");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{name}: {stderr}");
+        assert!(stderr.contains("none valid"), "{name}: {stderr}");
+    }
+}
+
 /// Issue 57: cosign's default keys are ECDSA P-256. A plugin signed with one verifies
 /// under its `cosign.pub`, and the signature in the registry is exactly what `cosign
 /// verify --key` checks: openssl verifies the simple-signing payload's DER signature with
@@ -613,48 +663,19 @@ async fn a_cosign_default_ecdsa_p256_signature_on_a_plugin_verifies() {
     let der = base64::engine::general_purpose::STANDARD
         .decode(signature)
         .expect("base64");
-    std::fs::write(dir.join("payload.json"), &payload).expect("write");
-    std::fs::write(dir.join("payload.sig"), &der).expect("write");
-    let verified = Command::new("openssl")
-        .args(["dgst", "-sha256", "-verify"])
-        .arg(&signer_pub)
-        .arg("-signature")
-        .arg(dir.join("payload.sig"))
-        .arg(dir.join("payload.json"))
-        .output()
-        .expect("openssl dgst");
-    assert!(
-        String::from_utf8_lossy(&verified.stdout).contains("Verified OK"),
-        "{verified:?}"
-    );
+    assert_openssl_verifies(dir, &signer_pub, &payload, &der);
     let named: serde_json::Value = serde_json::from_slice(&payload).expect("payload JSON");
     assert_eq!(
         named["critical"]["image"]["docker-manifest-digest"],
         format!("sha256:{manifest}")
     );
 
-    let settings = |key: &Path, name: &str| {
-        format!(
-            "cache = \"{}\"\npublicKeys = [\"{}\"]\nrequireSignature = true",
-            dir.join(format!("cache-{name}")).display(),
-            key.display()
-        )
-    };
-    let config = oci_deployment(&dir.join("signed"), &refs, &settings(&signer_pub, "signed"));
-    let ok = capgate(&["check", "--config", &config.display().to_string()]);
-    assert!(ok.contains(": ok"), "{ok}");
-
-    for (name, key) in [("stranger", &stranger_pub), ("ed25519", &ed25519_pub)] {
-        let config = oci_deployment(&dir.join(name), &refs, &settings(key, name));
-        let out = Command::new(env!("CARGO_BIN_EXE_capgate"))
-            .args(["check", "--config"])
-            .arg(&config)
-            .output()
-            .expect("capgate check");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{name}: {stderr}");
-        assert!(stderr.contains("none valid"), "{name}: {stderr}");
-    }
+    assert_admitted_only_by(
+        dir,
+        &refs,
+        &signer_pub,
+        &[("stranger", &stranger_pub), ("ed25519", &ed25519_pub)],
+    );
 }
 
 /// Issue 57: registry credentials from a Docker credential helper, as `docker` reads them:
@@ -897,45 +918,10 @@ async fn a_cosign_bundle_signature_attached_as_a_referrer_verifies() {
     )
     .into_bytes();
     pae.extend_from_slice(&payload);
-    std::fs::write(dir.join("pae"), &pae).expect("write");
     let sig = b64
         .decode(envelope["signatures"][0]["sig"].as_str().expect("sig"))
         .expect("base64");
-    std::fs::write(dir.join("pae.sig"), &sig).expect("write");
-    let verified = Command::new("openssl")
-        .args(["dgst", "-sha256", "-verify"])
-        .arg(&signer_pub)
-        .arg("-signature")
-        .arg(dir.join("pae.sig"))
-        .arg(dir.join("pae"))
-        .output()
-        .expect("openssl dgst");
-    assert!(
-        String::from_utf8_lossy(&verified.stdout).contains("Verified OK"),
-        "{verified:?}"
-    );
+    assert_openssl_verifies(dir, &signer_pub, &pae, &sig);
 
-    let settings = |key: &Path, name: &str| {
-        format!(
-            "cache = \"{}\"\npublicKeys = [\"{}\"]\nrequireSignature = true",
-            dir.join(format!("cache-{name}")).display(),
-            key.display()
-        )
-    };
-    let config = oci_deployment(&dir.join("signed"), &refs, &settings(&signer_pub, "signed"));
-    let ok = capgate(&["check", "--config", &config.display().to_string()]);
-    assert!(ok.contains(": ok"), "{ok}");
-    let config = oci_deployment(
-        &dir.join("stranger"),
-        &refs,
-        &settings(&stranger_pub, "stranger"),
-    );
-    let out = Command::new(env!("CARGO_BIN_EXE_capgate"))
-        .args(["check", "--config"])
-        .arg(&config)
-        .output()
-        .expect("capgate check");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("none valid"), "{stderr}");
+    assert_admitted_only_by(dir, &refs, &signer_pub, &[("stranger", &stranger_pub)]);
 }
