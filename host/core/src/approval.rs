@@ -390,6 +390,21 @@ pub trait ApprovalCoordinator: Send + Sync + 'static {
         filter: &ApprovalFilter,
         now: DateTime<Utc>,
     ) -> Result<Vec<ApprovalRecord>, ApprovalStoreError>;
+    /// Withdraw a record nobody has run: pending, or approved and not yet consumed, and
+    /// unexpired at `now`, becomes `cancelled` (a compare-and-set), so it can no longer be
+    /// decided or run. An MCP client's `tasks/cancel` of a held call does this. Anything
+    /// else is refused with [`ApprovalStoreError::WrongStatus`] (expected `pending`). The
+    /// default refuses: a coordinator that cannot withdraw leaves the call decidable.
+    async fn withdraw(
+        &self,
+        id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<ApprovalRecord, ApprovalStoreError> {
+        let _ = now;
+        Err(ApprovalStoreError::Backend(
+            format!("this approval store cannot withdraw approval `{id}`").into(),
+        ))
+    }
     /// Mark up to `limit` records past their expiry at `now` that are still pending, or were
     /// approved and never run (consumed), as expired and return them, each to exactly one
     /// caller across processes (a compare-and-set per record), so an expiry, or an approval
@@ -516,6 +531,18 @@ impl ApprovalCoordinator for InMemoryApprovalCoordinator {
             r.status = ApprovalStatus::Consumed;
             r.consumed_by_execution_id = Some(execution_id.to_string());
         })
+    }
+
+    async fn withdraw(
+        &self,
+        id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<ApprovalRecord, ApprovalStoreError> {
+        let expected = match self.lock().get(id).map(|r| r.effective_status(now)) {
+            Some(ApprovalStatus::Approved) => ApprovalStatus::Approved,
+            _ => ApprovalStatus::Pending,
+        };
+        self.transition(id, expected, now, |r| r.status = ApprovalStatus::Cancelled)
     }
 
     async fn list(

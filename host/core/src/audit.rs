@@ -310,6 +310,43 @@ pub enum EventPayload {
         /// The namespace it counts against, when it has one.
         namespace: Option<String>,
     },
+    /// A held `tools/call` on `/mcp` was answered with an MCP task (capgate extension): the
+    /// client polls `tasks/get` until the approval is decided and the call has run.
+    /// Envelope: the requester, the `mcp` surface, the held execution and its capability.
+    #[serde(rename = "capgate.mcp.task_created", rename_all = "camelCase")]
+    McpTaskCreated {
+        /// The task's id (`tsk_…`).
+        task_id: String,
+        /// The approval it waits for.
+        approval_id: Option<String>,
+    },
+    /// An MCP task reached its end (capgate extension): `completed` with the tool's
+    /// (redacted) result, or `failed` with the public error (rejected, expired, refused at
+    /// the re-check, timed out). Envelope: the execution that ended it, when one ran.
+    #[serde(rename = "capgate.mcp.task_finished", rename_all = "camelCase")]
+    McpTaskFinished {
+        /// The task's id.
+        task_id: String,
+        /// `completed` or `failed`.
+        status: String,
+        /// The public error code, when it failed.
+        code: Option<String>,
+        /// The approval it waited for.
+        approval_id: Option<String>,
+    },
+    /// The requester cancelled an MCP task (`tasks/cancel`, capgate extension); the
+    /// approval it waited for was withdrawn when nobody had run it yet, so the call never
+    /// runs. Envelope: the requester.
+    #[serde(rename = "capgate.mcp.task_cancelled", rename_all = "camelCase")]
+    McpTaskCancelled {
+        /// The task's id.
+        task_id: String,
+        /// The approval it waited for.
+        approval_id: Option<String>,
+        /// Whether the approval was withdrawn (false: it had already been run, rejected or
+        /// had expired).
+        approval_withdrawn: bool,
+    },
     /// A concealed MCP tool matches its pin again (re-pinned, or the upstream reverted):
     /// its capability is served again (capgate extension).
     #[serde(rename = "capgate.mcp.tool_restored", rename_all = "camelCase")]
@@ -346,6 +383,9 @@ impl EventPayload {
             EventPayload::McpToolConcealed { .. } => "capgate.mcp.tool_concealed",
             EventPayload::McpToolRestored { .. } => "capgate.mcp.tool_restored",
             EventPayload::InvocationAbandoned { .. } => "capgate.invocation.abandoned",
+            EventPayload::McpTaskCreated { .. } => "capgate.mcp.task_created",
+            EventPayload::McpTaskFinished { .. } => "capgate.mcp.task_finished",
+            EventPayload::McpTaskCancelled { .. } => "capgate.mcp.task_cancelled",
         }
     }
 }

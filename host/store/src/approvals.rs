@@ -91,6 +91,15 @@ const CONSUME: &str = concat!(
     cols!()
 );
 
+/// Withdraw an approval nobody has run (pending, or approved and unconsumed) while it is
+/// unexpired: one compare-and-set.
+const WITHDRAW: &str = concat!(
+    "UPDATE capgate_approvals SET status = 'cancelled' \
+     WHERE id = $1 AND status IN ('pending', 'approved') AND consumed_by_execution_id IS NULL \
+     AND expires_at > $2 RETURNING ",
+    cols!()
+);
+
 const LIST_SQLITE: &str = concat!(
     "SELECT ",
     cols!(),
@@ -503,6 +512,33 @@ impl ApprovalCoordinator for SqlApprovalCoordinator {
                 .await
             },
         )
+        .await
+    }
+
+    async fn withdraw(
+        &self,
+        id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<ApprovalRecord, ApprovalStoreError> {
+        crate::metrics::timed(self.store.backend(), "approvals.withdraw", async move {
+            let now = trunc(now);
+            let params: [&dyn Param; 2] = [&id, &now];
+            match self
+                .store
+                .fetch_record::<RawApproval>(Via::Group, WITHDRAW, &params)
+                .await?
+            {
+                Some(record) => Ok(record),
+                None => Err(self
+                    .refusal(id, ApprovalStatus::Pending, now)
+                    .await
+                    .unwrap_or_else(|| ApprovalStoreError::WrongStatus {
+                        id: id.to_string(),
+                        status: "approved",
+                        expected: "pending",
+                    })),
+            }
+        })
         .await
     }
 

@@ -91,6 +91,7 @@ mod inline;
 mod journal;
 mod limits;
 mod mcp_sessions;
+mod mcp_tasks;
 pub mod metrics;
 mod params;
 mod sessions;
@@ -116,6 +117,7 @@ pub use journal::{
 };
 pub use limits::SqlQuotaStore;
 pub use mcp_sessions::{McpSessionRow, McpSessionRows};
+pub use mcp_tasks::{MAX_TASK_FIELD_BYTES, McpTaskRow, McpTaskRowError, McpTaskRows};
 pub use sessions::{
     ConsoleSessionRow, ConsoleSessionRows, MAX_SESSION_FIELD_BYTES, SessionRowError,
 };

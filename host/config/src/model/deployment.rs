@@ -531,6 +531,18 @@ pub struct McpSection {
     /// ends with the client's `DELETE` or after 5 minutes unused.
     #[key(range = 1..=100_000, unit = "sessions")]
     pub max_sessions_per_principal: Option<u32>,
+    /// Answer a held call with an MCP task (the `io.modelcontextprotocol/tasks` extension)
+    /// when the client declares the extension: it polls `tasks/get` until a human decided
+    /// and the call ran (docs/gateway.md, "MCP tasks"). Absent or `true`: on; a client
+    /// without the extension gets the approval-required result either way.
+    pub tasks: Option<bool>,
+    /// The `pollIntervalMs` a task suggests to its client (default 1000).
+    #[key(range = 100..=60_000, unit = "milliseconds")]
+    pub task_poll_interval_ms: Option<u64>,
+    /// The most working tasks one principal holds (default 100); a held call past it is
+    /// answered with the approval-required result, as to a client without tasks.
+    #[key(range = 1..=100_000, unit = "tasks")]
+    pub max_tasks_per_principal: Option<u32>,
 }
 
 /// `[runtime.oci]`: where registry plugins are cached, which registries may be spoken to

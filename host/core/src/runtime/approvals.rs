@@ -199,6 +199,28 @@ pub struct Approvals<'a> {
 }
 
 impl Approvals<'_> {
+    /// Withdraw an approval its requester no longer wants (an MCP client cancelled the
+    /// task holding it): pending, or approved and never run, becomes `cancelled` at once,
+    /// so nobody can decide it and no resume can run it. Only the requester's own record
+    /// in `namespace` is withdrawn; anyone else's reads as not found. A record already
+    /// decided against, expired, consumed or cancelled is refused as it stands.
+    pub async fn withdraw(
+        &self,
+        id: &str,
+        namespace: &str,
+        requester: &crate::actor::ActorRef,
+    ) -> Result<ApprovalRecord, ApprovalStoreError> {
+        let own = self.rt.coordinator.get(id).await?.filter(|r| {
+            r.request.namespace == namespace
+                && r.request.actor.id == requester.id
+                && r.request.actor.kind == requester.kind
+        });
+        if own.is_none() {
+            return Err(ApprovalStoreError::NotFound(id.to_string()));
+        }
+        self.rt.coordinator.withdraw(id, self.rt.clock.now()).await
+    }
+
     /// One record, with lazy expiry applied and the input redacted for review.
     pub async fn get(&self, id: &str) -> Result<Option<ApprovalRecord>, ApprovalsError> {
         self.get_in(id, None).await

@@ -170,6 +170,15 @@ impl Runtime {
         self.inner.audit.flush().await
     }
 
+    /// Record an event a door produced outside any execution (an MCP task created, ended
+    /// or cancelled) on this runtime's audit sinks, as the pipeline records its own.
+    pub async fn record(
+        &self,
+        event: crate::audit::AuditEvent,
+    ) -> Result<(), crate::audit::AuditSinkError> {
+        self.inner.audit.emit(event).await
+    }
+
     /// The clock in force.
     pub fn now(&self) -> chrono::DateTime<chrono::Utc> {
         self.inner.clock.now()

@@ -1,4 +1,7 @@
-//! The rmcp [`ServerHandler`]: tools/list = describe, tools/call = invoke (or resume).
+//! The rmcp [`ServerHandler`]: tools/list = describe, tools/call = invoke (or resume), and
+//! `tasks/*` for held calls ([`task_calls`]).
+
+mod task_calls;
 
 use super::McpOptions;
 use super::McpServeError;
@@ -14,9 +17,10 @@ use capgate_core::runtime::{
     CapabilityDescriptor, DescribeOptions, InvokeRequest, ResumeOptions, Runtime,
 };
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams, ProgressNotificationParam,
-    ProgressToken, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
+    GetTaskParams, GetTaskResult, Implementation, JsonObject, ListToolsResult, MetaObject,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ServerCapabilities,
+    ServerConfig, Tool, ToolAnnotations, UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
@@ -86,9 +90,10 @@ impl McpIdentity {
 }
 
 /// The caller of one MCP request.
-struct Caller {
-    principal: Principal,
-    context: Value,
+#[derive(Clone)]
+pub(super) struct Caller {
+    pub(super) principal: Principal,
+    pub(super) context: Value,
 }
 
 /// The MCP server over one runtime. Cheap to clone; holds no per-session authority.
@@ -287,8 +292,9 @@ impl CapgateMcp {
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, ErrorData> {
+    ) -> Result<CallToolResponse, ErrorData> {
         let caller = self.caller(&context)?;
+        let held_by = caller.clone();
         let input = Value::Object(request.arguments.unwrap_or_default());
         let cap = self
             .runtime
@@ -297,7 +303,7 @@ impl CapgateMcp {
             .cloned();
         let resume = cap.is_none() && request.name == RESUME_TOOL && self.resume_tool_enabled();
         if resume {
-            return self.resume(caller, &input, context).await;
+            return self.resume(caller, &input, context).await.map(Into::into);
         }
         // The one admission order (docs/gateway.md, "Invocation semantics"): every call is
         // authorized (seed 004), a tool this surface has with its capability id and input, a
@@ -322,7 +328,7 @@ impl CapgateMcp {
                 None => self.runtime.refuse_unknown(invoke).await,
             };
             self.drain_audit().await;
-            return Ok(self.tool_result(&result));
+            return Ok(self.tool_result(&result).into());
         }
         let (progress, forwarder) = progress_channel(&context);
         let result = match cap {
@@ -352,7 +358,14 @@ impl CapgateMcp {
         };
         finish_progress(forwarder).await;
         self.drain_audit().await;
-        Ok(self.tool_result(&result))
+        if let Some(capability) = result.approval().map(|a| a.capability_id.clone())
+            && let Some(task) = self
+                .open_task(&held_by, &capability, &result, &context)
+                .await
+        {
+            return Ok(CallToolResponse::Task(task));
+        }
+        Ok(self.tool_result(&result).into())
     }
 
     /// Answer after the call's audit events are written, as the HTTP gateway does, so a
@@ -381,11 +394,33 @@ impl CapgateMcp {
             Ok(id) => id,
             Err(e) => return Ok(error_result(&e)),
         };
+        let (progress, forwarder) = progress_channel(&context);
+        let resumed = self
+            .resume_approved(caller, &approval_id, context.ct.clone(), progress)
+            .await;
+        finish_progress(forwarder).await;
+        Ok(match resumed? {
+            Resumed::Ran(result) => self.tool_result(&result),
+            Resumed::ContractChanged => contract_mismatch_result(),
+        })
+    }
+
+    /// Resume `approval_id` as `caller` on the `mcp` surface, as every MCP door does (the
+    /// resume tool, a task's run): authorized against the stored capability and input, the
+    /// capability's contract still the one the approval was asked for, then the runtime's
+    /// resume (re-check, types, input digest, one consumption). Audited and drained.
+    pub(super) async fn resume_approved(
+        &self,
+        caller: Caller,
+        approval_id: &BoundedId,
+        cancel: tokio_util::sync::CancellationToken,
+        progress: Option<ProgressFn>,
+    ) -> Result<Resumed, ErrorData> {
         let me = &caller.principal;
         let stored = self
             .runtime
             .approvals()
-            .get_for_requester(&approval_id, &me.namespace, &me.actor.reference())
+            .get_for_requester(approval_id, &me.namespace, &me.actor.reference())
             .await
             .ok()
             .flatten();
@@ -396,15 +431,15 @@ impl CapgateMcp {
             stored.as_ref().map(|r| &r.request.input),
         )
         .await?;
-        let mut options = ResumeOptions {
+        let options = ResumeOptions {
             context: caller.context,
-            cancel: Some(context.ct.clone()),
+            cancel: Some(cancel),
             expected_actor: Some(me.actor.reference()),
             expected_surface: Some(Surface::Mcp),
             expected_namespace: Some(me.namespace.clone()),
             actor: Some(me.actor.clone()),
             idempotency_key: None,
-            progress: None,
+            progress,
             correlation_id: None,
         };
         // The contract check the HTTP door makes: the capability must still be the one the
@@ -423,19 +458,25 @@ impl CapgateMcp {
                     "the capability's contract changed since the approval was asked for",
                 );
                 self.runtime
-                    .refuse_resume(&approval_id, options, recorded_error)
+                    .refuse_resume(approval_id, options, recorded_error)
                     .await;
                 self.drain_audit().await;
-                return Ok(contract_mismatch_result());
+                return Ok(Resumed::ContractChanged);
             }
         }
-        let (progress, forwarder) = progress_channel(&context);
-        options.progress = progress;
-        let result = self.runtime.resume(&approval_id, options).await;
-        finish_progress(forwarder).await;
+        let result = self.runtime.resume(approval_id, options).await;
         self.drain_audit().await;
-        Ok(self.tool_result(&result))
+        Ok(Resumed::Ran(result))
     }
+}
+
+/// How a resume through an MCP door ended.
+pub(super) enum Resumed {
+    /// The runtime ran (or refused) it: its result.
+    Ran(ExecutionResult),
+    /// The capability's contract changed since the approval was asked for: refused before
+    /// anything was consumed (`CONTRACT_MISMATCH`).
+    ContractChanged,
 }
 
 /// Progress reported before the result goes out first; a procedure that kept its progress
@@ -481,11 +522,18 @@ impl CapgateMcp {
 
 impl ServerHandler for CapgateMcp {
     fn get_info(&self) -> ServerConfig {
-        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new(
-                self.options.server_name.clone(),
-                self.options.server_version.clone(),
-            ));
+        let capabilities = if self.options.tasks.is_some() {
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tasks()
+                .build()
+        } else {
+            ServerCapabilities::builder().enable_tools().build()
+        };
+        let mut info = ServerConfig::new(capabilities).with_server_info(Implementation::new(
+            self.options.server_name.clone(),
+            self.options.server_version.clone(),
+        ));
         if let Some(i) = &self.options.instructions {
             info = info.with_instructions(i.clone());
         }
@@ -521,9 +569,7 @@ impl ServerHandler for CapgateMcp {
         // head decision to leave it out.
         let parts = context.extensions.get::<axum::http::request::Parts>();
         if parts.is_some_and(|p| crate::trace_context::is_unsampled(&p.extensions)) {
-            return crate::trace_context::unsampled(self.call(request, context))
-                .await
-                .map(CallToolResponse::from);
+            return crate::trace_context::unsampled(self.call(request, context)).await;
         }
         let parent = parts.map_or_else(tracing::Span::current, |p| {
             crate::trace_context::request_span(&p.extensions)
@@ -532,7 +578,7 @@ impl ServerHandler for CapgateMcp {
         let answer = self.call(request, context).instrument(span.clone()).await;
         match &answer {
             // The conventions' value for a tool that answered with `isError`.
-            Ok(result) if result.is_error == Some(true) => {
+            Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => {
                 span.record("error.type", "tool_error");
             }
             Ok(_) => {}
@@ -540,7 +586,32 @@ impl ServerHandler for CapgateMcp {
                 span.record("error.type", e.code.0.to_string());
             }
         }
-        answer.map(CallToolResponse::from)
+        answer
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        self.task_get(&request.task_id, context).await
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let keys = request.input_responses.into_keys().collect();
+        self.task_update(&request.task_id, keys, context).await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.task_cancel(&request.task_id, context).await
     }
 }
 

@@ -14,6 +14,9 @@
 //!   request) cancels the running invocation: the runtime answers CANCELLED.
 //! - Procedure progress becomes `notifications/progress` when the client sent a
 //!   `progressToken`.
+//! - A held call, to a client that declared the `io.modelcontextprotocol/tasks` extension,
+//!   is answered with a task it polls with `tasks/get` until a human decided and the call
+//!   ran ([`tasks`]).
 //! - No MCP request can decide an approval. The optional `approvals_resume` tool resumes an
 //!   approved call with the session actor and the `mcp` surface as guards.
 //!
@@ -36,6 +39,7 @@ pub mod oauth;
 mod options;
 mod router;
 mod stdio;
+pub mod tasks;
 
 pub use handlers::{CapgateMcp, McpIdentity, RESUME_TOOL};
 pub use options::{DEFAULT_MAX_SESSIONS_PER_PRINCIPAL, McpOptions};
@@ -44,3 +48,6 @@ pub use router::{
     streamable_http_router_with,
 };
 pub use stdio::{McpServeError, serve_io, serve_stdio};
+pub use tasks::{
+    InMemoryMcpTaskStore, McpTaskStore, McpTasks, StoredTask, TaskState, TaskStoreError,
+};

@@ -44,6 +44,11 @@ pub struct McpOptions {
     /// it is refused `429`, its session closed at once, so one key cannot exhaust the
     /// memory every tenant shares. Default [`DEFAULT_MAX_SESSIONS_PER_PRINCIPAL`].
     pub max_sessions_per_principal: usize,
+    /// Held calls as MCP tasks for clients that declare the `io.modelcontextprotocol/tasks`
+    /// extension (docs/gateway.md, "MCP tasks"). Default: on, kept in this process;
+    /// `capgate serve` keeps them in its store. `None`: every held call is answered with
+    /// the approval-required result, as to a client without the extension.
+    pub tasks: Option<super::tasks::McpTasks>,
 }
 
 /// The default [`McpOptions::max_sessions_per_principal`].
@@ -63,6 +68,7 @@ impl Default for McpOptions {
             allowed_hosts: None,
             protected_resource: None,
             max_sessions_per_principal: DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
+            tasks: Some(super::tasks::McpTasks::default()),
         }
     }
 }
@@ -70,7 +76,7 @@ impl Default for McpOptions {
 crate::debug::debug_fields! {
     McpOptions { server_name, server_version, approval_url, resume_tool, stateful_sessions,
         session_store: Option::is_some, allowed_hosts, protected_resource,
-        max_sessions_per_principal }
+        max_sessions_per_principal, tasks }
 }
 
 impl McpOptions {

@@ -5,6 +5,7 @@
 //! | `capgate_http_requests_total` | counter | `route` (the matched route template, `unmatched` otherwise), `method`, `status` |
 //! | `capgate_http_request_duration_seconds` | histogram | `route`, `method` |
 //! | `capgate_journal_claims_total` | counter | `result` (`admitted`, `replayed`, `pending`, `conflict`) |
+//! | `capgate_mcp_tasks_total` | counter | `event` (`created`, `completed`, `failed`, `cancelled`) |
 //!
 //! Routes are the templates the router matched (`/agent/invoke`, `/approvals/{id}`), never
 //! the request's path, so a scan of random URLs adds no series.
@@ -35,6 +36,9 @@ pub const HTTP_DURATION: &str = "capgate_http_request_duration_seconds";
 /// Invocation journal claims by result.
 pub const JOURNAL_CLAIMS: &str = "capgate_journal_claims_total";
 
+/// MCP tasks by event: created for a held call, and how each ended.
+pub const MCP_TASKS: &str = "capgate_mcp_tasks_total";
+
 /// Tell the installed recorder what this crate's series mean (`# HELP` on `/metrics`).
 pub fn describe() {
     metrics::describe_counter!(HTTP_REQUESTS, "HTTP requests, by route, method and status.");
@@ -43,6 +47,19 @@ pub fn describe() {
         "HTTP request latency in seconds, by route and method."
     );
     metrics::describe_counter!(JOURNAL_CLAIMS, "Invocation journal claims, by result.");
+    metrics::describe_counter!(
+        MCP_TASKS,
+        "MCP tasks created for held calls, and how they ended, by event."
+    );
+}
+
+static TASKS: Handles<(), metrics::Counter> = Handles::new();
+
+/// Count an MCP task event (`created`, `completed`, `failed`, `cancelled`).
+pub(crate) fn mcp_task(event: &'static str) {
+    TASKS
+        .get(event, (), || metrics::counter!(MCP_TASKS, "event" => event))
+        .increment(1);
 }
 
 static CLAIMS: Handles<(), metrics::Counter> = Handles::new();

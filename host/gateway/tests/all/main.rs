@@ -10,6 +10,7 @@ mod edges_spec;
 mod http_api;
 mod identity_edges;
 mod mcp_python;
+mod mcp_tasks;
 mod mcp_typescript;
 mod oidc_harness;
 mod oidc_identity;

@@ -5,7 +5,9 @@
 use capgate_gateway::approvals_api::{ExecutionHistory, ExecutionOutcome};
 use capgate_gateway::console::{SessionCredential, SessionStore, SessionStoreError, StoredSession};
 use capgate_gateway::health::{ReadinessError, ReadinessProbe};
-use capgate_gateway::mcp::{SharedMcpSession, SharedMcpSessions};
+use capgate_gateway::mcp::{
+    McpTaskStore, SharedMcpSession, SharedMcpSessions, StoredTask, TaskState, TaskStoreError,
+};
 use rmcp::transport::streamable_http_server::session::SessionStoreError as McpStoreError;
 
 /// The console's sessions as rows of the deployment's store (the gateway knows the seam,
@@ -109,6 +111,131 @@ impl SharedMcpSessions for StoredMcpSessions {
 
     async fn delete(&self, id_sha256: &str) -> Result<(), McpStoreError> {
         Ok(self.0.delete(id_sha256).await?)
+    }
+}
+
+/// MCP tasks as rows of the deployment's store (the gateway knows the seam, the store the
+/// rows; they meet here), so any replica answers a task another created, and a restart
+/// loses none.
+pub(super) struct StoredMcpTasks(pub(super) capgate_store::McpTaskRows);
+
+fn task_store_error(e: capgate_store::McpTaskRowError) -> TaskStoreError {
+    match e {
+        capgate_store::McpTaskRowError::Malformed(m) => TaskStoreError::Malformed(m),
+        capgate_store::McpTaskRowError::TooMany { limit } => TaskStoreError::TooMany { limit },
+        capgate_store::McpTaskRowError::QuotaExceeded { namespace, limit } => {
+            TaskStoreError::QuotaExceeded { namespace, limit }
+        }
+        other => TaskStoreError::Unavailable(other.to_string()),
+    }
+}
+
+fn task_of(row: capgate_store::McpTaskRow) -> Result<StoredTask, TaskStoreError> {
+    let state = TaskState::parse(&row.status)
+        .ok_or_else(|| TaskStoreError::Malformed(format!("task status `{}`", row.status)))?;
+    Ok(StoredTask {
+        id: row.id,
+        principal_sha256: row.principal_sha256,
+        namespace: row.namespace,
+        approval_id: row.approval_id,
+        capability_id: row.capability_id,
+        state,
+        status_message: row.status_message,
+        outcome: row.outcome,
+        input_answered: row.input_answered,
+        claim: row.claim,
+        created_at: row.created_at,
+        updated_at: row.updated_at,
+        purge_after: row.purge_after,
+    })
+}
+
+#[async_trait::async_trait]
+impl McpTaskStore for StoredMcpTasks {
+    async fn create(&self, task: &StoredTask, per_principal: u32) -> Result<(), TaskStoreError> {
+        let row = capgate_store::McpTaskRow {
+            id: task.id.clone(),
+            principal_sha256: task.principal_sha256.clone(),
+            namespace: task.namespace.clone(),
+            approval_id: task.approval_id.clone(),
+            capability_id: task.capability_id.clone(),
+            status: task.state.as_str().to_owned(),
+            status_message: task.status_message.clone(),
+            outcome: None,
+            input_answered: false,
+            claim: None,
+            created_at: task.created_at,
+            updated_at: task.updated_at,
+            purge_after: task.purge_after,
+        };
+        self.0
+            .insert(&row, per_principal)
+            .await
+            .map_err(task_store_error)
+    }
+
+    async fn get(
+        &self,
+        id: &str,
+        principal_sha256: &str,
+    ) -> Result<Option<StoredTask>, TaskStoreError> {
+        self.0
+            .get(id, principal_sha256)
+            .await
+            .map_err(task_store_error)?
+            .map(task_of)
+            .transpose()
+    }
+
+    async fn claim(
+        &self,
+        id: &str,
+        token: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<bool, TaskStoreError> {
+        self.0.claim(id, token, now).await.map_err(task_store_error)
+    }
+
+    async fn finish(
+        &self,
+        id: &str,
+        state: TaskState,
+        status_message: &str,
+        outcome: &str,
+        claim: Option<&str>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<bool, TaskStoreError> {
+        self.0
+            .finish(id, state.as_str(), status_message, outcome, claim, now)
+            .await
+            .map_err(task_store_error)
+    }
+
+    async fn answer_input(
+        &self,
+        id: &str,
+        principal_sha256: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<bool, TaskStoreError> {
+        self.0
+            .answer_input(id, principal_sha256, now)
+            .await
+            .map_err(task_store_error)
+    }
+
+    async fn cancel(
+        &self,
+        id: &str,
+        principal_sha256: &str,
+        status_message: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<StoredTask>, TaskStoreError> {
+        self.0
+            .cancel(id, principal_sha256, status_message, now)
+            .await
+            .map_err(task_store_error)?
+            .map(task_of)
+            .transpose()
     }
 }
 

@@ -24,7 +24,8 @@ pub(super) async fn reload_on_hangup(
 const PURGE_EVERY: Duration = Duration::from_secs(3600);
 
 /// Forget what replicas share and no longer need: rate-limit buckets that are full again
-/// (the same as no bucket) and MCP sessions past [`MCP_SESSION_HORIZON`](super::adapters::MCP_SESSION_HORIZON).
+/// (the same as no bucket), MCP sessions past [`MCP_SESSION_HORIZON`](super::adapters::MCP_SESSION_HORIZON)
+/// and MCP tasks past their approval's expiry plus the replay horizon.
 pub(super) async fn purge_shared(store: capgate_store::Store) {
     let mut every = tokio::time::interval(PURGE_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -39,6 +40,9 @@ pub(super) async fn purge_shared(store: capgate_store::Store) {
             .await
         {
             tracing::warn!("purging old MCP sessions failed: {e}");
+        }
+        if let Err(e) = store.mcp_tasks().purge(chrono::Utc::now()).await {
+            tracing::warn!("purging MCP tasks past their horizon failed: {e}");
         }
     }
 }

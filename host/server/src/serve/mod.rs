@@ -11,7 +11,7 @@ mod adapters;
 mod housekeeping;
 mod shutdown;
 
-use adapters::{AuditTrail, StoreProbe, StoredMcpSessions, StoredSessions};
+use adapters::{AuditTrail, StoreProbe, StoredMcpSessions, StoredMcpTasks, StoredSessions};
 use housekeeping::{
     purge_audit, purge_receipts, purge_shared, reload_on_hangup, sweep_expired_approvals,
 };
@@ -41,8 +41,14 @@ use std::time::Duration;
 /// Build the whole HTTP application of a deployment: its configured doors, as the gateway's
 /// application builder mounts and layers them, over what `kept` keeps across reloads.
 pub fn app(checked: &Checked, d: &Deployment, kept: &Kept) -> anyhow::Result<axum::Router> {
+    // Tasks live in the store beside the approvals they wait for (and count against the
+    // same namespace budget), so any replica answers them and a restart loses none.
+    let mut mcp = checked.mcp_options();
+    mcp.tasks = checked.mcp_tasks(Arc::new(StoredMcpTasks(
+        d.store.mcp_tasks().with_budget(checked.journal().budget()),
+    )));
     let mut app = AppBuilder::new(kept, d.runtime.clone(), doorkeeper(checked, d))
-        .mcp(checked.mcp_options())
+        .mcp(mcp)
         .approvals(ApprovalsOptions {
             role: APPROVER_ROLE.into(),
             history: Some(Arc::new(AuditTrail(d.store.audit_log()))),

@@ -169,8 +169,33 @@ impl Checked {
                 capgate_gateway::mcp::DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
                 |n| usize::try_from(n).unwrap_or(usize::MAX),
             ),
+            tasks: self.mcp_tasks(std::sync::Arc::new(
+                capgate_gateway::mcp::InMemoryMcpTaskStore::new(),
+            )),
             ..Default::default()
         }
+    }
+
+    /// `[mcp]`'s tasks over `store` (`None` when `tasks = false`): the configured poll
+    /// interval and bound, kept as long as the journal's replay horizon past each
+    /// approval's expiry.
+    pub fn mcp_tasks(
+        &self,
+        store: std::sync::Arc<dyn capgate_gateway::mcp::McpTaskStore>,
+    ) -> Option<capgate_gateway::mcp::McpTasks> {
+        let m = &self.config.mcp;
+        if m.tasks == Some(false) {
+            return None;
+        }
+        let mut tasks = capgate_gateway::mcp::McpTasks::new(store);
+        if let Some(ms) = m.task_poll_interval_ms {
+            tasks.poll_interval = Duration::from_millis(ms);
+        }
+        if let Some(n) = m.max_tasks_per_principal {
+            tasks.max_per_principal = n;
+        }
+        tasks.retention = self.settings.journal.replay_horizon();
+        Some(tasks)
     }
 
     /// The service actor, namespace and context of `capgate mcp --stdio`, or the located

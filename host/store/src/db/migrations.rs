@@ -72,6 +72,11 @@ const SQLITE_FILES: &[(i64, &str, &str)] = &[
         "0013_console_session_budget.sql",
         include_str!("../../migrations/sqlite/0013_console_session_budget.sql"),
     ),
+    (
+        14,
+        "0014_mcp_tasks.sql",
+        include_str!("../../migrations/sqlite/0014_mcp_tasks.sql"),
+    ),
 ];
 
 /// The Postgres migrations, embedded (see [`SQLITE_FILES`]).
@@ -135,6 +140,11 @@ const POSTGRES_FILES: &[(i64, &str, &str)] = &[
         13,
         "0013_console_session_budget.sql",
         include_str!("../../migrations/postgres/0013_console_session_budget.sql"),
+    ),
+    (
+        14,
+        "0014_mcp_tasks.sql",
+        include_str!("../../migrations/postgres/0014_mcp_tasks.sql"),
     ),
 ];
 
@@ -358,6 +368,7 @@ mod migration_tests {
                 (10, "audit checkpoint chain"),
                 (12, "approval budget"),
                 (13, "console session budget"),
+                (14, "mcp tasks"),
             ]
         );
         // sqlx's checksum is SHA-384 of the file's text: a database migrated with

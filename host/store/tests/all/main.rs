@@ -11,5 +11,6 @@ mod audit_retention;
 mod conformance;
 mod console_sessions;
 mod journal_window;
+mod mcp_tasks;
 mod postgres_tls;
 mod store;
