@@ -393,18 +393,13 @@ pub trait ApprovalCoordinator: Send + Sync + 'static {
     /// Withdraw a record nobody has run: pending, or approved and not yet consumed, and
     /// unexpired at `now`, becomes `cancelled` (a compare-and-set), so it can no longer be
     /// decided or run. An MCP client's `tasks/cancel` of a held call does this. Anything
-    /// else is refused with [`ApprovalStoreError::WrongStatus`] (expected `pending`). The
-    /// default refuses: a coordinator that cannot withdraw leaves the call decidable.
+    /// else is refused with [`ApprovalStoreError::WrongStatus`] (expected `pending`).
+    /// Required (no default), so a wrapping coordinator cannot silently drop it.
     async fn withdraw(
         &self,
         id: &str,
         now: DateTime<Utc>,
-    ) -> Result<ApprovalRecord, ApprovalStoreError> {
-        let _ = now;
-        Err(ApprovalStoreError::Backend(
-            format!("this approval store cannot withdraw approval `{id}`").into(),
-        ))
-    }
+    ) -> Result<ApprovalRecord, ApprovalStoreError>;
     /// Mark up to `limit` records past their expiry at `now` that are still pending, or were
     /// approved and never run (consumed), as expired and return them, each to exactly one
     /// caller across processes (a compare-and-set per record), so an expiry, or an approval

@@ -195,6 +195,8 @@ traced!(ApprovalCoordinator {
         -> Result<ApprovalRecord, ApprovalStoreError>;
     UPDATE_APPROVALS "approval.consume" => fn mark_consumed(id: &str, execution_id: &str, now: DateTime<Utc>)
         -> Result<ApprovalRecord, ApprovalStoreError>;
+    UPDATE_APPROVALS "approval.withdraw" => fn withdraw(id: &str, now: DateTime<Utc>)
+        -> Result<ApprovalRecord, ApprovalStoreError>;
     SELECT_APPROVALS "approval.list" => fn list(filter: &ApprovalFilter, now: DateTime<Utc>)
         -> Result<Vec<ApprovalRecord>, ApprovalStoreError>;
     UPDATE_APPROVALS "approval.expire_due" => fn expire_due(now: DateTime<Utc>, limit: usize)

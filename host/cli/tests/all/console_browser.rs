@@ -1262,3 +1262,159 @@ displayName = "Corp SSO"
         "the error code is taken off the address"
     );
 }
+
+/// The agent host's side of an MCP task: `tests/mcp/task_client_check.py`, the official MCP
+/// Python SDK with the tasks extension as a client extension, one JSON event per line.
+struct TaskClient {
+    child: tokio::process::Child,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+impl TaskClient {
+    fn start(base: &str, key: &str, cancel: bool) -> TaskClient {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let mut cmd = tokio::process::Command::new(repo.join("tests/mcp/.venv/bin/python"));
+        cmd.arg(repo.join("tests/mcp/task_client_check.py"))
+            .args([&format!("{base}/mcp"), key])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        if cancel {
+            cmd.arg("--cancel");
+        }
+        let mut child = cmd.spawn().expect("start the Python MCP client");
+        let stdout = child.stdout.take().expect("stdout");
+        TaskClient {
+            child,
+            lines: tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout)),
+        }
+    }
+
+    /// The next event, within a minute.
+    async fn next(&mut self, what: &str) -> Value {
+        let line = tokio::time::timeout(Duration::from_secs(60), self.lines.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("the Python client said nothing for a minute ({what})"))
+            .expect("read the Python client")
+            .unwrap_or_else(|| panic!("the Python client ended before {what}"));
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{what}: {e}: {line}"))
+    }
+
+    async fn finished(mut self) {
+        let status = self.child.wait().await.expect("wait");
+        assert!(status.success(), "the Python client failed: {status}");
+    }
+}
+
+/// The approval id a held task's status message names.
+fn approval_in(task: &Value) -> String {
+    let message = task["statusMessage"].as_str().unwrap_or_default();
+    let start = message.find("apr_").unwrap_or_else(|| panic!("{task}"));
+    message[start..]
+        .split(|c: char| c.is_whitespace() || c == ':')
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Issue 58: a held MCP call as an MCP task, end to end on the example (served in process
+/// on SQLite). Dana's agent host calls `orders_refund` for $649 with the official Python
+/// SDK, which declares the tasks extension: the answer is a task, and the SDK polls it.
+/// Priya approves in the console in a real browser; the task completes with the refund's
+/// result and the approval is consumed once. Then a second held call is cancelled by the
+/// client: its task ends `cancelled`, its approval is withdrawn, and nothing runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_task_completes_when_priya_approves_it_in_the_console() {
+    if !browser_available() {
+        return;
+    }
+    let setup = Command::new("bash")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/mcp/setup.sh"))
+        .arg("python")
+        .status()
+        .expect("tests/mcp/setup.sh");
+    assert!(setup.success(), "tests/mcp/setup.sh python: {setup}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Metrics on the gateway's own listener: the example's fixed port may be taken by a
+    // test serving beside this one. No load balancer's grace at the stop.
+    let config = deployment(
+        dir.path(),
+        |text| {
+            text.replace(
+                "[telemetry.metrics]\nlisten = \"127.0.0.1:9464\"\n",
+                "[telemetry.metrics]\n",
+            )
+            .replace("[gateway]\n", "[gateway]\nshutdownUnreadyDelayMs = 0\n")
+        },
+        "",
+    );
+    let store = format!("sqlite://{}", dir.path().join("capgate.db").display());
+    let checked = capgate_server::validate::validate(&config).expect("the example checks");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("listen");
+    let served = capgate_server::serve::start(checked, Some(store), listener)
+        .await
+        .expect("serves");
+    let base = format!("http://{}", served.addr());
+    let priya_api = Caller::new(PRIYA);
+
+    let mut agent = TaskClient::start(&base, DANA, false);
+    let task = agent.next("the task").await;
+    assert_eq!(task["event"], "task", "{task}");
+    let approval = approval_in(&task);
+    let message = task["statusMessage"].as_str().unwrap_or_default();
+    assert!(
+        !message.contains("649") && !message.contains("ord_42"),
+        "the task's status says what it waits for, not the input: {message}"
+    );
+
+    let driver = Chromedriver::start().await;
+    let priya = Browser::open(&driver, "priya").await;
+    priya.sign_in(&format!("{base}/console"), PRIYA, "u_priya").await;
+    priya
+        .wait_contains(&in_card(&approval, "card-requester"), "u_dana")
+        .await;
+    priya.click(&in_card(&approval, "card-approve")).await;
+    priya
+        .wait_displayed(&tid("confirm-dialog"), "the confirmation dialog")
+        .await;
+    priya.click(&tid("confirm-yes")).await;
+    priya
+        .wait_contains(&in_card(&approval, "card-result"), "Approved by u_priya")
+        .await;
+
+    let done = agent.next("the task's end").await;
+    assert_eq!(done["event"], "done", "{done}");
+    assert_eq!(done["isError"], false, "{done}");
+    assert_eq!(done["structured"]["status"], "completed", "{done}");
+    assert_eq!(done["structured"]["output"]["amount"], 649, "{done}");
+    assert_eq!(done["statuses"], json!(["completed", "working"]), "{done}");
+    agent.finished().await;
+    let (status, record) = priya_api
+        .get(&format!("{base}/approvals/{approval}"))
+        .await;
+    assert_eq!(status, 200, "{record}");
+    assert_eq!(record["status"], "consumed", "ran once: {record}");
+
+    // The client cancels the next one before anyone decides: nothing can run it.
+    let mut agent = TaskClient::start(&base, DANA, true);
+    let task = agent.next("the second task").await;
+    let withdrawn = approval_in(&task);
+    let done = agent.next("the cancelled task's end").await;
+    assert_eq!(done["isError"], true, "{done}");
+    assert_eq!(done["statuses"], json!(["cancelled"]), "{done}");
+    agent.finished().await;
+    let (_, record) = priya_api
+        .get(&format!("{base}/approvals/{withdrawn}"))
+        .await;
+    assert_eq!(record["status"], "cancelled", "withdrawn: {record}");
+    let (status, refused) = priya_api
+        .post(
+            &format!("{base}/approvals/{withdrawn}/decision"),
+            &json!({"decision": "approved"}),
+        )
+        .await;
+    assert_eq!(status, 409, "a withdrawn approval cannot be decided: {refused}");
+    served.stop().await.expect("a clean stop");
+}

@@ -833,6 +833,13 @@ impl ApprovalCoordinator for ExpiresUnderTheResume {
         self.0.tamper(id, |r| r.status = ApprovalStatus::Expired);
         self.0.mark_consumed(id, execution_id, now).await
     }
+    async fn withdraw(
+        &self,
+        id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<ApprovalRecord, ApprovalStoreError> {
+        self.0.withdraw(id, now).await
+    }
     async fn list(
         &self,
         filter: &ApprovalFilter,
