@@ -11,6 +11,8 @@
 //!   dropped with the value; without the variable a test is skipped with a notice, except
 //!   under `CI=true`, where it fails (Postgres tests never skip silently in CI).
 //! - [`kube`]: `kubectl` and what `kubectl kustomize` renders, for the manifests' tests.
+//! - [`mcp_tasks`]: a raw 2026-07-28 JSON-RPC client of `/mcp` for MCP tasks, and the
+//!   tasks extension's wire shapes.
 //! - [`tools`]: the system tools a test drives, installed from Debian's packages when
 //!   missing; a failure under `CI=true`, else a loud skip.
 //! - [`oidc`]: a real OpenID Provider (npm `oidc-provider`, `tests/oidc/provider.mjs`) on
@@ -28,6 +30,7 @@
 
 pub mod actors;
 pub mod kube;
+pub mod mcp_tasks;
 pub mod oidc;
 pub mod paths;
 pub mod postgres;

@@ -1371,7 +1371,9 @@ async fn an_mcp_task_completes_when_priya_approves_it_in_the_console() {
 
     let driver = Chromedriver::start().await;
     let priya = Browser::open(&driver, "priya").await;
-    priya.sign_in(&format!("{base}/console"), PRIYA, "u_priya").await;
+    priya
+        .sign_in(&format!("{base}/console"), PRIYA, "u_priya")
+        .await;
     priya
         .wait_contains(&in_card(&approval, "card-requester"), "u_dana")
         .await;
@@ -1391,9 +1393,7 @@ async fn an_mcp_task_completes_when_priya_approves_it_in_the_console() {
     assert_eq!(done["structured"]["output"]["amount"], 649, "{done}");
     assert_eq!(done["statuses"], json!(["completed", "working"]), "{done}");
     agent.finished().await;
-    let (status, record) = priya_api
-        .get(&format!("{base}/approvals/{approval}"))
-        .await;
+    let (status, record) = priya_api.get(&format!("{base}/approvals/{approval}")).await;
     assert_eq!(status, 200, "{record}");
     assert_eq!(record["status"], "consumed", "ran once: {record}");
 
@@ -1415,6 +1415,9 @@ async fn an_mcp_task_completes_when_priya_approves_it_in_the_console() {
             &json!({"decision": "approved"}),
         )
         .await;
-    assert_eq!(status, 409, "a withdrawn approval cannot be decided: {refused}");
+    assert_eq!(
+        status, 409,
+        "a withdrawn approval cannot be decided: {refused}"
+    );
     served.stop().await.expect("a clean stop");
 }

@@ -16,153 +16,15 @@ use capgate_core::procedure::handler;
 use capgate_core::registry::{CapabilityDef, Registry};
 use capgate_core::runtime::{DecideRequest, Decider, Runtime};
 use capgate_gateway::mcp::{McpOptions, McpTasks};
+use capgate_testkit::mcp_tasks::{Client, assert_detailed, assert_task_handle};
 use serde_json::{Value, json};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-const PROTOCOL: &str = "2026-07-28";
-
-/// A client of `/mcp` speaking raw JSON-RPC, one HTTP request per message.
-struct Client {
-    http: reqwest::Client,
-    url: String,
-    token: &'static str,
-    capabilities: Value,
-    next: AtomicUsize,
-}
-
-impl Client {
-    fn new(url: &str, token: &'static str, capabilities: Value) -> Client {
-        Client {
-            http: reqwest::Client::new(),
-            url: url.to_owned(),
-            token,
-            capabilities,
-            next: AtomicUsize::new(1),
-        }
-    }
-
-    /// A client that declares the tasks extension (and, with `urls`, URL elicitation).
-    fn with_tasks(url: &str, token: &'static str, urls: bool) -> Client {
-        let mut capabilities = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
-        if urls {
-            capabilities["elicitation"] = json!({"url": {}});
-        }
-        Client::new(url, token, capabilities)
-    }
-
-    /// Send `method` with `params` (the per-request `_meta` the protocol asks for added):
-    /// the JSON-RPC response object.
-    async fn rpc(&self, method: &str, mut params: Value) -> Value {
-        params["_meta"] = json!({
-            "io.modelcontextprotocol/protocolVersion": PROTOCOL,
-            "io.modelcontextprotocol/clientCapabilities": self.capabilities,
-            "io.modelcontextprotocol/clientInfo": {"name": "raw-jsonrpc", "version": "1"},
-        });
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
-        // The 2026-07-28 transport's routing headers (SEP-2243): the method, and the tool
-        // or task it names.
-        let name = params["name"].as_str().or(params["taskId"].as_str());
-        let mut post = self
-            .http
-            .post(&self.url)
-            .bearer_auth(self.token)
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", PROTOCOL)
-            .header("mcp-method", method);
-        if let Some(name) = name {
-            post = post.header("mcp-name", name);
-        }
-        let answer = post
-            .json(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("{method}: {e}"));
-        let status = answer.status();
-        let sse = answer
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("text/event-stream"));
-        let text = answer.text().await.unwrap_or_default();
-        // A request the transport refuses (a missing capability) is a 4xx carrying the
-        // JSON-RPC error.
-        if !status.is_success() {
-            let error: Value = serde_json::from_str(&text)
-                .unwrap_or_else(|e| panic!("{method}: {status}: {e}: {text}"));
-            assert!(error["error"].is_object(), "{method}: {status} {text}");
-            return error;
-        }
-        let messages: Vec<Value> = if sse {
-            text.lines()
-                .filter_map(|l| l.strip_prefix("data:"))
-                .filter_map(|d| serde_json::from_str(d.trim()).ok())
-                .collect()
-        } else {
-            vec![serde_json::from_str(&text).unwrap_or_else(|e| panic!("{method}: {e}: {text}"))]
-        };
-        messages
-            .into_iter()
-            .find(|m| m["id"] == json!(id))
-            .unwrap_or_else(|| panic!("{method}: no response in {text}"))
-    }
-
-    async fn call_refund(&self, amount: u32) -> Value {
-        self.rpc(
-            "tools/call",
-            json!({"name": "orders_refund", "arguments": {"orderId": "ord_7", "amount": amount}}),
-        )
-        .await
-    }
-
-    async fn get(&self, task_id: &str) -> Value {
-        self.rpc("tasks/get", json!({"taskId": task_id})).await
-    }
-
-    /// Poll `tasks/get` (as the task's `pollIntervalMs` says, shortened) until the task
-    /// leaves `working`/`input_required`.
-    async fn until_ended(&self, task_id: &str) -> Value {
-        for _ in 0..200 {
-            let answer = self.get(task_id).await;
-            let status = answer["result"]["status"]
-                .as_str()
-                .unwrap_or("?")
-                .to_owned();
-            if status != "working" && status != "input_required" {
-                return answer;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("task {task_id} never ended");
-    }
-}
-
-/// The wire shape of a `CreateTaskResult` (SEP-2663): `resultType: "task"`, the task's
-/// fields at the top level, a poll interval; the task id.
-fn assert_task_handle(answer: &Value) -> String {
-    let r = &answer["result"];
-    assert_eq!(r["resultType"], "task", "{answer}");
-    assert_eq!(r["status"], "working", "{answer}");
-    for field in ["taskId", "createdAt", "lastUpdatedAt", "statusMessage"] {
-        assert!(r[field].is_string(), "{field} in {answer}");
-    }
-    assert!(r["pollIntervalMs"].as_u64().is_some(), "{answer}");
-    assert!(r["ttlMs"].as_u64().is_some(), "{answer}");
-    r["taskId"].as_str().unwrap_or_default().to_owned()
-}
-
-/// The wire shape of a `tasks/get` answer (`GetTaskResult = Result & DetailedTask`).
-fn assert_detailed(answer: &Value, status: &str) {
-    let r = &answer["result"];
-    assert_eq!(r["resultType"], "complete", "{answer}");
-    assert_eq!(r["status"], status, "{answer}");
-    match status {
-        "completed" => assert!(r["result"].is_object(), "{answer}"),
-        "failed" => assert!(r["error"]["code"].is_i64(), "{answer}"),
-        "input_required" => assert!(r["inputRequests"].is_object(), "{answer}"),
-        _ => {}
-    }
+/// The fixture's refund of `amount` on `ord_7`.
+fn refund(amount: u32) -> Value {
+    json!({"orderId": "ord_7", "amount": amount})
 }
 
 struct Served {
@@ -242,7 +104,7 @@ impl Served {
 async fn a_held_refund_becomes_a_task_that_completes_once_after_a_human_approves() {
     let s = fixture_server(options()).await;
     let dana = Client::with_tasks(&s.url, "tok-dana", false);
-    let created = dana.call_refund(649).await;
+    let created = dana.call("orders_refund", refund(649)).await;
     let task = assert_task_handle(&created);
     assert!(task.starts_with("tsk_"), "{created}");
     // What it waits for, never the input: the approval, its types and expiry.
@@ -294,7 +156,7 @@ async fn a_held_refund_becomes_a_task_that_completes_once_after_a_human_approves
 async fn a_client_without_the_extension_gets_the_approval_required_result_unchanged() {
     let s = fixture_server(options()).await;
     let plain = Client::new(&s.url, "tok-dana", json!({}));
-    let answer = plain.call_refund(649).await;
+    let answer = plain.call("orders_refund", refund(649)).await;
     let r = &answer["result"];
     assert_ne!(r["resultType"], "task", "{answer}");
     assert_eq!(
@@ -311,7 +173,7 @@ async fn another_principal_cannot_see_or_cancel_the_task_it_reads_as_unknown() {
     let s = fixture_server(options()).await;
     let dana = Client::with_tasks(&s.url, "tok-dana", false);
     let admin = Client::with_tasks(&s.url, "tok-admin", false);
-    let task = assert_task_handle(&dana.call_refund(649).await);
+    let task = assert_task_handle(&dana.call("orders_refund", refund(649)).await);
     let theirs = admin.get(&task).await;
     let unknown = admin.get("tsk_00000000000000000000000000000000").await;
     assert_eq!(theirs["error"], unknown["error"], "{theirs} vs {unknown}");
@@ -326,7 +188,7 @@ async fn another_principal_cannot_see_or_cancel_the_task_it_reads_as_unknown() {
 async fn a_rejection_fails_the_task_with_the_public_error_and_nothing_runs() {
     let s = fixture_server(options()).await;
     let dana = Client::with_tasks(&s.url, "tok-dana", false);
-    let created = dana.call_refund(649).await;
+    let created = dana.call("orders_refund", refund(649)).await;
     let task = assert_task_handle(&created);
     s.decide(&s.approval_of(&created), DecisionStatus::Rejected)
         .await;
@@ -343,7 +205,7 @@ async fn a_rejection_fails_the_task_with_the_public_error_and_nothing_runs() {
 async fn cancelling_withdraws_the_pending_approval_and_the_call_never_runs() {
     let s = fixture_server(options()).await;
     let dana = Client::with_tasks(&s.url, "tok-dana", false);
-    let created = dana.call_refund(649).await;
+    let created = dana.call("orders_refund", refund(649)).await;
     let task = assert_task_handle(&created);
     let approval = s.approval_of(&created);
     let ack = dana.rpc("tasks/cancel", json!({"taskId": task})).await;
@@ -396,7 +258,7 @@ async fn cancelling_withdraws_the_pending_approval_and_the_call_never_runs() {
 async fn a_call_approved_but_cancelled_before_anyone_polled_never_runs() {
     let s = fixture_server(options()).await;
     let dana = Client::with_tasks(&s.url, "tok-dana", false);
-    let created = dana.call_refund(649).await;
+    let created = dana.call("orders_refund", refund(649)).await;
     let task = assert_task_handle(&created);
     let approval = s.approval_of(&created);
     s.decide(&approval, DecisionStatus::Approved).await;
@@ -427,7 +289,7 @@ async fn an_expired_approval_fails_the_task_as_expired() {
         .expect("runtime");
     let s = serve(runtime, audit, options()).await;
     let dana = Client::with_tasks(&s.url, "tok-dana", false);
-    let task = assert_task_handle(&dana.call_refund(649).await);
+    let task = assert_task_handle(&dana.call("orders_refund", refund(649)).await);
     clock.advance(chrono::Duration::days(30));
     let ended = dana.until_ended(&task).await;
     assert_detailed(&ended, "failed");
@@ -487,7 +349,7 @@ async fn a_call_refused_at_the_execution_time_recheck_fails_the_task_and_never_r
         .expect("runtime");
     let s = serve(runtime, audit, options()).await;
     let dana = Client::with_tasks(&s.url, "tok-dana", false);
-    let created = dana.call_refund(649).await;
+    let created = dana.call("orders_refund", refund(649)).await;
     let task = assert_task_handle(&created);
     FROZEN.store(true, Ordering::SeqCst);
     s.decide(&s.approval_of(&created), DecisionStatus::Approved)
@@ -506,7 +368,7 @@ async fn a_call_refused_at_the_execution_time_recheck_fails_the_task_and_never_r
 async fn a_client_that_shows_urls_is_pointed_to_the_console_page_and_nothing_of_the_input() {
     let s = fixture_server(options()).await;
     let dana = Client::with_tasks(&s.url, "tok-dana", true);
-    let created = dana.call_refund(649).await;
+    let created = dana.call("orders_refund", refund(649)).await;
     let task = assert_task_handle(&created);
     let approval = s.approval_of(&created);
     let asked = dana.get(&task).await;
@@ -555,8 +417,8 @@ async fn past_its_bound_a_principal_gets_the_approval_required_result_instead_of
     });
     let s = fixture_server(o).await;
     let dana = Client::with_tasks(&s.url, "tok-dana", false);
-    assert_task_handle(&dana.call_refund(649).await);
-    let second = dana.call_refund(700).await;
+    assert_task_handle(&dana.call("orders_refund", refund(649)).await);
+    let second = dana.call("orders_refund", refund(700)).await;
     assert_ne!(second["result"]["resultType"], "task", "{second}");
     assert_eq!(
         second["result"]["structuredContent"]["status"], "approval-required",
@@ -570,7 +432,7 @@ async fn with_tasks_off_every_client_gets_the_approval_required_result() {
     o.tasks = None;
     let s = fixture_server(o).await;
     let dana = Client::with_tasks(&s.url, "tok-dana", false);
-    let answer = dana.call_refund(649).await;
+    let answer = dana.call("orders_refund", refund(649)).await;
     assert_eq!(
         answer["result"]["structuredContent"]["status"], "approval-required",
         "{answer}"

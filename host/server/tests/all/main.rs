@@ -4,6 +4,7 @@
 mod approval_webhooks;
 mod audit_export;
 mod embedded;
+mod mcp_tasks_replicas;
 mod plugin_config;
 mod reload;
 mod resolve;
