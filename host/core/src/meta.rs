@@ -189,6 +189,11 @@ pub struct CapabilityMeta {
     /// older digests hold.
     #[serde(default, skip_serializing_if = "Discovery::is_discoverable")]
     pub discovery: Discovery,
+    /// MCP: a call still running this many milliseconds after it started is answered, to
+    /// a client of the `io.modelcontextprotocol/tasks` extension, with a task the client
+    /// polls, so a slow procedure no longer holds the request (its timeout and
+    /// cancellation unchanged). Absent: every call holds its request until it ends.
+    pub task_after_ms: Option<u64>,
 }
 
 /// How a capability is found (the portable contract's `discovery`, docs/gateway.md).
@@ -236,7 +241,15 @@ impl CapabilityMeta {
             approval: None,
             adapters: None,
             discovery: Discovery::Discoverable,
+            task_after_ms: None,
         }
+    }
+
+    /// Builder: answer an MCP call still running after `ms` with a task
+    /// ([`CapabilityMeta::task_after_ms`]).
+    pub fn run_as_task_after_ms(mut self, ms: u64) -> Self {
+        self.task_after_ms = Some(ms);
+        self
     }
 
     /// Builder: how clients find it ([`Discovery`]).

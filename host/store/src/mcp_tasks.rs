@@ -36,8 +36,10 @@ pub struct McpTaskRow {
     pub outcome: Option<String>,
     /// The client answered the URL elicitation pointing its user to the console.
     pub input_answered: bool,
-    /// The token of the replica running the approved call, once one claimed it.
+    /// The token of the replica running the call, once one claimed it.
     pub claim: Option<String>,
+    /// Until when that run may take (past it, the replica is assumed to have stopped).
+    pub run_deadline: Option<DateTime<Utc>>,
     /// When it was created.
     pub created_at: DateTime<Utc>,
     /// When it last changed.
@@ -79,31 +81,37 @@ pub const MAX_TASK_FIELD_BYTES: usize = 4 * 1024 * 1024;
 macro_rules! task_cols {
     () => {
         "id, principal_sha256, namespace, approval_id, capability_id, status, \
-         status_message, outcome, input_answered, claim, created_at, updated_at, purge_after"
+         status_message, outcome, input_answered, claim, run_deadline, created_at, updated_at, \
+         purge_after"
     };
 }
 
 /// Insert unless the principal holds `$11` working tasks or the namespace is at its budget
-/// (`$12` rows, `$13` this row's bytes, `$14` bytes).
+/// (`$12` rows, `$13` this row's bytes, `$14` bytes); `$15`, `$16`: the claim of a task
+/// created running, and its deadline.
 const INSERT: Sql = Sql {
     sqlite: "INSERT INTO capgate_mcp_tasks (id, principal_sha256, namespace, approval_id, \
-       capability_id, status, status_message, outcome, claim, created_at, updated_at, purge_after) \
-     SELECT $1, $2, $3, $4, $5, $6, $7, NULL, NULL, $8, $9, $10 \
+       capability_id, status, status_message, outcome, claim, run_deadline, created_at, updated_at, \
+       purge_after) \
+     SELECT $1, $2, $3, $4, $5, $6, $7, NULL, $15, $16, $8, $9, $10 \
      WHERE (SELECT COUNT(*) FROM capgate_mcp_tasks WHERE principal_sha256 = $2 AND status = 'working') < $11 \
        AND $13 <= $14 AND NOT EXISTS (SELECT 1 FROM capgate_journal_usage \
        WHERE namespace = $3 AND (row_count >= $12 OR byte_count + $13 > $14))",
     postgres: "WITH usage AS (SELECT row_count, byte_count FROM capgate_journal_usage \
        WHERE namespace = $3 FOR UPDATE) \
      INSERT INTO capgate_mcp_tasks (id, principal_sha256, namespace, approval_id, \
-       capability_id, status, status_message, outcome, claim, created_at, updated_at, purge_after) \
-     SELECT $1, $2, $3, $4, $5, $6, $7, NULL, NULL, $8, $9, $10 \
+       capability_id, status, status_message, outcome, claim, run_deadline, created_at, updated_at, \
+       purge_after) \
+     SELECT $1, $2, $3, $4, $5, $6, $7, NULL, $15, $16, $8, $9, $10 \
      WHERE (SELECT COUNT(*) FROM capgate_mcp_tasks WHERE principal_sha256 = $2 AND status = 'working') < $11 \
        AND $13::bigint <= $14::bigint \
        AND NOT EXISTS (SELECT 1 FROM usage WHERE row_count >= $12 OR byte_count + $13 > $14)",
 };
 const WORKING: &str = "SELECT COUNT(*) AS n FROM capgate_mcp_tasks WHERE principal_sha256 = $1 AND status = 'working'";
-const CLAIM: &str = "UPDATE capgate_mcp_tasks SET claim = $2, updated_at = $3 \
+const CLAIM: &str = "UPDATE capgate_mcp_tasks SET claim = $2, updated_at = $3, run_deadline = $4 \
      WHERE id = $1 AND status = 'working' AND claim IS NULL";
+const REPORT: &str = "UPDATE capgate_mcp_tasks SET status_message = $3, updated_at = $4 \
+     WHERE id = $1 AND status = 'working' AND claim = $2";
 const FINISH: &str = "UPDATE capgate_mcp_tasks SET status = $2, status_message = $3, outcome = $4, \
      updated_at = $5 WHERE id = $1 AND status = 'working' AND (claim IS NULL OR claim = $6)";
 const ANSWER: &str = "UPDATE capgate_mcp_tasks SET input_answered = $3, updated_at = $4 \
@@ -139,6 +147,7 @@ fn decode(row: &dyn Columns) -> Result<McpTaskRow, ColumnError> {
         outcome: row.opt_text("outcome")?,
         input_answered: row.flag("input_answered")?,
         claim: row.opt_text("claim")?,
+        run_deadline: row.opt_ts("run_deadline")?,
         created_at: row.ts("created_at")?,
         updated_at: row.ts("updated_at")?,
         purge_after: row.ts("purge_after")?,
@@ -190,7 +199,7 @@ impl McpTaskRows {
         self
     }
 
-    /// Keep a new task (its `status` as given, no outcome, unclaimed), unless its principal
+    /// Keep a new task (its `status`, claim and run deadline as given, no outcome), unless its principal
     /// already holds `per_principal` working tasks ([`McpTaskRowError::TooMany`]) or its
     /// namespace is at its budget; either way nothing is written.
     pub async fn insert(
@@ -205,6 +214,7 @@ impl McpTaskRows {
             ("approval_id", row.approval_id.as_deref().unwrap_or("")),
             ("capability_id", &row.capability_id),
             ("status_message", &row.status_message),
+            ("claim", row.claim.as_deref().unwrap_or("")),
         ])?;
         let s = &self.store;
         crate::usage::ensure_row(s, &row.namespace)
@@ -236,6 +246,8 @@ impl McpTaskRows {
                     &max_rows,
                     &size,
                     &max_bytes,
+                    &row.claim,
+                    &row.run_deadline,
                 ],
             )
             .await
@@ -292,17 +304,36 @@ impl McpTaskRows {
             .map_err(|e| McpTaskRowError::Malformed(e.to_string()))
     }
 
-    /// Claim a working, unclaimed task for the run of its approved call: true for exactly
-    /// one caller across replicas.
+    /// Claim a working, unclaimed task for the run of its approved call, to end by
+    /// `deadline`: true for exactly one caller across replicas.
     pub async fn claim(
         &self,
         id: &str,
         token: &str,
         now: DateTime<Utc>,
+        deadline: DateTime<Utc>,
     ) -> Result<bool, McpTaskRowError> {
         let n = self
             .store
-            .execute(Via::Group, CLAIM, &[&id, &token, &now])
+            .execute(Via::Group, CLAIM, &[&id, &token, &now, &deadline])
+            .await
+            .map_err(backend)?;
+        Ok(n > 0)
+    }
+
+    /// Say how the run holding `claim` is progressing (the task's status message): true
+    /// while the task is working and theirs.
+    pub async fn report(
+        &self,
+        id: &str,
+        claim: &str,
+        status_message: &str,
+        now: DateTime<Utc>,
+    ) -> Result<bool, McpTaskRowError> {
+        bounded(&[("status_message", status_message)])?;
+        let n = self
+            .store
+            .execute(Via::Group, REPORT, &[&id, &claim, &status_message, &now])
             .await
             .map_err(backend)?;
         Ok(n > 0)

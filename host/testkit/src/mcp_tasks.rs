@@ -151,3 +151,10 @@ pub fn assert_detailed(answer: &Value, status: &str) {
         _ => {}
     }
 }
+
+/// Whether `text` has `word` as a whole word (letters, digits and `_` make words), so a
+/// check that an amount never leaked is not fooled by the same digits inside a random id.
+pub fn has_word(text: &str, word: &str) -> bool {
+    text.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .any(|w| w == word)
+}

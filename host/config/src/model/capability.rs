@@ -619,6 +619,12 @@ pub struct CapabilitySection {
     /// lists, presented by a UI; callable where exposed).
     #[serde(default)]
     pub discovery: capgate_core::meta::Discovery,
+    /// On `/mcp`: a call still running this long after it started is answered, to a client
+    /// of the MCP tasks extension, with a task it polls (progress in the task's status),
+    /// so a slow procedure no longer holds the request; its timeout and cancellation are
+    /// unchanged. Absent: calls hold the request until they end.
+    #[key(range = 1..=MAX_MS, unit = "milliseconds")]
+    pub task_after_ms: Option<u64>,
     /// Input schema.
     pub input_schema: Option<SchemaRef>,
     /// Output schema.

@@ -330,6 +330,30 @@ impl CapgateMcp {
             self.drain_audit().await;
             return Ok(self.tool_result(&result).into());
         }
+        // A capability declared to run as a task past a duration, for a client that takes
+        // tasks: the call runs off the request (task_calls::invoke_as_task).
+        if let Some(cap) = &cap
+            && let Some(after) = cap.meta.task_after_ms
+            && self.options.tasks.is_some()
+            && task_calls::client_wants_tasks(&context)
+        {
+            let mut invoke =
+                InvokeRequest::new(Surface::Mcp, cap.id.clone(), input, caller.principal.actor)
+                    .namespace(caller.principal.namespace)
+                    .context(caller.context);
+            if let Ok(d) = capgate_contract::descriptor_digest(&self.runtime, cap) {
+                invoke = invoke.descriptor_digest(d);
+            }
+            return self
+                .invoke_as_task(
+                    &held_by,
+                    &cap.id,
+                    invoke,
+                    Duration::from_millis(after),
+                    &context,
+                )
+                .await;
+        }
         let (progress, forwarder) = progress_channel(&context);
         let result = match cap {
             Some(cap) => {

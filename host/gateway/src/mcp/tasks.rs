@@ -83,6 +83,9 @@ pub struct StoredTask {
     pub input_answered: bool,
     /// The token of the run that claimed it.
     pub claim: Option<String>,
+    /// Until when that run may take; past it, the replica running it is assumed to have
+    /// stopped and the task fails as outcome-unknown.
+    pub run_deadline: Option<DateTime<Utc>>,
     /// When it was created.
     pub created_at: DateTime<Utc>,
     /// When it last changed.
@@ -121,7 +124,8 @@ pub enum TaskStoreError {
 /// agree: a task leaves `working` once, and one claim runs its call.
 #[async_trait]
 pub trait McpTaskStore: Send + Sync + 'static {
-    /// Keep a new working task, unless its principal holds `per_principal` working tasks
+    /// Keep a new working task (claimed already when it was created running), unless its
+    /// principal holds `per_principal` working tasks
     /// already ([`TaskStoreError::TooMany`]) or its namespace is at its storage budget.
     async fn create(&self, task: &StoredTask, per_principal: u32) -> Result<(), TaskStoreError>;
     /// The task `id` of the principal `principal_sha256`; anyone else's reads as `None`.
@@ -130,11 +134,22 @@ pub trait McpTaskStore: Send + Sync + 'static {
         id: &str,
         principal_sha256: &str,
     ) -> Result<Option<StoredTask>, TaskStoreError>;
-    /// Claim a working, unclaimed task to run its call: true for exactly one caller.
+    /// Claim a working, unclaimed task to run its call by `deadline`: true for exactly one
+    /// caller.
     async fn claim(
         &self,
         id: &str,
         token: &str,
+        now: DateTime<Utc>,
+        deadline: DateTime<Utc>,
+    ) -> Result<bool, TaskStoreError>;
+    /// Say how the run holding `claim` is progressing (the task's status message): true
+    /// while the task is working and theirs.
+    async fn report(
+        &self,
+        id: &str,
+        claim: &str,
+        status_message: &str,
         now: DateTime<Utc>,
     ) -> Result<bool, TaskStoreError>;
     /// End a working task held by `claim` (or unclaimed, for `None`): true when this call
@@ -234,11 +249,31 @@ impl McpTaskStore for InMemoryMcpTaskStore {
         id: &str,
         token: &str,
         now: DateTime<Utc>,
+        deadline: DateTime<Utc>,
     ) -> Result<bool, TaskStoreError> {
         let mut tasks = self.lock();
         match tasks.get_mut(id) {
             Some(t) if t.state == TaskState::Working && t.claim.is_none() => {
                 t.claim = Some(token.to_owned());
+                t.run_deadline = Some(deadline);
+                t.updated_at = now;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn report(
+        &self,
+        id: &str,
+        claim: &str,
+        status_message: &str,
+        now: DateTime<Utc>,
+    ) -> Result<bool, TaskStoreError> {
+        let mut tasks = self.lock();
+        match tasks.get_mut(id) {
+            Some(t) if t.state == TaskState::Working && t.claim.as_deref() == Some(claim) => {
+                status_message.clone_into(&mut t.status_message);
                 t.updated_at = now;
                 Ok(true)
             }

@@ -16,7 +16,7 @@ use capgate_core::procedure::handler;
 use capgate_core::registry::{CapabilityDef, Registry};
 use capgate_core::runtime::{DecideRequest, Decider, Runtime};
 use capgate_gateway::mcp::{McpOptions, McpTasks};
-use capgate_testkit::mcp_tasks::{Client, assert_detailed, assert_task_handle};
+use capgate_testkit::mcp_tasks::{Client, assert_detailed, assert_task_handle, has_word};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -116,7 +116,7 @@ async fn a_held_refund_becomes_a_task_that_completes_once_after_a_human_approves
         "{created}"
     );
     assert!(
-        !created.to_string().contains("649"),
+        !has_word(&created.to_string(), "649"),
         "the input leaked: {created}"
     );
     assert!(
@@ -383,7 +383,7 @@ async fn a_client_that_shows_urls_is_pointed_to_the_console_page_and_nothing_of_
     );
     let text = asked.to_string();
     assert!(
-        !text.contains("649") && !text.contains("ord_7"),
+        !has_word(&text, "649") && !text.contains("ord_7"),
         "the input leaked: {asked}"
     );
     // The client showed its user the page: it is not asked again.
@@ -437,4 +437,163 @@ async fn with_tasks_off_every_client_gets_the_approval_required_result() {
         answer["result"]["structuredContent"]["status"], "approval-required",
         "{answer}"
     );
+}
+
+/// `jobs.crunch`: declared to run as a task past 100 ms; reports progress, then waits the
+/// seconds asked (or until cancelled); its own timeout is 2 s.
+fn slow_registry() -> Registry {
+    Registry::builder()
+        .capability(
+            CapabilityDef::new(
+                "jobs.crunch",
+                CapabilityMeta::new("Crunch for a while.", SideEffect::None, Risk::Low)
+                    .exposed_on([Surface::Mcp])
+                    .with_timeout_ms(2_000)
+                    .run_as_task_after_ms(100),
+            )
+            .input_schema(json!({
+                "type": "object",
+                "properties": {"seconds": {"type": "number", "minimum": 0, "maximum": 30}}
+            }))
+            .procedure(handler(|call| async move {
+                call.report_progress(json!({"progress": 1, "total": 2, "message": "crunching"}));
+                let seconds = call.input["seconds"].as_f64().unwrap_or(0.0);
+                tokio::select! {
+                    () = call.cancel.cancelled() => {
+                        Err(capgate_core::procedure::ProcedureError::internal("cancelled"))
+                    }
+                    () = tokio::time::sleep(Duration::from_secs_f64(seconds)) => {
+                        Ok(json!({"crunched": seconds}))
+                    }
+                }
+            })),
+        )
+        .build()
+        .expect("registry")
+}
+
+async fn slow_server(options: McpOptions) -> Served {
+    let audit = Arc::new(MemorySink::new());
+    let runtime = Runtime::builder(slow_registry())
+        .approvals(Arc::new(InMemoryApprovalCoordinator::new()))
+        .audit_sink(audit.clone())
+        .build()
+        .expect("runtime");
+    serve(runtime, audit, options).await
+}
+
+fn crunch(seconds: f64) -> Value {
+    json!({"seconds": seconds})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_capability_declared_to_run_as_a_task_completes_through_polling() {
+    let s = slow_server(options()).await;
+    let dana = Client::with_tasks(&s.url, "tok-dana", false);
+    // Quick enough: answered at once, as always.
+    let quick = dana.call("jobs_crunch", crunch(0.0)).await;
+    assert_eq!(
+        quick["result"]["structuredContent"]["status"], "completed",
+        "{quick}"
+    );
+    // Slow: a task, whose status says how far it got.
+    let created = dana.call("jobs_crunch", crunch(1.0)).await;
+    let task = assert_task_handle(&created);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let running = dana.get(&task).await;
+    assert_detailed(&running, "working");
+    assert!(
+        running["result"]["statusMessage"]
+            .as_str()
+            .is_some_and(|m| m.contains("crunching")),
+        "progress in the status: {running}"
+    );
+    let ended = dana.until_ended(&task).await;
+    assert_detailed(&ended, "completed");
+    assert_eq!(
+        ended["result"]["result"]["structuredContent"]["output"]["crunched"], 1.0,
+        "{ended}"
+    );
+    // A client without tasks holds its request, as before.
+    let plain = Client::new(&s.url, "tok-dana", json!({}));
+    let held = plain.call("jobs_crunch", crunch(0.3)).await;
+    assert_eq!(
+        held["result"]["structuredContent"]["status"], "completed",
+        "{held}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_task_keeps_its_timeout_and_is_cancelled_by_tasks_cancel() {
+    let s = slow_server(options()).await;
+    let dana = Client::with_tasks(&s.url, "tok-dana", false);
+    // Past the capability's own 2 s timeout: TIMEOUT, as on any door.
+    let late = assert_task_handle(&dana.call("jobs_crunch", crunch(10.0)).await);
+    let ended = dana.until_ended(&late).await;
+    assert_detailed(&ended, "failed");
+    assert_eq!(
+        ended["result"]["error"]["data"]["error"]["code"], "TIMEOUT",
+        "{ended}"
+    );
+    // Cancelled by the requester: the procedure is told, and the task ends cancelled.
+    let task = assert_task_handle(&dana.call("jobs_crunch", crunch(10.0)).await);
+    let ack = dana.rpc("tasks/cancel", json!({"taskId": task})).await;
+    assert!(ack["result"].is_object(), "{ack}");
+    assert_detailed(&dana.get(&task).await, "cancelled");
+    let audit = s.audit.clone();
+    mcp_support::eventually("the procedure cancelled", move || {
+        events_json(&audit).iter().any(|e| {
+            e["type"] == "capability.cancelled"
+                && e["capabilityId"] == "jobs.crunch"
+                && e["data"]["code"] == "CANCELLED"
+        })
+    })
+    .await;
+    assert_detailed(&dana.get(&task).await, "cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_whose_replica_stopped_mid_run_fails_as_outcome_unknown_past_its_deadline() {
+    use capgate_gateway::mcp::{InMemoryMcpTaskStore, McpTaskStore, StoredTask, TaskState};
+    let store = Arc::new(InMemoryMcpTaskStore::new());
+    let mut o = options();
+    o.tasks = Some(McpTasks::new(store.clone()));
+    let s = slow_server(o).await;
+    // A run another replica claimed and never finished (it stopped), past its deadline.
+    let now = chrono::Utc::now();
+    let dana = capgate_core::authz::Principal {
+        actor: fixture::actor_of("tok-dana").expect("dana"),
+        namespace: fixture::NAMESPACE.into(),
+    };
+    let orphan = StoredTask {
+        id: "tsk_orphan".into(),
+        principal_sha256: capgate_gateway::mcp::tasks::principal_digest(&dana),
+        namespace: fixture::NAMESPACE.into(),
+        approval_id: None,
+        capability_id: "jobs.crunch".into(),
+        state: TaskState::Working,
+        status_message: "Running.".into(),
+        outcome: None,
+        input_answered: false,
+        claim: Some("run-on-a-dead-replica".into()),
+        run_deadline: Some(now - chrono::Duration::seconds(1)),
+        created_at: now - chrono::Duration::minutes(5),
+        updated_at: now - chrono::Duration::minutes(5),
+        purge_after: now + chrono::Duration::hours(1),
+    };
+    store.create(&orphan, 10).await.expect("create");
+    let client = Client::with_tasks(&s.url, "tok-dana", false);
+    let ended = client.get("tsk_orphan").await;
+    assert_detailed(&ended, "failed");
+    assert_eq!(
+        ended["result"]["error"]["data"]["error"]["code"], "INTERNAL_ERROR",
+        "{ended}"
+    );
+    assert!(
+        ended["result"]["statusMessage"]
+            .as_str()
+            .is_some_and(|m| m.contains("outcome is unknown")),
+        "{ended}"
+    );
+    assert_eq!(s.task_events("tsk_orphan"), ["capgate.mcp.task_finished"]);
 }

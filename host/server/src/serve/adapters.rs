@@ -144,6 +144,7 @@ fn task_of(row: capgate_store::McpTaskRow) -> Result<StoredTask, TaskStoreError>
         outcome: row.outcome,
         input_answered: row.input_answered,
         claim: row.claim,
+        run_deadline: row.run_deadline,
         created_at: row.created_at,
         updated_at: row.updated_at,
         purge_after: row.purge_after,
@@ -163,7 +164,8 @@ impl McpTaskStore for StoredMcpTasks {
             status_message: task.status_message.clone(),
             outcome: None,
             input_answered: false,
-            claim: None,
+            claim: task.claim.clone(),
+            run_deadline: task.run_deadline,
             created_at: task.created_at,
             updated_at: task.updated_at,
             purge_after: task.purge_after,
@@ -192,8 +194,25 @@ impl McpTaskStore for StoredMcpTasks {
         id: &str,
         token: &str,
         now: chrono::DateTime<chrono::Utc>,
+        deadline: chrono::DateTime<chrono::Utc>,
     ) -> Result<bool, TaskStoreError> {
-        self.0.claim(id, token, now).await.map_err(task_store_error)
+        self.0
+            .claim(id, token, now, deadline)
+            .await
+            .map_err(task_store_error)
+    }
+
+    async fn report(
+        &self,
+        id: &str,
+        claim: &str,
+        status_message: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<bool, TaskStoreError> {
+        self.0
+            .report(id, claim, status_message, now)
+            .await
+            .map_err(task_store_error)
     }
 
     async fn finish(

@@ -13,6 +13,7 @@ pub(super) fn meta_of(c: &CapabilitySection) -> CapabilityMeta {
     m.approval = c.approval.clone();
     m.adapters = c.adapters.clone();
     m.discovery = c.discovery;
+    m.task_after_ms = c.task_after_ms;
     m
 }
 

@@ -6,7 +6,8 @@
 -- `completed`, `failed` or `cancelled` and never back. `outcome` is what `tasks/get`
 -- answers at the end (the redacted tool result, or the public error), as JSON text;
 -- `claim` names the replica's run of the approved call, so two pollers never both resume
--- it; `input_answered` says the client answered the URL elicitation that points its user to
+-- it, until `run_deadline` (past it, a replica that stopped mid-run is assumed and the task
+-- fails as outcome-unknown); `input_answered` says the client answered the URL elicitation that points its user to
 -- the approval's console page (it is not asked again). Tasks count against their namespace's storage budget like receipts, approvals and
 -- console sessions, kept by the triggers below in the same transaction as each change,
 -- and are forgotten at `purge_after`: the approval's expiry plus the approvals' horizon.
@@ -20,6 +21,7 @@ CREATE TABLE capgate_mcp_tasks (
     status_message   TEXT    NOT NULL,
     outcome          TEXT,
     input_answered   INTEGER NOT NULL DEFAULT 0,
+    run_deadline     INTEGER,
     claim            TEXT,
     created_at       INTEGER NOT NULL,
     updated_at       INTEGER NOT NULL,

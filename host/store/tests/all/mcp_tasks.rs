@@ -27,6 +27,7 @@ fn task(id: &str, principal: &str, namespace: &str) -> McpTaskRow {
         outcome: None,
         input_answered: false,
         claim: None,
+        run_deadline: None,
         created_at: now,
         updated_at: now,
         purge_after: now + Duration::hours(1),
@@ -56,9 +57,27 @@ async fn a_task_is_its_principals_and_ends_once(db: &TestDb) {
     assert!(!rows.answer_input("t1", "eve", now).await.expect("answer"));
     assert!(rows.answer_input("t1", "dana", now).await.expect("answer"));
     // One claim wins.
-    assert!(rows.claim("t1", "run-a", now).await.expect("claim"));
-    assert!(!rows.claim("t1", "run-b", now).await.expect("claim"));
-    // Only the claim's holder ends it, once.
+    assert!(rows.claim("t1", "run-a", now, now).await.expect("claim"));
+    assert!(!rows.claim("t1", "run-b", now, now).await.expect("claim"));
+    // Only the claim's holder reports on it and ends it, once.
+    assert!(
+        !rows
+            .report("t1", "run-b", "half", now)
+            .await
+            .expect("report")
+    );
+    assert!(
+        rows.report("t1", "run-a", "half", now)
+            .await
+            .expect("report")
+    );
+    assert_eq!(
+        rows.get("t1", "dana")
+            .await
+            .expect("get")
+            .map(|t| t.status_message),
+        Some("half".into())
+    );
     assert!(
         !rows
             .finish("t1", "completed", "done", "{}", Some("run-b"), now)
@@ -102,7 +121,7 @@ async fn a_task_is_its_principals_and_ends_once(db: &TestDb) {
     rows.insert(&task("t2", "dana", "org_1"), 10)
         .await
         .expect("insert");
-    assert!(rows.claim("t2", "run-c", now).await.expect("claim"));
+    assert!(rows.claim("t2", "run-c", now, now).await.expect("claim"));
     let cancelled = rows
         .cancel("t2", "dana", "stop", now)
         .await

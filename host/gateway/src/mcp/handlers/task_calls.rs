@@ -3,22 +3,26 @@
 //! (the client answered the URL elicitation) and `tasks/cancel` (which withdraws an
 //! approval nobody has run).
 
-use super::{Caller, CapgateMcp, Resumed, contract_mismatch_result};
+use super::{Caller, CapgateMcp, Resumed, contract_mismatch_result, progress_fields};
 use crate::mcp::tasks::{McpTasks, StoredTask, TaskState, TaskStoreError, principal_digest};
 use capgate_core::actor::{ActorRef, Surface};
 use capgate_core::approval::{ApprovalStatus, ApprovalSummary};
 use capgate_core::audit::{AuditEvent, EventPayload};
 use capgate_core::id::BoundedId;
 use capgate_core::result::ExecutionResult;
+use capgate_core::runtime::InvokeRequest;
 use chrono::{DateTime, SecondsFormat, Utc};
 use rmcp::model::{
-    CreateTaskResult, DetailedTask, ElicitRequest, ElicitRequestParams, GetTaskResult,
-    InputRequest, InputRequests, JsonObject, MetaObject, Task, TaskPayload, TaskStatus,
+    CallToolResponse, CreateTaskResult, DetailedTask, ElicitRequest, ElicitRequestParams,
+    GetTaskResult, InputRequest, InputRequests, JsonObject, MetaObject, Task, TaskPayload,
+    TaskStatus,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
 use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 /// The key of the one input request a held task makes: the URL elicitation pointing the
 /// client's user to the approval's console page.
@@ -31,6 +35,16 @@ const TASK_FAILED: i32 = -32000;
 /// How often a replica running a task's call looks for a `tasks/cancel` another replica
 /// recorded.
 const CANCEL_WATCH: Duration = Duration::from_millis(250);
+
+/// How often a running task's progress is written to its status, at most.
+const REPORT_EVERY: Duration = Duration::from_millis(500);
+
+/// What a run may take beyond its capability's own deadlines before the task is taken for
+/// one whose replica stopped.
+const RUN_GRACE: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
+
+/// The message of a task whose replica stopped mid-run.
+const RUN_LOST: &str = "The replica running this call stopped before the call ended; its outcome is unknown (see the audit trail).";
 
 fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Millis, true)
@@ -143,6 +157,7 @@ impl CapgateMcp {
             outcome: None,
             input_answered: false,
             claim: None,
+            run_deadline: None,
             created_at: now,
             updated_at: now,
             purge_after: approval.expires_at.max(now) + retention,
@@ -220,6 +235,12 @@ impl CapgateMcp {
             .await
             .map_err(|e| unavailable(&e))?
             .ok_or_else(unknown_task)?;
+        if task.state == TaskState::Working
+            && task.claim.is_some()
+            && task.run_deadline.is_some_and(|d| d < self.runtime.now())
+        {
+            self.abandon(&mut task, tasks).await?;
+        }
         let mut pending = false;
         if task.state == TaskState::Working
             && task.claim.is_none()
@@ -242,9 +263,10 @@ impl CapgateMcp {
                 .as_ref()
                 .is_some_and(|r| r.effective_status(self.runtime.now()) == ApprovalStatus::Pending);
             if !pending && let Some(token) = new_task_id() {
+                let deadline = self.run_deadline(&task.capability_id);
                 let claimed = tasks
                     .store
-                    .claim(&task.id, &token, self.runtime.now())
+                    .claim(&task.id, &token, self.runtime.now(), deadline)
                     .await
                     .map_err(|e| unavailable(&e))?;
                 if claimed {
@@ -424,6 +446,7 @@ impl CapgateMcp {
     /// Run a claimed task's call through the resume path and record how it ended. A
     /// `tasks/cancel` recorded meanwhile (on any replica) cancels the running call.
     async fn run_task(self, task: StoredTask, caller: Caller, token: String) {
+        let caller_actor = caller.principal.actor.reference();
         let Some(tasks) = self.tasks().cloned() else {
             return;
         };
@@ -435,27 +458,8 @@ impl CapgateMcp {
             return;
         };
         let me = principal_digest(&caller.principal);
-        let actor = caller.principal.actor.reference();
-        let cancel = tokio_util::sync::CancellationToken::new();
-        let watch = {
-            let (store, cancel, id, me) = (
-                tasks.store.clone(),
-                cancel.clone(),
-                task.id.clone(),
-                me.clone(),
-            );
-            tokio::spawn(async move {
-                loop {
-                    tokio::time::sleep(CANCEL_WATCH).await;
-                    if let Ok(Some(t)) = store.get(&id, &me).await
-                        && t.state != TaskState::Working
-                    {
-                        cancel.cancel();
-                        return;
-                    }
-                }
-            })
-        };
+        let cancel = CancellationToken::new();
+        let watch = watch_for_cancel(&tasks, &task.id, &me, cancel.clone());
         let resumed = self
             .resume_approved(caller, &approval_id, cancel, None)
             .await;
@@ -482,33 +486,15 @@ impl CapgateMcp {
                 None,
             ),
         };
-        let now = self.runtime.now();
-        let outcome = outcome.to_string();
-        match tasks
-            .store
-            .finish(&task.id, state, &message, &outcome, Some(&token), now)
-            .await
-        {
-            Ok(true) => {
-                crate::metrics::mcp_task(state.as_str());
-                self.audit_task(
-                    actor,
-                    execution_id,
-                    Some(&task.capability_id),
-                    EventPayload::McpTaskFinished {
-                        task_id: task.id.clone(),
-                        status: state.as_str().to_owned(),
-                        code,
-                        approval_id: task.approval_id.clone(),
-                    },
-                )
-                .await;
-            }
-            Ok(false) => {}
-            Err(e) => {
-                tracing::error!(target: "capgate::mcp", error = %e, task = %task.id, "an MCP task's end could not be stored");
-            }
-        }
+        let actor = caller_actor;
+        self.record_end(
+            &tasks,
+            &task,
+            &token,
+            actor,
+            (state, message, outcome, execution_id, code),
+        )
+        .await;
     }
 
     /// How a resumed call ends its task: the tool's result when the call completed, else
@@ -546,13 +532,14 @@ impl CapgateMcp {
                     Some(public.code.as_str().to_owned()),
                 )
             }
-            // A resume never asks for approval again; answered as an internal failure.
+            // A long call that ended held for approval (a resume never asks again): its task
+            // completes with the approval-required answer a client without tasks gets.
             ExecutionResult::ApprovalRequired { execution_id, .. } => (
-                TaskState::Failed,
-                "The call could not be run.".to_owned(),
-                json!({"code": TASK_FAILED, "message": "The call could not be run."}),
+                TaskState::Completed,
+                "Held for approval.".to_owned(),
+                serde_json::to_value(&tool).unwrap_or(Value::Null),
                 Some(execution_id.clone()),
-                Some("INTERNAL_ERROR".to_owned()),
+                None,
             ),
         }
     }
@@ -566,4 +553,283 @@ fn failed_error(envelope: &Value) -> Value {
         .and_then(Value::as_str)
         .unwrap_or("The call failed.");
     json!({"code": TASK_FAILED, "message": message, "data": envelope})
+}
+
+/// The end of a task as recorded: its state, status message, outcome, the execution that
+/// ended it and the public error code.
+type Ending = (TaskState, String, Value, Option<String>, Option<String>);
+
+/// Cancel `cancel` once the task leaves `working` (a `tasks/cancel` on any replica).
+fn watch_for_cancel(
+    tasks: &McpTasks,
+    id: &str,
+    me: &str,
+    cancel: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let (store, id, me) = (tasks.store.clone(), id.to_owned(), me.to_owned());
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(CANCEL_WATCH).await;
+            if let Ok(Some(t)) = store.get(&id, &me).await
+                && t.state != TaskState::Working
+            {
+                cancel.cancel();
+                return;
+            }
+        }
+    })
+}
+
+impl CapgateMcp {
+    /// When a run of `capability_id` starting now must have ended: its per-attempt
+    /// timeout for every attempt its retry policy allows, their backoff, and a grace.
+    fn run_deadline(&self, capability_id: &str) -> DateTime<Utc> {
+        let meta = self.runtime.registry().get(capability_id).map(|c| &c.meta);
+        let timeout = meta
+            .and_then(|m| m.timeout_ms)
+            .unwrap_or(self.runtime.defaults().timeout_ms);
+        let attempts = meta
+            .and_then(|m| m.retry.as_ref())
+            .map_or(1, |r| u64::from(r.max_attempts) + 1);
+        let backoff = meta
+            .and_then(|m| m.retry.as_ref())
+            .map_or(0, |r| r.backoff_ms.unwrap_or(250) << attempts.min(16));
+        let budget = timeout.saturating_mul(attempts).saturating_add(backoff);
+        let budget = chrono::TimeDelta::milliseconds(i64::try_from(budget).unwrap_or(i64::MAX / 2));
+        self.runtime.now() + budget + RUN_GRACE
+    }
+
+    /// A claimed task past its run deadline: the replica running it stopped. It fails as
+    /// outcome-unknown (what ran is in the audit trail).
+    async fn abandon(&self, task: &mut StoredTask, tasks: &McpTasks) -> Result<(), ErrorData> {
+        let envelope = json!({
+            "status": "failed",
+            "error": {"code": "INTERNAL_ERROR", "message": RUN_LOST, "retryable": false},
+        });
+        let outcome = failed_error(&envelope);
+        let claim = task.claim.clone().unwrap_or_default();
+        let actor = ActorRef {
+            id: "capgate".into(),
+            kind: capgate_core::actor::ActorKind::Service,
+        };
+        let ending = (
+            TaskState::Failed,
+            RUN_LOST.to_owned(),
+            outcome.clone(),
+            None,
+            Some("INTERNAL_ERROR".to_owned()),
+        );
+        if self.record_end(tasks, task, &claim, actor, ending).await {
+            task.state = TaskState::Failed;
+            task.status_message = RUN_LOST.to_owned();
+            task.outcome = Some(outcome.to_string());
+        }
+        Ok(())
+    }
+
+    /// Store how a claimed task ended, and audit and count it when this call ended it.
+    async fn record_end(
+        &self,
+        tasks: &McpTasks,
+        task: &StoredTask,
+        claim: &str,
+        actor: ActorRef,
+        (state, message, outcome, execution_id, code): Ending,
+    ) -> bool {
+        let outcome = outcome.to_string();
+        let now = self.runtime.now();
+        match tasks
+            .store
+            .finish(&task.id, state, &message, &outcome, Some(claim), now)
+            .await
+        {
+            Ok(true) => {
+                crate::metrics::mcp_task(state.as_str());
+                self.audit_task(
+                    actor,
+                    execution_id,
+                    Some(&task.capability_id),
+                    EventPayload::McpTaskFinished {
+                        task_id: task.id.clone(),
+                        status: state.as_str().to_owned(),
+                        code,
+                        approval_id: task.approval_id.clone(),
+                    },
+                )
+                .await;
+                true
+            }
+            Ok(false) => false,
+            Err(e) => {
+                tracing::error!(target: "capgate::mcp", error = %e, task = %task.id, "an MCP task's end could not be stored");
+                false
+            }
+        }
+    }
+
+    /// A call of a capability declared to run as a task (`task_after_ms`): it runs off the
+    /// request; answered as usual when it ends within `after` (or the client goes away
+    /// first), else with a task the client polls. The task holds the run's claim; its
+    /// status carries the procedure's progress; `tasks/cancel` (on any replica) cancels
+    /// the run; the capability's own timeout and cancellation rules apply unchanged.
+    pub(super) async fn invoke_as_task(
+        &self,
+        caller: &Caller,
+        capability_id: &str,
+        invoke: InvokeRequest,
+        after: Duration,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let cancel = CancellationToken::new();
+        let (progress, mut reports) = capgate_core::progress::bounded();
+        let invoke = invoke.cancel(cancel.clone()).progress(progress);
+        let runtime = self.runtime.clone();
+        let mut run = tokio::spawn(async move { runtime.invoke(invoke).await });
+        // The latest progress, as the task's status says it.
+        let latest: Arc<Mutex<Option<String>>> = Arc::default();
+        let reader = {
+            let latest = latest.clone();
+            tokio::spawn(async move {
+                let mut last = 0.0;
+                while let Some(value) = reports.next().await {
+                    let (done, total, message) = progress_fields(&value, last);
+                    last = done;
+                    let of = total.map_or_else(String::new, |t| format!(" of {t}"));
+                    let text = match message {
+                        Some(m) => format!("Running: {m} ({done}{of})."),
+                        None => format!("Running ({done}{of})."),
+                    };
+                    *latest.lock().unwrap_or_else(|p| p.into_inner()) = Some(text);
+                }
+            })
+        };
+        let joined = |r: Result<ExecutionResult, tokio::task::JoinError>| {
+            r.unwrap_or_else(|e| {
+                tracing::error!(target: "capgate::mcp", error = %e, "a task's call panicked");
+                ExecutionResult::Failed {
+                    execution_id: String::new(),
+                    error: capgate_core::error::CapabilityError::new(
+                        capgate_core::error::ErrorCode::InternalError,
+                    ),
+                    effect_status: None,
+                }
+            })
+        };
+        let answered = tokio::select! {
+            r = &mut run => Some(joined(r)),
+            () = context.ct.cancelled() => {
+                cancel.cancel();
+                Some(joined((&mut run).await))
+            }
+            () = tokio::time::sleep(after) => None,
+        };
+        if let Some(result) = answered {
+            reader.abort();
+            self.drain_audit().await;
+            if let Some(task) = self
+                .open_task(caller, capability_id, &result, context)
+                .await
+            {
+                return Ok(CallToolResponse::Task(task));
+            }
+            return Ok(self.tool_result(&result).into());
+        }
+        // Still running: a task holds the run from here.
+        let Some(tasks) = self.tasks().cloned() else {
+            return Ok(self.tool_result(&joined(run.await)).into());
+        };
+        let now = self.runtime.now();
+        let token = new_task_id().unwrap_or_default();
+        let deadline = self.run_deadline(capability_id);
+        let retention = chrono::Duration::from_std(tasks.retention).unwrap_or_default();
+        let message = latest
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or_else(|| "Running.".to_owned());
+        let task = StoredTask {
+            id: new_task_id().unwrap_or_default(),
+            principal_sha256: principal_digest(&caller.principal),
+            namespace: caller.principal.namespace.clone(),
+            approval_id: None,
+            capability_id: capability_id.to_owned(),
+            state: TaskState::Working,
+            status_message: message,
+            outcome: None,
+            input_answered: false,
+            claim: Some(token.clone()),
+            run_deadline: Some(deadline),
+            created_at: now,
+            updated_at: now,
+            purge_after: deadline + retention,
+        };
+        let stored = if token.is_empty() || task.id.is_empty() {
+            false
+        } else {
+            tasks
+                .store
+                .create(&task, tasks.max_per_principal)
+                .await
+                .inspect_err(|e| tracing::info!(target: "capgate::mcp", error = %e, "no MCP task for a long call"))
+                .is_ok()
+        };
+        if !stored {
+            // No task (past the bound, the store away): the request holds until the end,
+            // as for a client without tasks.
+            tracing::info!(target: "capgate::mcp", "no MCP task for a long call; it holds its request");
+            let result = joined(run.await);
+            reader.abort();
+            self.drain_audit().await;
+            return Ok(self.tool_result(&result).into());
+        }
+        crate::metrics::mcp_task("created");
+        let actor = caller.principal.actor.reference();
+        self.audit_task(
+            actor.clone(),
+            None,
+            Some(capability_id),
+            EventPayload::McpTaskCreated {
+                task_id: task.id.clone(),
+                approval_id: None,
+            },
+        )
+        .await;
+        let handle = CreateTaskResult::new(self.wire_task(&task, TaskStatus::Working));
+        let server = self.clone();
+        tokio::spawn(async move {
+            let watch = watch_for_cancel(&tasks, &task.id, &task.principal_sha256, cancel);
+            let reporter = {
+                let (store, id, token, latest, runtime) = (
+                    tasks.store.clone(),
+                    task.id.clone(),
+                    token.clone(),
+                    latest.clone(),
+                    server.runtime.clone(),
+                );
+                tokio::spawn(async move {
+                    let mut said = None;
+                    loop {
+                        tokio::time::sleep(REPORT_EVERY).await;
+                        let now = latest.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                        if now.is_some() && now != said {
+                            if let Some(m) = &now {
+                                let _ = store.report(&id, &token, m, runtime.now()).await;
+                            }
+                            said = now;
+                        }
+                    }
+                })
+            };
+            let result = joined(run.await);
+            watch.abort();
+            reporter.abort();
+            reader.abort();
+            server.drain_audit().await;
+            let ending = server.ended(&result);
+            server
+                .record_end(&tasks, &task, &token, actor, ending)
+                .await;
+        });
+        Ok(CallToolResponse::Task(handle))
+    }
 }
