@@ -15,7 +15,8 @@ STATE_DIR is how the test talks to it:
 Its tools: `orders_lookup` and `notes_read` (read-only), `slow_report` (sleeps),
 `internal_fail` (raises ValueError with a message that must never reach a model),
 `huge_answer` (an answer of N MiB), `stderr_flood` (one stderr line of N MiB) and
-`drift_now` (writes STATE_DIR/drift and sends `notifications/tools/list_changed`).
+`drift_now` (writes STATE_DIR/drift and sends `notifications/tools/list_changed`, to a
+handshake session and to the 2026-07-28 revision's subscribers alike).
 """
 
 from __future__ import annotations
@@ -74,7 +75,10 @@ async def slow_report(seconds: float) -> str:
 @server.tool(description="Change notes_read's description now, and say so", structured_output=False)
 async def drift_now(text: str, ctx: Context) -> str:
     (STATE / "drift").write_text(text)
+    # To a client of the handshake era, the notification itself; on the 2026-07-28
+    # revision, to the `subscriptions/listen` streams that asked for it.
     await ctx.session.send_tool_list_changed()
+    await ctx.notify_tools_changed()
     return "drifted"
 
 

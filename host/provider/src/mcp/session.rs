@@ -8,8 +8,8 @@ use crate::runtime::Sink;
 use rmcp::model::{
     ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam, Tool,
 };
-use rmcp::service::{NotificationContext, Peer, RunningService};
-use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use rmcp::service::{ClientServiceExt, NotificationContext, Peer, RunningService};
+use rmcp::{ClientHandler, RoleClient};
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -190,10 +190,22 @@ impl ClientHandler for Handler {
     }
 
     fn get_info(&self) -> ClientConfig {
+        // The tasks extension: an upstream may answer a long tool with a task, which the
+        // tool provider polls within the capability's deadline (`tool.rs`).
         ClientConfig::new(
-            ClientCapabilities::default(),
+            ClientCapabilities::builder().enable_tasks().build(),
             Implementation::new("capgate", env!("CARGO_PKG_VERSION")),
         )
+    }
+}
+
+/// How a session starts: the 2026-07-28 revision's `server/discover` first (an upstream of
+/// that revision may answer a long tool with a task, the tasks extension being declared),
+/// falling back to the `initialize` handshake for an upstream that does not know it.
+fn lifecycle() -> rmcp::service::ClientLifecycleMode {
+    rmcp::service::ClientLifecycleMode::Auto {
+        preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+        legacy_version: None,
     }
 }
 
@@ -365,6 +377,7 @@ impl McpUpstream {
         match opened {
             Ok(service) => {
                 let peer = service.peer().clone();
+                self.watch_list_changes(&peer);
                 slot.service = Some(service);
                 slot.retry_at = None;
                 slot.backoff = MIN_BACKOFF;
@@ -383,6 +396,48 @@ impl McpUpstream {
                 Err(e)
             }
         }
+    }
+
+    /// On the 2026-07-28 revision a server sends `notifications/tools/list_changed` only to
+    /// a `subscriptions/listen` request: open one, so a changed tool is concealed at once
+    /// as on a handshake session ([`Handler::on_tool_list_changed`]). A server that refuses
+    /// it is still relisted every `relist_interval`.
+    fn watch_list_changes(&self, peer: &Peer<RoleClient>) {
+        let modern = peer
+            .peer_info()
+            .is_some_and(|i| i.protocol_version >= rmcp::model::ProtocolVersion::V_2026_07_28);
+        if !modern {
+            return;
+        }
+        let (peer, listing, changed, name) = (
+            peer.clone(),
+            self.listing.clone(),
+            self.changed.clone(),
+            self.config.name.clone(),
+        );
+        tokio::spawn(async move {
+            let filter = rmcp::model::SubscriptionFilter::builder()
+                .tools_list_changed()
+                .build();
+            let mut subscription = match peer.listen(filter).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::info!(target: LOG, upstream = %name, error = %e, "the MCP upstream takes no subscription; its tools are relisted on the interval");
+                    return;
+                }
+            };
+            while let Ok(Some(notification)) = subscription.next().await {
+                if matches!(
+                    notification,
+                    rmcp::model::ServerNotification::ToolListChangedNotification(_)
+                ) {
+                    if let Ok(mut l) = listing.write() {
+                        *l = None;
+                    }
+                    changed.notify_one();
+                }
+            }
+        });
     }
 
     /// Record that a call found the session broken: the next use opens it again.
@@ -486,7 +541,10 @@ impl McpUpstream {
                     run: 0,
                     limit: MAX_STDIO_LINE,
                 };
-                handler.serve((reader, stdin)).await.map_err(connect)
+                handler
+                    .serve_with_lifecycle((reader, stdin), lifecycle())
+                    .await
+                    .map_err(connect)
             }
             McpTransportConfig::Http {
                 url,
@@ -520,7 +578,10 @@ impl McpUpstream {
                 config.max_json_response_size = MAX_MESSAGE_BYTES;
                 config.max_sse_event_size = MAX_MESSAGE_BYTES;
                 let transport = StreamableHttpClientTransport::with_client(client, config);
-                handler.serve(transport).await.map_err(connect)
+                handler
+                    .serve_with_lifecycle(transport, lifecycle())
+                    .await
+                    .map_err(connect)
             }
         }
     }

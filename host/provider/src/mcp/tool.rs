@@ -7,9 +7,10 @@ use crate::provider::{ExecutionOutcome, Provider, ProviderIdentity, ProviderRun}
 use async_trait::async_trait;
 use capgate_core::procedure::ProcedureError;
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
-    CancelledNotificationParam, ClientNotification, ClientRequest, ContentBlock, ProgressToken,
-    RequestId, ServerResult,
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelTaskParams,
+    CancelledNotification, CancelledNotificationParam, ClientNotification, ClientRequest,
+    ContentBlock, CreateTaskResult, GetTaskParams, ProgressToken, RequestId, ServerResult,
+    TaskPayload,
 };
 use rmcp::service::PeerRequestOptions;
 use rmcp::service::{Peer, RoleClient};
@@ -27,6 +28,13 @@ pub const TOOL_ERROR_CODE: &str = "TOOL_ERROR";
 const CANCEL_SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 /// The most private detail kept of a tool error's text.
 const MAX_PRIVATE_TEXT: usize = 4_096;
+/// The longest task id an upstream may hand out (a hostile one is refused, not echoed).
+const MAX_TASK_ID: usize = 256;
+/// The bounds put on an upstream task's `pollIntervalMs` (absent: the lower one doubled).
+const POLL_MIN: std::time::Duration = std::time::Duration::from_millis(50);
+const POLL_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+/// The longest status message of an upstream task passed on as progress.
+const MAX_STATUS_MESSAGE: usize = 512;
 
 pub(crate) fn count_failure(upstream: &str, kind: &'static str) {
     metrics::counter!(MCP_UPSTREAM_FAILURES, "upstream" => upstream.to_string(), "kind" => kind)
@@ -131,6 +139,11 @@ impl McpToolProvider {
         cancel_upstream.disarm();
         match answer {
             Ok(ServerResult::CallToolResult(result)) => self.outcome(result),
+            // The upstream answered with a task (the MCP tasks extension): polled within
+            // the capability's deadline, cancelled with `tasks/cancel` when the call is.
+            Ok(ServerResult::CreateTaskResult(created)) => {
+                self.await_task(&peer, created, run).await
+            }
             Ok(_) => {
                 count_failure(&name, "rpc");
                 Err(ProcedureError::internal(format!(
@@ -148,6 +161,117 @@ impl McpToolProvider {
                 Err(ProcedureError::internal(format!(
                     "MCP upstream `{name}`: {reason}"
                 )))
+            }
+        }
+    }
+
+    /// Poll an upstream task (`tasks/get`, at its `pollIntervalMs` within
+    /// [`POLL_MIN`]..[`POLL_MAX`]) until it ends; its status messages become progress. The
+    /// capability's deadline and the caller's cancellation end the wait and send
+    /// `tasks/cancel`. A task that asks for input is cancelled and fails the call: capgate
+    /// has nobody to ask (a human decides in capgate's console, never through a tool).
+    async fn await_task(
+        &self,
+        peer: &Peer<RoleClient>,
+        created: CreateTaskResult,
+        run: &ProviderRun,
+    ) -> Result<ExecutionOutcome, ProcedureError> {
+        let name = self.upstream.name().to_string();
+        let task_id = created.task.task_id;
+        if task_id.is_empty()
+            || task_id.len() > MAX_TASK_ID
+            || task_id.chars().any(char::is_control)
+        {
+            count_failure(&name, "rpc");
+            return Err(ProcedureError::internal(format!(
+                "MCP upstream `{name}`: a task id that is empty, too long or has control characters"
+            )));
+        }
+        let mut cancel_task = CancelTaskOnDrop {
+            peer: Some(peer.clone()),
+            task_id: task_id.clone(),
+        };
+        let mut interval = poll_interval(created.task.poll_interval_ms);
+        let mut said: Option<String> = None;
+        loop {
+            tokio::select! {
+                biased;
+                _ = run.cancel.cancelled() => {
+                    // Dropping `cancel_task` sends `tasks/cancel`.
+                    return Err(ProcedureError::internal("upstream task cancelled"));
+                }
+                () = tokio::time::sleep(interval) => {}
+            }
+            let got = tokio::select! {
+                biased;
+                _ = run.cancel.cancelled() => {
+                    return Err(ProcedureError::internal("upstream task cancelled"));
+                }
+                r = peer.get_task(GetTaskParams::new(task_id.clone())) => r,
+            };
+            let got = got.map_err(|e| {
+                count_failure(&name, "rpc");
+                ProcedureError::internal(format!("MCP upstream `{name}`: tasks/get: {e}"))
+            })?;
+            let task = got.task;
+            if task.task.task_id != task_id {
+                count_failure(&name, "rpc");
+                return Err(ProcedureError::internal(format!(
+                    "MCP upstream `{name}`: tasks/get answered for another task"
+                )));
+            }
+            interval = poll_interval(task.task.poll_interval_ms);
+            let message = task
+                .task
+                .status_message
+                .map(|m| m.chars().take(MAX_STATUS_MESSAGE).collect::<String>());
+            if message.is_some() && message != said {
+                let _ = run
+                    .events
+                    .emit(RuntimeEvent::progress(json!({ "message": message })));
+                said = message;
+            }
+            match task.payload {
+                TaskPayload::Working => {}
+                TaskPayload::Completed { result } => {
+                    cancel_task.disarm();
+                    let result: CallToolResult = serde_json::from_value(Value::Object(result))
+                        .map_err(|e| {
+                            count_failure(&name, "rpc");
+                            ProcedureError::internal(format!(
+                                "MCP upstream `{name}`: a completed task's result is not a tool result: {e}"
+                            ))
+                        })?;
+                    return self.outcome(result);
+                }
+                TaskPayload::Failed { error } => {
+                    cancel_task.disarm();
+                    count_failure(&name, "rpc");
+                    let message: String = error
+                        .get("message")
+                        .and_then(Value::as_str)
+                        .unwrap_or("no message")
+                        .chars()
+                        .take(MAX_PRIVATE_TEXT)
+                        .collect();
+                    return Err(ProcedureError::internal(format!(
+                        "MCP upstream `{name}`: the task failed: {message}"
+                    )));
+                }
+                TaskPayload::Cancelled => {
+                    cancel_task.disarm();
+                    count_failure(&name, "rpc");
+                    return Err(ProcedureError::internal(format!(
+                        "MCP upstream `{name}`: the upstream cancelled the task"
+                    )));
+                }
+                TaskPayload::InputRequired { .. } => {
+                    count_failure(&name, "rpc");
+                    return Err(ProcedureError::internal(format!(
+                        "MCP upstream `{name}`: the task asks for input capgate has nobody to ask for"
+                    )));
+                }
+                _ => {}
             }
         }
     }
@@ -219,6 +343,43 @@ impl Drop for CancelOnDrop {
                 peer.send_notification(ClientNotification::CancelledNotification(cancelled)),
             )
             .await;
+        });
+    }
+}
+
+/// An upstream task's `pollIntervalMs`, bounded so a hostile upstream can neither make
+/// capgate spin nor stall it past its deadline's usefulness.
+fn poll_interval(ms: Option<u64>) -> std::time::Duration {
+    ms.map_or(POLL_MIN * 2, std::time::Duration::from_millis)
+        .clamp(POLL_MIN, POLL_MAX)
+}
+
+/// Sends `tasks/cancel` for an upstream task still working when it is dropped (the call's
+/// deadline, the caller's cancellation, or a task capgate cannot finish), best effort and
+/// bounded by [`CANCEL_SEND_TIMEOUT`], on a task of its own, as [`CancelOnDrop`] does.
+struct CancelTaskOnDrop {
+    peer: Option<Peer<RoleClient>>,
+    task_id: String,
+}
+
+impl CancelTaskOnDrop {
+    /// The task ended: nothing to cancel.
+    fn disarm(&mut self) {
+        self.peer = None;
+    }
+}
+
+impl Drop for CancelTaskOnDrop {
+    fn drop(&mut self) {
+        let Some(peer) = self.peer.take() else {
+            return;
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let params = CancelTaskParams::new(std::mem::take(&mut self.task_id));
+        rt.spawn(async move {
+            let _ = tokio::time::timeout(CANCEL_SEND_TIMEOUT, peer.cancel_task(params)).await;
         });
     }
 }

@@ -6,6 +6,7 @@ mod common;
 mod events;
 mod health;
 mod http_upstream;
+mod mcp_upstream_tasks;
 mod procedure_bridge;
 mod provider_primitives;
 mod stall_timeout;
