@@ -64,7 +64,11 @@ impl Served {
             .to_owned()
     }
 
-    async fn decide(&self, approval_id: &str, status: DecisionStatus) {
+    async fn try_decide(
+        &self,
+        approval_id: &str,
+        status: DecisionStatus,
+    ) -> Result<capgate_core::approval::ApprovalRecord, capgate_core::runtime::ApprovalsError> {
         self.runtime
             .approvals()
             .decide(
@@ -79,6 +83,11 @@ impl Served {
                     },
                 },
             )
+            .await
+    }
+
+    async fn decide(&self, approval_id: &str, status: DecisionStatus) {
+        self.try_decide(approval_id, status)
             .await
             .unwrap_or_else(|e| panic!("decide {approval_id}: {e}"));
     }
@@ -218,22 +227,7 @@ async fn cancelling_withdraws_the_pending_approval_and_the_call_never_runs() {
         Some("cancelled"),
         "the approval was not withdrawn"
     );
-    let late = s
-        .runtime
-        .approvals()
-        .decide(
-            &approval,
-            DecideRequest {
-                status: DecisionStatus::Approved,
-                approver: manager(),
-                comment: None,
-                decider: Decider::Approver {
-                    namespace: fixture::NAMESPACE.into(),
-                    roles: Vec::new(),
-                },
-            },
-        )
-        .await;
+    let late = s.try_decide(&approval, DecisionStatus::Approved).await;
     assert!(late.is_err(), "a withdrawn approval was decided");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_detailed(&dana.get(&task).await, "cancelled");
