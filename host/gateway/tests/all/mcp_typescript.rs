@@ -44,3 +44,46 @@ async fn typescript_sdk_lists_calls_holds_resumes_and_cancels_over_streamable_ht
         ])
     );
 }
+
+/// The TypeScript SDK's client with the MCP tasks extension declared
+/// (`tests/mcp/task_client_check.mjs`; the SDK has no client of the 2026-07-28 extension,
+/// so its requests go through the SDK's own `client.request`): a held refund answers with a
+/// task, another principal cannot read it, the task completes after the approval, and a
+/// cancelled task withdraws its approval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typescript_sdk_client_polls_a_held_call_as_an_mcp_task() {
+    if !ensure_toolchain("node") {
+        return;
+    }
+    let audit = Arc::new(MemorySink::new());
+    let runtime = fixture::runtime(Arc::new(InMemoryApprovalCoordinator::new()), audit.clone());
+    let url = serve_http(runtime.clone(), options()).await;
+    let mut cmd = Command::new("node");
+    cmd.arg(repo_root().join("tests/mcp/task_client_check.mjs"))
+        .arg(&url)
+        .current_dir(repo_root().join("tests/mcp"));
+    let done = drive(
+        cmd,
+        &InProcess {
+            runtime: runtime.clone(),
+            audit: audit.clone(),
+        },
+    )
+    .await;
+    assert_eq!(done["approvedStatuses"], json!(["completed", "working"]));
+    let withdrawn = done["cancelledApproval"].as_str().unwrap_or_default();
+    let record = runtime.approvals().get(withdrawn).await.ok().flatten();
+    assert_eq!(
+        record.map(|r| r.status.as_str()),
+        Some("cancelled"),
+        "{done}"
+    );
+    let started = mcp_support::events_json(&audit)
+        .iter()
+        .filter(|e| e["type"] == "capability.started" && e["capabilityId"] == "orders.refund")
+        .count();
+    assert_eq!(
+        started, 1,
+        "the approved refund ran once, the cancelled one never"
+    );
+}

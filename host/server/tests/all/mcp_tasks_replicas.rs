@@ -108,6 +108,26 @@ async fn a_task_created_on_one_replica_is_polled_on_another_and_completed_by_an_
     )
     .await;
     assert_eq!(record["status"], "consumed", "{record}");
+    // Counted in /metrics (one recorder for the process, so any replica shows it).
+    let metrics = http
+        .get(format!("{}/metrics", b.base))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    for event in ["created", "completed"] {
+        assert!(
+            metrics.contains(&format!("capgate_mcp_tasks_total{{event=\"{event}\"}}")),
+            "{event} tasks counted: {}",
+            metrics
+                .lines()
+                .filter(|l| l.contains("mcp_tasks"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
 
     for r in [a2, b, c] {
         r.served.stop().await.expect("a clean stop");
