@@ -52,7 +52,7 @@ async fn serve_stdio(checked: Checked, store: &StoreOverride) -> anyhow::Result<
         namespace,
         context,
         checked.authorizer(),
-        checked.mcp_options(),
+        capgate_server::serve::mcp_options(&checked, &d),
     )
     .await;
     let _ = d.runtime.drain_audit().await;

@@ -41,14 +41,8 @@ use std::time::Duration;
 /// Build the whole HTTP application of a deployment: its configured doors, as the gateway's
 /// application builder mounts and layers them, over what `kept` keeps across reloads.
 pub fn app(checked: &Checked, d: &Deployment, kept: &Kept) -> anyhow::Result<axum::Router> {
-    // Tasks live in the store beside the approvals they wait for (and count against the
-    // same namespace budget), so any replica answers them and a restart loses none.
-    let mut mcp = checked.mcp_options();
-    mcp.tasks = checked.mcp_tasks(Arc::new(StoredMcpTasks(
-        d.store.mcp_tasks().with_budget(checked.journal().budget()),
-    )));
     let mut app = AppBuilder::new(kept, d.runtime.clone(), doorkeeper(checked, d))
-        .mcp(mcp)
+        .mcp(mcp_options(checked, d))
         .approvals(ApprovalsOptions {
             role: APPROVER_ROLE.into(),
             history: Some(Arc::new(AuditTrail(d.store.audit_log()))),
@@ -79,6 +73,18 @@ pub fn app(checked: &Checked, d: &Deployment, kept: &Kept) -> anyhow::Result<axu
         AppError::Console(e) => anyhow::Error::new(e).context("[gateway.console]"),
         other => other.into(),
     })
+}
+
+/// The MCP server's options for a deployment, `/mcp` and `capgate mcp --stdio` alike: `[mcp]`
+/// with its tasks kept in the deployment's store, beside the approvals they wait for (and
+/// counted against the same namespace budget), so any replica answers them and a restart
+/// loses none.
+pub fn mcp_options(checked: &Checked, d: &Deployment) -> capgate_gateway::mcp::McpOptions {
+    let mut mcp = checked.mcp_options();
+    mcp.tasks = checked.mcp_tasks(Arc::new(StoredMcpTasks(
+        d.store.mcp_tasks().with_budget(checked.journal().budget()),
+    )));
+    mcp
 }
 
 /// Where `gateway.rateLimit`'s buckets live: as configured, else in the store when it is

@@ -159,7 +159,9 @@ impl Checked {
         }
     }
 
-    /// The MCP server's options, from `[mcp]` (and `gateway.approvalConsoleUrl`).
+    /// The MCP server's options, from `[mcp]` (and `gateway.approvalConsoleUrl`), its tasks
+    /// kept in this process (`capgate_server::serve::mcp_options` keeps them in the
+    /// deployment's store).
     pub fn mcp_options(&self) -> capgate_gateway::mcp::McpOptions {
         capgate_gateway::mcp::McpOptions {
             approval_url: self.config.gateway.approval_console_url.clone(),
