@@ -6,24 +6,35 @@ use crate::mcp_support;
 
 use capgate_core::approval::InMemoryApprovalCoordinator;
 use capgate_core::audit::MemorySink;
+use capgate_core::runtime::Runtime;
 use mcp_support::{InProcess, drive, ensure_toolchain, fixture, options, repo_root, serve_http};
-use serde_json::json;
+use serde_json::{Value, json};
 use std::sync::Arc;
 use tokio::process::Command;
+
+/// Serve the fixture and run `tests/mcp/SCRIPT` against it with node: its `done` event,
+/// and the runtime and audit sink it drove.
+async fn run_script(script: &str) -> (Value, Runtime, Arc<MemorySink>) {
+    let audit = Arc::new(MemorySink::new());
+    let runtime = fixture::runtime(Arc::new(InMemoryApprovalCoordinator::new()), audit.clone());
+    let url = serve_http(runtime.clone(), options()).await;
+    let mut cmd = Command::new("node");
+    cmd.arg(repo_root().join("tests/mcp").join(script))
+        .arg(&url)
+        .current_dir(repo_root().join("tests/mcp"));
+    let referee = InProcess {
+        runtime: runtime.clone(),
+        audit: audit.clone(),
+    };
+    (drive(cmd, &referee).await, runtime, audit)
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typescript_sdk_lists_calls_holds_resumes_and_cancels_over_streamable_http() {
     if !ensure_toolchain("node") {
         return;
     }
-    let audit = Arc::new(MemorySink::new());
-    let runtime = fixture::runtime(Arc::new(InMemoryApprovalCoordinator::new()), audit.clone());
-    let url = serve_http(runtime.clone(), options()).await;
-    let mut cmd = Command::new("node");
-    cmd.arg(repo_root().join("tests/mcp/mcp_client_check.mjs"))
-        .arg(&url)
-        .current_dir(repo_root().join("tests/mcp"));
-    let done = drive(cmd, &InProcess { runtime, audit }).await;
+    let (done, _, _) = run_script("mcp_client_check.mjs").await;
     assert_eq!(
         done["tools"],
         json!([
@@ -55,21 +66,7 @@ async fn typescript_sdk_client_polls_a_held_call_as_an_mcp_task() {
     if !ensure_toolchain("node") {
         return;
     }
-    let audit = Arc::new(MemorySink::new());
-    let runtime = fixture::runtime(Arc::new(InMemoryApprovalCoordinator::new()), audit.clone());
-    let url = serve_http(runtime.clone(), options()).await;
-    let mut cmd = Command::new("node");
-    cmd.arg(repo_root().join("tests/mcp/task_client_check.mjs"))
-        .arg(&url)
-        .current_dir(repo_root().join("tests/mcp"));
-    let done = drive(
-        cmd,
-        &InProcess {
-            runtime: runtime.clone(),
-            audit: audit.clone(),
-        },
-    )
-    .await;
+    let (done, runtime, audit) = run_script("task_client_check.mjs").await;
     assert_eq!(done["approvedStatuses"], json!(["completed", "working"]));
     let withdrawn = done["cancelledApproval"].as_str().unwrap_or_default();
     let record = runtime.approvals().get(withdrawn).await.ok().flatten();

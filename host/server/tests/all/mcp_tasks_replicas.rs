@@ -12,24 +12,6 @@ use crate::support::{self, Serving};
 use capgate_testkit::mcp_tasks::{Client, assert_detailed, assert_task_handle};
 use capgate_testkit::postgres::TestDatabase;
 use serde_json::{Value, json};
-use std::path::Path;
-
-/// One replica of the example over the Postgres database `store`.
-async fn replica(config: &Path, store: &str) -> Serving {
-    let checked = capgate_server::validate::validate(config).expect("the example checks");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("listen");
-    let served = capgate_server::serve::start(checked, Some(store.to_owned()), listener)
-        .await
-        .expect("serves");
-    let base = format!("http://{}", served.addr());
-    Serving {
-        served,
-        base,
-        store: store.to_owned(),
-    }
-}
 
 fn refund() -> Value {
     json!({"orderId": "ord_42", "amount": 649, "reason": "damaged item"})
@@ -47,9 +29,9 @@ async fn a_task_created_on_one_replica_is_polled_on_another_and_completed_by_an_
     let store = capgate_store::Store::open(&db.url).await.expect("open");
     store.migrate().await.expect("migrate");
     store.close().await;
-    let a = replica(&config, &db.url).await;
-    let b = replica(&config, &db.url).await;
-    let c = replica(&config, &db.url).await;
+    let a = support::serve_on(&config, &db.url).await;
+    let b = support::serve_on(&config, &db.url).await;
+    let c = support::serve_on(&config, &db.url).await;
     let dana_on =
         |r: &Serving| Client::with_tasks(&format!("{}/mcp", r.base), "dana-dev-key", false);
 
@@ -73,7 +55,7 @@ async fn a_task_created_on_one_replica_is_polled_on_another_and_completed_by_an_
 
     // The replica that created it stops; a new one takes its place. Nothing is lost.
     a.served.stop().await.expect("a clean stop");
-    let a2 = replica(&config, &db.url).await;
+    let a2 = support::serve_on(&config, &db.url).await;
     assert_detailed(&dana_on(&a2).get(&task).await, "working");
 
     // Priya approves on the third replica.

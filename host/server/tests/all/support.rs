@@ -43,7 +43,16 @@ pub struct Serving {
 
 /// Check and serve `config` as an embedder does, on a loopback port of its own.
 pub async fn serve(config: &Path, dir: &Path) -> Serving {
-    let store = format!("sqlite://{}", dir.join("capgate.db").display());
+    serve_on(
+        config,
+        &format!("sqlite://{}", dir.join("capgate.db").display()),
+    )
+    .await
+}
+
+/// [`serve`] over the store `store` (a replica of several on one Postgres, say).
+pub async fn serve_on(config: &Path, store: &str) -> Serving {
+    let store = store.to_owned();
     let checked = capgate_server::validate::validate(config)
         .unwrap_or_else(|e| panic!("{} does not check: {e:?}", config.display()));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
